@@ -1,0 +1,190 @@
+"""One table from names to implementations: losses, miners and trunks.
+
+Protocol files, the command line and the tests name methods only through
+this table, so a protocol can never import arbitrary code. Each entry says
+what it consumes or produces (pairs, triplets, quadruplets, proxies), which
+the planner uses to drop loss x miner pairs that make no sense, and what
+its PML counterpart is, which `dmlbench list` and the cross-check report.
+
+Implementations are imported lazily: listing names must not pay for
+importing PML.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.errors import BenchError
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    kind: str  # "loss" | "miner" | "trunk"
+    target: str  # "module:attribute"
+    summary: str
+    counterpart: str  # the PML class and settings that make it equal, or how it is checked
+    tuples: str  # losses: what they consume; miners: what they produce
+    search_space: dict[str, dict[str, Any]] = field(default_factory=dict)
+    needs: tuple[str, ...] = ()  # build-time context: "num_classes", "embedding_size"
+    pml_backed: bool = False
+
+    def resolve(self):
+        module, attr = self.target.split(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def parameters(self) -> dict[str, Any]:
+        """Constructor parameters and their defaults (inspect.Parameter.empty where required)."""
+        sig = inspect.signature(self.resolve())
+        return {
+            n: p.default
+            for n, p in sig.parameters.items()
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and n not in self.needs
+        }
+
+
+def _f(low: float, high: float, log: bool = False) -> dict[str, Any]:
+    return {"type": "float", "low": low, "high": high, "log": log}
+
+
+def _i(low: int, high: int, log: bool = False) -> dict[str, Any]:
+    return {"type": "int", "low": low, "high": high, "log": log}
+
+
+def _c(*choices: Any) -> dict[str, Any]:
+    return {"type": "categorical", "choices": list(choices)}
+
+
+_L = "bench.losses"
+_M = "bench.miners"
+
+ENTRIES: tuple[Entry, ...] = (
+    # ---- own losses -------------------------------------------------------
+    Entry("contrastive", "loss", f"{_L}.contrastive:ContrastiveLoss",
+          "Hadsell et al. 2006: pull positives within pos_margin, push negatives beyond neg_margin",
+          "pml ContrastiveLoss(pos_margin, neg_margin, distance=LpDistance(power)); form='hadsell' vs loop reference",
+          "pairs", {"pos_margin": _f(0.0, 0.5), "neg_margin": _f(0.3, 2.0)}),
+    Entry("triplet", "loss", f"{_L}.triplet:TripletLoss",
+          "Schroff et al. 2015 / Hermans et al. 2017: [D(a,p) - D(a,n) + margin]_+ or its soft form",
+          "pml TripletMarginLoss(margin, smooth_loss)", "triplets", {"margin": _f(0.01, 1.0, log=True)}),
+    Entry("quadruplet", "loss", f"{_L}.quadruplet:QuadrupletLoss",
+          "Chen et al. 2017: triplet term plus a weaker push between pairs of other classes; optional learned metric",
+          "none: loop reference", "quadruplets", {"alpha1": _f(0.1, 2.0), "alpha2": _f(0.05, 1.0)}),
+    Entry("lifted_structure", "loss", f"{_L}.lifted:LiftedStructureLoss",
+          "Song et al. 2016: every positive pair against all negatives of both its ends, O(B^2)",
+          "pml LiftedStructureLoss(neg_margin, pos_margin=0)", "pairs", {"margin": _f(0.1, 2.0)}),
+    Entry("npair", "loss", f"{_L}.npair:NPairLoss",
+          "Sohn 2016: one positive against every other class's positive, plus an L2 penalty",
+          "pml NPairsLoss + LpRegularizer", "npair", {"l2_reg": _f(1e-4, 1e-1, log=True)}),
+    Entry("infonce", "loss", f"{_L}.infonce:InfoNCELoss",
+          "Oord et al. 2018 / SimCLR: supervised NT-Xent over cosine similarities, O(B^2)",
+          "pml NTXentLoss(temperature)", "pairs", {"temperature": _f(0.01, 0.5, log=True)}),
+    # ---- PML-backed losses (no own implementation) -------------------------
+    Entry("pml:multi_similarity", "loss", f"{_L}.pml_backed:MultiSimilarityLoss",
+          "Wang et al. 2019 (PML)", "is PML's MultiSimilarityLoss", "pairs",
+          {"alpha": _f(0.01, 20.0, log=True), "beta": _f(10.0, 80.0), "base": _f(0.0, 1.0)}, pml_backed=True),
+    Entry("pml:margin", "loss", f"{_L}.pml_backed:MarginLoss",
+          "Wu et al. 2017 (PML)", "is PML's MarginLoss", "triplets",
+          {"margin": _f(0.01, 1.0), "beta": _f(0.5, 1.5)}, pml_backed=True),
+    Entry("pml:proxy_anchor", "loss", f"{_L}.pml_backed:ProxyAnchorLoss",
+          "Kim et al. 2020 (PML)", "is PML's ProxyAnchorLoss", "proxy",
+          {"margin": _f(0.0, 0.5), "alpha": _f(1.0, 64.0, log=True)}, ("num_classes", "embedding_size"), True),
+    Entry("pml:arcface", "loss", f"{_L}.pml_backed:ArcFaceLoss",
+          "Deng et al. 2019 (PML)", "is PML's ArcFaceLoss", "proxy",
+          {"margin": _f(10.0, 60.0), "scale": _f(8.0, 64.0, log=True)}, ("num_classes", "embedding_size"), True),
+    Entry("pml:cosface", "loss", f"{_L}.pml_backed:CosFaceLoss",
+          "Wang et al. 2018 (PML)", "is PML's CosFaceLoss", "proxy",
+          {"margin": _f(0.1, 0.6), "scale": _f(8.0, 64.0, log=True)}, ("num_classes", "embedding_size"), True),
+    Entry("pml:supcon", "loss", f"{_L}.pml_backed:SupConLoss",
+          "Khosla et al. 2020 (PML)", "is PML's SupConLoss", "pairs",
+          {"temperature": _f(0.01, 0.5, log=True)}, pml_backed=True),
+    Entry("pml:circle", "loss", f"{_L}.pml_backed:CircleLoss",
+          "Sun et al. 2020 (PML)", "is PML's CircleLoss", "pairs",
+          {"m": _f(0.1, 0.6), "gamma": _f(16.0, 256.0, log=True)}, pml_backed=True),
+    # ---- own miners -------------------------------------------------------
+    Entry("batch_all", "miner", f"{_M}.batch_all:BatchAllMiner",
+          "Hermans et al. 2017: every valid triplet; reports the fraction with positive loss",
+          "pml TripletMarginMiner(type_of_triplets='all')", "triplets"),
+    Entry("batch_hard", "miner", f"{_M}.batch_hard:BatchHardMiner",
+          "Hermans et al. 2017: per anchor the farthest positive and nearest negative",
+          "pml BatchHardMiner()", "triplets"),
+    Entry("semihard", "miner", f"{_M}.semihard:SemiHardMiner",
+          "Schroff et al. 2015: negatives farther than the positive but within the margin",
+          "pml TripletMarginMiner(type_of_triplets='semihard') for semantics='all'; loop reference for 'nearest'",
+          "triplets", {"margin": _f(0.01, 1.0, log=True)}),
+    Entry("hard", "miner", f"{_M}.hard:HardMiner",
+          "negatives nearer than the positive", "pml TripletMarginMiner(type_of_triplets='hard')",
+          "triplets", {"margin": _f(0.01, 1.0, log=True)}),
+    Entry("offline", "miner", f"{_M}.offline:OfflineMiner",
+          "FaceNet offline variant: re-embed the training split every n steps, mine globally",
+          "none: loop reference", "triplets", {"margin": _f(0.01, 1.0, log=True)}),
+    Entry("hardest_of_pool", "miner", f"{_M}.hardest_of_pool:HardestOfPoolMiner",
+          "Craeymeersch: draw a pool of random tuples, keep the hardest plus some random ones",
+          "none: loop reference", "quadruplets"),
+    Entry("margohnm", "miner", f"{_M}.margohnm:MargOHNMMiner",
+          "Chen et al. 2017 sec. 3.3: adaptive margins from batch distance means; keep violating quadruplets",
+          "none: loop reference", "quadruplets"),
+    # ---- PML-backed miners --------------------------------------------------
+    Entry("pml:multi_similarity", "miner", f"{_M}.pml_backed:MultiSimilarityMiner",
+          "Wang et al. 2019 (PML)", "is PML's MultiSimilarityMiner", "pairs",
+          {"epsilon": _f(0.01, 0.5)}, pml_backed=True),
+    # ---- trunks ------------------------------------------------------------
+    Entry("conv4", "trunk", "bench.models:Conv4", "Vinyals 2016 / Snell 2017 few-shot encoder", "", ""),
+    Entry("lecun2006", "trunk", "bench.models:LeCun2006", "Hadsell, Chopra, LeCun 2006 MNIST network", "", ""),
+    Entry("omniglot_encoder", "trunk", "bench.models:OmniglotEncoder", "Craeymeersch's Omniglot encoder", "", ""),
+    Entry("mlp", "trunk", "bench.models:MLP", "linear layers with ReLU, for vector inputs", "", ""),
+)
+
+_BY_KEY = {(e.kind, e.name): e for e in ENTRIES}
+
+
+def names(kind: str) -> list[str]:
+    return [e.name for e in ENTRIES if e.kind == kind]
+
+
+def get(kind: str, name: str) -> Entry:
+    try:
+        return _BY_KEY[(kind, name)]
+    except KeyError:
+        raise BenchError(f"unknown {kind} {name!r}: expected one of {', '.join(names(kind))}") from None
+
+
+def check_params(entry: Entry, params: dict[str, Any]) -> None:
+    """Refuse unknown parameter names before building, naming the allowed ones."""
+    allowed = entry.parameters()
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise BenchError(
+            f"{entry.kind} {entry.name!r} has no parameter {', '.join(map(repr, unknown))}: "
+            f"expected some of {', '.join(allowed) or '(none)'}"
+        )
+
+
+def _build(kind: str, name: str, params: dict[str, Any], context: dict[str, Any] | None = None):
+    entry = get(kind, name)
+    check_params(entry, params)
+    context = context or {}
+    missing = [n for n in entry.needs if n not in context]
+    if missing:
+        raise BenchError(f"{kind} {name!r} needs {', '.join(missing)} to be built")
+    try:
+        return entry.resolve()(**params, **{n: context[n] for n in entry.needs})
+    except (ValueError, TypeError) as e:
+        raise BenchError(f"{kind} {name!r}: {e}") from e
+
+
+def build_loss(name: str, context: dict[str, Any] | None = None, **params: Any):
+    """A module called as ``loss(embeddings, labels, indices_tuple=None)``."""
+    return _build("loss", name, params, context)
+
+
+def build_miner(name: str, context: dict[str, Any] | None = None, **params: Any):
+    """A callable ``miner(embeddings, labels)`` returning an index tuple (see bench.tuples)."""
+    return _build("miner", name, params, context)
+
+
+def build_trunk(name: str, **params: Any):
+    return _build("trunk", name, params)

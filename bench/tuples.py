@@ -1,0 +1,77 @@
+"""The index-tuple contract between miners and losses.
+
+A miner returns indices into the batch; a loss consumes them. Three shapes:
+
+* ``(a, p, n)`` - triplets: ``a != p``, ``y[a] == y[p]``, ``y[a] != y[n]``;
+* ``(a1, p, a2, n)`` - pairs: positive pairs ``(a1[i], p[i])`` and negative
+  pairs ``(a2[j], n[j])``, the layout PML uses, so tuples from either
+  library can be passed to the other;
+* ``Quadruplets(i, j, l, k)`` - Chen et al.'s quadruplets: ``y_i == y_j``,
+  ``y_l != y_k`` and both ``l`` and ``k`` of classes other than ``y_i``.
+  A plain 4-tuple means pairs, so quadruplets carry their own type.
+
+Losses convert what they receive into what they need with the helpers below
+(a triplet loss given pairs uses every triplet the pairs can form, as PML
+does).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+
+class Quadruplets(NamedTuple):
+    i: torch.Tensor
+    j: torch.Tensor
+    l: torch.Tensor  # noqa: E741 - the paper's name
+    k: torch.Tensor
+
+
+def same_class(labels: torch.Tensor) -> torch.Tensor:
+    """(B, B) bool: same label, the diagonal excluded."""
+    same = labels[:, None] == labels[None, :]
+    same.fill_diagonal_(False)
+    return same
+
+
+def diff_class(labels: torch.Tensor) -> torch.Tensor:
+    return labels[:, None] != labels[None, :]
+
+
+def all_pairs(labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Every positive pair (ordered, no self-pairs) and every negative pair."""
+    a1, p = torch.where(same_class(labels))
+    a2, n = torch.where(diff_class(labels))
+    return a1, p, a2, n
+
+
+def all_triplets(labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Every valid triplet ``(a, p, n)``; O(B^3) indices, for small batches and references."""
+    valid = same_class(labels)[:, :, None] & diff_class(labels)[:, None, :]
+    return torch.where(valid)
+
+
+def is_triplets(t) -> bool:
+    return t is not None and not isinstance(t, Quadruplets) and len(t) == 3
+
+
+def is_pairs(t) -> bool:
+    return t is not None and not isinstance(t, Quadruplets) and len(t) == 4
+
+
+def pairs_to_triplets(pairs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """Every triplet whose (a,p) is a given positive pair and (a,n) a given negative pair."""
+    a1, p, a2, n = pairs
+    match = a1[:, None] == a2[None, :]
+    pi, ni = torch.where(match)
+    return a1[pi], p[pi], n[ni]
+
+
+def triplets_to_pairs(triplets: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """The distinct positive and negative pairs that the triplets contain."""
+    a, p, n = triplets
+    pos = torch.unique(torch.stack([a, p], 1), dim=0) if len(a) else torch.stack([a, p], 1)
+    neg = torch.unique(torch.stack([a, n], 1), dim=0) if len(a) else torch.stack([a, n], 1)
+    return pos[:, 0], pos[:, 1], neg[:, 0], neg[:, 1]
