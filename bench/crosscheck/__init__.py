@@ -49,8 +49,8 @@ def rel_diff(a, b) -> float:
 
 
 def all_checks(cases: int = 50, seed: int = 0) -> Iterable[CheckResult]:
-    from bench.crosscheck import losses, miners
+    from bench.crosscheck import losses, triplets
 
-    providers: list[Callable[..., Iterable[CheckResult]]] = [losses.checks, miners.checks]
+    providers: list[Callable[..., Iterable[CheckResult]]] = [losses.checks, triplets.checks]
     for provider in providers:
         yield from provider(cases=cases, seed=seed)
