@@ -1,0 +1,156 @@
+"""What every loss of dmlbench shares: input checks, normalisation, reductions.
+
+Parameters are checked once, when a loss is built, and the inputs once per
+call, so that a wrong name or a wrong shape is a `BenchError` naming the
+problem instead of a broadcasting error deep inside a formula. The three
+reductions follow PML's reducers, so that a loss and its PML counterpart can
+be compared number for number:
+
+* ``mean`` - PML's ``MeanReducer``: the mean over all tuples;
+* ``avg_nonzero`` - PML's ``AvgNonZeroReducer``: the mean over the tuples
+  whose loss is strictly positive (Hermans et al.'s batch-all average);
+* ``sum`` - the plain sum.
+
+With no tuple at all (or, for ``avg_nonzero``, no positive one) every
+reduction gives a zero that stays connected to the embeddings, as PML's
+``zero_loss`` does, so ``backward()`` always works and gives zero gradients.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bench.errors import BenchError
+from bench.tuples import Quadruplets
+
+REDUCTIONS = ("mean", "avg_nonzero", "sum")
+
+
+def check_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
+    """Return ``value`` if it is one of ``choices``, else a BenchError naming the parameter."""
+    if value not in choices:
+        raise BenchError(f"unknown {name} {value!r}: expected one of {', '.join(map(str, choices))}")
+    return value
+
+
+def check_number(name: str, value: Any, *, low: float | None = None, high: float | None = None,
+                 strict: bool = False) -> float:
+    """A finite real number within [low, high] (or (low, high) with ``strict``), as a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise BenchError(f"{name} must be a finite number, got {value!r}")
+    if low is not None and (value <= low if strict else value < low):
+        raise BenchError(f"{name} must be {'>' if strict else '>='} {low}, got {value!r}")
+    if high is not None and (value >= high if strict else value > high):
+        raise BenchError(f"{name} must be {'<' if strict else '<='} {high}, got {value!r}")
+    return float(value)
+
+
+def check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise BenchError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
+def maybe_normalize(embeddings: torch.Tensor, normalize: bool) -> torch.Tensor:
+    """L2-normalise rows when asked (PML's distances do the same with ``normalize_embeddings``)."""
+    return F.normalize(embeddings, p=2, dim=1) if normalize else embeddings
+
+
+def zero_loss(embeddings: torch.Tensor) -> torch.Tensor:
+    """A 0-d zero that keeps the graph, so backward() yields zero gradients rather than failing."""
+    return (embeddings * 0).sum()
+
+
+def reduce(losses: torch.Tensor, reduction: str, embeddings: torch.Tensor | None = None) -> torch.Tensor:
+    """Reduce per-tuple losses to a 0-d tensor (see the module docstring for the semantics).
+
+    ``embeddings`` is only needed when ``losses`` may be a tensor cut off from
+    the graph (e.g. built with ``new_zeros``); the zero returned for an empty
+    input is then tied to it.
+    """
+    check_choice("reduction", reduction, REDUCTIONS)
+    if reduction == "avg_nonzero":
+        losses = losses[losses > 0]
+    if losses.numel() == 0:
+        return zero_loss(embeddings) if embeddings is not None else losses.sum()
+    return losses.sum() if reduction == "sum" else losses.mean()
+
+
+def _is_index_vector(t: Any) -> bool:
+    return torch.is_tensor(t) and t.ndim == 1 and not t.is_floating_point() and not t.is_complex()
+
+
+def check_indices_tuple(indices_tuple: Any, batch_size: int) -> None:
+    """Refuse anything but the three tuple shapes of bench.tuples, with indices inside the batch."""
+    if indices_tuple is None:
+        return
+    if not isinstance(indices_tuple, (tuple, list)) or len(indices_tuple) not in (3, 4):
+        raise BenchError(
+            "indices_tuple must be triplets (a, p, n), pairs (a1, p, a2, n) or Quadruplets(i, j, l, k), "
+            f"got {type(indices_tuple).__name__}"
+            + (f" of length {len(indices_tuple)}" if isinstance(indices_tuple, (tuple, list)) else "")
+        )
+    if not all(_is_index_vector(t) for t in indices_tuple):
+        raise BenchError("indices_tuple must hold 1-D integer tensors")
+    lengths = [len(t) for t in indices_tuple]
+    if len(lengths) == 4 and not isinstance(indices_tuple, Quadruplets):
+        groups = [lengths[:2], lengths[2:]]  # pairs: (a1, p) and (a2, n) may differ in length
+    else:
+        groups = [lengths]
+    if any(len(set(g)) != 1 for g in groups):
+        raise BenchError(f"indices_tuple has tensors of mismatched lengths {lengths}")
+    for t in indices_tuple:
+        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= batch_size):
+            raise BenchError(f"indices_tuple holds an index outside the batch of {batch_size}")
+
+
+def _describe(t: Any) -> str:
+    return f"{str(t.dtype).replace('torch.', '')} {tuple(t.shape)}" if torch.is_tensor(t) else type(t).__name__
+
+
+def check_inputs(embeddings: Any, labels: Any) -> None:
+    """Embeddings (B, D) floating point, labels (B,) integer class ids."""
+    if not torch.is_tensor(embeddings) or embeddings.ndim != 2 or not embeddings.is_floating_point():
+        shape = _describe(embeddings)
+        raise BenchError(f"embeddings must be a 2-D float tensor (batch, dim), got {shape}")
+    if not torch.is_tensor(labels) or labels.ndim != 1 or labels.is_floating_point() or labels.is_complex():
+        shape = _describe(labels)
+        raise BenchError(f"labels must be a 1-D integer tensor (batch,), got {shape}")
+    if len(labels) != len(embeddings):
+        raise BenchError(f"labels has {len(labels)} entries but embeddings has {len(embeddings)} rows")
+
+
+class BenchLoss(nn.Module):
+    """Base of dmlbench's losses: one checked entry point, a ``stats`` dict per call.
+
+    Subclasses implement ``compute(embeddings, labels, indices_tuple)``; the
+    inputs it receives are already validated (labels on the embeddings'
+    device). ``stats`` is reset before each call so that a stale value is
+    never logged.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stats: dict[str, float] = {}
+
+    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any = None) -> torch.Tensor:
+        self.stats = {}
+        check_inputs(embeddings, labels)
+        check_indices_tuple(indices_tuple, len(embeddings))
+        labels = labels.to(embeddings.device)
+        return self.compute(embeddings, labels, indices_tuple)
+
+    def compute(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any) -> torch.Tensor:
+        raise NotImplementedError
+
+    def record(self, losses: torch.Tensor) -> None:
+        """Store ``num_tuples`` and ``fraction_positive`` of per-tuple losses in ``stats``."""
+        with torch.no_grad():
+            n = losses.numel()
+            self.stats["num_tuples"] = float(n)
+            self.stats["fraction_positive"] = float((losses > 0).sum()) / n if n else 0.0
