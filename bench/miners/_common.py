@@ -1,0 +1,78 @@
+"""What every miner of dmlbench shares: input checks, a no-grad entry point, ``stats``.
+
+A miner only *chooses* indices; the loss computes the differentiable values.
+Running the choice under ``torch.no_grad()`` on detached embeddings keeps
+mining out of the autograd graph (it would otherwise double the backward
+cost for nothing). Inputs are checked once at the boundary so that a bad
+shape is a `BenchError` naming the problem, not an indexing error deep in a
+mask.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from bench.distances import DISTANCES, pairwise
+from bench.errors import BenchError
+from bench.losses._common import check_bool, check_choice, check_inputs, check_number, maybe_normalize
+
+__all__ = [
+    "BenchMiner",
+    "DISTANCES",
+    "check_bool",
+    "check_choice",
+    "check_distance_params",
+    "check_inputs",
+    "check_number",
+    "distance_matrix",
+    "empty_triplets",
+    "BenchError",
+]
+
+
+def check_distance_params(distance: Any, normalize: Any) -> tuple[str, bool]:
+    """Validate the (distance, normalize) pair that miners share with the losses."""
+    return check_choice("distance", distance, DISTANCES), check_bool("normalize", normalize)
+
+
+def distance_matrix(embeddings: torch.Tensor, distance: str, normalize: bool) -> torch.Tensor:
+    """(B, B) distances exactly as the losses compute them, so a miner and its loss agree."""
+    return pairwise(maybe_normalize(embeddings, normalize), kind=distance)
+
+
+def empty_triplets(device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    e = torch.empty(0, dtype=torch.long, device=device)
+    return e, e.clone(), e.clone()
+
+
+class BenchMiner:
+    """Base of dmlbench's miners: one checked, gradient-free entry point and a ``stats`` dict.
+
+    Subclasses implement ``mine(embeddings, labels)`` on detached embeddings
+    (labels already on the embeddings' device) and may fill ``self.stats``;
+    ``num_tuples`` is filled in afterwards when they do not. ``stats`` is reset
+    before each call so that a stale value is never logged.
+    """
+
+    dataset_level = False
+
+    def __init__(self) -> None:
+        self.stats: dict[str, float] = {}
+
+    def __call__(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        self.stats = {}
+        check_inputs(embeddings, labels)
+        labels = labels.to(embeddings.device)
+        with torch.no_grad():
+            out = self.mine(embeddings.detach(), labels)
+        self.stats.setdefault("num_tuples", float(len(out[0])))
+        return out
+
+    def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if k != "stats" and not k.startswith("_"))
+        return f"{type(self).__name__}({params})"
