@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test crosscheck bench clean
+.PHONY: demo test crosscheck bench sysdeps clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -20,8 +20,11 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(BIN)/dmlbench run protocols/omniglot-smoke.yaml
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2
+sysdeps:
+	bash scripts/system-deps.sh
+
+test: $(STAMP) sysdeps
+	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider
 
 crosscheck: $(STAMP)
 	$(BIN)/dmlbench crosscheck
