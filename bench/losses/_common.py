@@ -154,3 +154,53 @@ class BenchLoss(nn.Module):
             n = losses.numel()
             self.stats["num_tuples"] = float(n)
             self.stats["fraction_positive"] = float((losses > 0).sum()) / n if n else 0.0
+
+
+def as_pairs(indices_tuple: Any, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Positive and negative pairs ``(a1, p, a2, n)`` from any index tuple (see bench.tuples).
+
+    None gives every ordered pair of the batch; triplets give the distinct
+    pairs they contain (``bench.tuples.triplets_to_pairs``; PML instead keeps
+    one pair per triplet, duplicates included); ``Quadruplets(i, j, l, k)``
+    give the distinct pairs the quadruplet loss compares: positives
+    ``(i, j)``, negatives ``(i, k)`` and ``(l, k)``.
+    """
+    from bench.tuples import all_pairs, is_triplets, triplets_to_pairs
+
+    if indices_tuple is None:
+        return all_pairs(labels)
+    if isinstance(indices_tuple, Quadruplets):
+        i, j, l, k = indices_tuple
+        pos = torch.stack([i, j], 1)
+        neg = torch.stack([torch.cat([i, l]), torch.cat([k, k])], 1)
+        if len(i):
+            pos, neg = torch.unique(pos, dim=0), torch.unique(neg, dim=0)
+        return pos[:, 0], pos[:, 1], neg[:, 0], neg[:, 1]
+    if is_triplets(indices_tuple):
+        return triplets_to_pairs(tuple(indices_tuple))
+    return tuple(indices_tuple)
+
+
+def count_matrix(rows: torch.Tensor, cols: torch.Tensor, size: int, like: torch.Tensor) -> torch.Tensor:
+    """(size, size) matrix counting how often each pair ``(rows[i], cols[i])`` occurs.
+
+    Pair losses keep a set of negative pairs as this O(B^2) matrix rather
+    than as a positive x negative mask, and a pair given twice weighs twice
+    (the multiplicity enters a log-sum-exp as ``log count``).
+    """
+    counts = torch.zeros(size * size, dtype=like.dtype, device=like.device)
+    counts.index_add_(0, rows * size + cols, torch.ones(len(rows), dtype=like.dtype, device=like.device))
+    return counts.view(size, size)
+
+
+def masked_row_logsumexp(values: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row ``log sum_k counts[i,k] * exp(values[i,k])`` and whether the row has any term.
+
+    Rows without a term get the most negative finite number instead of -inf,
+    so that the backward pass stays finite (an all -inf row would give NaN
+    gradients even where the caller discards the row).
+    """
+    lowest = torch.finfo(values.dtype).min
+    has = counts > 0
+    masked = torch.where(has, values + torch.log(counts.clamp_min(1)), torch.full_like(values, lowest))
+    return torch.logsumexp(masked, dim=1), has.any(dim=1)

@@ -1,0 +1,103 @@
+"""Lifted structure loss (Song, Xiang, Jegelka, Savarese, CVPR 2016) in O(B^2) memory.
+
+For a positive pair ``(i, j)`` with negative sets ``N_i`` and ``N_j`` (the
+negative pairs that start at ``i`` or at ``j``)::
+
+    J_ij = log( sum_{k in N_i} exp(margin - D_ik) + sum_{l in N_j} exp(margin - D_jl) )
+           + D_ij - pos_margin
+    loss_ij = [J_ij]_+^2 / 2
+
+and the reduction (default ``mean``) runs over the ordered positive pairs.
+Over every ordered pair of a batch this is the paper's
+``1/(2|P|) sum_{(i,j) in P} [J_ij]_+^2`` (each unordered pair appears twice
+with the same ``J``), and it is PML's ``LiftedStructureLoss(neg_margin=margin,
+pos_margin)`` term for term, including PML's conventions for mined tuples:
+a negative pair given twice counts twice, a positive pair whose ends have no
+negative pair keeps ``J = D_ij - pos_margin``, and a tuple without any
+negative pair gives zero.
+
+Instead of PML's positive x negative matrix, each row's negatives are
+summed once (a masked log-sum-exp over the distance matrix) and a positive
+pair combines the two rows of its ends with ``logaddexp``.
+
+``form="hard"`` is the paper's hard-max form (its eq. 3): the log-sum-exp
+replaced by ``max(max_k margin - D_ik, max_l margin - D_jl)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from bench.distances import DISTANCES, pairwise
+from bench.losses._common import (
+    BenchLoss,
+    REDUCTIONS,
+    as_pairs,
+    check_bool,
+    check_choice,
+    check_number,
+    count_matrix,
+    masked_row_logsumexp,
+    maybe_normalize,
+    reduce,
+    zero_loss,
+)
+from bench.tuples import diff_class
+
+FORMS = ("smooth", "hard")
+
+
+class LiftedStructureLoss(BenchLoss):
+    """Every positive pair against all negatives of both its ends, without a positive x negative matrix."""
+
+    def __init__(
+        self,
+        margin: float = 1.0,
+        pos_margin: float = 0.0,
+        distance: str = "euclidean",
+        normalize: bool = True,
+        reduction: str = "mean",
+        form: str = "smooth",
+    ) -> None:
+        super().__init__()
+        self.margin = check_number("margin", margin)
+        self.pos_margin = check_number("pos_margin", pos_margin)
+        self.distance = check_choice("distance", distance, DISTANCES)
+        self.normalize = check_bool("normalize", normalize)
+        self.reduction = check_choice("reduction", reduction, REDUCTIONS)
+        self.form = check_choice("form", form, FORMS)
+
+    def compute(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any) -> torch.Tensor:
+        a1, p, a2, n = as_pairs(indices_tuple, labels)
+        if len(a1) == 0 or len(a2) == 0:
+            self.record(embeddings.new_zeros(0))
+            return zero_loss(embeddings)
+        dist = pairwise(maybe_normalize(embeddings, self.normalize), kind=self.distance)
+        if indices_tuple is None:
+            counts = diff_class(labels).to(dist.dtype)
+        else:
+            counts = count_matrix(a2, n, len(labels), dist)
+        neg_term = self.negative_term(self.margin - dist, counts, a1, p)
+        losses = F.relu(neg_term + dist[a1, p] - self.pos_margin) ** 2 / 2
+        self.record(losses)
+        return reduce(losses, self.reduction, embeddings)
+
+    def negative_term(
+        self, slack: torch.Tensor, counts: torch.Tensor, a: torch.Tensor, p: torch.Tensor
+    ) -> torch.Tensor:
+        """Per positive pair, the soft (or hard) maximum of ``margin - D`` over both ends' negatives.
+
+        Zero where neither end has a negative pair (PML's convention).
+        """
+        if self.form == "smooth":
+            row, has = masked_row_logsumexp(slack, counts)
+            both = torch.where(a == p, row[a], torch.logaddexp(row[a], row[p]))
+        else:
+            lowest = torch.finfo(slack.dtype).min
+            has = (counts > 0).any(dim=1)
+            row = torch.where(counts > 0, slack, torch.full_like(slack, lowest)).amax(dim=1)
+            both = torch.maximum(row[a], row[p])
+        return torch.where(has[a] | has[p], both, torch.zeros_like(both))
