@@ -1,0 +1,113 @@
+"""Losses a fair leaderboard carries without an own implementation: PML's, behind our call convention.
+
+Each adapter builds the PML loss with PML's defaults and the parameter names
+of the registry, checks the inputs like every dmlbench loss, and passes index
+tuples through: triplets and pairs as they are (PML converts them itself),
+``Quadruplets(i, j, l, k)`` as the distinct pairs they compare (positives
+``(i, j)``, negatives ``(i, k)`` and ``(l, k)``). Proxy losses hold their
+proxies as parameters, so ``.parameters()`` hands them to the optimiser, and
+refuse labels outside ``[0, num_classes)`` (their proxy table's rows).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from bench.errors import BenchError
+from bench.losses._common import BenchLoss, as_pairs, check_number
+from bench.tuples import Quadruplets
+
+
+def _count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BenchError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+class _PMLLoss(BenchLoss):
+    """Holds a PML loss module and calls it with validated inputs."""
+
+    def __init__(self, pml_loss: torch.nn.Module, num_classes: int | None = None) -> None:
+        super().__init__()
+        self.pml = pml_loss
+        self.num_classes = num_classes
+
+    def compute(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any) -> torch.Tensor:
+        if self.num_classes is not None and len(labels) and (labels.min() < 0 or labels.max() >= self.num_classes):
+            raise BenchError(
+                f"{type(self).__name__} has proxies for labels 0..{self.num_classes - 1}, "
+                f"got labels {int(labels.min())}..{int(labels.max())}"
+            )
+        if isinstance(indices_tuple, Quadruplets):
+            indices_tuple = as_pairs(indices_tuple, labels)
+        elif indices_tuple is not None:
+            indices_tuple = tuple(indices_tuple)
+        return self.pml(embeddings, labels, indices_tuple)
+
+
+class MultiSimilarityLoss(_PMLLoss):
+    def __init__(self, alpha: float = 2.0, beta: float = 50.0, base: float = 0.5) -> None:
+        from pytorch_metric_learning.losses import MultiSimilarityLoss as PML
+
+        super().__init__(PML(alpha=check_number("alpha", alpha, low=0, strict=True),
+                             beta=check_number("beta", beta, low=0, strict=True), base=check_number("base", base)))
+
+
+class MarginLoss(_PMLLoss):
+    def __init__(self, margin: float = 0.2, nu: float = 0.0, beta: float = 1.2,
+                 triplets_per_anchor: int | str = "all") -> None:
+        from pytorch_metric_learning.losses import MarginLoss as PML
+
+        if triplets_per_anchor != "all":
+            _count("triplets_per_anchor", triplets_per_anchor)
+        super().__init__(PML(margin=check_number("margin", margin, low=0), nu=check_number("nu", nu, low=0),
+                             beta=check_number("beta", beta), triplets_per_anchor=triplets_per_anchor))
+
+
+class ProxyAnchorLoss(_PMLLoss):
+    def __init__(self, num_classes: int, embedding_size: int, margin: float = 0.1, alpha: float = 32.0) -> None:
+        from pytorch_metric_learning.losses import ProxyAnchorLoss as PML
+
+        n, d = _count("num_classes", num_classes), _count("embedding_size", embedding_size)
+        super().__init__(PML(n, d, margin=check_number("margin", margin),
+                             alpha=check_number("alpha", alpha, low=0, strict=True)), n)
+
+
+class ArcFaceLoss(_PMLLoss):
+    """``margin`` in degrees, as in PML."""
+
+    def __init__(self, num_classes: int, embedding_size: int, margin: float = 28.6, scale: float = 64.0) -> None:
+        from pytorch_metric_learning.losses import ArcFaceLoss as PML
+
+        n, d = _count("num_classes", num_classes), _count("embedding_size", embedding_size)
+        super().__init__(PML(n, d, margin=check_number("margin", margin, low=0, high=180),
+                             scale=check_number("scale", scale, low=0, strict=True)), n)
+
+
+class CosFaceLoss(_PMLLoss):
+    def __init__(self, num_classes: int, embedding_size: int, margin: float = 0.35, scale: float = 64.0) -> None:
+        from pytorch_metric_learning.losses import CosFaceLoss as PML
+
+        n, d = _count("num_classes", num_classes), _count("embedding_size", embedding_size)
+        super().__init__(PML(n, d, margin=check_number("margin", margin),
+                             scale=check_number("scale", scale, low=0, strict=True)), n)
+
+
+class SupConLoss(_PMLLoss):
+    def __init__(self, temperature: float = 0.1) -> None:
+        from pytorch_metric_learning.losses import SupConLoss as PML
+
+        super().__init__(PML(temperature=check_number("temperature", temperature, low=0, strict=True)))
+
+
+class CircleLoss(_PMLLoss):
+    def __init__(self, m: float = 0.4, gamma: float = 80.0) -> None:
+        from pytorch_metric_learning.losses import CircleLoss as PML
+
+        super().__init__(PML(m=check_number("m", m), gamma=check_number("gamma", gamma, low=0, strict=True)))
+
+
+__all__ = ["MultiSimilarityLoss", "MarginLoss", "ProxyAnchorLoss", "ArcFaceLoss", "CosFaceLoss",
+           "SupConLoss", "CircleLoss"]
