@@ -23,10 +23,18 @@ import torch
 
 
 class Quadruplets(NamedTuple):
+    """Chen et al.'s quadruplets; optional margins replace the loss's own (MargOHNM's adaptive ones).
+
+    ``alpha1`` / ``alpha2``: a number, a 0-d tensor or one value per tuple.
+    Only the first four fields are indices (``len()`` is 6).
+    """
+
     i: torch.Tensor
     j: torch.Tensor
     l: torch.Tensor  # noqa: E741 - the paper's name
     k: torch.Tensor
+    alpha1: torch.Tensor | float | None = None
+    alpha2: torch.Tensor | float | None = None
 
 
 def same_class(labels: torch.Tensor) -> torch.Tensor:
