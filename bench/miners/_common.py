@@ -28,6 +28,8 @@ __all__ = [
     "check_number",
     "distance_matrix",
     "empty_triplets",
+    "select_triplets",
+    "triplet_margins",
     "BenchError",
 ]
 
@@ -76,3 +78,28 @@ class BenchMiner:
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if k != "stats" and not k.startswith("_"))
         return f"{type(self).__name__}({params})"
+
+
+def triplet_margins(embeddings: torch.Tensor, labels: torch.Tensor, distance: str, normalize: bool
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every positive pair against every candidate negative, without a B^3 mask.
+
+    Returns ``(a, p, tm, negative, mat)``: the positive pairs in lexicographic
+    order, ``tm[i, n] = D(a_i, n) - D(a_i, p_i)`` (PML's ``triplet_margin``),
+    the (pairs, B) mask of valid negatives, and the distance matrix. Selecting
+    ``torch.where(negative & condition)`` yields triplets in the same (a, p, n)
+    order as PML's ``get_all_triplets_indices``.
+    """
+    from bench.losses.triplet import anchor_positive_pairs, distance_matrix
+
+    mat = distance_matrix(embeddings, distance=distance, normalize=normalize)
+    a, p = anchor_positive_pairs(labels)
+    tm = mat[a] - mat[a, p][:, None]
+    negative = labels[a][:, None] != labels[None, :]
+    return a, p, tm, negative, mat
+
+
+def select_triplets(a: torch.Tensor, p: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Triplets ``(a[i], p[i], n)`` for each ``keep[i, n]``; (a, p, n) lexicographic order."""
+    pair, n = torch.where(keep)
+    return a[pair], p[pair], n

@@ -1,0 +1,120 @@
+"""The triplet loss (Schroff et al. 2015; Hermans et al. 2017), hard or soft margin.
+
+Per triplet ``[D(a,p) - D(a,n) + margin]_+``, or the soft form
+``log(1 + exp(D(a,p) - D(a,n) + margin))`` (PML's ``smooth_loss``; with
+``margin=0`` it is Hermans et al.'s soft margin). ``squared_euclidean``
+gives FaceNet's ``D^2`` form.
+
+Without an index tuple every valid triplet of the batch counts, but no
+``B^3`` mask is ever built: the positive pairs ``(a, p)`` (``B*(K-1)`` of
+them in a PK batch) are laid against all ``B`` candidates as one
+``(pairs, B)`` matrix, ``O(B^2 K)`` memory.
+
+The triplet miners import `distance_matrix` and `anchor_positive_pairs`
+from here, so that a miner and the loss always measure the same distance.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from bench.distances import DISTANCES, pairwise
+from bench.losses._common import (
+    REDUCTIONS,
+    BenchLoss,
+    check_bool,
+    check_choice,
+    check_number,
+    maybe_normalize,
+    reduce,
+    zero_loss,
+)
+from bench.tuples import is_pairs, is_triplets, pairs_to_triplets, same_class
+from bench.errors import BenchError
+
+
+def distance_matrix(x: torch.Tensor, y: torch.Tensor | None = None, distance: str = "euclidean",
+                    normalize: bool = True) -> torch.Tensor:
+    """Distances that triplet formulas may subtract, up to a constant for cosine.
+
+    Only differences ``D(a,p) - D(a,n)`` and comparisons enter triplet losses
+    and miners, so for cosine this returns ``-cos`` rather than ``1 - cos``:
+    the difference is then exactly PML's similarity margin ``s(a,n) - s(a,p)``
+    (no rounding of ``1 - s``), and miners choose the very same triplets at
+    ties and thresholds. The embeddings are normalised once, as PML does.
+    """
+    if distance == "cosine":
+        xn = F.normalize(x, p=2, dim=1)
+        yn = xn if y is None else F.normalize(y, p=2, dim=1)
+        return -torch.matmul(xn, yn.T)
+    x = maybe_normalize(x, normalize)
+    y = x if y is None else maybe_normalize(y, normalize)
+    return pairwise(x, y, distance)
+
+
+def anchor_positive_pairs(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every ordered positive pair, in (a, p) lexicographic order (PML's triplet order)."""
+    return torch.where(same_class(labels))
+
+
+def flat_gather(mat: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """``mat[rows, cols]`` through a flat view: a plain gather, much faster backward than 2-D indexing."""
+    return mat.reshape(-1)[rows * mat.shape[1] + cols]
+
+
+class TripletLoss(BenchLoss):
+    """``[D(a,p) - D(a,n) + margin]_+`` (or its softplus) over triplets, PML-compatible defaults."""
+
+    def __init__(self, margin: float = 0.05, distance: str = "euclidean", normalize: bool = True,
+                 soft: bool = False, reduction: str = "avg_nonzero") -> None:
+        super().__init__()
+        self.margin = check_number("margin", margin)
+        self.distance = check_choice("distance", distance, DISTANCES)
+        self.normalize = check_bool("normalize", normalize)
+        self.soft = check_bool("soft", soft)
+        self.reduction = check_choice("reduction", reduction, REDUCTIONS)
+
+    def extra_repr(self) -> str:
+        return (f"margin={self.margin}, distance={self.distance!r}, normalize={self.normalize}, "
+                f"soft={self.soft}, reduction={self.reduction!r}")
+
+    def _per_tuple(self, violation: torch.Tensor) -> torch.Tensor:
+        return F.softplus(violation) if self.soft else F.relu(violation)
+
+    def compute(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any) -> torch.Tensor:
+        if indices_tuple is None:
+            return self._all_triplets(embeddings, labels)
+        if is_pairs(indices_tuple):
+            indices_tuple = pairs_to_triplets(indices_tuple)
+        if not is_triplets(indices_tuple):
+            raise BenchError("triplet loss needs triplets (a, p, n) or pairs (a1, p, a2, n), got quadruplets")
+        a, p, n = (t.to(embeddings.device) for t in indices_tuple)
+        if len(a) == 0:
+            self.record(embeddings.new_zeros(0))
+            return zero_loss(embeddings)
+        mat = distance_matrix(embeddings, distance=self.distance, normalize=self.normalize)
+        losses = self._per_tuple(flat_gather(mat, a, p) - flat_gather(mat, a, n) + self.margin)
+        self.record(losses)
+        return reduce(losses, self.reduction, embeddings)
+
+    def _all_triplets(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Every valid triplet as a (pairs, B) matrix with a negative mask: no compaction, no B^3."""
+        a, p = anchor_positive_pairs(labels)
+        mat = distance_matrix(embeddings, distance=self.distance, normalize=self.normalize)
+        negative = labels[a][:, None] != labels[None, :]
+        violation = flat_gather(mat, a, p)[:, None] - mat[a] + self.margin
+        losses = self._per_tuple(violation)
+        losses = torch.where(negative, losses, torch.zeros((), dtype=losses.dtype, device=losses.device))
+        with torch.no_grad():
+            count = int(negative.sum())
+            positive = losses > 0
+            num_positive = int(positive.sum())
+        self.stats["num_tuples"] = float(count)
+        self.stats["fraction_positive"] = num_positive / count if count else 0.0
+        divisor = {"mean": count, "avg_nonzero": num_positive, "sum": 1}[self.reduction]
+        if divisor == 0:
+            return zero_loss(embeddings)
+        return losses.sum() / divisor
