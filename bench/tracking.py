@@ -1,0 +1,170 @@
+"""MLflow at the edge: where runs are recorded and what every run carries.
+
+The tracking store is a local SQLite file unless told otherwise, so a run
+needs no server and the records sit next to the results:
+
+1. an explicit URI or path (the ``--tracking-uri`` option);
+2. ``$MLFLOW_TRACKING_URI`` (MLflow's own variable);
+3. ``sqlite:///<cwd>/runs/mlflow.db``.
+
+A plain path is accepted wherever a URI is: a directory gets ``mlflow.db``
+inside it, a file path is used as the SQLite file. Anything with a scheme
+(``sqlite://``, ``postgresql://``, ``http://``) is passed to MLflow as is.
+
+Every run is tagged with what is needed to rerun it: package versions, the
+git commit of the code and the fingerprint of the class split it trained on.
+MLflow is imported lazily (it costs seconds) and kept quiet: its INFO logs
+about creating tables and experiments are noise on a command line.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import subprocess
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from bench.errors import BenchError
+
+DEFAULT_DIR = "runs"
+DEFAULT_FILE = "mlflow.db"
+PACKAGES = {"torch": "torch", "pml": "pytorch-metric-learning", "optuna": "optuna", "mlflow": "mlflow",
+            "dmlbench": "dmlbench"}
+_MAX_PARAM_CHARS = 6000  # MLflow 3 refuses longer parameter values
+
+
+def default_tracking_uri(root: str | Path | None = None) -> str:
+    """``sqlite:///<root>/mlflow.db`` with ``root`` defaulting to ``./runs`` (created if missing)."""
+    directory = Path(root if root is not None else DEFAULT_DIR).expanduser().resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{directory / DEFAULT_FILE}"
+
+
+def resolve_tracking_uri(uri: str | Path | None = None) -> str:
+    """The URI to record to, following the order in the module docstring."""
+    if uri is None or str(uri) == "":
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or None
+        if uri is None:
+            return default_tracking_uri()
+    text = str(uri)
+    if "://" in text:
+        return text
+    path = Path(text).expanduser().resolve()
+    if path.is_dir() or not path.suffix:
+        return default_tracking_uri(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path}"
+
+
+def quiet_mlflow() -> None:
+    """Silence MLflow's and Alembic's INFO chatter (table creation, new experiments)."""
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    # MLflow's own SQLAlchemy mappings use a strategy SQLAlchemy 2 deprecates: not ours to act on
+    warnings.filterwarnings("ignore", message=r"The ``noload`` loader strategy is deprecated")
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+
+
+def _mlflow():
+    quiet_mlflow()
+    import mlflow
+
+    quiet_mlflow()  # importing mlflow configures its loggers again
+    return mlflow
+
+
+@contextmanager
+def start_run(experiment: str, run_name: str | None = None, tags: Mapping[str, Any] | None = None,
+              nested: bool = False, tracking_uri: str | Path | None = None) -> Iterator[str]:
+    """Open an MLflow run and yield its id; a run left by an exception is marked FAILED.
+
+    ``nested=True`` opens a child of the run currently open (tuning trials
+    under their cell); the tracking URI and experiment then come from the
+    parent unless given.
+    """
+    mlflow = _mlflow()
+    if not nested or tracking_uri is not None:
+        mlflow.set_tracking_uri(resolve_tracking_uri(tracking_uri))
+    try:
+        mlflow.set_experiment(experiment)
+    except Exception as e:  # a store that cannot be opened is the user's path or URI
+        raise BenchError(f"cannot open MLflow tracking store {mlflow.get_tracking_uri()!r}: "
+                         f"{str(e).splitlines()[0]}") from e
+    str_tags = {k: str(v) for k, v in (tags or {}).items()}
+    with mlflow.start_run(run_name=run_name, nested=nested, tags=str_tags) as run:
+        yield run.info.run_id
+
+
+def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested dicts as dotted keys (``loss_params.margin``); values as MLflow stores them, strings."""
+    flat: dict[str, str] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, f"{name}."))
+        else:
+            text = "{}" if isinstance(value, Mapping) else str(value)
+            flat[name] = text[:_MAX_PARAM_CHARS]
+    return flat
+
+
+def log_params(params: Mapping[str, Any]) -> None:
+    """Log (possibly nested) parameters of the active run in one batch."""
+    _mlflow().log_params(flatten(params))
+
+
+def log_metrics(metrics: Mapping[str, Any], step: int | None = None) -> None:
+    """Log numeric metrics of the active run; non-numeric values are skipped, NaN is kept."""
+    numeric = {k: float(v) for k, v in metrics.items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    numeric = {k: (v if not math.isinf(v) else math.copysign(1e308, v)) for k, v in numeric.items()}
+    _mlflow().log_metrics(numeric, step=step)
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of the packages a result depends on, by short name (``torch``, ``pml``, ...)."""
+    versions = {}
+    for short, dist in PACKAGES.items():
+        try:
+            versions[short] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[short] = "absent"
+    return versions
+
+
+def _git(args: list[str], path: str | Path | None) -> str | None:
+    cwd = Path(path) if path is not None else Path(__file__).resolve().parent
+    try:
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def git_commit(path: str | Path | None = None) -> str:
+    """The commit the code runs from (``git rev-parse HEAD``), or ``unknown`` outside a repository."""
+    return _git(["rev-parse", "HEAD"], path) or "unknown"
+
+
+def git_dirty(path: str | Path | None = None) -> bool | None:
+    """Whether tracked files differ from that commit (None outside a repository): a result from
+    uncommitted code cannot be rerun from the commit alone."""
+    status = _git(["status", "--porcelain", "--untracked-files=no"], path)
+    return None if status is None else bool(status)
+
+
+def standard_tags(split_fingerprint: str | None = None, **extra: Any) -> dict[str, str]:
+    """The tags every dmlbench run carries: versions, git commit, split fingerprint, plus ``extra``."""
+    tags = {f"dmlbench.version.{k}": v for k, v in package_versions().items()}
+    tags["dmlbench.git_commit"] = git_commit()
+    tags["dmlbench.git_dirty"] = str(git_dirty()).lower()
+    if split_fingerprint is not None:
+        tags["dmlbench.split_fingerprint"] = split_fingerprint
+    tags.update({f"dmlbench.{k}": str(v) for k, v in extra.items()})
+    return tags
