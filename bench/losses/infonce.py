@@ -15,8 +15,10 @@ zero, as in PML.
 
 PML builds a positive x negative matrix (seconds and gigabytes at B=512);
 here each anchor's negatives are summed once, a masked log-sum-exp over the
-B x B similarity matrix, and each positive pair adds its own term with
-``logaddexp``. A negative pair given twice in a tuple counts twice, as in PML.
+B x B similarity matrix ``r_a = log sum_n exp(s_an)``, and each positive
+pair costs ``softplus(r_a - s_ap)``, the same loss written so that it stays
+accurate when it is tiny (no ``log(x) - log(y)`` cancellation). A negative
+pair given twice in a tuple counts twice, as in PML.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from bench.distances import DISTANCES, pairwise
 from bench.losses._common import (
@@ -70,6 +73,6 @@ class InfoNCELoss(BenchLoss):
             counts = count_matrix(a2, n, len(labels), logits)
         negatives, _ = masked_row_logsumexp(logits, counts)
         positive = logits[a1, p]
-        losses = torch.logaddexp(positive, negatives[a1]) - positive
+        losses = F.softplus(negatives[a1] - positive, threshold=50.0)
         self.record(losses)
         return reduce(losses, self.reduction, embeddings)

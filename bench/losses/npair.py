@@ -89,6 +89,6 @@ class NPairLoss(BenchLoss):
         loss = reduce(losses, self.reduction, embeddings)
         if self.l2_reg:
             penalty = (embeddings[a].pow(2).sum(1) + embeddings[pos].pow(2).sum(1)).mean()
-            self.stats["l2_penalty"] = float(penalty)
+            self.stats["l2_penalty"] = float(penalty.detach())
             loss = loss + self.l2_reg * penalty
         return loss
