@@ -128,8 +128,8 @@ class QuadrupletLoss(BenchLoss):
             denominator = {"mean": num, "avg_nonzero": num_pos, "sum": 1}[self.reduction]
             return total / denominator if num_pos else zero_loss(embeddings)
         q = indices_tuple
-        alpha1 = self.alpha1 if q.alpha1 is None else q.alpha1
-        alpha2 = self.alpha2 if q.alpha2 is None else q.alpha2
+        alpha1, alpha2 = (own if given is None else torch.as_tensor(given, dtype=dist.dtype, device=dist.device)
+                          for own, given in ((self.alpha1, q.alpha1), (self.alpha2, q.alpha2)))
         losses = quadruplet_terms(dist, q, alpha1, alpha2)
         self.record(losses)
         return reduce(losses, self.reduction, embeddings)
@@ -143,12 +143,15 @@ def check_quadruplets(q: Quadruplets, batch_size: int) -> tuple[Margin | None, M
         raise BenchError(f"Quadruplets has index tensors of mismatched lengths {lengths}")
     for name in ("alpha1", "alpha2"):
         m = getattr(q, name)
-        if m is None or (isinstance(m, (int, float)) and not isinstance(m, bool)
-                         and check_number(f"Quadruplets.{name}", m) is not None):
+        if m is None:
+            continue
+        if isinstance(m, (int, float)) and not isinstance(m, bool):
+            check_number(f"Quadruplets.{name}", m)
             continue
         if not torch.is_tensor(m) or not m.is_floating_point() or m.shape not in ((), (lengths[0],)):
+            shape = tuple(m.shape) if torch.is_tensor(m) else type(m).__name__
             raise BenchError(f"Quadruplets.{name} must be a number or a float tensor of shape () or "
-                             f"({lengths[0]},), got {m!r}"[:200])
+                             f"({lengths[0]},), got {shape}")
         if not bool(torch.isfinite(m).all()):
             raise BenchError(f"Quadruplets.{name} must be finite")
     return q.alpha1, q.alpha2
