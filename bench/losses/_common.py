@@ -89,6 +89,9 @@ def check_indices_tuple(indices_tuple: Any, batch_size: int) -> None:
     """Refuse anything but the three tuple shapes of bench.tuples, with indices inside the batch."""
     if indices_tuple is None:
         return
+    quadruplets = isinstance(indices_tuple, Quadruplets)
+    if quadruplets:
+        indices_tuple = tuple(indices_tuple[:4])  # its optional margins are the quadruplet loss's concern
     if not isinstance(indices_tuple, (tuple, list)) or len(indices_tuple) not in (3, 4):
         raise BenchError(
             "indices_tuple must be triplets (a, p, n), pairs (a1, p, a2, n) or Quadruplets(i, j, l, k), "
@@ -98,7 +101,7 @@ def check_indices_tuple(indices_tuple: Any, batch_size: int) -> None:
     if not all(_is_index_vector(t) for t in indices_tuple):
         raise BenchError("indices_tuple must hold 1-D integer tensors")
     lengths = [len(t) for t in indices_tuple]
-    if len(lengths) == 4 and not isinstance(indices_tuple, Quadruplets):
+    if len(lengths) == 4 and not quadruplets:
         groups = [lengths[:2], lengths[2:]]  # pairs: (a1, p) and (a2, n) may differ in length
     else:
         groups = [lengths]
@@ -170,7 +173,7 @@ def as_pairs(indices_tuple: Any, labels: torch.Tensor) -> tuple[torch.Tensor, ..
     if indices_tuple is None:
         return all_pairs(labels)
     if isinstance(indices_tuple, Quadruplets):
-        i, j, l, k = indices_tuple
+        i, j, l, k = indices_tuple[:4]
         pos = torch.stack([i, j], 1)
         neg = torch.stack([torch.cat([i, l]), torch.cat([k, k])], 1)
         if len(i):
