@@ -1,6 +1,6 @@
 """Cross-check of the own pair losses against PML: values and gradients in float64.
 
-Every check runs the same stream of random cases (seeded): batch sizes 2 to
+Every check runs the same stream of random cases (seeded): batch sizes 1 to
 256, dimensions 2 to 128, and the label layouts that break pair losses in
 practice - random labels, P x K batches, one class, all singletons, a batch
 without any valid tuple, duplicate embeddings, a large batch of mostly
