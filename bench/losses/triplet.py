@@ -91,6 +91,9 @@ class TripletLoss(BenchLoss):
             indices_tuple = pairs_to_triplets(indices_tuple)
         if not is_triplets(indices_tuple):
             raise BenchError("triplet loss needs triplets (a, p, n) or pairs (a1, p, a2, n), got quadruplets")
+        mask = getattr(indices_tuple, "mask", None)
+        if mask is not None and mask.device == embeddings.device and mask.shape[1:] == (len(embeddings),):
+            return self._dense(embeddings, *indices_tuple.pairs, mask)
         a, p, n = (t.to(embeddings.device) for t in indices_tuple)
         if len(a) == 0:
             self.record(embeddings.new_zeros(0))
@@ -101,10 +104,17 @@ class TripletLoss(BenchLoss):
         return reduce(losses, self.reduction, embeddings)
 
     def _all_triplets(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Every valid triplet as a (pairs, B) matrix with a negative mask: no compaction, no B^3."""
         a, p = anchor_positive_pairs(labels)
+        return self._dense(embeddings, a, p, labels[a][:, None] != labels[None, :])
+
+    def _dense(self, embeddings: torch.Tensor, a: torch.Tensor, p: torch.Tensor,
+               negative: torch.Tensor) -> torch.Tensor:
+        """Triplets ``(a[i], p[i], n)`` for each ``negative[i, n]``, as one (pairs, B) matrix.
+
+        No B^3 mask, no per-triplet gather or scatter, no compaction: the
+        masked sum divided by the count equals each reduction of PML.
+        """
         mat = distance_matrix(embeddings, distance=self.distance, normalize=self.normalize)
-        negative = labels[a][:, None] != labels[None, :]
         violation = flat_gather(mat, a, p)[:, None] - mat[a] + self.margin
         losses = self._per_tuple(violation)
         losses = torch.where(negative, losses, torch.zeros((), dtype=losses.dtype, device=losses.device))

@@ -20,6 +20,7 @@ from bench.losses._common import check_bool, check_choice, check_inputs, check_n
 
 __all__ = [
     "BenchMiner",
+    "DenseTriplets",
     "DISTANCES",
     "check_bool",
     "check_choice",
@@ -99,7 +100,29 @@ def triplet_margins(embeddings: torch.Tensor, labels: torch.Tensor, distance: st
     return a, p, tm, negative, mat
 
 
-def select_triplets(a: torch.Tensor, p: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, ...]:
+class DenseTriplets(tuple):
+    """``(a, p, n)`` that also remember the (pairs, B) mask they were read from.
+
+    It is a plain 3-tuple of LongTensors for every consumer; a triplet loss
+    that finds ``pairs`` and ``mask`` on it can compute the same sum densely,
+    as a (pairs, B) matrix, instead of gathering and scattering one value per
+    triplet (batch-all yields ~B^2 K triplets). Any new tuple built from it
+    (slicing, moving to a device) is a plain tuple again, so a stale mask can
+    never be used.
+    """
+
+    pairs: tuple[torch.Tensor, torch.Tensor]
+    mask: torch.Tensor
+
+    def __new__(cls, a: torch.Tensor, p: torch.Tensor, n: torch.Tensor,
+                pairs: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor) -> "DenseTriplets":
+        obj = super().__new__(cls, (a, p, n))
+        obj.pairs, obj.mask = pairs, mask
+        return obj
+
+
+def select_triplets(a: torch.Tensor, p: torch.Tensor, keep: torch.Tensor) -> DenseTriplets:
     """Triplets ``(a[i], p[i], n)`` for each ``keep[i, n]``; (a, p, n) lexicographic order."""
-    pair, n = torch.where(keep)
-    return a[pair], p[pair], n
+    n = torch.where(keep)[1]
+    counts = keep.sum(dim=1)  # repeating each pair beats gathering one index per triplet
+    return DenseTriplets(a.repeat_interleave(counts), p.repeat_interleave(counts), n, (a, p), keep)
