@@ -210,3 +210,16 @@ def test_bad_inputs_raise_bench_error():
     with pytest.raises(BenchError, match="outside the batch"):
         build_loss("triplet")(x, torch.zeros(6, dtype=torch.long), (torch.tensor([0]), torch.tensor([1]),
                                                                      torch.tensor([9])))
+
+
+@pytest.mark.parametrize("miner", ["batch_all", "semihard", "hard"])
+def test_dense_path_equals_per_triplet_gather(miner):
+    """Mined triplets carry their mask; a plain copy of the same indices must give the same loss."""
+    x, y = _pk(6, 3, 5, 2)
+    mined = build_miner(miner, margin=0.3)(x, y)
+    loss = build_loss("triplet", margin=0.3)
+    dense = loss(x, y, mined)
+    stats = dict(loss.stats)
+    plain = loss(x, y, tuple(t.clone() for t in mined))
+    assert float(dense) == pytest.approx(float(plain), rel=1e-12)
+    assert stats == loss.stats and stats["num_tuples"] == len(mined[0]) > 0
