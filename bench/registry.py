@@ -107,7 +107,7 @@ ENTRIES: tuple[Entry, ...] = (
     # ---- own miners -------------------------------------------------------
     Entry("batch_all", "miner", f"{_M}.batch_all:BatchAllMiner",
           "Hermans et al. 2017: every valid triplet; reports the fraction with positive loss",
-          "pml TripletMarginMiner(type_of_triplets='all')", "triplets"),
+          "pml TripletMarginMiner(type_of_triplets='all', margin=inf)", "triplets"),
     Entry("batch_hard", "miner", f"{_M}.batch_hard:BatchHardMiner",
           "Hermans et al. 2017: per anchor the farthest positive and nearest negative",
           "pml BatchHardMiner()", "triplets"),
