@@ -38,7 +38,9 @@ class PKSampler:
         if len(classes) < 2:
             raise BenchError(f"PK sampler needs at least 2 classes, the labels have {len(classes)}")
         if len(classes) < self.P:
-            raise BenchError(f"PK sampler with P={self.P} needs at least {self.P} classes, the labels have {len(classes)}")
+            raise BenchError(
+                f"PK sampler with P={self.P} needs at least {self.P} classes, the labels have {len(classes)}"
+            )
         order = torch.argsort(inverse, stable=True)
         self.classes = classes
         self._members = list(torch.split(order, counts.tolist()))  # sample indices of each class

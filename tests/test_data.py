@@ -14,7 +14,7 @@ from PIL import Image
 
 from bench.data import LabeledData, load, load_lake_runs, resolve_root
 from bench.data._core import cache_path, read_cache, resize_area
-from bench.data.omniglot import PREPROCESS_VERSION
+from bench.data.omniglot import PREPROCESS_VERSION, paper_to_ink
 from bench.errors import BenchError
 
 # --------------------------------------------------------------------------- Omniglot
@@ -61,8 +61,9 @@ def test_first_pixels_match_the_raw_array(data_root: Path) -> None:
     """At 105x105 no resize happens: the tensor is exactly 1 - paper of the .npz."""
     with np.load(data_root / "omniglot" / "images_evaluation.npz") as f:
         paper = f["images"][:3]  # characters 0..2 (964..966)
-    images = resize_area(paper.reshape(-1, 1, 105, 105), 105, convert=lambda b: (b.view(np.uint8) == 0).astype(np.float32))
-    assert torch.equal(torch.from_numpy(images), torch.from_numpy(1.0 - paper.astype(np.float32)).reshape(-1, 1, 105, 105))
+    images = resize_area(paper.reshape(-1, 1, 105, 105), 105, convert=paper_to_ink)
+    expected = 1.0 - paper.astype(np.float32).reshape(-1, 1, 105, 105)
+    assert np.array_equal(images, expected)
 
 
 def test_cache_hit_is_faster_equal_and_corrupt_cache_is_rebuilt(
@@ -155,7 +156,9 @@ def _touch(root: Path, dataset: str, *files: str) -> Path:
 NPZS = ("images_background.npz", "images_evaluation.npz")
 
 
-def test_root_order_explicit_then_env_then_shared_then_local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_root_order_explicit_then_env_then_shared_then_local(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
@@ -186,7 +189,9 @@ def test_root_is_per_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert resolve_root(None, "mine", ("m.bin",)).resolve() == local.resolve()
 
 
-def test_missing_data_is_one_line_naming_files_and_places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_data_is_one_line_naming_files_and_places(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(BenchError) as err:
         resolve_root(tmp_path / "nowhere", "omniglot", NPZS)
@@ -195,18 +200,22 @@ def test_missing_data_is_one_line_naming_files_and_places(tmp_path: Path, monkey
     assert "omniglot not found" in message and "images_background.npz and images_evaluation.npz" in message
     assert str(tmp_path / "nowhere" / "omniglot") in message
     monkeypatch.setenv("DMLBENCH_DATA", str(tmp_path / "env"))
-    with pytest.raises(BenchError, match=r"ghost not found: put g\.npz under \$DMLBENCH_DATA/ghost/ \(looked in: .*env/ghost"):
+    expected = r"ghost not found: put g\.npz under \$DMLBENCH_DATA/ghost/ \(looked in: .*env/ghost"
+    with pytest.raises(BenchError, match=expected):
         resolve_root(None, "ghost", ("g.npz",))
 
 
-def test_explicit_root_is_not_second_guessed(data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_explicit_root_is_not_second_guessed(
+    data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("DMLBENCH_DATA", str(data_root))
     with pytest.raises(BenchError, match="omniglot not found"):
         load("omniglot:background", root=tmp_path)
 
 
 def test_unknown_spec_lists_valid_ones() -> None:
-    with pytest.raises(BenchError, match=r"unknown dataset spec 'mnist'.*omniglot:background.*fashion-mnist:test.*folder:PATH"):
+    expected = r"unknown dataset spec 'mnist'.*omniglot:background.*fashion-mnist:test.*folder:PATH"
+    with pytest.raises(BenchError, match=expected):
         load("mnist")
 
 
@@ -222,9 +231,19 @@ def test_fashion_mnist_test_split() -> None:
     assert float(data.x.min()) == 0.0 and float(data.x.max()) == 1.0
 
 
-def test_fashion_mnist_missing_says_how_to_install(tmp_path: Path) -> None:
-    with pytest.raises(BenchError, match=r"apt-get install dataset-fashion-mnist.*t10k-images-idx3-ubyte\.gz"):
+def test_fashion_mnist_system_package_is_found_beside_an_explicit_root(tmp_path: Path) -> None:
+    assert len(load("fashion-mnist:test", root=tmp_path)) == 10000
+
+
+def test_fashion_mnist_missing_says_how_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import bench.data.fashion_mnist as fashion_mnist
+
+    monkeypatch.setattr(fashion_mnist, "SYSTEM_ROOT", tmp_path / "not-installed")
+    with pytest.raises(BenchError) as err:
         load("fashion-mnist:test", root=tmp_path)
+    message = str(err.value)
+    assert "\n" not in message and "apt-get install dataset-fashion-mnist" in message
+    assert f"put t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz under {tmp_path}/fashion-mnist/" in message
 
 
 # --------------------------------------------------------------------------- a user's folder
@@ -301,7 +320,11 @@ def test_npz_shapes(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "x, y, message",
     [
-        (np.zeros((4, 2, 3, 5, 5)), np.array([0, 0, 1, 1]), r"x must have shape \(N, H, W\), \(N, C, H, W\) or \(N, D\), got \(4, 2, 3, 5, 5\)"),
+        (
+            np.zeros((4, 2, 3, 5, 5)),
+            np.array([0, 0, 1, 1]),
+            r"x must have shape \(N, H, W\), \(N, C, H, W\) or \(N, D\), got \(4, 2, 3, 5, 5\)",
+        ),
         (np.zeros((4, 5)), np.array([[0, 1], [1, 0]]), r"y must have shape \(N,\) = \(4,\), got \(2, 2\)"),
         (np.zeros((4, 5)), np.zeros(4, int), r"y has 1 class\(es\); at least 2"),
         (np.full((4, 5, 5), 2.0), np.array([0, 0, 1, 1]), r"float images must lie in \[0, 1\]"),

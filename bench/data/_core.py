@@ -103,7 +103,8 @@ def candidate_roots(explicit: str | Path | None = None) -> list[Path]:
     env = os.environ.get("DMLBENCH_DATA")
     if env:
         roots.append(Path(env).expanduser())
-    roots += [Path.cwd() / SHARED_DATA_REL, REPO_ROOT / SHARED_DATA_REL, Path.cwd() / "data"]
+    relative = [Path.cwd() / SHARED_DATA_REL, REPO_ROOT / SHARED_DATA_REL, Path.cwd() / "data"]
+    roots += [Path(os.path.normpath(r)) for r in relative]
     unique: list[Path] = []
     for root in roots:
         if not any(_same(root, seen) for seen in unique):
@@ -127,15 +128,17 @@ def resolve_root(
 
     Each dataset is looked up on its own, so Omniglot may come from the
     shared folder and another dataset from ``./data``. `extra_roots` come
-    after the usual candidates (a system-wide install, say); `hint` is
-    prepended to the error, for datasets a package manager can install.
+    after the usual candidates, even after an explicit root: they are a
+    system-wide install of that one dataset (a Debian package, say), which
+    an explicit root meant for other data should not hide. `hint` opens the
+    error, for datasets a package manager can install.
     """
-    roots = candidate_roots(explicit) + ([] if explicit else list(extra_roots))
+    roots = candidate_roots(explicit) + list(extra_roots)
     for root in roots:
         if all((root / dataset / f).is_file() for f in files):
             return root
     names = " and ".join(files) if len(files) <= 2 else ", ".join(files[:-1]) + " and " + files[-1]
-    where = "the given data root" if explicit else "$DMLBENCH_DATA"
+    where = str(candidate_roots(explicit)[0]) if explicit else "$DMLBENCH_DATA"
     looked = ", ".join(str(r / dataset) for r in roots)
     prefix = f"{hint}, or " if hint else ""
     raise BenchError(

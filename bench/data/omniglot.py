@@ -71,7 +71,8 @@ def load_omniglot(split: str, root: str | Path | None = None, size: int = 28) ->
         with np.load(source, allow_pickle=False) as f:
             images = f["images"]
         if images.shape != (n_classes, N_DRAWERS, SIDE, SIDE):
-            raise BenchError(f"{source}: images have shape {images.shape}, expected {(n_classes, N_DRAWERS, SIDE, SIDE)}")
+            expected = (n_classes, N_DRAWERS, SIDE, SIDE)
+            raise BenchError(f"{source}: images have shape {images.shape}, expected {expected}")
         x = resize_area(images.reshape(-1, 1, SIDE, SIDE), size, convert=paper_to_ink)
         return {"x": x}
 
