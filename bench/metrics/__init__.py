@@ -1,5 +1,12 @@
-"""Evaluation metrics (public API): retrieval, clustering, few-shot."""
+"""Evaluation metrics (public API): retrieval, clustering, few-shot.
 
-from bench.metrics.fewshot import OneShotRun
+All are pure functions of embeddings and labels (tensors or arrays); bad input
+raises ``bench.errors.BenchError``. See each module for definitions, edge cases
+and how they match PML's ``AccuracyCalculator`` and scikit-learn.
+"""
 
-__all__ = ["OneShotRun"]
+from bench.metrics.clustering import clustering_metrics
+from bench.metrics.fewshot import OneShotRun, episode_accuracy, lake_runs_accuracy
+from bench.metrics.retrieval import retrieval_metrics
+
+__all__ = ["OneShotRun", "clustering_metrics", "episode_accuracy", "lake_runs_accuracy", "retrieval_metrics"]
