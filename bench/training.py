@@ -15,6 +15,7 @@ also when divergence is detected. A NaN or infinite loss raises
 from __future__ import annotations
 
 import math
+import numbers
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -58,18 +59,21 @@ class TrainConfig:
         return asdict(self)
 
     def check(self) -> None:
-        """Refuse bad values with a message naming the field, before anything is built."""
+        """Refuse bad values with a message naming the field, before anything is built.
+
+        Valid numbers are normalised in place to Python ``int``/``float``.
+        """
         for name in ("embedding_dim", "P", "K", "iterations"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise BenchError(f"{name} must be a positive integer, got {value!r}")
         if self.K < 2:
             raise BenchError(f"K must be at least 2 (a batch needs positive pairs), got {self.K}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral):
             raise BenchError(f"seed must be an integer, got {self.seed!r}")
         for name in ("lr", "weight_decay"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
                     or value < 0 or (name == "lr" and value == 0):
                 raise BenchError(f"{name} must be a finite number {'> 0' if name == 'lr' else '>= 0'}, "
                                  f"got {value!r}")
@@ -81,6 +85,10 @@ class TrainConfig:
         for name in ("trunk_params", "loss_params", "miner_params"):
             if not isinstance(getattr(self, name), dict):
                 raise BenchError(f"{name} must be a mapping of parameter names to values")
+        # numpy scalars (from a tuner) become Python numbers, so they seed and log alike
+        for name in ("embedding_dim", "P", "K", "iterations", "seed"):
+            setattr(self, name, int(getattr(self, name)))
+        self.lr, self.weight_decay = float(self.lr), float(self.weight_decay)
 
 
 @dataclass

@@ -107,6 +107,13 @@ def test_checkpoints_and_progress_are_called_and_may_prune(omniglot) -> None:
         train(quick(iterations=20), train_data, checkpoint_every=5, on_checkpoint=prune)
 
 
+def test_numpy_integers_from_a_tuner_are_accepted(omniglot) -> None:
+    import numpy as np
+
+    result = train(quick(P=np.int64(4), K=np.int64(2), iterations=np.int64(3), seed=np.int64(5)), omniglot[0])
+    assert result.samples_seen == 3 * 8
+
+
 @pytest.mark.parametrize("changes, message", [
     ({"P": 41}, "has 40 classes"), ({"K": 1}, "K must be at least 2"), ({"lr": -1.0}, "lr must be"),
     ({"optimizer": "rmsprop"}, "unknown optimizer"), ({"loss": "nope"}, "unknown loss 'nope'"),
@@ -208,6 +215,19 @@ def test_train_command_end_to_end(tmp_path: Path, data_root: Path, capsys: pytes
     assert run.data.tags["dmlbench.split_fingerprint"] == fingerprint(train_classes, test_classes)
     assert run.data.tags["dmlbench.test_fingerprint"] == test_classes.fingerprint
     assert run.data.tags["dmlbench.train_data"] == "omniglot:background"
+
+
+def test_train_command_diverged_run_exits_1_and_is_recorded_failed(tmp_path: Path, data_root: Path,
+                                                                    capsys: pytest.CaptureFixture) -> None:
+    uri = f"sqlite:///{tmp_path}/div.db"
+    code = main(["train", "--data-root", str(data_root), "--trunk", "mlp", "--loss-param", "normalize=false",
+                 "--optimizer", "sgd", "--lr", "1e30", "--P", "8", "--iterations", "30", "--tracking-uri", uri,
+                 "--experiment", "div", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 1 and "diverged at iteration" in err and err.count("\n") == 1
+    client = MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("div").experiment_id])
+    assert run.info.status == "FAILED"
 
 
 @pytest.mark.parametrize("argv", [
