@@ -85,6 +85,12 @@ class TrainConfig:
         for name in ("trunk_params", "loss_params", "miner_params"):
             if not isinstance(getattr(self, name), dict):
                 raise BenchError(f"{name} must be a mapping of parameter names to values")
+        try:
+            device = torch.device(self.device)
+        except (RuntimeError, TypeError):
+            raise BenchError(f"unknown device {self.device!r}: expected e.g. cpu, cuda, cuda:1") from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise BenchError(f"device {self.device!r} asked for, but this machine has no usable CUDA GPU")
         # numpy scalars (from a tuner) become Python numbers, so they seed and log alike
         for name in ("embedding_dim", "P", "K", "iterations", "seed"):
             setattr(self, name, int(getattr(self, name)))

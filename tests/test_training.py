@@ -117,7 +117,7 @@ def test_numpy_integers_from_a_tuner_are_accepted(omniglot) -> None:
 @pytest.mark.parametrize("changes, message", [
     ({"P": 41}, "has 40 classes"), ({"K": 1}, "K must be at least 2"), ({"lr": -1.0}, "lr must be"),
     ({"optimizer": "rmsprop"}, "unknown optimizer"), ({"loss": "nope"}, "unknown loss 'nope'"),
-    ({"augmentation": "mixup"}, "unknown augmentation"), ({"loss_params": {"margn": 1}}, "no parameter 'margn'"),
+    ({"augmentation": "mixup"}, "unknown augmentation"), ({"device": "gpu0"}, "unknown device"), ({"loss_params": {"margn": 1}}, "no parameter 'margn'"),
 ])
 def test_bad_configs_are_bench_errors(omniglot, changes: dict, message: str) -> None:
     with pytest.raises(BenchError, match=message):
