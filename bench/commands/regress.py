@@ -1,0 +1,35 @@
+"""`dmlbench regress --baseline A --current B`: exit 1 when a cell's primary metric regressed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from bench.reports import regress, source
+from bench.reports.files import write_json
+
+
+@click.command("regress")
+@click.option("--baseline", required=True, type=click.Path(path_type=Path), help="results directory to compare against")
+@click.option("--current", required=True, type=click.Path(path_type=Path), help="results directory of the run under test")
+@click.option("--tolerance", default=regress.TOLERANCE, show_default=True, type=float,
+              help="smallest absolute drop of the metric that counts")
+@click.option("--alpha", default=regress.ALPHA, show_default=True, type=float,
+              help="level of Welch's one-sided test over seeds")
+@click.option("--metric", default=None, help="metric to compare [default: the protocol's primary]")
+@click.option("--allow-missing", is_flag=True, help="a cell absent from the current run does not fail the check")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="also write the comparison as JSON here")
+def command(baseline: Path, current: Path, tolerance: float, alpha: float, metric: str | None,
+            allow_missing: bool, json_path: Path | None) -> None:
+    """Compare two results tables of the same protocol cell by cell.
+
+    Exit 0: no regression; 1: at least one cell regressed (or went missing);
+    2: the tables cannot be compared (other protocol hash or split fingerprints).
+    """
+    cmp = regress.compare(source.load(baseline), source.load(current), metric, tolerance, alpha, allow_missing)
+    click.echo(regress.text_table(cmp))
+    if json_path is not None:
+        write_json(json_path, regress.to_json(cmp))
+    sys.exit(cmp.exit_code)

@@ -1,0 +1,176 @@
+"""The leaderboard table: cells ranked by the primary metric, with intervals and budgets.
+
+Means and intervals are recomputed here from the per-seed rows of
+`finals.csv` rather than copied from `summary.csv`, so the leaderboard, the
+regression check and the claims all rest on the same numbers and the same
+interval (`bench.reports.stats.t_interval`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from bench.reports.source import Results
+from bench.reports.stats import Interval, spearman, t_interval
+
+
+@dataclass(frozen=True)
+class Row:
+    """One cell of the leaderboard."""
+
+    rank: int
+    cell: str
+    n_seeds: int
+    metrics: dict[str, Interval]
+    validation: float
+    iterations: float
+    samples_seen: float
+    trials: int
+    trials_complete: int
+    wall_time_s: float
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Board:
+    """Rows in rank order plus the facts the footer must state."""
+
+    protocol: str
+    protocol_hash: str
+    primary: str
+    metrics: list[str]
+    rows: list[Row]
+    fingerprints: dict[str, str]
+    manifest: dict[str, Any]
+
+    @property
+    def transfer(self) -> float:
+        """Spearman correlation of validation and test primary metric across cells (tuning transfer)."""
+        return spearman([r.validation for r in self.rows], [r.metrics[self.primary].mean for r in self.rows])
+
+
+def _params(text: Any) -> dict[str, Any]:
+    if isinstance(text, dict):
+        return text
+    if not isinstance(text, str) or not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {"params": text}
+    return value if isinstance(value, dict) else {"params": value}
+
+
+def _first_number(rows: pd.DataFrame, col: str) -> float:
+    if col not in rows or rows[col].dropna().empty:
+        return math.nan
+    return float(rows[col].dropna().iloc[0])
+
+
+def build(res: Results) -> Board:
+    """Rank cells by the mean of the primary metric over seeds (highest first; ties by cell id)."""
+    metrics = res.metrics
+    primary = res.primary
+    trials = res.trials if res.trials is not None and not res.trials.empty else None
+    unranked: list[Row] = []
+    for cell in res.cells:
+        rows = res.finals[res.finals["cell"].astype(str) == cell]
+        if trials is not None and "cell" in trials:
+            t = trials[trials["cell"].astype(str) == cell]
+            n_trials = len(t)
+            n_complete = int((t["state"].astype(str) == "COMPLETE").sum()) if "state" in t else n_trials
+        else:
+            n_trials = n_complete = 0
+        unranked.append(
+            Row(
+                rank=0,
+                cell=cell,
+                n_seeds=len(rows),
+                metrics={m: t_interval(rows[m].to_numpy(dtype=float)) for m in metrics},
+                validation=_first_number(rows, f"val_{primary}"),
+                iterations=_first_number(rows, "iterations"),
+                samples_seen=_first_number(rows, "samples_seen"),
+                trials=n_trials,
+                trials_complete=n_complete,
+                wall_time_s=float(rows["wall_time_s"].sum()) if "wall_time_s" in rows else math.nan,
+                params=_params(rows["params"].iloc[0]) if "params" in rows else {},
+            )
+        )
+
+    def key(r: Row) -> tuple[float, str]:
+        m = r.metrics[primary].mean if primary in r.metrics else math.nan
+        return (-m if math.isfinite(m) else math.inf, r.cell)
+
+    ranked = [Row(**{**r.__dict__, "rank": i + 1}) for i, r in enumerate(sorted(unranked, key=key))]
+    return Board(res.protocol, res.protocol_hash, primary, metrics, ranked, res.fingerprints, res.manifest)
+
+
+def fmt(x: float, digits: int = 3) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
+
+
+def fmt_interval(iv: Interval, digits: int = 3) -> str:
+    """`mean [low, high]`, or the bare mean with `(n=1)` where no interval exists."""
+    if not math.isfinite(iv.mean):
+        return "-"
+    if not iv.defined:
+        return f"{iv.mean:.{digits}f} (n={iv.n})"
+    return f"{iv.mean:.{digits}f} [{iv.low:.{digits}f}, {iv.high:.{digits}f}]"
+
+
+def fmt_params(params: dict[str, Any]) -> str:
+    parts = []
+    for k, v in sorted(params.items()):
+        parts.append(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}")
+    return ", ".join(parts) or "-"
+
+
+def budget(row: Row) -> str:
+    it = "-" if not math.isfinite(row.iterations) else f"{int(row.iterations)} it"
+    seen = "" if not math.isfinite(row.samples_seen) else f", {int(row.samples_seen)} samples"
+    return f"{row.trials} trials ({row.trials_complete} complete), {it}{seen} per seed"
+
+
+def footer_lines(board: Board) -> list[str]:
+    """What makes the table rerunnable and comparable: protocol hash, split fingerprints, code."""
+    m = board.manifest
+    lines = [f"protocol `{board.protocol}`, hash `{board.protocol_hash}`", f"primary metric `{board.primary}`"]
+    for name in ("train", "test", "folds"):
+        if name in board.fingerprints:
+            lines.append(f"{name} split fingerprint `{board.fingerprints[name]}`")
+    for k in sorted(set(board.fingerprints) - {"train", "test", "folds"}):
+        lines.append(f"{k} fingerprint `{board.fingerprints[k]}`")
+    for key, label in (("git_commit", "git commit"), ("created", "created"), ("finished", "finished")):
+        if m.get(key):
+            lines.append(f"{label} {m[key]}")
+    return lines
+
+
+def markdown(board: Board) -> str:
+    """A README-ready Markdown table with the protocol footer."""
+    head = ["rank", "cell", "seeds", *board.metrics, f"val_{board.primary}", "budget", "tuned hyperparameters"]
+    out = [
+        f"## dmlbench leaderboard: {board.protocol}",
+        "",
+        f"Cells ranked by mean test `{board.primary}` over final seeds; "
+        "each metric as mean [95% t-interval over seeds].",
+        "",
+        "| " + " | ".join(head) + " |",
+        "| " + " | ".join("---:" if h in ("rank", "seeds") else "---" for h in head) + " |",
+    ]
+    for r in board.rows:
+        cells = [
+            str(r.rank), f"`{r.cell}`", str(r.n_seeds),
+            *(fmt_interval(r.metrics[m]) for m in board.metrics),
+            fmt(r.validation), budget(r), fmt_params(r.params).replace("|", "\\|"),
+        ]
+        out.append("| " + " | ".join(cells) + " |")
+    out += ["", "---", ""]
+    out += [f"- {line}" for line in footer_lines(board)]
+    out.append(f"- validation/test rank correlation (Spearman) of `{board.primary}`: {fmt(board.transfer, 2)}")
+    return "\n".join(out) + "\n"
