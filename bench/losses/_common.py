@@ -196,14 +196,37 @@ def count_matrix(rows: torch.Tensor, cols: torch.Tensor, size: int, like: torch.
     return counts.view(size, size)
 
 
-def masked_row_logsumexp(values: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row ``log sum_k counts[i,k] * exp(values[i,k])`` and whether the row has any term.
+def positives_and_negatives(
+    indices_tuple: Any, labels: torch.Tensor, like: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Positive pairs ``(a1, p)`` and the negative pairs as a (B, B) matrix, for row-wise pair losses.
 
-    Rows without a term get the most negative finite number instead of -inf,
-    so that the backward pass stays finite (an all -inf row would give NaN
-    gradients even where the caller discards the row).
+    Without a tuple the negatives are the boolean "different class" mask
+    (no index list of all B^2 negative pairs is built); with one they are
+    ``count_matrix`` of its negative pairs, in ``like``'s dtype.
+    """
+    from bench.tuples import diff_class, same_class
+
+    if indices_tuple is None:
+        a1, p = torch.where(same_class(labels))
+        return a1, p, diff_class(labels)
+    a1, p, a2, n = as_pairs(indices_tuple, labels)
+    return a1, p, count_matrix(a2, n, len(labels), like)
+
+
+def masked_row_logsumexp(values: torch.Tensor, negatives: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row ``log sum_k m[i,k] * exp(values[i,k])`` and whether the row has any term.
+
+    ``negatives`` is a boolean mask or a matrix of counts (a pair given twice
+    weighs twice). Rows without a term get the most negative finite number
+    instead of -inf, so that the backward pass stays finite (an all -inf row
+    would give NaN gradients even where the caller discards the row).
     """
     lowest = torch.finfo(values.dtype).min
-    has = counts > 0
-    masked = torch.where(has, values + torch.log(counts.clamp_min(1)), torch.full_like(values, lowest))
+    if negatives.dtype == torch.bool:
+        has, terms = negatives, values
+    else:
+        has = negatives > 0
+        terms = values + torch.log(negatives.clamp_min(1))
+    masked = torch.where(has, terms, torch.full_like(values, lowest))
     return torch.logsumexp(masked, dim=1), has.any(dim=1)

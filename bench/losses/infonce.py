@@ -32,17 +32,15 @@ from bench.distances import DISTANCES, pairwise
 from bench.losses._common import (
     BenchLoss,
     REDUCTIONS,
-    as_pairs,
     check_bool,
     check_choice,
     check_number,
-    count_matrix,
     masked_row_logsumexp,
     maybe_normalize,
+    positives_and_negatives,
     reduce,
     zero_loss,
 )
-from bench.tuples import diff_class
 
 
 class InfoNCELoss(BenchLoss):
@@ -62,17 +60,13 @@ class InfoNCELoss(BenchLoss):
         self.reduction = check_choice("reduction", reduction, REDUCTIONS)
 
     def compute(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any) -> torch.Tensor:
-        a1, p, a2, n = as_pairs(indices_tuple, labels)
-        if len(a1) == 0 or len(a2) == 0:
+        a1, p, negatives = positives_and_negatives(indices_tuple, labels, embeddings)
+        if len(a1) == 0 or not negatives.any():
             self.record(embeddings.new_zeros(0))
             return zero_loss(embeddings)
         logits = pairwise(maybe_normalize(embeddings, self.normalize), kind=self.distance) / -self.temperature
-        if indices_tuple is None:
-            counts = diff_class(labels).to(logits.dtype)
-        else:
-            counts = count_matrix(a2, n, len(labels), logits)
-        negatives, _ = masked_row_logsumexp(logits, counts)
+        per_anchor, _ = masked_row_logsumexp(logits, negatives)
         positive = logits[a1, p]
-        losses = F.softplus(negatives[a1] - positive, threshold=50.0)
+        losses = F.softplus(per_anchor[a1] - positive, threshold=50.0)
         self.record(losses)
         return reduce(losses, self.reduction, embeddings)

@@ -35,17 +35,15 @@ from bench.distances import DISTANCES, pairwise
 from bench.losses._common import (
     BenchLoss,
     REDUCTIONS,
-    as_pairs,
     check_bool,
     check_choice,
     check_number,
-    count_matrix,
     masked_row_logsumexp,
     maybe_normalize,
+    positives_and_negatives,
     reduce,
     zero_loss,
 )
-from bench.tuples import diff_class
 
 FORMS = ("smooth", "hard")
 
@@ -71,33 +69,30 @@ class LiftedStructureLoss(BenchLoss):
         self.form = check_choice("form", form, FORMS)
 
     def compute(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any) -> torch.Tensor:
-        a1, p, a2, n = as_pairs(indices_tuple, labels)
-        if len(a1) == 0 or len(a2) == 0:
+        a1, p, negatives = positives_and_negatives(indices_tuple, labels, embeddings)
+        if len(a1) == 0 or not negatives.any():
             self.record(embeddings.new_zeros(0))
             return zero_loss(embeddings)
         dist = pairwise(maybe_normalize(embeddings, self.normalize), kind=self.distance)
-        if indices_tuple is None:
-            counts = diff_class(labels).to(dist.dtype)
-        else:
-            counts = count_matrix(a2, n, len(labels), dist)
-        neg_term = self.negative_term(self.margin - dist, counts, a1, p)
+        neg_term = self.negative_term(self.margin - dist, negatives, a1, p)
         losses = F.relu(neg_term + dist[a1, p] - self.pos_margin) ** 2 / 2
         self.record(losses)
         return reduce(losses, self.reduction, embeddings)
 
     def negative_term(
-        self, slack: torch.Tensor, counts: torch.Tensor, a: torch.Tensor, p: torch.Tensor
+        self, slack: torch.Tensor, negatives: torch.Tensor, a: torch.Tensor, p: torch.Tensor
     ) -> torch.Tensor:
         """Per positive pair, the soft (or hard) maximum of ``margin - D`` over both ends' negatives.
 
         Zero where neither end has a negative pair (PML's convention).
         """
         if self.form == "smooth":
-            row, has = masked_row_logsumexp(slack, counts)
+            row, has = masked_row_logsumexp(slack, negatives)
             both = torch.where(a == p, row[a], torch.logaddexp(row[a], row[p]))
         else:
             lowest = torch.finfo(slack.dtype).min
-            has = (counts > 0).any(dim=1)
-            row = torch.where(counts > 0, slack, torch.full_like(slack, lowest)).amax(dim=1)
+            mask = negatives if negatives.dtype == torch.bool else negatives > 0
+            has = mask.any(dim=1)
+            row = torch.where(mask, slack, torch.full_like(slack, lowest)).amax(dim=1)
             both = torch.maximum(row[a], row[p])
         return torch.where(has[a] | has[p], both, torch.zeros_like(both))
