@@ -1,0 +1,360 @@
+"""A protocol's grid expanded into cells, the pairs dropped and why, and the budget.
+
+A cell is one loss with one miner (or none). Pairs that make no sense are
+dropped by what the registry says each method consumes and produces
+(`Entry.tuples`), never by a hand-kept list of names, so a new method is
+planned correctly from its registry entry alone. Every cell gets the same
+budget by construction; `Budget` is also what the results audit compares
+the recorded runs against.
+
+The time estimate uses the per-trunk costs in `TRUNK_COSTS`, measured on
+this project's reference machine (2 CPU cores), scaled by batch size and
+pixels. It is an estimate to decide whether a sweep fits an afternoon,
+not a promise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench import registry
+from bench.protocol import NO_MINER, Protocol
+from bench.protocol.load import method_params
+
+# Loss consumes (key) -> miner outputs it can use. Pair and triplet losses
+# convert between pairs and triplets (PML's convention, bench.tuples);
+# quadruplets carry a type only the quadruplet loss reads; N-pair takes one
+# positive pair per class; proxy losses learn from labels alone.
+COMPATIBLE: dict[str, frozenset[str]] = {
+    "pairs": frozenset({"pairs", "triplets"}),
+    "triplets": frozenset({"pairs", "triplets"}),
+    "quadruplets": frozenset({"quadruplets"}),
+    "npair": frozenset({"pairs"}),
+    "proxy": frozenset(),
+}
+
+
+NOT_SELECTED = "not selected by the protocol (the loss's `miners` list)"
+
+
+@dataclass(frozen=True)
+class TrunkCost:
+    """Seconds per training step at the reference size, and per embedded image (no gradient)."""
+
+    step_s: tuple[float, float]  # (low, high) at ref_batch and ref_pixels
+    embed_s: float  # per image at ref_pixels
+    ref_batch: int = 128
+    ref_pixels: int = 28 * 28
+    measured: bool = True
+
+
+# One place for the machine's speed. conv4 and mlp are measured here (Conv-4 at
+# 28x28, batch 128: 75-135 ms a step; MLP on 784-d: 2-4 ms; embedding Omniglot's
+# 13,180 evaluation images with Conv-4: about 8 s). The others are scaled by
+# their multiply-adds relative to Conv-4 and marked as not measured.
+TRUNK_COSTS: dict[str, TrunkCost] = {
+    "conv4": TrunkCost((0.075, 0.135), 8.0 / 13180),
+    "mlp": TrunkCost((0.002, 0.004), 0.1 / 13180),
+    "lecun2006": TrunkCost((0.010, 0.025), 1.5 / 13180, measured=False),
+    "omniglot_encoder": TrunkCost((0.300, 0.600), 30.0 / 13180, measured=False),
+}
+UNKNOWN_TRUNK = TrunkCost((0.075, 0.135), 8.0 / 13180, measured=False)
+
+# Images per class and classes per named dataset: eval cost without loading data.
+DATASET_SIZES: dict[str, tuple[int, int]] = {  # spec -> (classes, images per class)
+    "omniglot:background": (964, 20),
+    "omniglot:evaluation": (659, 20),
+    "fashion-mnist:train": (10, 6000),
+    "fashion-mnist:test": (10, 1000),
+}
+OVERHEAD_S_PER_RUN = 0.4  # MLflow and Optuna records per training run (SQLite)
+# Metrics on N embeddings (measured here, 64-d): retrieval is O(N^2), 2.1 s at
+# N = 13,180; k-means for NMI/AMI is O(N x classes x iterations), 85 s at
+# N = 13,180 and 659 classes, 0.5 s at 4,800 and 240.
+RETRIEVAL_S_PER_PAIR = 1.2e-8
+KMEANS_S_PER_POINT_CLUSTER = 1.0e-5
+LAKE_IMAGES = 20 * 40  # Lake's 20 one-shot runs: 20 test + 20 training images each
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One loss with one miner: what a study tunes and the finals retrain."""
+
+    id: str
+    loss: str
+    miner: str | None
+    loss_params: dict[str, Any]
+    miner_params: dict[str, Any]
+    search_space: dict[str, dict[str, Any]]  # "loss.<name>" / "miner.<name>" -> distribution
+    dataset_level: bool = False
+
+    @property
+    def miner_label(self) -> str:
+        return self.id.split("+", 1)[1]
+
+
+@dataclass(frozen=True)
+class Dropped:
+    cell: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What every cell receives: trials x folds training runs in tuning, then one run per final seed."""
+
+    trials: int
+    folds: int
+    iterations: int  # per training run
+    batch_size: int
+    seeds: int
+
+    @property
+    def tuning_runs(self) -> int:
+        return self.trials * self.folds
+
+    @property
+    def tuning_iterations(self) -> int:
+        return self.tuning_runs * self.iterations
+
+    @property
+    def final_iterations(self) -> int:
+        return self.seeds * self.iterations
+
+    @property
+    def total_iterations(self) -> int:
+        return self.tuning_iterations + self.final_iterations
+
+    @property
+    def samples_seen(self) -> int:
+        """An upper bound: dataset-level miners may serve smaller batches than P x K."""
+        return self.total_iterations * self.batch_size
+
+
+@dataclass(frozen=True)
+class Estimate:
+    low_s: float
+    high_s: float
+    measured: bool
+
+    @property
+    def mid_s(self) -> float:
+        return (self.low_s + self.high_s) / 2
+
+
+@dataclass(frozen=True)
+class Plan:
+    protocol: Protocol
+    cells: tuple[Cell, ...]
+    dropped: tuple[Dropped, ...]
+    budget: Budget
+    estimates: dict[str, Estimate] = field(default_factory=dict)  # per cell id
+
+    @property
+    def total_iterations(self) -> int:
+        return self.budget.total_iterations * len(self.cells)
+
+    @property
+    def estimate(self) -> Estimate:
+        values = list(self.estimates.values())
+        return Estimate(sum(e.low_s for e in values), sum(e.high_s for e in values),
+                        all(e.measured for e in values))
+
+    def cell(self, cell_id: str) -> Cell:
+        for c in self.cells:
+            if c.id == cell_id:
+                return c
+        raise KeyError(cell_id)
+
+
+def plan(protocol: Protocol) -> Plan:
+    """Cells (loss x miner) in grid order, dropped pairs with their reasons, one budget for all."""
+    doc = protocol.doc
+    grid = doc["grid"]
+    cells: list[Cell] = []
+    dropped: list[Dropped] = []
+    for loss_item in grid["losses"]:
+        loss_entry = registry.get("loss", loss_item["name"])
+        allowed = loss_item.get("miners")
+        for miner_item in grid["miners"]:
+            cell_id = f"{loss_item['label']}+{miner_item['label']}"
+            miner_entry = None if miner_item["name"] == NO_MINER else registry.get("miner", miner_item["name"])
+            reason = incompatibility(loss_entry, miner_entry)
+            if reason:
+                dropped.append(Dropped(cell_id, reason))
+                continue
+            if allowed is not None and miner_item["label"] not in allowed:
+                dropped.append(Dropped(cell_id, NOT_SELECTED))
+                continue
+            cells.append(_cell(cell_id, loss_entry, loss_item, miner_entry, miner_item, doc["model"]))
+    training, validation = doc["training"], doc["data"]["validation"]
+    budget = Budget(trials=doc["tuning"]["trials"], folds=validation["use"], iterations=training["iterations"],
+                    batch_size=training["P"] * training["K"], seeds=len(doc["final"]["seeds"]))
+    estimates = {c.id: estimate_cell(protocol, c, budget) for c in cells}
+    return Plan(protocol, tuple(cells), tuple(dropped), budget, estimates)
+
+
+def incompatibility(loss: registry.Entry, miner: registry.Entry | None) -> str | None:
+    """Why this loss cannot use this miner's output, or None when it can."""
+    if miner is None:
+        return None
+    produces, consumes = miner.tuples, loss.tuples
+    if produces in COMPATIBLE.get(consumes, frozenset()):
+        return None
+    if consumes == "proxy":
+        return f"{loss.name} is a proxy loss: it learns class proxies from labels, so {miner.name}'s {produces} " \
+               "would be ignored"
+    if consumes == "npair":
+        return f"{loss.name} takes one positive pair per class (N-pair batches); {miner.name} produces {produces}"
+    if consumes == "quadruplets":
+        return f"{loss.name} needs quadruplets; {miner.name} produces {produces} (use a quadruplet-capable miner)"
+    if produces == "quadruplets":
+        return f"{miner.name} produces quadruplets, which only a quadruplet loss consumes; {loss.name} takes {consumes}"
+    return f"{loss.name} consumes {consumes}; {miner.name} produces {produces}"
+
+
+def _cell(cell_id: str, loss_entry: registry.Entry, loss_item: dict, miner_entry: registry.Entry | None,
+          miner_item: dict, model: dict) -> Cell:
+    space = {f"loss.{k}": v for k, v in loss_item["search_space"].items()}
+    miner_params: dict[str, Any] = {}
+    dataset_level = False
+    if miner_entry is not None:
+        space.update({f"miner.{k}": v for k, v in miner_item["search_space"].items()})
+        miner_params = method_params(miner_entry, miner_item["params"], model)
+        default = miner_entry.parameters().get("dataset_level", False)
+        dataset_level = bool(miner_params.get("dataset_level", default)) or miner_entry.name == "offline"
+    return Cell(cell_id, loss_entry.name, miner_entry.name if miner_entry else None,
+                method_params(loss_entry, loss_item["params"], model), miner_params, space, dataset_level)
+
+
+# --------------------------------------------------------------------------- time
+
+
+def _images(spec: str, classes: Any) -> tuple[int, int]:
+    """(classes, images) of a dataset side, (0, 0) for a dataset of unknown size."""
+    if spec not in DATASET_SIZES:
+        return 0, 0
+    n_classes, per_class = DATASET_SIZES[spec]
+    if isinstance(classes, int):
+        n_classes = classes
+    elif isinstance(classes, list):
+        n_classes = len(classes)
+    return n_classes, n_classes * per_class
+
+
+def _metrics_s(images: float, classes: float, clustering: bool) -> float:
+    return RETRIEVAL_S_PER_PAIR * images**2 + (KMEANS_S_PER_POINT_CLUSTER * images * classes if clustering else 0)
+
+
+def estimate_cell(protocol: Protocol, cell: Cell, budget: Budget) -> Estimate:
+    """Seconds for one cell: training steps, evaluations (validation, pruning checks, test) and records."""
+    doc = protocol.doc
+    cost = TRUNK_COSTS.get(doc["model"]["trunk"], UNKNOWN_TRUNK)
+    size = doc["data"]["image_size"]
+    pixels = size * size  # an MLP's first layer and a conv trunk both scale with the pixel count
+    scale = (budget.batch_size / cost.ref_batch) * (pixels / cost.ref_pixels)
+    embed_one = cost.embed_s * pixels / cost.ref_pixels
+    _, train_images = _images(doc["data"]["train"], doc["data"]["train_classes"])
+    test_classes, test_images = _images(doc["data"]["test"], doc["data"]["test_classes"])
+    folds = doc["data"]["validation"]["folds"]
+    val_images = train_images / folds
+    per_step_extra = _miner_step_extra(cell, train_images * (folds - 1) / folds, embed_one)
+    pruner = doc["tuning"]["pruner"]
+    checks = 0 if pruner["type"] == "none" else budget.iterations // pruner["check_every"]
+    one_val = val_images * embed_one + _metrics_s(val_images, 0, clustering=False)
+    tuning_eval = budget.tuning_runs * (1 + checks) * one_val
+    metrics = doc["evaluation"]["metrics"]
+    lake = LAKE_IMAGES if "lake_accuracy" in metrics else 0
+    clustering = "nmi" in metrics or "ami" in metrics
+    final_eval = budget.seeds * ((test_images + lake) * embed_one + _metrics_s(test_images, test_classes, clustering))
+    fixed = tuning_eval + final_eval + (budget.tuning_runs + budget.seeds + budget.trials + 1) * OVERHEAD_S_PER_RUN
+    steps = budget.total_iterations
+    low = steps * (cost.step_s[0] * scale + per_step_extra) + fixed
+    high = steps * (cost.step_s[1] * scale + per_step_extra) + fixed
+    return Estimate(low, high, cost.measured)
+
+
+def _miner_step_extra(cell: Cell, train_images: float, embed_one: float) -> float:
+    """Dataset-level miners embed training samples without gradient: offline every n steps, pools every step."""
+    if cell.miner == "offline":
+        entry = registry.get("miner", "offline")
+        every = cell.miner_params.get("refresh_every", entry.parameters().get("refresh_every", 100))
+        subset = cell.miner_params.get("subset_size", entry.parameters().get("subset_size"))
+        n = min(train_images, subset) if subset else train_images
+        return n * embed_one / max(1, every)
+    if cell.miner == "hardest_of_pool" and cell.dataset_level:
+        entry = registry.get("miner", "hardest_of_pool")
+        pool = cell.miner_params.get("pool_size", entry.parameters().get("pool_size", 100))
+        return 4 * pool * embed_one
+    return 0.0
+
+
+# --------------------------------------------------------------------------- text
+
+
+def hms(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def format_plan(p: Plan) -> str:
+    doc, b = p.protocol.doc, p.budget
+    data, model, training, val = doc["data"], doc["model"], doc["training"], doc["data"]["validation"]
+
+    def classes(spec: str, given: Any) -> str:
+        if isinstance(given, list):
+            return f"{len(given)} classes"
+        if isinstance(given, int):
+            return f"{given} classes (seeded sample)"
+        known = DATASET_SIZES.get(spec)
+        return f"all {known[0]} classes" if known else "all classes"
+
+    lines = [
+        f"protocol {p.protocol.name} (hash {p.protocol.hash12}) from {p.protocol.source}",
+        f"data: train {data['train']} ({classes(data['train'], data['train_classes'])}), "
+        f"test {data['test']} ({classes(data['test'], data['test_classes'])}), "
+        f"{data['image_size']}x{data['image_size']}, augmentation {data['augmentation'] or 'none'}",
+        f"validation: {val['folds']} class-disjoint folds of the training classes"
+        f"{' by ' + val['group_by'] if val['group_by'] else ''}, {val['use']} used per trial",
+        f"model: {model['trunk']}, {model['embedding_dim']}-d embedding, "
+        f"{'L2-normalised' if model['normalize'] else 'not normalised'}, distance {model['distance'] or 'per method'}",
+        f"training: {training['optimizer']} lr {training['lr']:g}, batch P x K = {training['P']} x {training['K']} = "
+        f"{b.batch_size}, {b.iterations} iterations a run",
+        f"tuning: {b.trials} Optuna trials per cell (seeded TPE), pruner {doc['tuning']['pruner']['type']}; "
+        f"final: seeds {', '.join(map(str, doc['final']['seeds']))}; primary metric {doc['evaluation']['primary']}",
+        "",
+        f"cells ({len(p.cells)}):",
+    ]
+    width = max([len(c.id) for c in p.cells] + [4])
+    lines.append(f"  {'cell':<{width}}  trials  folds  iters/run  seeds  iterations  samples(max)  est. time")
+    for c in p.cells:
+        e = p.estimates[c.id]
+        lines.append(f"  {c.id:<{width}}  {b.trials:>6}  {b.folds:>5}  {b.iterations:>9}  {b.seeds:>5}  "
+                     f"{b.total_iterations:>10,}  {b.samples_seen:>12,}  {hms(e.mid_s)}")
+    if p.dropped:
+        lines += ["", f"dropped ({len(p.dropped)}):"]
+        lines += [f"  {d.cell}: {d.reason}" for d in p.dropped if d.reason != NOT_SELECTED]
+        unselected: dict[str, list[str]] = {}
+        for d in p.dropped:
+            if d.reason == NOT_SELECTED:
+                loss, miner = d.cell.split("+", 1)
+                unselected.setdefault(loss, []).append(miner)
+        lines += [f"  {loss}+{{{', '.join(miners)}}}: {NOT_SELECTED}" for loss, miners in unselected.items()]
+    e = p.estimate
+    trunk = doc["model"]["trunk"]
+    cost = TRUNK_COSTS.get(trunk, UNKNOWN_TRUNK)
+    basis = (f"{trunk} step {cost.step_s[0] * 1000:.0f}-{cost.step_s[1] * 1000:.0f} ms at "
+             f"{math.isqrt(cost.ref_pixels)}x{math.isqrt(cost.ref_pixels)}, batch {cost.ref_batch}"
+             + ("" if cost.measured else ", not measured: scaled from conv4"))
+    lines += [
+        "",
+        f"budget, the same for every cell: {b.trials} trials x {b.folds} fold(s) x {b.iterations:,} iterations "
+        f"+ {b.seeds} seeds x {b.iterations:,} iterations = {b.total_iterations:,} iterations "
+        f"(at most {b.samples_seen:,} samples)",
+        f"total: {len(p.cells)} cells, {len(p.cells) * b.trials} trials, {len(p.cells) * b.tuning_runs} tuning runs, "
+        f"{len(p.cells) * b.seeds} final runs, {p.total_iterations:,} iterations",
+        f"estimated time on this machine: {hms(e.mid_s)} ({hms(e.low_s)} to {hms(e.high_s)}; {basis})",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,10 @@
+"""Protocols: a YAML file that fixes every choice of a fair comparison.
+
+`load_protocol(path) -> Protocol` validates the file against the schema
+(`bench.protocol.schema`) and the registry, fills in defaults and hashes
+the result; `bench.plan` expands it into cells.
+"""
+
+from bench.protocol.load import NO_MINER, Protocol, ProtocolError, load_protocol, parse_protocol
+
+__all__ = ["NO_MINER", "Protocol", "ProtocolError", "load_protocol", "parse_protocol"]

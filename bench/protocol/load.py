@@ -1,0 +1,397 @@
+"""Reading a protocol file: safe YAML, schema, registry names, defaults, hash.
+
+A protocol names registry entries and numbers, never code: the YAML is read
+with a safe loader (no tags, no objects) that also refuses duplicate keys,
+which a plain loader would silently resolve to the last one. Every problem
+is reported as ``FILE:LINE: key.path: what was expected``.
+
+The hash is sha256 of the canonical JSON of the validated document with
+every default filled in (registry search spaces included), so reformatting,
+reordering keys or writing a default out keeps the hash, while any change of
+meaning, in the file or in a registry default it relies on, gives a new one.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.errors import BenchError
+from bench.protocol.schema import DEFAULTS, METRICS, PRUNER_DEFAULTS, RETRIEVAL_METRICS, SCHEMA, describe_error, error_path
+
+NO_MINER = "none"
+
+
+class ProtocolError(BenchError):
+    """Every problem of a protocol file, one line each; the message is the first one."""
+
+    def __init__(self, problems: list[str]):
+        more = f" (and {len(problems) - 1} more: see dmlbench validate)" if len(problems) > 1 else ""
+        super().__init__(problems[0] + more)
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """A validated protocol: the normalised document, its hash and where it came from.
+
+    `doc` is the canonical form (defaults filled, registry search spaces
+    merged); code reads it, never the raw YAML, so every consumer sees the
+    same values the hash covers. `text` is the file as written, kept as the
+    artifact of every record.
+    """
+
+    doc: dict[str, Any]
+    hash: str
+    source: str
+    text: str
+
+    @property
+    def name(self) -> str:
+        return self.doc["name"]
+
+    @property
+    def hash12(self) -> str:
+        return self.hash[:12]
+
+    @property
+    def seed(self) -> int:
+        return self.doc["seed"]
+
+    @property
+    def final_seeds(self) -> list[int]:
+        return list(self.doc["final"]["seeds"])
+
+    @property
+    def primary(self) -> str:
+        return self.doc["evaluation"]["primary"]
+
+    def section(self, name: str) -> dict[str, Any]:
+        """A deep copy of one top-level section, so callers cannot alter what the hash covers."""
+        return copy.deepcopy(self.doc[name])
+
+
+# --------------------------------------------------------------------------- YAML
+
+
+class _Loader(yaml.SafeLoader):
+    """Safe loading, YAML 1.2 floats (``1e-3`` is a number) and no duplicate keys."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first at line {seen[key].start_mark.line + 1})",
+                    key_node.start_mark)
+            seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\d[\d_]*\.?[\d_]*|\.\d[\d_]*)[eE][-+]?\d+$|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$"),
+    list("-+0123456789."),
+)
+
+
+def _lines(node: yaml.Node | None, path: tuple = (), out: dict | None = None) -> dict[tuple, int]:
+    """Key path -> 1-based line of every node, so errors can point into the file."""
+    out = {} if out is None else out
+    if node is None:
+        return out
+    out[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = (*path, key_node.value)
+            out[key] = key_node.start_mark.line + 1
+            _lines(value_node, key, out)
+            out[key] = key_node.start_mark.line + 1
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _lines(item, (*path, i), out)
+    return out
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_protocol(path: str | Path) -> Protocol:
+    """Read, validate and normalise a protocol file; a ProtocolError lists what is wrong."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise BenchError(f"{path}: cannot read protocol: {e.strerror or e}") from None
+    return parse_protocol(text, str(path))
+
+
+def parse_protocol(text: str, source: str = "<protocol>") -> Protocol:
+    try:
+        node = yaml.compose(text, Loader=_Loader)
+        raw = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ProtocolError([f"{where}: not valid YAML: {problem}"]) from None
+    lines = _lines(node)
+    report = _Reporter(source, lines)
+    if not isinstance(raw, dict):
+        report.add((), "expected a mapping of protocol sections, got " + ("an empty file" if raw is None else
+                                                                         type(raw).__name__))
+        report.raise_if_any()
+    _check_schema(raw, report)
+    report.raise_if_any()
+    doc = _with_defaults(raw)
+    _check_semantics(doc, report)
+    report.raise_if_any()
+    return Protocol(doc=doc, hash=protocol_hash(doc), source=source, text=text)
+
+
+def protocol_hash(doc: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(doc).encode()).hexdigest()
+
+
+def canonical_json(doc: Any) -> str:
+    """Sorted keys, no spaces, integral floats as integers (``lr: 1`` and ``lr: 1.0`` mean the same)."""
+    return json.dumps(_canonical(doc), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    return value
+
+
+class _Reporter:
+    def __init__(self, source: str, lines: dict[tuple, int]):
+        self.source, self.lines, self.problems = source, lines, []
+
+    def add(self, path: tuple, message: str) -> None:
+        line = next((self.lines[path[:n]] for n in range(len(path), -1, -1) if path[:n] in self.lines), None)
+        where = f"{self.source}:{line}" if line else self.source
+        self.problems.append(f"{where}: {format_path(path) or '(top level)'}: {message}")
+
+    def raise_if_any(self) -> None:
+        if self.problems:
+            raise ProtocolError(self.problems)
+
+
+def format_path(path: tuple) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _check_schema(raw: dict[str, Any], report: _Reporter) -> None:
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    errors = sorted(validator.iter_errors(raw), key=lambda e: [str(p) for p in error_path(e)])
+    for error in errors:
+        report.add(error_path(error), describe_error(error))
+
+
+def _with_defaults(raw: dict[str, Any]) -> dict[str, Any]:
+    doc = copy.deepcopy(raw)
+    for dotted, value in DEFAULTS.items():
+        *parents, key = dotted.split(".")
+        target = doc
+        for p in parents:
+            target = target[p]
+        if key not in target:
+            target[key] = copy.deepcopy(value)
+    pruner = doc["tuning"]["pruner"]
+    if pruner["type"] != "none":
+        for key, value in PRUNER_DEFAULTS.items():
+            pruner.setdefault(key, value)
+        if pruner["check_every"] is None:
+            pruner["check_every"] = max(1, doc["training"]["iterations"] // 4)
+    validation = doc["data"]["validation"]
+    if validation["use"] is None:
+        validation["use"] = validation["folds"]
+    seeds = doc["final"]["seeds"]
+    doc["final"]["seeds"] = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    for kind in ("losses", "miners"):
+        for entry in doc["grid"][kind]:
+            entry.setdefault("label", entry["name"].replace(":", "-"))
+            entry.setdefault("params", {})
+            entry.setdefault("search_space", {})
+    if "metrics" in doc["evaluation"]:
+        doc["evaluation"]["metrics"] = [m for m in METRICS if m in doc["evaluation"]["metrics"]]
+    return doc
+
+
+# --------------------------------------------------------------------------- meaning
+
+
+def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
+    """What a schema cannot say: registry names and parameters, ranges, cross-references."""
+    from bench import registry
+
+    def entry_or_report(kind: str, name: str, path: tuple) -> Any:
+        try:
+            return registry.get(kind, name)
+        except BenchError as e:
+            report.add(path, str(e))
+            return None
+
+    model = doc["model"]
+    trunk = entry_or_report("trunk", model["trunk"], ("model", "trunk"))
+    if trunk is not None:
+        _check_param_names(trunk, model["trunk_params"], ("model", "trunk_params"), report,
+                           exclude=("in_shape", "embedding_dim"))
+
+    labels: dict[str, tuple] = {}
+    for kind, section in (("loss", "losses"), ("miner", "miners")):
+        for i, item in enumerate(doc["grid"][section]):
+            path = ("grid", section, i)
+            if item["label"] in labels and labels[item["label"]][0] == section:
+                report.add((*path, "label"), f"label {item['label']!r} is used twice in grid.{section}: "
+                           "give one of them another label")
+            labels[item["label"]] = (section, i)
+            if kind == "miner" and item["name"] == NO_MINER:
+                if item["params"] or item["search_space"]:
+                    report.add(path, "miner 'none' takes no params or search_space")
+                continue
+            if kind == "miner" and "miners" in item:
+                report.add((*path, "miners"), "only a loss can restrict its miners")
+            entry = entry_or_report(kind, item["name"], (*path, "name"))
+            if entry is None:
+                continue
+            merged = _merge_search_space(entry, item, path, report)
+            if merged is not None:
+                item["search_space"] = merged
+            _try_build(kind, entry, item, doc, path, report)
+
+    miner_labels = [m["label"] for m in doc["grid"]["miners"]]
+    for i, item in enumerate(doc["grid"]["losses"]):
+        for j, name in enumerate(item.get("miners", [])):
+            if name not in miner_labels:
+                report.add(("grid", "losses", i, "miners", j),
+                           f"no miner labelled {name!r} in grid.miners: expected one of {', '.join(miner_labels)}")
+
+    evaluation = doc["evaluation"]
+    if evaluation["primary"] not in evaluation["metrics"]:
+        report.add(("evaluation", "primary"), f"the primary metric {evaluation['primary']!r} must be one of "
+                   f"evaluation.metrics ({', '.join(evaluation['metrics'])})")
+    assert set(RETRIEVAL_METRICS) <= set(METRICS)
+
+    validation = doc["data"]["validation"]
+    if validation["use"] > validation["folds"]:
+        report.add(("data", "validation", "use"), f"expected at most folds={validation['folds']}, "
+                   f"got {validation['use']}")
+    train_c, test_c = doc["data"]["train_classes"], doc["data"]["test_classes"]
+    if isinstance(train_c, list) and isinstance(test_c, list) and set(train_c) & set(test_c):
+        shared = sorted(set(train_c) & set(test_c))
+        report.add(("data", "test_classes"), f"test classes must be unseen in training; shared with "
+                   f"train_classes: {', '.join(map(str, shared[:5]))}")
+    if doc["data"]["train"] == doc["data"]["test"] and not (isinstance(train_c, list) and isinstance(test_c, list)):
+        report.add(("data", "test"), "train and test name the same dataset: give disjoint class lists in "
+                   "train_classes and test_classes")
+    pruner = doc["tuning"]["pruner"]
+    if pruner["type"] != "none" and pruner["check_every"] > doc["training"]["iterations"]:
+        report.add(("tuning", "pruner", "check_every"),
+                   f"expected at most training.iterations={doc['training']['iterations']}, got {pruner['check_every']}")
+
+
+def _check_param_names(entry: Any, names: dict[str, Any], path: tuple, report: _Reporter,
+                       exclude: tuple[str, ...] = ()) -> bool:
+    try:
+        allowed = [n for n in entry.parameters() if n not in exclude]
+    except (ImportError, AttributeError) as e:
+        report.add(path, f"{entry.kind} {entry.name!r} cannot be imported: {e}")
+        return False
+    ok = True
+    for name in names:
+        if name not in allowed:
+            report.add((*path, name), f"{entry.kind} {entry.name!r} has no parameter {name!r}: "
+                       f"expected one of {', '.join(allowed) or '(none)'}")
+            ok = False
+    return ok
+
+
+def _merge_search_space(entry: Any, item: dict[str, Any], path: tuple, report: _Reporter) -> dict | None:
+    """Registry defaults, overridden key by key by the protocol; `null` removes; fixed params are not searched."""
+    override = item["search_space"]
+    ok = _check_param_names(entry, override, (*path, "search_space"), report)
+    ok = _check_param_names(entry, item["params"], (*path, "params"), report) and ok
+    if not ok:
+        return None
+    merged = {k: copy.deepcopy(v) for k, v in entry.search_space.items()}
+    for name, dist in override.items():
+        if dist is None:
+            merged.pop(name, None)
+            continue
+        if name in item["params"]:
+            report.add((*path, "search_space", name), f"{name!r} is also fixed in params: fix it or search it")
+        merged[name] = {**({"log": False} if dist["type"] != "categorical" else {}), **dist}
+        problem = _distribution_problem(merged[name])
+        if problem:
+            report.add((*path, "search_space", name), problem)
+    for name in item["params"]:
+        merged.pop(name, None)
+    return dict(sorted(merged.items()))
+
+
+def _distribution_problem(dist: dict[str, Any]) -> str | None:
+    if dist["type"] == "categorical":
+        return None
+    low, high = dist["low"], dist["high"]
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return f"expected finite bounds, got low={low}, high={high}"
+    if low > high:
+        return f"expected low <= high, got low={low}, high={high}"
+    if dist.get("log") and low <= 0:
+        return f"a log-scale range needs low > 0, got low={low}"
+    if dist.get("log") and dist.get("step"):
+        return "step and log cannot be combined"
+    return None
+
+
+def _try_build(kind: str, entry: Any, item: dict[str, Any], doc: dict[str, Any], path: tuple,
+               report: _Reporter) -> None:
+    """Build the method with its fixed parameters: a bad value (a misspelt choice) fails now, not mid-sweep."""
+    from bench import registry
+
+    params = method_params(entry, item["params"], doc["model"])
+    context = {"num_classes": doc["training"]["P"], "embedding_size": doc["model"]["embedding_dim"]}
+    try:
+        build = registry.build_loss if kind == "loss" else registry.build_miner
+        build(entry.name, context, **params)
+    except BenchError as e:
+        report.add((*path, "params"), str(e))
+    except ImportError as e:
+        report.add((*path, "name"), f"{kind} {entry.name!r} cannot be imported: {e}")
+
+
+def method_params(entry: Any, fixed: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
+    """The protocol-wide choices a method accepts (normalisation, distance), then its own fixed values.
+
+    Normalisation and distance belong to the protocol, not to a method
+    (METHODS.md, fair comparison); a method that has no such parameter
+    (a proxy loss) keeps its own behaviour.
+    """
+    accepted = entry.parameters()
+    params: dict[str, Any] = {}
+    if "normalize" in accepted:
+        params["normalize"] = model["normalize"]
+    if model.get("distance") is not None and "distance" in accepted:
+        params["distance"] = model["distance"]
+    params.update(fixed)
+    return params

@@ -1,0 +1,107 @@
+"""Planning: cells from the registry's tuple kinds, dropped pairs with reasons, one budget for all."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.cli import main
+from bench.plan import TRUNK_COSTS, format_plan, plan
+from bench.protocol import load_protocol, parse_protocol
+
+REPO = Path(__file__).resolve().parents[1]
+
+GRID = """\
+name: grid
+data:
+  train: omniglot:background
+  test: omniglot:evaluation
+  train_classes: 30
+  test_classes: 10
+  image_size: 28
+  validation: {folds: 3, use: 2}
+model: {trunk: conv4, embedding_dim: 16, normalize: true}
+training: {optimizer: adam, lr: 1.0e-3, P: 8, K: 4, iterations: 100}
+evaluation: {metrics: [map_at_r], primary: map_at_r}
+tuning: {trials: 3}
+final: {seeds: [0, 1, 2, 3]}
+grid:
+  losses:
+    - {name: contrastive}
+    - {name: npair}
+    - {name: pml:proxy_anchor}
+    - {name: quadruplet}
+    - {name: quadruplet, label: quadruplet-learned, params: {learned_metric: true}}
+  miners: [{name: none}, {name: batch_hard}, {name: pml:multi_similarity}, {name: margohnm}]
+"""
+
+
+@pytest.fixture(scope="module")
+def grid_plan():
+    return plan(parse_protocol(GRID, "grid.yaml"))
+
+
+def test_cells_keep_sensible_pairs_only(grid_plan):
+    ids = [c.id for c in grid_plan.cells]
+    assert ids == [
+        "contrastive+none", "contrastive+batch_hard", "contrastive+pml-multi_similarity",
+        "npair+none", "npair+pml-multi_similarity",
+        "pml-proxy_anchor+none",
+        "quadruplet+none", "quadruplet+margohnm",
+        "quadruplet-learned+none", "quadruplet-learned+margohnm",
+    ]
+    learned = grid_plan.cell("quadruplet-learned+margohnm")
+    assert learned.loss == "quadruplet" and learned.loss_params["learned_metric"] is True
+    assert learned.loss_params["normalize"] is True  # the protocol's normalisation reaches every method
+    assert set(learned.search_space) == {"loss.alpha1", "loss.alpha2"}
+
+
+def test_dropped_pairs_say_why(grid_plan):
+    reasons = {d.cell: d.reason for d in grid_plan.dropped}
+    assert "proxy loss" in reasons["pml-proxy_anchor+batch_hard"]
+    assert "proxy loss" in reasons["pml-proxy_anchor+pml-multi_similarity"]
+    assert "one positive pair per class" in reasons["npair+batch_hard"]
+    assert "quadruplet-capable miner" in reasons["quadruplet+batch_hard"]
+    assert "only a quadruplet loss consumes" in reasons["contrastive+margohnm"]
+    assert len(grid_plan.cells) + len(grid_plan.dropped) == 5 * 4
+
+
+def test_every_cell_has_the_same_budget(grid_plan):
+    b = grid_plan.budget
+    assert (b.trials, b.folds, b.iterations, b.batch_size, b.seeds) == (3, 2, 100, 32, 4)
+    assert b.total_iterations == 3 * 2 * 100 + 4 * 100
+    assert grid_plan.total_iterations == len(grid_plan.cells) * b.total_iterations
+    text = format_plan(grid_plan)
+    rows = [line for line in text.splitlines() if line.startswith("  ") and "+" in line.split()[0]
+            and line.split()[0] in {c.id for c in grid_plan.cells}]
+    assert len(rows) == len(grid_plan.cells)
+    assert {tuple(r.split()[1:7]) for r in rows} == {("3", "2", "100", "4", "1,000", "32,000")}
+    assert "budget, the same for every cell: 3 trials x 2 fold(s) x 100 iterations + 4 seeds" in text
+
+
+def test_time_estimate_uses_the_trunk_costs(grid_plan):
+    conv4 = TRUNK_COSTS["conv4"]
+    steps = grid_plan.total_iterations
+    low = steps * conv4.step_s[0] * 32 / 128
+    high = steps * conv4.step_s[1] * 32 / 128
+    e = grid_plan.estimate
+    assert low < e.low_s < e.high_s and e.high_s > high
+    assert e.high_s < 3 * high  # evaluations and records add, but do not dominate here
+    mlp = plan(parse_protocol(GRID.replace("trunk: conv4", "trunk: mlp")))
+    assert mlp.estimate.high_s < e.low_s / 3
+
+
+def test_quick_protocol_fits_in_ninety_minutes():
+    p = plan(load_protocol(REPO / "protocols" / "omniglot-quick.yaml"))
+    assert p.estimate.high_s < 90 * 60
+    ids = {c.id for c in p.cells}
+    assert {"contrastive+none", "triplet+batch_all", "triplet+batch_hard", "triplet+semihard", "triplet+hard",
+            "quadruplet+margohnm", "quadruplet-learned+margohnm", "lifted_structure+none", "npair+none",
+            "infonce+none", "pml-multi_similarity+pml-multi_similarity"} <= ids
+
+
+def test_plan_command(capsys):
+    assert main(["plan", str(REPO / "protocols" / "omniglot-full.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "budget, the same for every cell" in out and "estimated time on this machine" in out
