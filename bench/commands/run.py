@@ -1,0 +1,34 @@
+"""`dmlbench run FILE`: tune every cell of a protocol, retrain the best with the final seeds, write the tables.
+
+Rerunning the same command resumes an interrupted sweep; several processes
+(or machines, with --storage on a shared database) can work on one sweep at
+once. See bench/runner.py for what is recorded where and how workers share.
+"""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command("run")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--storage", default=None, metavar="URL",
+              help="Optuna storage, any RDB URL (default: sqlite:///./runs/optuna.db); share it to share the sweep")
+@click.option("--tracking-uri", default=None,
+              help="MLflow URI or path (default: $MLFLOW_TRACKING_URI, else ./runs/mlflow.db)")
+@click.option("--results-dir", default="results", show_default=True, type=click.Path(file_okay=False),
+              help="tables go to RESULTS_DIR/<protocol name>/")
+@click.option("--data-root", default=None, help="folder holding the datasets (default: $DMLBENCH_DATA, ../shared/data)")
+@click.option("--quiet", is_flag=True, help="no progress bars: one line per finished trial (for CI logs)")
+def command(file: str, storage: str | None, tracking_uri: str | None, results_dir: str, data_root: str | None,
+            quiet: bool) -> None:
+    """Run (or resume) protocol FILE."""
+    from bench.protocol import load_protocol
+    from bench.runner import Options, run_protocol
+
+    protocol = load_protocol(file)  # a malformed file fails before storage, data or MLflow are touched
+    outcome = run_protocol(protocol, Options(storage=storage, tracking_uri=tracking_uri, results_dir=results_dir,
+                                             data_root=data_root, quiet=quiet))
+    minutes, seconds = divmod(int(outcome.wall_time_s), 60)
+    click.echo(f"{protocol.name} ({protocol.hash12}): {outcome.cells} cells done in {minutes}:{seconds:02d}; "
+               f"tables in {outcome.results}")

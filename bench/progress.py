@@ -1,0 +1,97 @@
+"""What a sweep shows while it runs: bars on a terminal, one line per finished run in CI logs.
+
+Three tqdm bars on stderr: cells, the runs of the current cell (trials x
+folds, then final seeds), and iterations over the whole sweep, whose rate
+gives the estimate of the time left. A resumed sweep starts the iteration
+bar at what is already recorded, so the estimate covers only what remains.
+With ``quiet`` there are no bars: one line per finished trial or final run,
+which is what a CI log can hold.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import IO, Any
+
+
+class Progress:
+    def __init__(self, n_cells: int, total_iterations: int, done_iterations: int = 0, quiet: bool = False,
+                 stream: IO[str] | None = None):
+        self.quiet = quiet
+        self.stream = stream or sys.stderr
+        self.start = time.monotonic()
+        self._run_total = 0
+        self._run_done = 0
+        self.cells = self.runs = self.iterations = None
+        if not quiet:
+            from tqdm import tqdm
+
+            self.cells = tqdm(total=n_cells, desc="cells", unit="cell", file=self.stream, position=0)
+            self.runs = tqdm(total=0, desc="runs", unit="run", file=self.stream, position=1, leave=False)
+            self.iterations = tqdm(total=total_iterations, initial=done_iterations, desc="iterations", unit="it",
+                                   file=self.stream, position=2, smoothing=0.05)
+
+    # ---- cells and runs
+
+    def cell(self, cell_id: str, runs_total: int, runs_done: int) -> None:
+        if self.runs is not None:
+            self.runs.reset(total=runs_total)
+            self.runs.update(runs_done)
+            self.runs.set_description(cell_id)
+
+    def cell_done(self, n: int = 1) -> None:
+        if self.cells is not None:
+            self.cells.update(n)
+
+    def run_started(self, iterations: int) -> None:
+        self._run_total, self._run_done = iterations, 0
+
+    def iteration(self, it: int, total: int, loss: float) -> None:
+        """The training loop's progress callback: advance the sweep's iteration bar."""
+        if self.iterations is not None and it > self._run_done:
+            self.iterations.update(it - self._run_done)
+            self._run_done = it
+            self.iterations.set_postfix(loss=f"{loss:.4f}", refresh=False)
+
+    def run_finished(self) -> None:
+        """Count the rest of a run's allotment (pruned or diverged early) so the time left stays right."""
+        if self.iterations is not None and self._run_total > self._run_done:
+            self.iterations.update(self._run_total - self._run_done)
+        self._run_done = self._run_total
+        if self.runs is not None:
+            self.runs.update(1)
+
+    def skip(self, iterations: int) -> None:
+        """Folds a failed or pruned trial never started still count as spent, for the time left."""
+        if self.iterations is not None and iterations > 0:
+            self.iterations.update(iterations)
+
+    # ---- lines
+
+    def trial(self, cell: str, slot: int, n: int, state: str, value: float | None, metric: str,
+              iterations: int, wall_s: float, reason: str = "") -> None:
+        score = f" {metric}={value:.4f}" if value is not None else ""
+        why = f" ({reason})" if reason and state != "COMPLETE" else ""
+        self.line(f"{cell} trial {slot + 1}/{n} {state}{score} [{iterations} it, {wall_s:.1f} s]{why}")
+
+    def final(self, cell: str, seed: int, state: str, metrics: dict[str, Any], metric: str, wall_s: float,
+              reason: str = "") -> None:
+        score = f" {metric}={metrics[metric]:.4f}" if metric in metrics else ""
+        why = f" ({reason})" if reason and state != "COMPLETE" else ""
+        self.line(f"{cell} final seed {seed} {state}{score} [{wall_s:.1f} s]{why}")
+
+    def line(self, text: str) -> None:
+        elapsed = time.monotonic() - self.start
+        stamp = f"[{int(elapsed // 3600)}:{int(elapsed % 3600 // 60):02d}:{int(elapsed % 60):02d}]"
+        if self.quiet:
+            print(f"{stamp} {text}", file=self.stream, flush=True)
+        else:
+            from tqdm import tqdm
+
+            tqdm.write(f"{stamp} {text}", file=self.stream)
+
+    def close(self) -> None:
+        for bar in (self.iterations, self.runs, self.cells):
+            if bar is not None:
+                bar.close()

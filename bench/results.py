@@ -1,0 +1,336 @@
+"""Results tables of a protocol: built from the records, audited, written atomically, read back.
+
+This is the only module that knows the file names under
+``results/<protocol>/`` (ARCHITECTURE.md). Tables are rebuilt whole from
+the Optuna storage every time (never appended), so an interrupted run that
+resumes, or a second worker that finishes last, writes the same tables an
+uninterrupted run writes.
+
+The budget audit is here too: a cell whose recorded trials or final runs do
+not match the protocol's budget is refused (left out of the summary, named
+in the manifest) rather than reported beside cells it cannot be compared
+with.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bench.errors import BenchError
+from bench.plan import Plan
+
+MANIFEST = "manifest.json"
+TRIALS = "trials.csv"
+FINALS = "finals.csv"
+SUMMARY = "summary.csv"
+ARTIFACTS = "artifacts"
+HISTORY = "optuna_history.csv"
+PAIR_DISTANCES = "pair_distances.npz"
+EMBEDDING_2D = "embedding_2d.npz"
+
+TRIAL_COLUMNS = ["protocol_hash", "cell", "loss", "miner", "trial", "state", "value", "fold_values", "params",
+                 "iterations", "samples_seen", "wall_time_s", "reason", "budget_iterations"]
+TIMING_COLUMNS = ("wall_time_s",)  # the only columns allowed to differ between reruns of the same protocol
+
+
+def metric_names(protocol_doc: dict[str, Any]) -> list[str]:
+    """The metric columns, in order: ``recall_at_k`` expands to one column per k."""
+    ev = protocol_doc["evaluation"]
+    out: list[str] = []
+    for m in ev["metrics"]:
+        out += [f"recall_at_{k}" for k in ev["ks"]] if m == "recall_at_k" else [m]
+    return out
+
+
+def cell_dir(results: Path, cell: str) -> Path:
+    return results / ARTIFACTS / cell
+
+
+def protocol_dir(results_root: str | Path, name: str) -> Path:
+    return Path(results_root) / name
+
+
+# --------------------------------------------------------------------------- records -> rows
+
+
+@dataclass
+class Records:
+    """Rows read from the storage; the runner fills them, tables are derived from them only."""
+
+    trials: list[dict[str, Any]] = field(default_factory=list)
+    finals: list[dict[str, Any]] = field(default_factory=list)
+    history: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def _study(storage: Any, name: str):
+    import optuna
+
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        return None
+
+
+def _counted(study: Any) -> list[Any]:
+    """Finished trials that hold a slot (stale and surplus ones excluded), by slot."""
+    from bench.tuning import ATTR_STALE, ATTR_SURPLUS
+
+    if study is None:
+        return []
+    n = study.user_attrs.get("slots", math.inf)
+    held = [t for t in study.get_trials(deepcopy=False)
+            if ATTR_STALE not in t.system_attrs and ATTR_SURPLUS not in t.system_attrs
+            and t.user_attrs.get("slot") is not None and t.user_attrs["slot"] < n and t.state.is_finished()]
+    return sorted(held, key=lambda t: t.user_attrs["slot"])
+
+
+def collect(plan: Plan, storage: Any) -> Records:
+    """Every finished trial and final run of the plan's cells, from the Optuna storage."""
+    from bench.tuning import study_name
+
+    protocol = plan.protocol
+    metrics = metric_names(protocol.doc)
+    primary = protocol.primary
+    records = Records()
+    for cell in plan.cells:
+        base = {"protocol_hash": protocol.hash, "cell": cell.id, "loss": cell.loss, "miner": cell.miner or "none"}
+        history, best = [], -math.inf
+        for t in _counted(_study(storage, study_name(protocol, cell))):
+            a = t.user_attrs
+            value = t.value if t.state.name == "COMPLETE" else None
+            records.trials.append({
+                **base, "trial": a["slot"], "state": t.state.name, "value": value,
+                "fold_values": json.dumps(a.get("fold_values", [])), "params": _json(t.params),
+                "iterations": a.get("iterations", 0), "samples_seen": a.get("samples_seen", 0),
+                "wall_time_s": a.get("wall_time_s", math.nan), "reason": a.get("reason", ""),
+                "budget_iterations": a.get("budget_iterations"),
+            })
+            if value is not None:
+                best = max(best, value)
+            history.append({"trial": a["slot"], "state": t.state.name, "value": value,
+                            "best_so_far": best if best > -math.inf else None})
+        records.history[cell.id] = history
+        for t in _counted(_study(storage, study_name(protocol, cell, finals=True))):
+            a = t.user_attrs
+            row = {**base, "seed": a["seed"], "params": _json(a.get("params", {})),
+                   "train_fingerprint": a.get("train_fingerprint"), "test_fingerprint": a.get("test_fingerprint"),
+                   "iterations": a.get("iterations", 0), "samples_seen": a.get("samples_seen", 0),
+                   "wall_time_s": a.get("wall_time_s", math.nan), f"val_{primary}": a.get("val_value")}
+            row.update({m: a.get("metrics", {}).get(m, math.nan) for m in metrics})
+            row.update({"state": t.state.name, "reason": a.get("reason", "")})
+            records.finals.append(row)
+    return records
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+# --------------------------------------------------------------------------- audit
+
+
+def audit(plan: Plan, records: Records) -> dict[str, str]:
+    """cell -> why its budget differs from the plan's, for every cell that cannot be reported.
+
+    The budget is the plan's: ``trials`` trials each given ``folds x
+    iterations``, a COMPLETE trial having used all of it; ``seeds`` final
+    runs of ``iterations`` each. Samples seen may be lower than iterations
+    x P x K (dataset-level miners serve smaller batches) but never higher.
+    """
+    b = plan.budget
+    per_trial = b.folds * b.iterations
+    refused: dict[str, str] = {}
+    for cell in plan.cells:
+        trials = [r for r in records.trials if r["cell"] == cell.id]
+        finals = [r for r in records.finals if r["cell"] == cell.id]
+        problems = []
+        if len(trials) != b.trials:
+            problems.append(f"{len(trials)} trials recorded, the budget is {b.trials}")
+        for r in trials:
+            if r["budget_iterations"] != per_trial:
+                problems.append(f"trial {r['trial']} was given {r['budget_iterations']} iterations, not {per_trial}")
+            elif r["iterations"] > per_trial or (r["state"] == "COMPLETE" and r["iterations"] != per_trial):
+                problems.append(f"trial {r['trial']} ({r['state']}) trained {r['iterations']} iterations, "
+                                f"the budget is {per_trial}")
+            if r["samples_seen"] > r["iterations"] * b.batch_size:
+                problems.append(f"trial {r['trial']} saw {r['samples_seen']} samples, more than its iterations allow")
+        if finals and len(finals) != b.seeds:
+            problems.append(f"{len(finals)} final runs recorded, the budget is {b.seeds} seeds")
+        for r in finals:
+            if r["state"] == "COMPLETE" and r["iterations"] != b.iterations:
+                problems.append(f"final seed {r['seed']} trained {r['iterations']} iterations, not {b.iterations}")
+            if r["samples_seen"] > r["iterations"] * b.batch_size:
+                problems.append(f"final seed {r['seed']} saw more samples than its iterations allow")
+        if problems:
+            refused[cell.id] = "; ".join(problems[:3]) + (f" (+{len(problems) - 3} more)" if len(problems) > 3 else "")
+    return refused
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def t_interval(values: Iterable[float], level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): Student's t interval over seeds; NaN bounds with fewer than two values."""
+    from scipy import stats
+
+    x = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
+    if len(x) == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(x.mean())
+    if len(x) < 2:
+        return mean, math.nan, math.nan
+    half = float(stats.t.ppf((1 + level) / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    return mean, mean - half, mean + half
+
+
+def tables(plan: Plan, records: Records, refused: dict[str, str]) -> dict[str, pd.DataFrame]:
+    """trials, finals and summary as DataFrames; the summary has a row only for complete, unrefused cells."""
+    protocol = plan.protocol
+    metrics = metric_names(protocol.doc)
+    primary = protocol.primary
+    trials = pd.DataFrame(records.trials, columns=TRIAL_COLUMNS)
+    final_columns = ["protocol_hash", "cell", "loss", "miner", "seed", "params", "train_fingerprint",
+                     "test_fingerprint", "iterations", "samples_seen", "wall_time_s", f"val_{primary}", *metrics,
+                     "state", "reason"]
+    finals = pd.DataFrame(records.finals, columns=final_columns)
+    rows = []
+    for cell in plan.cells:
+        if cell.id in refused:
+            continue
+        cell_finals = [r for r in records.finals if r["cell"] == cell.id]
+        cell_trials = [r for r in records.trials if r["cell"] == cell.id]
+        no_winner = len(cell_trials) == plan.budget.trials and not any(r["state"] == "COMPLETE" for r in cell_trials)
+        if len(cell_finals) != plan.budget.seeds and not no_winner:
+            continue  # not finished: nothing to summarise yet
+        done = [r for r in cell_finals if r["state"] == "COMPLETE"]
+        row = {"cell": cell.id, "loss": cell.loss, "miner": cell.miner or "none", "n_trials": len(cell_trials),
+               "n_seeds": len(done), "budget_iterations": plan.budget.total_iterations,
+               "iterations": sum(r["iterations"] for r in cell_trials + cell_finals),
+               "samples_seen": sum(r["samples_seen"] for r in cell_trials + cell_finals)}
+        for m in metrics:
+            mean, low, high = t_interval(r[m] for r in done)
+            row.update({f"{m}_mean": mean, f"{m}_ci_low": low, f"{m}_ci_high": high})
+        row["params"] = cell_finals[0]["params"] if cell_finals else "{}"  # no trial completed: nothing retrained
+        row[f"val_{primary}"] = cell_finals[0][f"val_{primary}"] if cell_finals else math.nan
+        rows.append(row)
+    summary_columns = ["cell", "loss", "miner", "n_trials", "n_seeds", "budget_iterations", "iterations",
+                       "samples_seen", *[f"{m}_{s}" for m in metrics for s in ("mean", "ci_low", "ci_high")],
+                       "params", f"val_{primary}"]
+    return {"trials": trials, "finals": finals, "summary": pd.DataFrame(rows, columns=summary_columns)}
+
+
+# --------------------------------------------------------------------------- files
+
+
+def atomic_write(path: Path, write: Any) -> None:
+    """``write(file)`` into a temp file beside ``path``, then rename: readers never see half a table."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_npz(path: Path, **arrays: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def claim_dir(results: Path, protocol_hash: str) -> str | None:
+    """Make ``results`` hold this protocol's tables: a directory from another version of the protocol
+    (another hash) is moved aside to ``<name>@<hash12>``, never mixed or overwritten. Returns where it went."""
+    manifest = read_manifest(results)
+    if manifest is None or manifest.get("protocol_hash") == protocol_hash:
+        return None
+    old = manifest.get("protocol_hash", "unknown")[:12]
+    target = results.with_name(f"{results.name}@{old}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = results.with_name(f"{results.name}@{old}.{n}")
+    results.rename(target)
+    return str(target)
+
+
+def read_manifest(results: Path) -> dict[str, Any] | None:
+    path = results / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise BenchError(f"{path}: unreadable manifest ({e}); move the directory aside") from None
+
+
+def write(plan: Plan, records: Records, results: Path, manifest: dict[str, Any], finished: bool) -> dict[str, str]:
+    """Audit, then write manifest, trials, finals, summary and per-cell Optuna histories; returns refused cells.
+
+    Mid-sweep (``finished=False``) only cells with final runs are audited;
+    at the end every cell is.
+    """
+    refused = audit(plan, records) if finished else audit_finished(plan, records)
+    frames = tables(plan, records, refused)
+    for name, filename in (("trials", TRIALS), ("finals", FINALS), ("summary", SUMMARY)):
+        atomic_write(results / filename, lambda f, df=frames[name]: df.to_csv(f, index=False))
+    for cell, history in records.history.items():
+        if history:
+            frame = pd.DataFrame(history, columns=["trial", "state", "value", "best_so_far"])
+            atomic_write(cell_dir(results, cell) / HISTORY, lambda f, df=frame: df.to_csv(f, index=False))
+    previous = read_manifest(results) or {}
+    manifest = {**manifest, "created": previous.get("created", manifest.get("created")), "refused": refused,
+                "updated": now()}
+    atomic_write(results / MANIFEST, lambda f: json.dump(manifest, f, indent=2, sort_keys=True, default=str))
+    return refused
+
+
+def audit_finished(plan: Plan, records: Records) -> dict[str, str]:
+    """The audit of cells whose final runs are all recorded (a cell still running is not refused yet)."""
+    refused = audit(plan, records)
+    finished = {r["cell"] for r in records.finals}
+    complete = {c for c in finished if sum(r["cell"] == c for r in records.finals) >= plan.budget.seeds}
+    return {c: why for c, why in refused.items() if c in complete or c in finished}
+
+
+def name_to_file(name: str) -> str:
+    return {"trials": TRIALS, "finals": FINALS, "summary": SUMMARY}[name]
+
+
+def read(results: str | Path) -> dict[str, Any]:
+    """The tables of one results directory as DataFrames, and its manifest."""
+    results = Path(results)
+    manifest = read_manifest(results)
+    if manifest is None:
+        raise BenchError(f"{results}: no {MANIFEST}: not a dmlbench results directory")
+    out: dict[str, Any] = {"manifest": manifest}
+    for name in ("trials", "finals", "summary"):
+        path = results / name_to_file(name)
+        out[name] = pd.read_csv(path) if path.exists() else pd.DataFrame()
+    return out
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,509 @@
+"""Running a protocol: tune every cell, retrain the best with the final seeds, record, write the tables.
+
+Where things are recorded:
+
+* Optuna storage (``--storage``; SQLite under ./runs by default, any RDB URL
+  works): one study per cell for tuning, ``<protocol>:<hash12>:<cell>``,
+  and one for its final seeds, ``...:final``. It is the source of truth:
+  the results tables are rebuilt from it.
+* MLflow (``--tracking-uri``): one experiment per protocol, a parent run per
+  cell, child runs per trial, per fold of a trial and per final seed. Each
+  run carries a deterministic key tag (``dmlbench.key``) and is found by it
+  before one is created, so a resumed sweep adds to its runs rather than
+  duplicating them, and a metric already logged is not logged again.
+* ``results/<protocol>/`` (bench.results): tables and artifacts.
+
+Resume: rerun the same command. Finished trials stay; a trial left RUNNING
+by a killed process is failed as stale and re-enqueued with its parameters
+and slot (bench.tuning.SlotStudy), and training is a function of (protocol
+seed, cell, slot, fold), so the tables equal those of an uninterrupted run
+(wall times aside). Ctrl-C gives the running trial back at once.
+
+Several workers, on one machine or many, share a sweep by pointing at the
+same storage (PostgreSQL for several machines: SQLite over a network file
+system is not safe) and the same tracking server:
+
+* trial and final-seed slots are claimed through the storage: a worker asks
+  for a trial, and only the first ``n`` fresh trials of a study (in the
+  database's order) get a slot; a later one is failed as surplus before it
+  trains. No two workers run the same slot; no cell gets more trials.
+* a worker whose trials are all claimed moves to the next cell; a cell's
+  finals start only when all its trials are finished, so a worker may wait
+  (polling) for another's trials;
+* a worker that dies is detected by its heartbeat (every 30 s, stale after
+  120 s) or, on the same machine, at once by its process id; its trial is
+  re-enqueued for whoever comes next;
+* each worker writes the results tables of its own --results-dir whenever
+  a cell finishes, from the shared storage, so the last one to finish
+  writes complete tables; artifacts (pair distances, 2-D embeddings) are
+  written by the worker that ran the first final seed, and logged to MLflow.
+
+TPE's proposals in a multi-worker sweep depend on which trials finished
+first, so only a single-worker sweep reproduces its parameters exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import results as tables
+from bench.errors import BenchError
+from bench.plan import Cell, Plan, plan as make_plan
+from bench.progress import Progress
+from bench.protocol import Protocol, load_protocol
+from bench.tuning import (
+    Hooks,
+    Prepared,
+    RunResult,
+    SlotStudy,
+    derive_seed,
+    make_pruner,
+    make_sampler,
+    open_storage,
+    prepare,
+    redact,
+    run_trial,
+    split_params,
+    study_name,
+    train_and_score,
+    train_config,
+    trial_attrs,
+)
+
+DEFAULT_STORAGE_DIR = "runs"
+POLL_S = 10.0  # how often a worker waiting for other workers' trials looks again
+PAIR_SAMPLE = 20000  # positive and negative pairs kept in pair_distances.npz
+
+
+def default_storage(root: str | Path | None = None) -> str:
+    directory = Path(root if root is not None else DEFAULT_STORAGE_DIR).expanduser().resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{directory / 'optuna.db'}"
+
+
+@dataclass
+class Options:
+    storage: str | None = None
+    tracking_uri: str | None = None
+    results_dir: str | Path = "results"
+    data_root: str | None = None
+    quiet: bool = False
+    poll_s: float = POLL_S
+
+
+@dataclass
+class Outcome:
+    results: Path
+    refused: dict[str, str]
+    cells: int
+    wall_time_s: float
+
+
+# --------------------------------------------------------------------------- MLflow
+
+
+class MlflowRecords:
+    """Find-or-create MLflow runs by a deterministic key, so nothing is recorded twice."""
+
+    def __init__(self, protocol: Protocol, uri: str, base_tags: dict[str, str]):
+        from bench import tracking
+
+        tracking.quiet_mlflow()
+        from mlflow.tracking import MlflowClient
+
+        self.protocol, self.uri, self.base_tags = protocol, uri, base_tags
+        self.client = MlflowClient(tracking_uri=uri)
+        name = f"dmlbench/{protocol.name}"
+        try:
+            experiment = self.client.get_experiment_by_name(name)
+            if experiment is None:
+                self.experiment_id = self._create_experiment(name)
+            else:
+                self.experiment_id = experiment.experiment_id
+        except BenchError:
+            raise
+        except Exception as e:
+            raise BenchError(f"cannot open MLflow tracking store {uri!r}: {str(e).splitlines()[0]}") from e
+        self._logged: dict[str, set[str]] = {}
+
+    def _create_experiment(self, name: str) -> str:
+        """With a SQLite store, artifacts go beside the database, not into the current directory."""
+        location = None
+        if self.uri.startswith("sqlite:///"):
+            location = Path(self.uri[len("sqlite:///"):]).parent.joinpath("artifacts").as_uri()
+        try:
+            return self.client.create_experiment(name, artifact_location=location)
+        except Exception:  # another worker created it first
+            experiment = self.client.get_experiment_by_name(name)
+            if experiment is None:
+                raise
+            return experiment.experiment_id
+
+    def run(self, key: str, name: str, parent: str | None = None, tags: dict[str, Any] | None = None) -> str:
+        """The run with this key: the existing one (reopened) or a new one. Two workers creating it at once
+        both look again afterwards; the older run is kept and the newer deleted."""
+        full_key = f"{self.protocol.hash12}/{key}"
+        found = self._find(full_key)
+        if found:
+            run_id = found[0].info.run_id
+            if found[0].info.status != "RUNNING":
+                self.client.update_run(run_id, status="RUNNING")
+            return run_id
+        all_tags = {**self.base_tags, **{k: str(v) for k, v in (tags or {}).items()}, "dmlbench.key": full_key,
+                    "mlflow.runName": name}
+        if parent:
+            all_tags["mlflow.parentRunId"] = parent
+        run = self.client.create_run(self.experiment_id, tags=all_tags, run_name=name)
+        found = self._find(full_key)
+        if len(found) > 1 and found[0].info.run_id != run.info.run_id:
+            self.client.delete_run(run.info.run_id)
+            return found[0].info.run_id
+        return run.info.run_id
+
+    def _find(self, full_key: str) -> list[Any]:
+        runs = self.client.search_runs([self.experiment_id], filter_string=f"tags.`dmlbench.key` = '{full_key}'",
+                                       max_results=10)
+        return sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id))
+
+    def log(self, run_id: str, params: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None,
+            tags: dict[str, Any] | None = None) -> None:
+        """Log what is not logged yet: a resumed run keeps one value per metric, not two."""
+        from mlflow.entities import Metric, Param, RunTag
+
+        from bench.tracking import flatten
+
+        existing = self.client.get_run(run_id).data
+        stamp = int(time.time() * 1000)
+        m = [Metric(k, _finite(v), stamp, 0) for k, v in (metrics or {}).items()
+             if k not in existing.metrics and isinstance(v, (int, float)) and not isinstance(v, bool)]
+        p = [Param(k, v) for k, v in flatten(params or {}).items() if k not in existing.params]
+        t = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
+        if m or p or t:
+            self.client.log_batch(run_id, metrics=m, params=p, tags=t)
+
+    def artifact(self, run_id: str, name: str, text: str | None = None, path: Path | None = None) -> None:
+        if path is not None:
+            self.client.log_artifact(run_id, str(path))
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            file = Path(tmp) / name
+            file.write_text(text or "")
+            self.client.log_artifact(run_id, str(file))
+
+    def end(self, run_id: str, state: str) -> None:
+        status = {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED", "KILLED": "KILLED"}.get(state, state)
+        self.client.set_terminated(run_id, status)
+
+
+def _finite(v: float) -> float:
+    v = float(v)
+    return v if not math.isinf(v) else math.copysign(1e308, v)
+
+
+# --------------------------------------------------------------------------- the sweep
+
+
+class Sweep:
+    """One worker's pass over a protocol; any number may run against the same storage."""
+
+    def __init__(self, protocol: Protocol, options: Options):
+        self.protocol = protocol
+        self.options = options
+        self.plan: Plan = make_plan(protocol)
+        self.storage_url = options.storage or default_storage()
+        self.storage = open_storage(self.storage_url)
+        self.results = tables.protocol_dir(options.results_dir, protocol.name)
+        self.primary = protocol.primary
+        self.metrics = tables.metric_names(protocol.doc)
+
+    # ---- setup
+
+    def setup(self) -> None:
+        from bench import tracking
+
+        moved = tables.claim_dir(self.results, self.protocol.hash)
+        self.prepared: Prepared = prepare(self.protocol, self.options.data_root)
+        self.fingerprints = self.prepared.fingerprints()
+        self.tracking_uri = tracking.resolve_tracking_uri(self.options.tracking_uri)
+        base_tags = tracking.standard_tags(self.fingerprints["split"], protocol=self.protocol.name,
+                                           protocol_hash=self.protocol.hash, train_fingerprint=self.fingerprints["train"],
+                                           test_fingerprint=self.fingerprints["test"])
+        self.mlflow = MlflowRecords(self.protocol, self.tracking_uri, base_tags)
+        self.manifest = {
+            "protocol": self.protocol.name, "protocol_hash": self.protocol.hash, "protocol_file": self.protocol.source,
+            "primary_metric": self.primary, "metrics": self.metrics, "fingerprints": self.fingerprints,
+            "package_versions": tracking.package_versions(), "git_commit": tracking.git_commit(),
+            "git_dirty": tracking.git_dirty(), "tracking_uri": redact(self.tracking_uri),
+            "storage": redact(self.storage_url), "experiment": f"dmlbench/{self.protocol.name}",
+            "datasets": {"train": self.protocol.doc["data"]["train"], "test": self.protocol.doc["data"]["test"]},
+            "budget": vars(self.plan.budget), "cells": [c.id for c in self.plan.cells],
+            "dropped": {d.cell: d.reason for d in self.plan.dropped}, "created": tables.now(), "finished": None,
+        }
+        self.tuning = {c.id: SlotStudy(self.storage, study_name(self.protocol, c), self.plan.budget.trials,
+                                       pruner=make_pruner(self.protocol)) for c in self.plan.cells}
+        self.finals = {c.id: SlotStudy(self.storage, study_name(self.protocol, c, finals=True),
+                                       self.plan.budget.seeds) for c in self.plan.cells}
+        self.cell_runs: dict[str, str] = {}
+        if moved:
+            self.line(f"results of another version of {self.protocol.name} moved to {moved}")
+
+    def line(self, text: str) -> None:
+        if hasattr(self, "progress"):
+            self.progress.line(text)
+
+    def _done_iterations(self) -> tuple[int, set[str]]:
+        """Allotted iterations already recorded, and the cells whose finals are all recorded."""
+        b = self.plan.budget
+        done, finished = 0, set()
+        for cell in self.plan.cells:
+            trials = [t for t in self.tuning[cell.id].counted().values() if t.state.is_finished()]
+            finals = [t for t in self.finals[cell.id].counted().values() if t.state.is_finished()]
+            done += (len(trials) * b.folds + len(finals)) * b.iterations
+            if self.finals[cell.id].finished() or self._no_winner(cell):
+                finished.add(cell.id)
+        return done, finished
+
+    def _no_winner(self, cell: Cell) -> bool:
+        return self.tuning[cell.id].finished() and self._best(cell) is None
+
+    # ---- main loop
+
+    def run(self) -> Outcome:
+        start = time.perf_counter()
+        self.setup()
+        done, finished = self._done_iterations()
+        self.progress = Progress(len(self.plan.cells), self.plan.total_iterations, done, self.options.quiet)
+        self.progress.cell_done(len(finished))
+        try:
+            pending = [c for c in self.plan.cells if c.id not in finished]
+            while pending:
+                waiting = []
+                for cell in pending:
+                    if self._work(cell):
+                        self.progress.cell_done()
+                        self._write(finished=False)
+                    else:
+                        waiting.append(cell)
+                if waiting and len(waiting) == len(pending):
+                    self.line(f"waiting for other workers: {', '.join(c.id for c in waiting[:3])}"
+                              + (" ..." if len(waiting) > 3 else ""))
+                    time.sleep(self.options.poll_s)
+                pending = waiting
+            self.manifest["finished"] = tables.now()
+            refused = self._write(finished=True)
+        except KeyboardInterrupt:
+            self._write(finished=False)
+            raise
+        finally:
+            self.progress.close()
+        return Outcome(self.results, refused, len(self.plan.cells), time.perf_counter() - start)
+
+    def _write(self, finished: bool) -> dict[str, str]:
+        records = tables.collect(self.plan, self.storage)
+        return tables.write(self.plan, records, self.results, self.manifest, finished=finished)
+
+    def _cell_run(self, cell: Cell) -> str:
+        if cell.id not in self.cell_runs:
+            run_id = self.mlflow.run(cell.id, cell.id, tags={"cell": cell.id, "loss": cell.loss,
+                                                             "miner": cell.miner or "none", "kind": "cell"})
+            self.mlflow.log(run_id, params={"loss": cell.loss, "miner": cell.miner or "none",
+                                            "loss_params": cell.loss_params, "miner_params": cell.miner_params,
+                                            "search_space": json.dumps(cell.search_space, sort_keys=True)})
+            self.mlflow.artifact(run_id, f"{self.protocol.name}.yaml", text=self.protocol.text)
+            self.cell_runs[cell.id] = run_id
+        return self.cell_runs[cell.id]
+
+    def _work(self, cell: Cell) -> bool:
+        """Do what can be done for a cell now; True when its trials and finals are all recorded."""
+        b = self.plan.budget
+        tuning = self.tuning[cell.id]
+        self.progress.cell(cell.id, b.tuning_runs + b.seeds,
+                           len([t for t in tuning.counted().values() if t.state.is_finished()]) * b.folds)
+        while (slot := tuning.claim(lambda s: make_sampler(self.protocol, cell, s))) is not None:
+            self._trial(cell, tuning, slot)
+        if not tuning.finished():
+            return False
+        best = self._best(cell)
+        if best is None:
+            self.line(f"{cell.id}: no trial completed, nothing to retrain")
+            self.mlflow.end(self._cell_run(cell), "FAIL")
+            return True
+        finals = self.finals[cell.id]
+        while (slot := finals.claim()) is not None:
+            self._final(cell, finals, slot, best)
+        if not finals.finished():
+            return False
+        self.mlflow.end(self._cell_run(cell), "COMPLETE")
+        return True
+
+    def _best(self, cell: Cell) -> Any:
+        """The best COMPLETE trial (ties: the lower slot), or None."""
+        complete = [t for s, t in sorted(self.tuning[cell.id].counted().items()) if t.state.name == "COMPLETE"]
+        return max(complete, key=lambda t: (t.value, -t.user_attrs["slot"])) if complete else None
+
+    # ---- one trial
+
+    def _trial(self, cell: Cell, study: SlotStudy, slot: Any) -> None:
+        from optuna.trial import TrialState
+
+        from bench.tuning import Heartbeat
+
+        parent = self._cell_run(cell)
+        run_id = self.mlflow.run(f"{cell.id}/trial{slot.slot}", f"trial {slot.slot}", parent,
+                                 tags={"cell": cell.id, "kind": "trial", "trial": slot.slot})
+        hooks = _TrialHooks(self, cell, run_id)
+        try:
+            with Heartbeat(self.storage, slot.trial._trial_id):
+                outcome = run_trial(self.protocol, self.prepared, cell, slot.trial, slot.slot, hooks)
+        except BaseException:
+            study.abandon(slot, "interrupted")
+            hooks.interrupted()
+            self.mlflow.end(run_id, "KILLED")
+            raise
+        self.progress.skip((self.plan.budget.folds - hooks.folds_run) * self.plan.budget.iterations)
+        for key, value in trial_attrs(outcome, self.protocol).items():
+            slot.trial.set_user_attr(key, value)
+        state = TrialState[outcome.state]
+        study.study.tell(slot.trial, outcome.value if state == TrialState.COMPLETE else None, state=state)
+        self.mlflow.log(run_id, params=outcome.params,
+                        metrics={f"val_{self.primary}": outcome.value if outcome.value is not None else math.nan,
+                                 "iterations": outcome.iterations, "samples_seen": outcome.samples_seen,
+                                 "wall_time_s": outcome.wall_time_s},
+                        tags={"state": outcome.state, "reason": outcome.reason[:500]})
+        self.mlflow.end(run_id, outcome.state)
+        self.progress.trial(cell.id, slot.slot, self.plan.budget.trials, outcome.state, outcome.value, self.primary,
+                            outcome.iterations, outcome.wall_time_s, outcome.reason)
+
+    # ---- one final seed
+
+    def _final(self, cell: Cell, study: SlotStudy, slot: Any, best: Any) -> None:
+        from optuna.trial import TrialState
+
+        from bench.tuning import Heartbeat
+
+        seed = self.protocol.final_seeds[slot.slot]
+        parent = self._cell_run(cell)
+        if slot.slot == 0:
+            self.mlflow.artifact(parent, "best_params.json", text=json.dumps(
+                {"trial": best.user_attrs["slot"], f"val_{self.primary}": best.value, "params": best.params},
+                indent=2, sort_keys=True))
+        run_id = self.mlflow.run(f"{cell.id}/seed{seed}", f"final seed {seed}", parent,
+                                 tags={"cell": cell.id, "kind": "final", "seed": seed})
+        loss_params, miner_params = split_params(cell, best.params)
+        config = train_config(self.protocol, cell, loss_params, miner_params,
+                              derive_seed(self.protocol.seed, cell.id, "final", seed))
+        clustering = "nmi" in self.metrics or "ami" in self.metrics
+        self.progress.run_started(self.plan.budget.iterations)
+        try:
+            with Heartbeat(self.storage, slot.trial._trial_id):
+                self.prepared.guard.check(self.prepared.train.classes, "final training")
+                result = train_and_score(self.protocol, config, self.prepared.train, self.prepared.test,
+                                         clustering=clustering, lake_runs=self.prepared.lake_runs,
+                                         progress=self.progress.iteration)
+        except BaseException:
+            study.abandon(slot, "interrupted")
+            self.mlflow.end(run_id, "KILLED")
+            raise
+        self.progress.run_finished()
+        metrics = {m: float(result.metrics[m]) for m in self.metrics if m in result.metrics}
+        attrs = {"seed": seed, "params": best.params, "val_value": best.value, "best_trial": best.user_attrs["slot"],
+                 "metrics": metrics, "iterations": result.iterations, "samples_seen": result.samples_seen,
+                 "wall_time_s": round(result.wall_time_s, 3), "train_fingerprint": self.fingerprints["train"],
+                 "test_fingerprint": self.fingerprints["test"], "reason": result.reason}
+        for key, value in attrs.items():
+            slot.trial.set_user_attr(key, value)
+        if slot.slot == 0 and result.state == "COMPLETE":
+            self._artifacts(cell, result, run_id)
+        state = TrialState[result.state]
+        study.study.tell(slot.trial, metrics.get(self.primary) if state == TrialState.COMPLETE else None, state=state)
+        self.mlflow.log(run_id, params={**config.to_dict(), "best_trial": best.user_attrs["slot"]},
+                        metrics={**metrics, "final_loss": result.final_loss, "iterations": result.iterations,
+                                 "samples_seen": result.samples_seen, "wall_time_s": result.wall_time_s},
+                        tags={"state": result.state, "reason": result.reason[:500]})
+        self.mlflow.end(run_id, result.state)
+        self.progress.final(cell.id, seed, result.state, metrics, self.primary, result.wall_time_s, result.reason)
+
+    def _artifacts(self, cell: Cell, result: RunResult, run_id: str) -> None:
+        """Test pair distances (and the 2-D embedding) of the first final seed, for reports."""
+        import torch
+
+        from bench.training import embed
+
+        emb = embed(result.model, self.prepared.test.x, device=self.protocol.doc["training"]["device"])
+        y = self.prepared.test.y
+        if self.protocol.doc["model"]["normalize"]:
+            emb = torch.nn.functional.normalize(emb, dim=1)
+        generator = torch.Generator().manual_seed(derive_seed(self.protocol.seed, cell.id, "pairs"))
+        n = len(y)
+        a = torch.randint(0, n, (PAIR_SAMPLE * 4,), generator=generator)
+        b = torch.randint(0, n, (PAIR_SAMPLE * 4,), generator=generator)
+        keep = a != b
+        a, b = a[keep], b[keep]
+        same = y[a] == y[b]
+        d = (emb[a] - emb[b]).norm(dim=1)
+        pos, neg = d[same][:PAIR_SAMPLE].numpy(), d[~same][:PAIR_SAMPLE].numpy()
+        # positives are rare among random pairs: add every positive pair of up to PAIR_SAMPLE anchors
+        if len(pos) < PAIR_SAMPLE:
+            i, j = torch.where((y[:, None] == y[None, :]).triu(1))
+            order = torch.randperm(len(i), generator=generator)[:PAIR_SAMPLE]
+            pos = (emb[i[order]] - emb[j[order]]).norm(dim=1).numpy()
+        directory = tables.cell_dir(self.results, cell.id)
+        tables.atomic_npz(directory / tables.PAIR_DISTANCES, pos=pos, neg=neg)
+        self.mlflow.artifact(run_id, tables.PAIR_DISTANCES, path=directory / tables.PAIR_DISTANCES)
+        if emb.shape[1] == 2:
+            tables.atomic_npz(directory / tables.EMBEDDING_2D, x=emb.numpy(), y=y.numpy())
+            self.mlflow.artifact(run_id, tables.EMBEDDING_2D, path=directory / tables.EMBEDDING_2D)
+
+
+class _TrialHooks(Hooks):
+    """MLflow child runs per fold and progress for one trial."""
+
+    def __init__(self, sweep: Sweep, cell: Cell, trial_run: str):
+        self.sweep, self.cell, self.trial_run = sweep, cell, trial_run
+        self.fold_run: str | None = None
+        self.folds_run = 0
+
+    def fold_started(self, slot: int, fold: int, seed: int, train_split: Any, val_split: Any) -> None:
+        s = self.sweep
+        self.fold_run = s.mlflow.run(f"{self.cell.id}/trial{slot}/fold{fold}", f"trial {slot} fold {fold}",
+                                     self.trial_run, tags={"cell": self.cell.id, "kind": "fold", "trial": slot,
+                                                           "fold": fold, "train_fingerprint": train_split.fingerprint,
+                                                           "validation_fingerprint": val_split.fingerprint})
+        s.mlflow.log(self.fold_run, params={"seed": seed})
+        s.progress.run_started(s.plan.budget.iterations)
+
+    def iteration(self, it: int, total: int, loss: float) -> None:
+        self.sweep.progress.iteration(it, total, loss)
+
+    def fold_finished(self, slot: int, fold: int, result: RunResult) -> None:
+        s = self.sweep
+        self.folds_run += 1
+        s.progress.run_finished()
+        metrics = {f"val_{k}": v for k, v in result.metrics.items()}
+        s.mlflow.log(self.fold_run, metrics={**metrics, "iterations": result.iterations,
+                                             "samples_seen": result.samples_seen, "final_loss": result.final_loss,
+                                             "wall_time_s": result.wall_time_s},
+                     tags={"state": result.state, "reason": result.reason[:500]})
+        s.mlflow.end(self.fold_run, result.state)
+        self.fold_run = None
+
+    def interrupted(self) -> None:
+        if self.fold_run is not None:
+            self.sweep.mlflow.end(self.fold_run, "KILLED")
+
+
+def run_protocol(path: str | Path | Protocol, options: Options) -> Outcome:
+    """Run (or resume) a protocol; a BenchError names the cells refused by the budget audit."""
+    protocol = path if isinstance(path, Protocol) else load_protocol(path)
+    outcome = Sweep(protocol, options).run()
+    if outcome.refused:
+        first = next(iter(outcome.refused.items()))
+        raise BenchError(f"refused to report {len(outcome.refused)} cell(s) whose budget differs from the protocol's "
+                         f"(see {outcome.results / tables.MANIFEST}): {first[0]}: {first[1]}")
+    return outcome
