@@ -164,7 +164,7 @@ def best_cell(res: Results) -> str:
     if col not in res.finals:
         raise BenchError(f"{res.finals_file}: no column {col}: cannot choose the best cell on validation")
     def key(cell: str) -> tuple[float, float, str]:
-        rows = res.finals[res.finals["cell"].astype(str) == cell]
+        rows = res.rows(cell)
         v = float(rows[col].mean())
         t = float(rows[res.primary].mean())
         return (-v if math.isfinite(v) else math.inf, -t if math.isfinite(t) else math.inf, cell)

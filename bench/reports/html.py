@@ -56,17 +56,19 @@ def _history_from_trials(trials: pd.DataFrame | None, cell: str) -> pd.DataFrame
 
 def collect(res: Results, board: Board) -> Artifacts:
     """Read the artifacts the page draws: the best cells' arrays and every cell's history."""
+    from bench import results as tables
+
     best = [r.cell for r in board.rows[:BEST_CELLS]]
     pairs, embs, hist = {}, {}, {}
     for cell in best:
-        p = res.artifact(cell, "pair_distances.npz")
+        p = res.artifact(cell, tables.PAIR_DISTANCES)
         if p is not None:
             pairs[cell] = _npz(p, ("pos", "neg"))
     for r in board.rows:
-        e = res.artifact(r.cell, "embedding_2d.npz")
+        e = res.artifact(r.cell, tables.EMBEDDING_2D)
         if e is not None and len(embs) < MAX_EMBEDDINGS:
             embs[r.cell] = _npz(e, ("x", "y"))
-        h = res.artifact(r.cell, "optuna_history.csv")
+        h = res.artifact(r.cell, tables.HISTORY)
         frame = pd.read_csv(h) if h is not None else _history_from_trials(res.trials, r.cell)
         if frame is not None and not frame.empty:
             hist[r.cell] = frame

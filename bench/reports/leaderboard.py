@@ -28,8 +28,9 @@ class Row:
     n_seeds: int
     metrics: dict[str, Interval]
     validation: float
-    iterations: float
-    samples_seen: float
+    iterations: float  # per final training run
+    total_iterations: float  # tuning and finals together: the cell's whole budget as used
+    total_samples: float
     trials: int
     trials_complete: int
     wall_time_s: float
@@ -79,13 +80,19 @@ def build(res: Results) -> Board:
     trials = res.trials if res.trials is not None and not res.trials.empty else None
     unranked: list[Row] = []
     for cell in res.cells:
-        rows = res.finals[res.finals["cell"].astype(str) == cell]
+        rows = res.rows(cell)
+        every = res.finals[res.finals["cell"].astype(str) == cell]  # failed seeds used budget too
         if trials is not None and "cell" in trials:
             t = trials[trials["cell"].astype(str) == cell]
             n_trials = len(t)
             n_complete = int((t["state"].astype(str) == "COMPLETE").sum()) if "state" in t else n_trials
         else:
-            n_trials = n_complete = 0
+            t, n_trials, n_complete = None, 0, 0
+
+        def total(col: str) -> float:
+            parts = [frame[col] for frame in (t, every) if frame is not None and col in frame]
+            return float(sum(p.fillna(0).sum() for p in parts)) if parts else math.nan
+
         unranked.append(
             Row(
                 rank=0,
@@ -94,7 +101,8 @@ def build(res: Results) -> Board:
                 metrics={m: t_interval(rows[m].to_numpy(dtype=float)) for m in metrics},
                 validation=_first_number(rows, f"val_{primary}"),
                 iterations=_first_number(rows, "iterations"),
-                samples_seen=_first_number(rows, "samples_seen"),
+                total_iterations=total("iterations"),
+                total_samples=total("samples_seen"),
                 trials=n_trials,
                 trials_complete=n_complete,
                 wall_time_s=float(rows["wall_time_s"].sum()) if "wall_time_s" in rows else math.nan,
@@ -131,23 +139,29 @@ def fmt_params(params: dict[str, Any]) -> str:
 
 
 def budget(row: Row) -> str:
-    it = "-" if not math.isfinite(row.iterations) else f"{int(row.iterations)} it"
-    seen = "" if not math.isfinite(row.samples_seen) else f", {int(row.samples_seen)} samples"
-    return f"{row.trials} trials ({row.trials_complete} complete), {it}{seen} per seed"
+    """Trials, then the iterations and samples the cell used in all (tuning and final seeds)."""
+    it = "-" if not math.isfinite(row.total_iterations) else f"{int(row.total_iterations):,}"
+    seen = "-" if not math.isfinite(row.total_samples) else f"{int(row.total_samples):,}"
+    return f"{row.trials} trials ({row.trials_complete} complete); {it} iterations, {seen} samples"
 
 
 def footer_lines(board: Board) -> list[str]:
     """What makes the table rerunnable and comparable: protocol hash, split fingerprints, code."""
     m = board.manifest
     lines = [f"protocol `{board.protocol}`, hash `{board.protocol_hash}`", f"primary metric `{board.primary}`"]
-    for name in ("train", "test", "folds"):
-        if name in board.fingerprints:
-            lines.append(f"{name} split fingerprint `{board.fingerprints[name]}`")
-    for k in sorted(set(board.fingerprints) - {"train", "test", "folds"}):
-        lines.append(f"{k} fingerprint `{board.fingerprints[k]}`")
+    for name, digest in board.fingerprints.items():
+        lines.append(f"{name} fingerprint `{digest}`")
+    b = m.get("budget")
+    if isinstance(b, dict) and b:
+        lines.append("budget per cell: " + ", ".join(f"{k} {v}" for k, v in b.items()))
     for key, label in (("git_commit", "git commit"), ("created", "created"), ("finished", "finished")):
         if m.get(key):
             lines.append(f"{label} {m[key]}")
+    if m.get("git_dirty"):
+        lines.append("the working tree had uncommitted changes")
+    refused = m.get("refused") or {}
+    for cell, why in (refused.items() if isinstance(refused, dict) else []):
+        lines.append(f"left out (budget audit): `{cell}`: {why}")
     return lines
 
 

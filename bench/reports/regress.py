@@ -81,7 +81,7 @@ def check_comparable(baseline: Results, current: Results) -> None:
     for key in sorted(set(fb) | set(fc)):
         if fb.get(key) != fc.get(key):
             raise BenchError(
-                f"cannot compare: {key} split fingerprints differ ({fb.get(key) or 'none'} in {baseline.root}, "
+                f"cannot compare: {key} fingerprints differ ({fb.get(key) or 'none'} in {baseline.root}, "
                 f"{fc.get(key) or 'none'} in {current.root}): the same protocol on different data"
             )
     for col in ("train_fingerprint", "test_fingerprint"):

@@ -9,8 +9,7 @@ names (rows of two protocol versions must never be pooled).
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from bench.errors import BenchError
 RUN_COLUMNS = {
     "protocol_hash", "cell", "loss", "miner", "label", "seed", "params", "train_fingerprint",
     "test_fingerprint", "folds_fingerprint", "iterations", "samples_seen", "wall_time_s", "status",
-    "reason", "trials", "epochs", "num_queries", "runs", "episodes",
+    "reason", "trials", "epochs", "num_queries", "runs", "episodes", "budget_iterations",
 }
 
 
@@ -52,25 +51,50 @@ class Results:
 
     @property
     def fingerprints(self) -> dict[str, str]:
-        fp = _first(self.manifest, "split_fingerprints", "fingerprints", default={}) or {}
-        out = {k: str(v) for k, v in fp.items()} if isinstance(fp, dict) else {}
-        for key in ("train", "test", "folds"):
-            flat = self.manifest.get(f"{key}_fingerprint")
-            if flat and key not in out:
-                out[key] = str(flat)
+        """Split fingerprints flattened to names (`train`, `test`, `split`, `fold 1 train`, ...) -> digest."""
+        fp = _first(self.manifest, "fingerprints", "split_fingerprints", default={}) or {}
+        out: dict[str, str] = {}
+        for key, value in (fp.items() if isinstance(fp, dict) else []):
+            if isinstance(value, list):
+                for i, fold in enumerate(value, 1):
+                    items = fold.items() if isinstance(fold, dict) else [("", fold)]
+                    for part, digest in items:
+                        out[f"fold {i} {part}".strip()] = str(digest)
+            elif isinstance(value, dict):
+                out.update({f"{key} {k}": str(v) for k, v in value.items()})
+            else:
+                out[str(key)] = str(value)
         return out
 
     @property
+    def refused(self) -> dict[str, str]:
+        """Cells the runner's budget audit refused: never reported beside the others."""
+        r = self.manifest.get("refused") or {}
+        return {str(k): str(v) for k, v in r.items()} if isinstance(r, dict) else {}
+
+    @property
+    def complete(self) -> pd.DataFrame:
+        """Final runs that finished (a failed seed has no metrics to average)."""
+        f = self.finals
+        if "state" in f:
+            f = f[f["state"].astype(str) == "COMPLETE"]
+        return f[~f["cell"].astype(str).isin(self.refused)]
+
+    @property
     def cells(self) -> list[str]:
-        return list(dict.fromkeys(self.finals["cell"].astype(str)))
+        return list(dict.fromkeys(self.complete["cell"].astype(str)))
 
     @property
     def metrics(self) -> list[str]:
-        """Test metrics in table order: the primary first, then the rest as written."""
-        cols = [
-            c for c in self.finals.columns
-            if c not in RUN_COLUMNS and not c.startswith("val_") and pd.api.types.is_numeric_dtype(self.finals[c])
-        ]
+        """Test metrics in table order: the primary first, then the rest as the manifest lists them."""
+        listed = self.manifest.get("metrics")
+        if isinstance(listed, list) and listed:
+            cols = [str(m) for m in listed if str(m) in self.finals]
+        else:
+            cols = [
+                c for c in self.finals.columns
+                if c not in RUN_COLUMNS and not c.startswith("val_") and pd.api.types.is_numeric_dtype(self.finals[c])
+            ]
         if self.primary in cols:
             cols.remove(self.primary)
             cols.insert(0, self.primary)
@@ -78,19 +102,25 @@ class Results:
 
     def values(self, cell: str, metric: str) -> np.ndarray:
         """Per-seed values of one metric for one cell, in seed order."""
-        rows = self.finals[self.finals["cell"].astype(str) == cell]
-        if "seed" in rows:
-            rows = rows.sort_values("seed")
+        rows = self.rows(cell)
         if metric not in rows:
             raise BenchError(f"{self.root}: no metric {metric!r} in the final runs (have: {', '.join(self.metrics)})")
         return rows[metric].to_numpy(dtype=float)
 
+    def rows(self, cell: str) -> pd.DataFrame:
+        """The completed final runs of one cell, in seed order."""
+        rows = self.complete[self.complete["cell"].astype(str) == cell]
+        return rows.sort_values("seed") if "seed" in rows else rows
+
     def seeds(self, cell: str) -> list[int]:
-        rows = self.finals[self.finals["cell"].astype(str) == cell]
-        return sorted(int(s) for s in rows["seed"]) if "seed" in rows else []
+        rows = self.rows(cell)
+        return [int(s) for s in rows["seed"]] if "seed" in rows else []
 
     def artifact(self, cell: str, name: str) -> Path | None:
-        path = self.root / "artifacts" / cell / name
+        """An artifact file of a cell (names: `bench.results`), or None when the run wrote none."""
+        from bench import results as tables
+
+        path = tables.cell_dir(self.root, cell) / name
         return path if path.is_file() else None
 
     def require_cell(self, cell: str, what: str = "") -> None:
@@ -109,41 +139,33 @@ def _first(d: dict[str, Any], *keys: str, default: Any = None) -> Any:
 
 
 def load(root: str | Path) -> Results:
-    """Read and check a results directory; any problem is one `BenchError` line."""
+    """Read (through `bench.results`) and check a results directory; any problem is one `BenchError` line."""
+    from bench import results as tables
+
     root = Path(root)
     if not root.exists():
         raise BenchError(f"results directory {root} does not exist")
     if not root.is_dir():
         raise BenchError(f"{root} is not a directory (expected results/<protocol>/)")
-    manifest_path = root / "manifest.json"
-    finals_path = root / "finals.csv"
-    if not manifest_path.is_file():
-        raise BenchError(f"{root} is not a results directory: no manifest.json (run `dmlbench run` first)")
+    if not (root / tables.MANIFEST).is_file():
+        raise BenchError(f"{root} is not a results directory: no {tables.MANIFEST} (run `dmlbench run` first)")
     try:
-        manifest = json.loads(manifest_path.read_text())
+        read = tables.read(root)
     except (OSError, ValueError) as e:
-        raise BenchError(f"{manifest_path}: unreadable manifest ({e})") from None
+        raise BenchError(f"{root}: unreadable results table ({e})") from None
+    manifest, finals = read["manifest"], read["finals"]
     if not isinstance(manifest, dict):
-        raise BenchError(f"{manifest_path}: expected a JSON object")
-    finals = _read_csv(finals_path)
-    if finals is None or finals.empty:
-        raise BenchError(f"{root} holds no final runs yet (finals.csv missing or empty)")
+        raise BenchError(f"{root / tables.MANIFEST}: expected a JSON object")
+    finals_path = root / tables.FINALS
+    if finals.empty:
+        raise BenchError(f"{root} holds no final runs yet ({tables.FINALS} missing or empty)")
     if "cell" not in finals:
         raise BenchError(f"{finals_path}: no 'cell' column; not a dmlbench finals table")
-    res = Results(root, manifest, finals, _read_csv(root / "trials.csv"), _read_csv(root / "summary.csv"), finals_path)
+    res = Results(root, manifest, finals, read["trials"], read["summary"], finals_path)
     _check_hashes(res)
+    if not res.cells:
+        raise BenchError(f"{root} holds no completed, budget-audited final runs")
     return res
-
-
-def _read_csv(path: Path) -> pd.DataFrame | None:
-    if not path.is_file():
-        return None
-    try:
-        return pd.read_csv(path)
-    except pd.errors.EmptyDataError:
-        return pd.DataFrame()
-    except (OSError, ValueError) as e:
-        raise BenchError(f"{path}: unreadable table ({e})") from None
 
 
 def _check_hashes(res: Results) -> None:

@@ -1,0 +1,137 @@
+"""`dmlbench leaderboard` on a real tiny sweep: ranks, intervals, footer, and the page in chromium."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as st
+
+from _sweeps import CELLS, sweep, sweep_base, sweep_copy  # noqa: F401  (fixtures)
+from bench.cli import main
+from bench.reports.stats import t_interval
+
+
+def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("dmlbench: error: "), err
+    return err[0]
+
+
+def test_t_interval_is_scipy_t_interval() -> None:
+    values = [0.31, 0.35, 0.29, 0.40]
+    iv = t_interval(values)
+    low, high = st.t.interval(0.95, len(values) - 1, loc=np.mean(values), scale=st.sem(values))
+    assert (iv.low, iv.high) == pytest.approx((low, high))
+    one = t_interval([0.5])
+    assert one.mean == 0.5 and math.isnan(one.low) and not one.defined
+
+
+def _rows(md: str) -> list[list[str]]:
+    lines = [l for l in md.splitlines() if l.startswith("| ") and not l.startswith("| rank") and "---" not in l]
+    return [[c.strip() for c in l.strip("|").split("|")] for l in lines]
+
+
+def test_markdown_ranks_cells_by_primary_mean_with_footer(sweep_copy: Path) -> None:
+    assert main(["leaderboard", str(sweep_copy), "--quiet"]) == 0
+    md = (sweep_copy / "leaderboard.md").read_text()
+    manifest = json.loads((sweep_copy / "manifest.json").read_text())
+    finals = pd.read_csv(sweep_copy / "finals.csv")
+    means = finals.groupby("cell")["map_at_r"].mean().sort_values(ascending=False)
+    rows = _rows(md)
+    assert [r[1].strip("`") for r in rows] == list(means.index)
+    assert [r[0] for r in rows] == [str(i + 1) for i in range(len(rows))]
+    assert set(means.index) == set(CELLS)
+    for r in rows:  # "mean [low, high]" of the primary, from the per-seed rows
+        vals = finals.loc[finals["cell"] == r[1].strip("`"), "map_at_r"]
+        low, high = st.t.interval(0.95, len(vals) - 1, loc=vals.mean(), scale=st.sem(vals))
+        assert r[2] == "3" and r[3] == f"{vals.mean():.3f} [{low:.3f}, {high:.3f}]"
+    footer = md.split("\n---\n", 1)[1]
+    assert manifest["protocol_hash"] in footer
+    fp = manifest["fingerprints"]
+    digests = [fp["train"], fp["test"], fp["split"], *(d for fold in fp["folds"] for d in fold.values())]
+    assert len(digests) >= 5 and all(d in footer for d in digests)
+    for metric in ("precision_at_1", "r_precision", "lake_accuracy", "val_map_at_r", "budget", "tuned hyperparameters"):
+        assert metric in md.splitlines()[4]
+
+
+def test_leaderboard_agrees_with_runner_summary(sweep: Path, tmp_path: Path) -> None:
+    """Our intervals and the runner's summary.csv are the same documented t-interval."""
+    from bench.reports import leaderboard, source
+
+    board = leaderboard.build(source.load(sweep))
+    summary = pd.read_csv(sweep / "summary.csv").set_index("cell")
+    for row in board.rows:
+        iv = row.metrics["map_at_r"]
+        s = summary.loc[row.cell]
+        assert (iv.mean, iv.low, iv.high) == pytest.approx((s["map_at_r_mean"], s["map_at_r_ci_low"], s["map_at_r_ci_high"]))
+        assert row.n_seeds == s["n_seeds"]
+
+
+def _chromium(url: str, profile: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.fail("chromium is not installed (apt-get install chromium): the page must be checked in a browser")
+    cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           f"--user-data-dir={profile}", "--virtual-time-budget=3000", *extra, url]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def _body_cells(dom: str) -> list[str]:
+    return re.findall(r'<tr data-cell="([^"]+)"', dom)
+
+
+def test_html_page_renders_sorts_and_is_self_contained(sweep_copy: Path, tmp_path: Path) -> None:
+    assert main(["leaderboard", str(sweep_copy), "--quiet"]) == 0
+    page = sweep_copy / "leaderboard.html"
+    html = page.read_text()
+    assert "http://" not in html and "https://" not in html
+    assert not re.search(r"\b(src|href)\s*=", html), "the page must not load anything"
+    static = _body_cells(html)
+    assert sorted(static) == sorted(CELLS)
+    # Sort by cell once (ascending) or twice (descending): whichever differs from the ranked order.
+    clicks, want = ("cell", sorted(static)) if sorted(static) != static else ("cell,cell", sorted(static, reverse=True))
+    done = _chromium(f"{page.as_uri()}#sort={clicks}", tmp_path / "p1", "--dump-dom")
+    dom = done.stdout
+    assert 'data-ready="yes"' in dom, done.stderr[-2000:]
+    assert _body_cells(dom) == want != static
+    assert dom.count("<svg") >= 4 + len(CELLS)  # metrics, transfer, histories
+    assert 'class="plot plot-scatter"' in dom and dom.count('class="plot plot-lines"') == len(CELLS)
+    with_pairs = [c for c in CELLS if (sweep_copy / "artifacts" / c / "pair_distances.npz").exists()]
+    assert dom.count('class="plot plot-hist"') == min(3, len(with_pairs))
+
+    shot = tmp_path / "shot.png"
+    _chromium(page.as_uri(), tmp_path / "p2", f"--screenshot={shot}", "--window-size=1200,1600")
+    from PIL import Image
+
+    img = np.asarray(Image.open(shot).convert("RGB"))
+    ink = (img < 200).any(axis=2).mean()
+    colours = len(np.unique(img.reshape(-1, 3), axis=0))
+    assert 0.01 < ink < 0.9 and colours > 20, (ink, colours)
+
+
+def test_bad_results_directories_are_one_line_errors(tmp_path: Path, sweep_copy: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["leaderboard", str(tmp_path / "nowhere")]) == 2
+    assert "does not exist" in _error_line(capsys)
+    (tmp_path / "empty").mkdir()
+    assert main(["leaderboard", str(tmp_path / "empty")]) == 2
+    assert "no manifest.json" in _error_line(capsys)
+    finals = pd.read_csv(sweep_copy / "finals.csv")
+    finals.iloc[:0].to_csv(sweep_copy / "finals.csv", index=False)
+    assert main(["leaderboard", str(sweep_copy)]) == 2
+    assert "no final runs" in _error_line(capsys)
+    # Rows of another protocol version under this manifest: never pooled.
+    finals.loc[finals.index[0], "protocol_hash"] = "0" * 64
+    finals.to_csv(sweep_copy / "finals.csv", index=False)
+    assert main(["leaderboard", str(sweep_copy)]) == 2
+    assert "two protocol versions" in _error_line(capsys)
