@@ -84,15 +84,12 @@ def _study(storage: Any, name: str):
 
 def _counted(study: Any) -> list[Any]:
     """Finished trials that hold a slot (stale and surplus ones excluded), by slot."""
-    from bench.tuning import ATTR_STALE, ATTR_SURPLUS
+    from bench.tuning import held
 
     if study is None:
         return []
-    n = study.user_attrs.get("slots", math.inf)
-    held = [t for t in study.get_trials(deepcopy=False)
-            if ATTR_STALE not in t.system_attrs and ATTR_SURPLUS not in t.system_attrs
-            and t.user_attrs.get("slot") is not None and t.user_attrs["slot"] < n and t.state.is_finished()]
-    return sorted(held, key=lambda t: t.user_attrs["slot"])
+    slots = held(study.get_trials(deepcopy=False), study.user_attrs.get("slots", math.inf))
+    return [t for _, t in sorted(slots.items()) if t.state.is_finished()]
 
 
 def collect(plan: Plan, storage: Any) -> Records:

@@ -41,7 +41,6 @@ HEARTBEAT_S = 30  # a worker records that its trial is alive this often...
 GRACE_S = 120  # ...and a trial silent for this long is failed as stale by any worker
 
 ATTR_OWNER = "dmlbench:owner"
-ATTR_STALE = "dmlbench:stale"
 ATTR_SURPLUS = "dmlbench:surplus"
 
 
@@ -49,6 +48,7 @@ class TestLeakError(BenchError):
     """Data a trial would see contains test classes: a bug or a protocol error, never a trial result."""
 
     exit_code = 3
+    __test__ = False  # not a pytest class, despite the name
 
 
 # --------------------------------------------------------------------------- seeds
@@ -65,6 +65,8 @@ def derive_seed(*parts: Any) -> int:
 
 class TestClassGuard:
     """Refuses any data that shares a class with the test split."""
+
+    __test__ = False  # not a pytest class, despite the name
 
     def __init__(self, test: ClassSplit):
         self.test = test
@@ -388,16 +390,31 @@ def _owner_dead(owner: dict[str, Any] | None) -> bool:
     return owner.get("start") is not None and started is not None and started != owner["start"]
 
 
+def held(trials: Sequence[Any], n: float) -> dict[int, Any]:
+    """slot -> the trial holding it: stale trials (those a replacement names) and surplus ones excluded.
+
+    A finished trial cannot take new attributes in Optuna, so staleness is
+    recorded on the replacement (``replaces``), not on the stale trial.
+    """
+    replaced = {t.user_attrs["replaces"] for t in trials if "replaces" in t.user_attrs}
+    out: dict[int, Any] = {}
+    for t in trials:
+        slot = t.user_attrs.get("slot")
+        if t.number in replaced or ATTR_SURPLUS in t.system_attrs or slot is None or slot >= n:
+            continue
+        out[slot] = t
+    return out
+
+
 def _requeue(study: Any, trial: Any, why: str = "its worker stopped sending heartbeats") -> None:
-    """Mark a failed RUNNING trial as stale and enqueue its parameters again under the same slot."""
-    study._storage.set_trial_system_attr(trial._trial_id, ATTR_STALE, why)
+    """Enqueue a failed stale trial's parameters again under the same slot; the replacement names it."""
     slot = trial.user_attrs.get("slot")
     if slot is None:  # killed between being created and being given its slot: the slot is its rank
         fresh = [t.number for t in study.get_trials(deepcopy=False) if "replaces" not in t.user_attrs]
         slot = sorted(fresh).index(trial.number)
         if slot >= study.user_attrs.get("slots", slot + 1):
             return
-    study.enqueue_trial(dict(trial.params), user_attrs={"slot": slot, "replaces": trial.number})
+    study.enqueue_trial(dict(trial.params), user_attrs={"slot": slot, "replaces": trial.number, "stale": why})
 
 
 class Heartbeat:
@@ -452,14 +469,7 @@ class SlotStudy:
 
     def counted(self) -> dict[int, Any]:
         """slot -> the trial that holds it now (stale and surplus trials excluded)."""
-        out: dict[int, Any] = {}
-        for t in self.trials():
-            if ATTR_STALE in t.system_attrs or ATTR_SURPLUS in t.system_attrs:
-                continue
-            slot = t.user_attrs.get("slot")
-            if slot is not None and slot < self.n:
-                out[slot] = t
-        return out
+        return held(self.trials(), self.n)
 
     def finished(self) -> bool:
         counted = self.counted()

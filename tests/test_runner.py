@@ -1,0 +1,298 @@
+"""The runner on real data with real stores: tables, MLflow runs, failed trials, budget audit, resume after kill -9."""
+
+from __future__ import annotations
+
+import json
+import re
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench.errors import BenchError
+from bench.plan import plan
+from bench.protocol import parse_protocol
+from bench.results import claim_dir, read
+from bench.runner import Options, run_protocol
+from bench.splits import ClassSplit
+from bench.tuning import SlotStudy, TestClassGuard, TestLeakError, derive_seed, open_storage, prepare, run_trial
+
+pytestmark = pytest.mark.slow
+
+TINY = """\
+name: tiny
+seed: 3
+data:
+  train: omniglot:background
+  test: omniglot:evaluation
+  train_classes: 12
+  test_classes: 6
+  image_size: 12
+  validation: {folds: 3, use: 1, group_by: alphabet}
+model: {trunk: mlp, trunk_params: {hidden: [32]}, embedding_dim: 8, normalize: true}
+training: {optimizer: adam, lr: 1.0e-3, P: 4, K: 4, iterations: ITERATIONS}
+evaluation: {metrics: [precision_at_1, map_at_r, recall_at_k, nmi, lake_accuracy], primary: map_at_r, ks: [1, 2]}
+tuning: {trials: 2}
+final: {seeds: [0, 1]}
+grid:
+  losses:
+    - {name: triplet}
+    - name: contrastive
+      label: contrastive-diverging      # a margin of 1e30, squared, is inf: every trial diverges
+      params: {form: hadsell, pos_margin: 0.0}
+      search_space:
+        neg_margin: {type: float, low: 1.0e+30, high: 2.0e+30}
+      miners: [none]
+  miners: [{name: none}, {name: batch_hard}]
+"""
+
+CELLS = ["triplet+none", "triplet+batch_hard", "contrastive-diverging+none"]
+
+
+def _protocol_file(tmp_path: Path, iterations: int = 20) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY.replace("ITERATIONS", str(iterations)))
+    return path
+
+
+def _options(root: Path, data_root: Path, **kw) -> Options:
+    return Options(storage=f"sqlite:///{root / 'optuna.db'}", tracking_uri=str(root / "mlruns"),
+                   results_dir=root / "results", data_root=str(data_root), quiet=True, **kw)
+
+
+def _mlflow_runs(root: Path) -> pd.DataFrame:
+    with sqlite3.connect(root / "mlruns" / "mlflow.db") as db:
+        return pd.read_sql("select r.run_uuid, r.status, r.lifecycle_stage, t.key, t.value from runs r "
+                           "join tags t on t.run_uuid = r.run_uuid", db)
+
+
+def _without_timing(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.drop(columns=[c for c in frame.columns if c == "wall_time_s"])
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory, data_root):
+    """One tiny sweep, in process: 3 cells x (2 trials + 2 final seeds), MLP on 12x12 Omniglot."""
+    root = tmp_path_factory.mktemp("sweep")
+    path = _protocol_file(root)
+    start = time.perf_counter()
+    outcome = run_protocol(path, _options(root, data_root))
+    return root, path, outcome, time.perf_counter() - start
+
+
+def test_sweep_writes_the_tables(sweep):
+    root, path, outcome, _ = sweep
+    assert outcome.refused == {}
+    tables = read(root / "results" / "tiny")
+    protocol = parse_protocol(path.read_text())
+    trials, finals, summary, manifest = tables["trials"], tables["finals"], tables["summary"], tables["manifest"]
+    assert manifest["protocol_hash"] == protocol.hash and manifest["finished"]
+    assert set(manifest["fingerprints"]) == {"split", "train", "test", "folds"}
+    assert list(trials["cell"].unique()) == CELLS and len(trials) == 6
+    assert (trials["protocol_hash"] == protocol.hash).all()
+    assert set(trials["iterations"][trials["state"] == "COMPLETE"]) == {20}  # 1 fold x 20 iterations
+    assert (trials["budget_iterations"] == 20).all()
+    ok = trials[trials["cell"] != "contrastive-diverging+none"]
+    assert (ok["state"] == "COMPLETE").all() and ok["value"].between(0, 1).all()
+    for _, row in ok.iterrows():
+        assert json.loads(row["fold_values"]) == [pytest.approx(row["value"])]
+        assert set(json.loads(row["params"])) == {"loss.margin"}
+    assert len(finals) == 4 and set(finals["seed"]) == {0, 1}
+    assert {"precision_at_1", "map_at_r", "recall_at_1", "recall_at_2", "nmi", "lake_accuracy"} <= set(finals)
+    assert finals["map_at_r"].between(0, 1).all() and (finals["iterations"] == 20).all()
+    assert finals["train_fingerprint"].nunique() == 1 and finals["test_fingerprint"].nunique() == 1
+    assert finals["train_fingerprint"].iloc[0] != finals["test_fingerprint"].iloc[0]
+    best = ok.loc[ok.groupby("cell")["value"].idxmax()].set_index("cell")
+    for cell, group in finals.groupby("cell"):
+        assert (group["params"] == best.loc[cell, "params"]).all()  # the best trial is what was retrained
+        assert group["val_map_at_r"].iloc[0] == pytest.approx(best.loc[cell, "value"])
+    row = summary.set_index("cell").loc["triplet+none"]
+    seeds = finals[finals["cell"] == "triplet+none"]["map_at_r"]
+    assert row["map_at_r_mean"] == pytest.approx(seeds.mean())
+    assert row["map_at_r_ci_low"] < row["map_at_r_mean"] < row["map_at_r_ci_high"]
+    assert row["n_seeds"] == 2 and row["n_trials"] == 2 and row["budget_iterations"] == 2 * 20 + 2 * 20
+    for cell in ("triplet+none", "triplet+batch_hard"):
+        artifacts = root / "results" / "tiny" / "artifacts" / cell
+        history = pd.read_csv(artifacts / "optuna_history.csv")
+        assert list(history["trial"]) == [0, 1] and history["best_so_far"].is_monotonic_increasing
+        import numpy as np
+
+        with np.load(artifacts / "pair_distances.npz") as pairs:
+            assert len(pairs["pos"]) > 0 and len(pairs["neg"]) > 0
+
+
+def test_diverging_trials_are_recorded_as_failed_and_the_sweep_goes_on(sweep):
+    root, _, _, _ = sweep
+    tables = read(root / "results" / "tiny")
+    failed = tables["trials"][tables["trials"]["cell"] == "contrastive-diverging+none"]
+    assert list(failed["state"]) == ["FAIL", "FAIL"]
+    assert failed["reason"].str.contains("diverged at iteration").all()
+    assert failed["value"].isna().all()
+    assert "contrastive-diverging+none" not in set(tables["finals"]["cell"])  # nothing to retrain
+    summary = tables["summary"].set_index("cell")
+    assert summary.loc["contrastive-diverging+none", "n_seeds"] == 0
+    assert summary.loc["triplet+batch_hard", "n_seeds"] == 2  # the cell after the failures still ran
+
+
+def test_mlflow_records_one_run_per_key_with_tags_and_artifacts(sweep):
+    root, path, _, _ = sweep
+    runs = _mlflow_runs(root)
+    keys = runs[runs["key"] == "dmlbench.key"]
+    assert keys["value"].is_unique
+    assert len(keys) == 3 + 6 + 6 + 4  # cells, trials, folds, final seeds
+    protocol = parse_protocol(path.read_text())
+    hashes = runs[runs["key"] == "dmlbench.protocol_hash"]
+    assert len(hashes) == len(keys) and (hashes["value"] == protocol.hash).all()
+    for tag in ("dmlbench.git_commit", "dmlbench.version.torch", "dmlbench.split_fingerprint"):
+        assert (runs["key"] == tag).sum() == len(keys)
+    parents = runs[runs["key"] == "mlflow.parentRunId"]
+    assert len(parents) == 6 + 6 + 4
+    artifacts = root / "mlruns" / "artifacts"
+    assert len(list(artifacts.rglob("tiny.yaml"))) == 3
+    best = list(artifacts.rglob("best_params.json"))
+    assert len(best) == 2 and "params" in json.loads(best[0].read_text())
+
+
+def test_rerun_of_a_finished_sweep_records_nothing_twice(sweep, data_root):
+    root, path, _, _ = sweep
+    before = read(root / "results" / "tiny")
+    runs_before = len(_mlflow_runs(root))
+    run_protocol(path, _options(root, data_root))
+    after = read(root / "results" / "tiny")
+    assert len(_mlflow_runs(root)) == runs_before
+    for name in ("trials", "finals", "summary"):
+        pd.testing.assert_frame_equal(before[name], after[name])
+    assert after["manifest"]["created"] == before["manifest"]["created"]
+
+
+def test_budget_audit_refuses_a_cell_with_a_differing_budget(sweep, data_root):
+    root, path, _, _ = sweep
+    with sqlite3.connect(root / "optuna.db") as db:  # as if one trial of one cell had trained longer
+        (trial_id,) = db.execute(
+            "select t.trial_id from trials t join studies s on s.study_id = t.study_id "
+            "where s.study_name like '%:triplet+batch_hard' order by t.number limit 1").fetchone()
+        db.execute("update trial_user_attributes set value_json = '25' where trial_id = ? and key = 'iterations'",
+                   (trial_id,))
+    with pytest.raises(BenchError, match=r"refused to report 1 cell.*triplet\+batch_hard: trial 0 \(COMPLETE\) "
+                                         r"trained 25 iterations, the budget is 20"):
+        run_protocol(path, _options(root, data_root))
+    tables = read(root / "results" / "tiny")
+    assert "triplet+batch_hard" not in set(tables["summary"]["cell"])
+    assert {"triplet+none", "contrastive-diverging+none"} <= set(tables["summary"]["cell"])
+    assert "triplet+batch_hard" in tables["manifest"]["refused"]
+    assert len(tables["trials"]) == 6  # the records themselves are kept
+
+
+def test_test_classes_never_reach_a_trial(data_root, tmp_path):
+    protocol = parse_protocol(TINY.replace("ITERATIONS", "5"))
+    prepared = prepare(protocol, str(data_root))
+    assert not set(prepared.train.classes) & set(prepared.test.classes)
+    for fold_train, fold_val in prepared.folds:
+        assert not set(fold_train.classes) & set(prepared.test_split.classes)
+    # a fold that (by a bug) names a test class is refused before any training
+    leak = prepared.test_split.classes[0]
+    train_plus_test = prepared.train.__class__(
+        __import__("torch").cat([prepared.train.x, prepared.test.x]),
+        __import__("torch").cat([prepared.train.y, prepared.test.y]), "mixed")
+    prepared.train = train_plus_test
+    prepared.folds = [(ClassSplit("fold0-train", (*prepared.folds[0][0].classes, leak)), prepared.folds[0][1])]
+    storage = open_storage(f"sqlite:///{tmp_path / 'o.db'}")
+    study = SlotStudy(storage, "leak", 1)
+    slot = study.claim()
+    with pytest.raises(TestLeakError, match="fold 0 training data contains 1 test class"):
+        run_trial(protocol, prepared, plan(protocol).cells[0], slot.trial, slot.slot)
+    with pytest.raises(TestLeakError):
+        TestClassGuard(ClassSplit("test", (1, 2))).check([0, 2, 3], "validation")
+
+
+def test_workers_never_take_more_slots_than_the_budget(tmp_path):
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    first, second = (SlotStudy(open_storage(url), "cell", 3) for _ in range(2))  # two workers, one study
+    claimed = []
+    for worker in (first, second, first, second, first):
+        slot = worker.claim()
+        if slot is not None:
+            claimed.append(slot.slot)
+            worker.study.tell(slot.trial, 0.5)
+    assert claimed == [0, 1, 2]
+    assert len(first.counted()) == 3 and first.finished() and second.finished()
+    assert derive_seed(0, "triplet+none", "trial", 1, "fold", 0) == derive_seed(0, "triplet+none", "trial", 1,
+                                                                                "fold", 0)
+    assert derive_seed(0, "triplet+none", "trial", 1) != derive_seed(0, "triplet+none", "trial", 2)
+
+
+def test_changed_protocol_never_mixes_with_old_results(tmp_path):
+    results = tmp_path / "tiny"
+    results.mkdir()
+    (results / "manifest.json").write_text(json.dumps({"protocol_hash": "a" * 64}))
+    (results / "summary.csv").write_text("cell\nold\n")
+    assert claim_dir(results, "a" * 64) is None and (results / "summary.csv").exists()
+    moved = claim_dir(results, "b" * 64)
+    assert moved == str(tmp_path / f"tiny@{'a' * 12}")
+    assert (Path(moved) / "summary.csv").read_text() == "cell\nold\n" and not results.exists()
+    old, new = (parse_protocol(TINY.replace("ITERATIONS", str(n))) for n in (20, 21))
+    from bench.tuning import study_name
+
+    assert study_name(old, plan(old).cells[0]) != study_name(new, plan(new).cells[0])
+
+
+def _cli(args: list[str], **kw) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-c", "import sys, torch; torch.set_num_threads(1); "
+                             "from bench.cli import main; sys.exit(main(sys.argv[1:]))", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, **kw)
+
+
+def _run_args(path: Path, root: Path, data_root: Path) -> list[str]:
+    return ["run", str(path), "--storage", f"sqlite:///{root / 'optuna.db'}", "--tracking-uri",
+            str(root / "mlruns"), "--results-dir", str(root / "results"), "--data-root", str(data_root), "--quiet"]
+
+
+def _count(db: Path, state: str) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as con:
+            return con.execute("select count(*) from trials where state = ?", (state,)).fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def test_resume_after_kill_equals_an_uninterrupted_run(tmp_path, data_root):
+    path = _protocol_file(tmp_path, iterations=150)
+    killed, clean = tmp_path / "killed", tmp_path / "clean"
+    reference = _cli(_run_args(path, clean, data_root))  # the uninterrupted run, alongside
+    victim = _cli(_run_args(path, killed, data_root))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and victim.poll() is None:
+        db = killed / "optuna.db"
+        if _count(db, "COMPLETE") >= 1 and _count(db, "RUNNING") >= 1:
+            break
+        time.sleep(0.05)
+    assert victim.poll() is None, "the sweep ended before it could be killed"
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert _count(killed / "optuna.db", "RUNNING") >= 1  # a trial was left behind mid-training
+    resumed = _cli(_run_args(path, killed, data_root))
+    out, _ = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, out
+    ref_out, _ = reference.communicate(timeout=300)
+    assert reference.returncode == 0, ref_out
+    lines = [line for line in ref_out.splitlines() if re.search(r" trial \d+/\d+ ", line)]
+    assert len(lines) == 6 and all(line.startswith("[") for line in lines)  # --quiet: one line per trial
+
+    a, b = read(clean / "results" / "tiny"), read(killed / "results" / "tiny")
+    for name in ("trials", "finals", "summary"):
+        pd.testing.assert_frame_equal(_without_timing(a[name]), _without_timing(b[name]))
+    with sqlite3.connect(killed / "optuna.db") as db:
+        replaced = db.execute("select count(*) from trial_user_attributes where key = 'replaces'").fetchone()[0]
+    assert replaced >= 1  # the killed trial was re-asked, not skipped
+    keys = _mlflow_runs(killed)
+    keys = keys[(keys["key"] == "dmlbench.key") & (keys["lifecycle_stage"] == "active")]
+    assert keys["value"].is_unique and len(keys) == len(_mlflow_runs(clean).query("key == 'dmlbench.key'"))
