@@ -135,3 +135,22 @@ def test_bad_results_directories_are_one_line_errors(tmp_path: Path, sweep_copy:
     finals.to_csv(sweep_copy / "finals.csv", index=False)
     assert main(["leaderboard", str(sweep_copy)]) == 2
     assert "two protocol versions" in _error_line(capsys)
+
+
+def test_failed_seeds_and_refused_cells_are_left_out(sweep_copy: Path) -> None:
+    """A failed seed has no metrics to average; a cell the budget audit refused is never ranked."""
+    finals = pd.read_csv(sweep_copy / "finals.csv")
+    first = finals.index[finals["cell"] == CELLS[0]][0]
+    finals.loc[first, ["state", "map_at_r"]] = ["FAIL", np.nan]
+    finals.to_csv(sweep_copy / "finals.csv", index=False)
+    manifest = json.loads((sweep_copy / "manifest.json").read_text())
+    manifest["refused"] = {CELLS[2]: "2 trials recorded, the budget is 1"}
+    (sweep_copy / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["leaderboard", str(sweep_copy), "--quiet"]) == 0
+    md = (sweep_copy / "leaderboard.md").read_text()
+    rows = {r[1].strip("`"): r for r in _rows(md)}
+    assert set(rows) == {CELLS[0], CELLS[1]}
+    assert rows[CELLS[0]][2] == "2" and rows[CELLS[1]][2] == "3"
+    kept = finals.loc[(finals["cell"] == CELLS[0]) & (finals["state"] == "COMPLETE"), "map_at_r"]
+    assert rows[CELLS[0]][3].startswith(f"{kept.mean():.3f} [")
+    assert f"left out (budget audit): `{CELLS[2]}`" in md.split("\n---\n", 1)[1]

@@ -170,8 +170,8 @@ def histograms(series: dict[str, np.ndarray], title: str, xlabel: str, bins: int
             pts += [f"{f.px(edges[j]):.1f},{f.py(v):.1f}", f"{f.px(edges[j + 1]):.1f},{f.py(v):.1f}"]
         pts.append(f"{f.px(edges[-1]):.1f},{f.py(0):.1f}")
         parts.append(f'<polygon class="hist" points="{" ".join(pts)}" fill="{c}" fill-opacity="0.35" stroke="{c}"/>')
-        parts.append(f'<rect x="{f.w - f.r - 110}" y="{f.t + 8 + 16 * i}" width="10" height="10" fill="{c}"/>')
-        parts.append(f'<text x="{f.w - f.r - 95}" y="{f.t + 17 + 16 * i}" {FONT}>{escape(name)} (n={arrays[name].size})</text>')
+        parts.append(f'<rect x="{f.w - f.r - 150}" y="{f.t + 8 + 16 * i}" width="10" height="10" fill="{c}"/>')
+        parts.append(f'<text x="{f.w - f.r - 135}" y="{f.t + 17 + 16 * i}" {FONT}>{escape(name)} (n={arrays[name].size})</text>')
     return _svg(420, 280, title, parts, "hist")
 
 
