@@ -89,7 +89,7 @@ def test_time_estimate_uses_the_trunk_costs(grid_plan):
     assert low < e.low_s < e.high_s and e.high_s > high
     assert e.high_s < 3 * high  # evaluations and records add, but do not dominate here
     mlp = plan(parse_protocol(GRID.replace("trunk: conv4", "trunk: mlp")))
-    assert mlp.estimate.high_s < e.low_s / 3
+    assert mlp.estimate.high_s < e.low_s / 2  # an MLP step is ~30x cheaper; fixed costs remain
 
 
 def test_quick_protocol_fits_in_ninety_minutes():

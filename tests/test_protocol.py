@@ -150,3 +150,13 @@ def test_validate_command_prints_every_problem_and_fails(tmp_path, capsys):
     assert len(err) == 1 and "tuning.trials: expected a value >= 1, got 0" in err[0]  # schema first
     assert main(["validate", str(tmp_path / "absent.yaml")]) == 2
     assert "cannot read protocol" in capsys.readouterr().err
+
+
+def test_dataset_level_miner_batches_must_fit_the_budget(tmp_path):
+    text = MINIMAL.replace("miners: [{name: none}, {name: batch_hard}]",
+                           "miners: [{name: offline, params: {triplets_per_batch: 4}}]")
+    problems = _problems(tmp_path, text)  # P x K = 4 x 2 = 8 samples a step; 3 x 4 = 12 would exceed it
+    assert len(problems) == 1
+    assert "grid.miners[0].params: offline serves up to 12 samples a step (3 x (triplets_per_batch=4)), " \
+           "more than the batch P x K = 8" in problems[0]
+    assert parse_protocol(text.replace("triplets_per_batch: 4", "triplets_per_batch: 2")).name == "tiny"

@@ -244,8 +244,7 @@ def test_changed_protocol_never_mixes_with_old_results(tmp_path):
 
 def _cli(args: list[str], **kw) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-c", "import sys, torch; torch.set_num_threads(1); "
-                             "from bench.cli import main; sys.exit(main(sys.argv[1:]))", *args],
+    return subprocess.Popen([sys.executable, "-m", "bench.cli", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, **kw)
 
 

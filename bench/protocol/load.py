@@ -278,6 +278,8 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
             if merged is not None:
                 item["search_space"] = merged
             _try_build(kind, entry, item, doc, path, report)
+            if kind == "miner":
+                _check_dataset_batch(entry, item, doc["training"], path, report)
 
     miner_labels = [m["label"] for m in doc["grid"]["miners"]]
     for i, item in enumerate(doc["grid"]["losses"]):
@@ -378,6 +380,37 @@ def _try_build(kind: str, entry: Any, item: dict[str, Any], doc: dict[str, Any],
         report.add((*path, "params"), str(e))
     except ImportError as e:
         report.add((*path, "name"), f"{kind} {entry.name!r} cannot be imported: {e}")
+
+
+# Dataset-level miners choose their own batch: (parameter names, samples per tuple) giving its largest size.
+DATASET_BATCH = {
+    "offline": (("triplets_per_batch",), 3),
+    "hardest_of_pool": (("num_hardest", "num_random"), 4),
+}
+
+
+def _check_dataset_batch(entry: Any, item: dict[str, Any], training: dict[str, Any], path: tuple,
+                         report: _Reporter) -> None:
+    """A dataset-level miner may not serve more samples a step than P x K: the budget counts samples too."""
+    if entry.name not in DATASET_BATCH:
+        return
+    names, per_tuple = DATASET_BATCH[entry.name]
+    defaults = entry.parameters()
+    params = {**{n: defaults.get(n) for n in (*names, "kind", "dataset_level")}, **item["params"]}
+    if params.get("dataset_level") is False:
+        return
+    if params.get("kind") == "triplet":
+        per_tuple = 3
+    if any(n in item["search_space"] for n in names):
+        report.add((*path, "search_space"), f"{', '.join(names)} set the batch size of {entry.name}: fix them in "
+                   "params, the batch is part of the budget")
+        return
+    tuples = sum(int(params[n]) for n in names)
+    largest, batch = tuples * per_tuple, training["P"] * training["K"]
+    if largest > batch:
+        report.add((*path, "params"), f"{entry.name} serves up to {largest} samples a step ({per_tuple} x "
+                   f"({' + '.join(f'{n}={params[n]}' for n in names)})), more than the batch P x K = {batch}: "
+                   f"lower {' and '.join(names)} so every method sees at most {batch} samples a step")
 
 
 def method_params(entry: Any, fixed: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
