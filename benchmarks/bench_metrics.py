@@ -2,9 +2,11 @@
 
 Each measurement runs in a fresh subprocess, so one run's allocations cannot
 hide another's peak: the peak is ``ru_maxrss`` at the end minus ``ru_maxrss``
-after imports and data creation. Own and PML runs alternate, and the table
-shows medians. PML is configured as its documentation suggests for large sets
-without faiss (faiss is not installed here): ``CustomKNN`` over
+after imports and data creation. Own and PML runs alternate, so each pair
+sees about the same machine load; the table shows medians of each side and the
+median of the per-pair ratios own / PML, which a noisy, shared machine skews
+least. PML is configured as its documentation suggests for large sets without
+faiss (faiss is not installed here): ``CustomKNN`` over
 ``LpDistance(normalize_embeddings=False)`` (Euclidean on raw embeddings, what its
 default faiss ``IndexFlatL2`` ranks by), batched over queries, with
 ``k="max_bin_count"``.
@@ -52,7 +54,7 @@ def measure(which: str, n: int, dim: int, per_class: int, seed: int, pml_batch: 
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
     if which == "own":
-        values = retrieval_metrics(x, y, ks=(1,), chunk_size=chunk)
+        values = retrieval_metrics(x, y, ks=(1,), chunk_size=chunk or None)
         values = {k: values[k] for k in PML_KEYS}
     else:
         calc = AccuracyCalculator(
@@ -85,7 +87,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--scale", type=int, default=2, help="also time own at N*scale (0: skip)")
     parser.add_argument("--pml-batch", type=int, default=4096, help="PML CustomKNN query batch")
-    parser.add_argument("--chunk", type=int, default=4096, help="own chunk_size")
+    parser.add_argument("--chunk", type=int, default=0, help="own chunk_size (0: its default)")
     parser.add_argument("--child", choices=("own", "pml"))
     args = parser.parse_args()
     if args.child:
@@ -99,7 +101,10 @@ def main() -> None:
             runs[which].append(run_child(args, which, args.n))
             r = runs[which][-1]
             print(f"  {which} N={args.n}: {r['seconds']:.2f} s, +{r['peak_mb']:.0f} MB", file=sys.stderr, flush=True)
-    print(f"N={args.n}, D={args.dim}, {args.n // args.per_class} classes x {args.per_class}, medians of {args.repeats}")
+    pair_t = [o["seconds"] / p["seconds"] for o, p in zip(runs["own"], runs["pml"])]
+    pair_m = [o["peak_mb"] / max(p["peak_mb"], 1e-9) for o, p in zip(runs["own"], runs["pml"])]
+    print(f"N={args.n}, D={args.dim}, {args.n // args.per_class} classes x {args.per_class}, "
+          f"{args.repeats} alternating own/PML pairs, medians")  # fmt: skip
     print(f"{'':6} {'seconds':>9} {'peak MB':>9}  " + "  ".join(f"{k:>14}" for k in PML_KEYS))
     med = {}
     for which in ("own", "pml"):
@@ -108,8 +113,9 @@ def main() -> None:
         med[which] = (t, m)
         values = runs[which][0]["values"]
         print(f"{which:6} {t:9.2f} {m:9.0f}  " + "  ".join(f"{values[k]:14.8f}" for k in PML_KEYS))
-    print(f"{'ratio':6} {med['own'][0] / med['pml'][0]:9.2f} {med['own'][1] / med['pml'][1]:9.2f}  (own / PML)")
-    diff = max(abs(runs["own"][0]["values"][k] - runs["pml"][0]["values"][k]) for k in PML_KEYS)
+    print(f"{'ratio':6} {statistics.median(pair_t):9.2f} {statistics.median(pair_m):9.2f}  "
+          f"(own / PML, median of per-pair ratios; time ratios {', '.join(f'{v:.2f}' for v in pair_t)})")  # fmt: skip
+    diff = max(abs(o["values"][k] - p["values"][k]) for o, p in zip(runs["own"], runs["pml"]) for k in PML_KEYS)
     print(f"max |own - PML| over the three metrics: {diff:.2e}")
     if args.scale:
         big = run_child(args, "own", args.n * args.scale)

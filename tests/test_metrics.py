@@ -17,6 +17,7 @@ from sklearn.metrics import adjusted_mutual_info_score, normalized_mutual_info_s
 from bench.errors import BenchError
 from bench.metrics import OneShotRun, clustering_metrics, episode_accuracy, lake_runs_accuracy, retrieval_metrics
 from bench.metrics.clustering import kmeans_labels
+from bench.metrics.retrieval import nearest_neighbours
 
 PML_KEYS = {"precision_at_1": "precision_at_1", "r_precision": "r_precision", "map_at_r": "mean_average_precision_at_r"}
 
@@ -109,6 +110,29 @@ def test_chunked_equals_unchunked():
     whole = retrieval_metrics(x, y, chunk_size=len(y))
     for chunk in (29, 64, 333):
         assert retrieval_metrics(x, y, chunk_size=chunk) == pytest.approx(whole, abs=1e-6)
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "cosine"])
+@pytest.mark.parametrize("n,k,group,chunk", [(1003, 19, 32, 250), (997, 5, 16, None), (640, 7, 8, 1), (50, 3, 4, 7), (2000, 11, None, 333)])
+def test_grouped_top_k_equals_plain_top_k(n, k, group, chunk, distance):
+    # Group minima pre-select candidates; padding (N not a multiple of the group), the
+    # diagonal and chunk edges must not change the k nearest. Compared by their scores,
+    # since exact ties (frequent for cosine in few dimensions) may come in either order.
+    x = torch.randn(n, 12, generator=torch.Generator().manual_seed(n + k))
+    grouped = nearest_neighbours(x, k, distance, chunk, group)
+    plain = nearest_neighbours(x, k, distance, chunk, 1)
+    if distance == "cosine":
+        xn = torch.nn.functional.normalize(x, dim=1)
+        score = -(xn @ xn.T)
+    else:
+        score = torch.cdist(x, x)
+    score.fill_diagonal_(float("inf"))
+    expected = torch.topk(score, k, dim=1, largest=False).values
+    assert torch.equal(torch.gather(score, 1, grouped), expected)
+    assert torch.equal(torch.gather(score, 1, plain), expected)
+    assert not (grouped == torch.arange(n)[:, None]).any()  # never its own neighbour
+    with pytest.raises(BenchError, match="k must be"):
+        nearest_neighbours(x, n, distance)
 
 
 def test_retrieval_bad_input():

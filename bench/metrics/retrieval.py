@@ -6,20 +6,26 @@ is left out of every average (it still serves as a neighbour of the others), as
 PML's ``AccuracyCalculator`` does. The numbers equal PML's
 ``AccuracyCalculator(k="max_bin_count")`` on the same embeddings.
 
-Why not call PML: its k-NN needs the full neighbour matrix in one go (faiss, or
-a torch distance matrix of query-chunk x N), so memory grows with N. Here the
-distance matrix is visited in square ``chunk_size x chunk_size`` blocks of its
-upper triangle only: every block serves its rows *and*, transposed, its
-columns (the matrix is symmetric), which halves the arithmetic, and a running
-top-K per query is kept. Memory is one block plus ``N x K`` neighbours, with
-``K = max(largest class size - 1, max(ks))``, whatever N.
+Why not call PML: its k-NN holds a whole (query batch x N) distance matrix and
+makes several passes over it (cdist, clamp, sqrt, topk), so memory is large and
+grows with N. Here queries go in chunks of rows scored against all N by one
+matrix product into a reused buffer of at most ``BLOCK_ELEMENTS`` scores, so the
+block memory stays fixed as N grows (plus ``N x K`` neighbours, with
+``K = max(largest class size - 1, max(ks))``). The top-K of a row is found
+without a full ``torch.topk`` over it: the row is cut into groups of ``g``
+columns, the K groups with the smallest minima hold an exact top-K (see
+``nearest_neighbours``), and only their ``K * g`` scores are ranked.
 
 Distances: PML's default k-NN is faiss ``IndexFlatL2``, i.e. (squared)
-Euclidean on the raw embeddings, so ``"euclidean"`` is the default here too,
-computed with ``torch.cdist`` as PML's ``LpDistance`` does. ``"cosine"`` ranks by
-cosine similarity of L2-normalised embeddings (PML's ``CosineSimilarity``, and
-also what PML's ``LpDistance()`` with its default ``normalize_embeddings=True``
-orders by); for embeddings already of unit norm it orders as Euclidean does.
+Euclidean on the raw embeddings, so ``"euclidean"`` is the default here too.
+Scores are squared distances computed exactly as ``torch.cdist`` (PML's
+``LpDistance``) computes them before its clamp and sqrt, as one product
+``[-2x, |x|^2, 1] . [y, 1, |y|^2]`` (bitwise the same numbers, checked on this
+MKL build), and ranked without the sqrt, which is monotonic; it can only round
+two close distances into a tie for PML that is ordered here by the exact score. ``"cosine"`` ranks by cosine similarity
+of L2-normalised embeddings (PML's ``CosineSimilarity``, and also what PML's
+``LpDistance()`` with its default ``normalize_embeddings=True`` orders by); for
+embeddings already of unit norm it orders as Euclidean does.
 
 Ties: neighbours at exactly the same distance are ordered as ``torch.topk``
 returns them, which is unspecified, as in PML (``torch.topk`` in its
@@ -39,7 +45,7 @@ import torch.nn.functional as F
 from bench.errors import BenchError
 
 RETRIEVAL_DISTANCES = ("euclidean", "cosine")
-DEFAULT_CHUNK_SIZE = 4096
+BLOCK_ELEMENTS = 1 << 25  # scores in one block of query rows x N: 128 MB of float32
 
 
 def as_embeddings_and_labels(embeddings: object, labels: object) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,76 +98,80 @@ def _check_ks(ks: Sequence[int]) -> tuple[int, ...]:
 
 
 def nearest_neighbours(
-    x: torch.Tensor, k: int, distance: str = "euclidean", chunk_size: int = DEFAULT_CHUNK_SIZE
+    x: torch.Tensor,
+    k: int,
+    distance: str = "euclidean",
+    chunk_size: int | None = None,
+    group_size: int | None = None,
 ) -> torch.Tensor:
     """Indices ``(N, k)`` of each row's k nearest other rows, nearest first.
 
-    A row is never its own neighbour, even when duplicates lie at distance 0. Only
-    blocks on or above the diagonal are computed; see the module docstring for why.
-    Requires ``1 <= k <= N - 1``.
+    A row is never its own neighbour, even when duplicates lie at distance 0.
+    ``chunk_size`` rows are scored against all N at a time (default: as many as
+    fit in ``BLOCK_ELEMENTS`` scores). ``group_size`` is the width of the column
+    groups whose minima pre-select candidates (default: chosen from N and k; 1
+    means a plain ``torch.topk`` over each row). Requires ``1 <= k <= N - 1``.
     """
     n = x.shape[0]
-    if distance == "cosine":
-        x = F.normalize(x, dim=1)
-    # Everything is ranked as a score to minimise: the distance, or minus the similarity
-    # (negation is exact, unlike 1 - s, so cosine ranks exactly as PML's similarity does).
-    best_score = torch.full((n, k), float("inf"))
-    best_index = torch.zeros((n, k), dtype=torch.int64)
-
-    def merge(rows: slice, score: torch.Tensor, index: torch.Tensor) -> None:
-        all_score = torch.cat((best_score[rows], score), dim=1)
-        all_index = torch.cat((best_index[rows], index), dim=1)
-        top_score, position = torch.topk(all_score, k, dim=1, largest=False, sorted=True)
-        best_score[rows] = top_score
-        best_index[rows] = torch.gather(all_index, 1, position)
-
-    def offer(rows: slice, block: torch.Tensor, offset: int, transposed: bool) -> None:
-        """Merge ``block`` (or its transpose) as candidate neighbours ``offset + j`` of queries ``rows``.
-
-        Only entries closer than a query's current k-th best can enter its list. After
-        the first block of a query they are a few per row, so they are picked with one
-        comparison and gathered sparsely: a topk over the whole block costs as much as
-        the distances themselves, and a transposed topk twice that.
-        """
-        block_rows = block.T if transposed else block
-        kk = min(k, block_rows.shape[1])
-        threshold = best_score[rows, -1]
-        if torch.isinf(threshold).any():
-            score, index = torch.topk(block_rows.contiguous(), kk, dim=1, largest=False, sorted=False)
-            merge(rows, score, index + offset)
-            return
-        mask = block < (threshold[None, :] if transposed else threshold[:, None])
-        row, col = mask.nonzero(as_tuple=True)
-        if transposed:
-            order = torch.argsort(col, stable=True)
-            row, col = col[order], row[order]
-        if len(row) == 0:
-            return
-        n_rows = rows.stop - rows.start
-        counts = torch.bincount(row, minlength=n_rows)
-        width = int(counts.max())
-        slot = torch.arange(len(row)) - (torch.cumsum(counts, 0) - counts)[row]
-        score = torch.full((n_rows, width), float("inf"))
-        index = torch.zeros((n_rows, width), dtype=torch.int64)
-        score[row, slot] = block_rows[row, col]
-        index[row, slot] = col + offset
-        merge(rows, score, index)
+    if not 1 <= k <= n - 1:
+        raise BenchError(f"k must be in 1..{n - 1} for {n} embeddings, got {k}")
+    rows = min(n, chunk_size if chunk_size is not None else max(1, BLOCK_ELEMENTS // n))
+    g = group_size if group_size is not None else _group_size(n, k)
+    if g > 1 and -(-n // g) < k + 2:
+        g = 1  # too few groups to hold k of them with finite scores: see below
+    groups = -(-n // g)
+    width = groups * g  # columns, padded to whole groups
 
     with torch.no_grad():
-        for s in range(0, n, chunk_size):
-            e = min(s + chunk_size, n)
-            for t in range(s, n, chunk_size):
-                u = min(t + chunk_size, n)
-                if distance == "cosine":
-                    block = -(x[s:e] @ x[t:u].T)
-                else:
-                    block = torch.cdist(x[s:e], x[t:u])
-                if s == t:
-                    block.fill_diagonal_(float("inf"))
-                offer(slice(s, e), block, t, transposed=False)
-                if t != s:
-                    offer(slice(t, u), block, s, transposed=True)
-    return best_index
+        if distance == "cosine":
+            # Minus the similarity: negating the query makes the product exactly -(x . y),
+            # so it ranks exactly as PML's CosineSimilarity does.
+            refs = F.normalize(x, dim=1)
+            query = lambda s, e: -refs[s:e]  # noqa: E731
+        else:
+            # torch.cdist's own formulation (what PML's LpDistance calls), less its final
+            # clamp and sqrt, which are monotonic: [-2x, |x|^2, 1] . [y, 1, |y|^2].
+            sq = x.pow(2).sum(-1, keepdim=True)
+            one = torch.ones_like(sq)
+            refs = torch.cat((x, one, sq), dim=1)
+            query = lambda s, e: torch.cat((x[s:e].mul(-2), sq[s:e], one[s:e]), dim=1)  # noqa: E731
+        if width > n:
+            refs = torch.cat((refs, refs.new_zeros(width - n, refs.shape[1])))
+        refs_t = refs.T
+        buffer = torch.empty(rows * width)
+        best = torch.empty((n, k), dtype=torch.int64)
+        for s in range(0, n, rows):
+            e = min(s + rows, n)
+            r = e - s
+            block = buffer[: r * width].view(r, width)
+            torch.mm(query(s, e), refs_t, out=block)
+            # Row i's own column s + i, at flat position i * width + s + i.
+            block.view(-1)[s : s + (r - 1) * (width + 1) + 1 : width + 1] = float("inf")
+            if width > n:
+                block[:, n:] = float("inf")
+            if g == 1:
+                best[s:e] = torch.topk(block, k, dim=1, largest=False, sorted=True).indices
+                continue
+            # The k smallest group minima lie in k distinct groups, so a row's k-th
+            # smallest score is at most the k-th smallest group minimum T; every score
+            # below T is in a group whose minimum is below T, i.e. among those k groups,
+            # and they hold k scores <= T. Their k * g scores thus contain an exact top-k
+            # (ties at T broken arbitrarily, as by torch.topk). T is finite since at most
+            # two groups (self, padding) lack a finite score and there are >= k + 2.
+            grouped = block.view(r, groups, g)
+            chosen = torch.topk(grouped.amin(dim=2), k, dim=1, largest=False, sorted=False).indices
+            candidates = torch.gather(grouped, 1, chosen.unsqueeze(2).expand(r, k, g)).view(r, k * g)
+            position = torch.topk(candidates, k, dim=1, largest=False, sorted=True).indices
+            best[s:e] = torch.gather(chosen, 1, position // g) * g + position % g
+    return best
+
+
+def _group_size(n: int, k: int) -> int:
+    """Column group width: about sqrt(N / k) balances the group-minimum top-k against the candidate top-k."""
+    g = 32
+    while g > 1 and n < 4 * k * g:
+        g //= 2
+    return g if g >= 4 else 1
 
 
 def retrieval_metrics(
@@ -169,14 +179,16 @@ def retrieval_metrics(
     labels: torch.Tensor | np.ndarray,
     ks: Sequence[int] = (1, 2, 4, 8),
     distance: str = "euclidean",
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    chunk_size: int | None = None,
 ) -> dict[str, float]:
     """P@1, R-Precision, MAP@R and Recall@k of the set retrieving itself.
 
     Returns ``precision_at_1``, ``r_precision``, ``map_at_r``, ``recall_at_{k}``
     for each k, and ``num_queries`` (queries whose class has another sample).
     ``R`` of a query is the number of other samples of its class. Recall@k with
-    ``k >= N - 1`` looks at all other samples, so it is 1.
+    ``k >= N - 1`` looks at all other samples, so it is 1. ``chunk_size`` is the
+    number of queries scored at a time, against all N (``chunk_size x N`` float32
+    scores); by default as many as fit in ``BLOCK_ELEMENTS`` (128 MB), whatever N.
 
     Raises ``BenchError`` on malformed input, on a ``distance`` other than
     ``"euclidean"``/``"cosine"``, and when no class has two samples (then there is
@@ -186,7 +198,9 @@ def retrieval_metrics(
     ks = _check_ks(ks)
     if distance not in RETRIEVAL_DISTANCES:
         raise BenchError(f"unknown distance {distance!r}: expected one of {', '.join(RETRIEVAL_DISTANCES)}")
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+    if chunk_size is not None and (
+        isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1
+    ):
         raise BenchError(f"chunk_size must be a positive integer, got {chunk_size!r}")
 
     _, inverse, counts = torch.unique(y, return_inverse=True, return_counts=True)
@@ -198,7 +212,7 @@ def retrieval_metrics(
 
     n = x.shape[0]
     k = min(n - 1, max(int(r.max()), max(ks)))
-    neighbours = nearest_neighbours(x, k, distance, int(chunk_size))[queries]
+    neighbours = nearest_neighbours(x, k, distance, None if chunk_size is None else int(chunk_size))[queries]
     y_q, r_q = y[queries], r[queries]
     hits = y[neighbours] == y_q[:, None]  # (Q, K), ordered nearest first
 
