@@ -227,8 +227,8 @@ class Sweep:
     def setup(self) -> None:
         from bench import tracking
 
+        self.prepared: Prepared = prepare(self.protocol, self.options.data_root)  # bad data: fail before any move
         moved = tables.claim_dir(self.results, self.protocol.hash)
-        self.prepared: Prepared = prepare(self.protocol, self.options.data_root)
         self.fingerprints = self.prepared.fingerprints()
         self.tracking_uri = tracking.resolve_tracking_uri(self.options.tracking_uri)
         base_tags = tracking.standard_tags(self.fingerprints["split"], protocol=self.protocol.name,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -171,8 +172,10 @@ def test_rerun_of_a_finished_sweep_records_nothing_twice(sweep, data_root):
     assert after["manifest"]["created"] == before["manifest"]["created"]
 
 
-def test_budget_audit_refuses_a_cell_with_a_differing_budget(sweep, data_root):
-    root, path, _, _ = sweep
+def test_budget_audit_refuses_a_cell_with_a_differing_budget(sweep, data_root, tmp_path):
+    source, path, _, _ = sweep
+    root = tmp_path / "copy"  # the shared sweep stays untouched for the other tests
+    shutil.copytree(source, root)
     with sqlite3.connect(root / "optuna.db") as db:  # as if one trial of one cell had trained longer
         (trial_id,) = db.execute(
             "select t.trial_id from trials t join studies s on s.study_id = t.study_id "
@@ -209,6 +212,19 @@ def test_test_classes_never_reach_a_trial(data_root, tmp_path):
         run_trial(protocol, prepared, plan(protocol).cells[0], slot.trial, slot.slot)
     with pytest.raises(TestLeakError):
         TestClassGuard(ClassSplit("test", (1, 2))).check([0, 2, 3], "validation")
+
+
+def test_a_class_with_too_few_samples_is_one_clear_error(tmp_path, data_root):
+    path = tmp_path / "few.yaml"
+    path.write_text(TINY.replace("ITERATIONS", "5").replace("image_size: 12", "image_size: 12\n  "
+                                                                             "min_samples_per_class: 21"))
+    results = tmp_path / "results" / "tiny"
+    results.mkdir(parents=True)
+    (results / "manifest.json").write_text(json.dumps({"protocol_hash": "0" * 64}))
+    with pytest.raises(BenchError, match=r"omniglot:background: class \d+ has 20 sample\(s\); every train class "
+                                         r"needs at least 21 \(data.min_samples_per_class\)"):
+        run_protocol(path, _options(tmp_path, data_root))
+    assert json.loads((results / "manifest.json").read_text())["protocol_hash"] == "0" * 64  # nothing moved
 
 
 def test_workers_never_take_more_slots_than_the_budget(tmp_path):
