@@ -118,18 +118,20 @@ class MlflowRecords:
         from mlflow.tracking import MlflowClient
 
         self.protocol, self.uri, self.base_tags = protocol, uri, base_tags
-        self.client = MlflowClient(tracking_uri=uri)
         name = f"dmlbench/{protocol.name}"
-        try:
-            experiment = self.client.get_experiment_by_name(name)
-            if experiment is None:
-                self.experiment_id = self._create_experiment(name)
-            else:
-                self.experiment_id = experiment.experiment_id
-        except BenchError:
-            raise
-        except Exception as e:
-            raise BenchError(f"cannot open MLflow tracking store {uri!r}: {str(e).splitlines()[0]}") from e
+        for attempt in range(4):  # workers starting at once on a new store race to create its tables
+            try:
+                self.client = MlflowClient(tracking_uri=uri)
+                experiment = self.client.get_experiment_by_name(name)
+                if experiment is None:
+                    self.experiment_id = self._create_experiment(name)
+                else:
+                    self.experiment_id = experiment.experiment_id
+                break
+            except Exception as e:
+                if attempt == 3:
+                    raise BenchError(f"cannot open MLflow tracking store {uri!r}: {str(e).splitlines()[0]}") from e
+                time.sleep(1 + attempt)
         self._logged: dict[str, set[str]] = {}
 
     def _create_experiment(self, name: str) -> str:

@@ -344,13 +344,17 @@ def open_storage(url: str):
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
     if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
         Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        try:
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_S,
-                                              grace_period=GRACE_S, heartbeat_stale_trial_callback=_requeue)
-        except Exception as e:  # a URL that cannot be opened is the user's
-            raise BenchError(f"cannot open Optuna storage {redact(url)!r}: {str(e).splitlines()[0]}") from e
+    for attempt in range(4):  # two workers starting at once on a new database race to create its tables
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            try:
+                return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_S,
+                                                  grace_period=GRACE_S, heartbeat_stale_trial_callback=_requeue)
+            except Exception as e:  # a URL that cannot be opened is the user's
+                if attempt == 3 or "UNIQUE constraint" not in str(e) and "already exists" not in str(e):
+                    raise BenchError(f"cannot open Optuna storage {redact(url)!r}: {str(e).splitlines()[0]}") from e
+                time.sleep(1 + attempt)
+    raise AssertionError("unreachable")
 
 
 def redact(url: str) -> str:

@@ -311,3 +311,28 @@ def test_resume_after_kill_equals_an_uninterrupted_run(tmp_path, data_root):
     keys = _mlflow_runs(killed)
     keys = keys[(keys["key"] == "dmlbench.key") & (keys["lifecycle_stage"] == "active")]
     assert keys["value"].is_unique and len(keys) == len(_mlflow_runs(clean).query("key == 'dmlbench.key'"))
+
+
+def test_two_workers_share_one_sweep(tmp_path, data_root, sweep):
+    """Two processes on one storage and one tracking store: every slot run once, the same tables as one worker."""
+    path = _protocol_file(tmp_path)
+    shared = ["--storage", f"sqlite:///{tmp_path / 'optuna.db'}", "--tracking-uri", str(tmp_path / "mlruns"),
+              "--data-root", str(data_root), "--quiet"]
+    workers = [_cli(["run", str(path), "--results-dir", str(tmp_path / f"results-{w}"), *shared]) for w in "ab"]
+    outputs = [w.communicate(timeout=300)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], outputs
+    with sqlite3.connect(tmp_path / "optuna.db") as db:
+        counts = db.execute("select s.study_name, count(*) from trials t join studies s using (study_id) "
+                            "where t.state in ('COMPLETE', 'FAIL', 'PRUNED') and t.trial_id not in "
+                            "(select trial_id from trial_system_attributes where key = 'dmlbench:surplus') "
+                            "group by s.study_name").fetchall()
+    assert sorted(n for _, n in counts) == [2] * 5  # 3 tuning studies, 2 final studies (one cell never retrains)
+    runs = _mlflow_runs(tmp_path)
+    keys = runs[(runs["key"] == "dmlbench.key") & (runs["lifecycle_stage"] == "active")]
+    assert keys["value"].is_unique and len(keys) == 3 + 6 + 6 + 4
+    a, b = read(tmp_path / "results-a" / "tiny"), read(tmp_path / "results-b" / "tiny")
+    single = read(sweep[0] / "results" / "tiny")  # the same protocol run by one worker (in process)
+    for name in ("trials", "finals"):
+        pd.testing.assert_frame_equal(_without_timing(a[name]), _without_timing(b[name]))
+        # with fewer trials than TPE's startup trials, parameters depend on the slot alone, not on timing
+        pd.testing.assert_frame_equal(_without_timing(a[name]), _without_timing(single[name]))
