@@ -300,6 +300,8 @@ class Sweep:
             self.manifest["finished"] = tables.now()
             refused = self._write(finished=True)
         except KeyboardInterrupt:
+            for run_id in self.cell_runs.values():  # cells left open; a resumed sweep reopens them
+                self.mlflow.end(run_id, "KILLED")
             self._write(finished=False)
             raise
         finally:
@@ -335,6 +337,7 @@ class Sweep:
         if best is None:
             self.line(f"{cell.id}: no trial completed, nothing to retrain")
             self.mlflow.end(self._cell_run(cell), "FAIL")
+            self.cell_runs.pop(cell.id)
             return True
         finals = self.finals[cell.id]
         while (slot := finals.claim()) is not None:
@@ -342,6 +345,7 @@ class Sweep:
         if not finals.finished():
             return False
         self.mlflow.end(self._cell_run(cell), "COMPLETE")
+        self.cell_runs.pop(cell.id)
         return True
 
     def _best(self, cell: Cell) -> Any:

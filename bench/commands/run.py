@@ -20,23 +20,32 @@ import click
               help="tables go to RESULTS_DIR/<protocol name>/")
 @click.option("--data-root", default=None, help="folder holding the datasets (default: $DMLBENCH_DATA, ../shared/data)")
 @click.option("--quiet", is_flag=True, help="no progress bars: one line per finished trial (for CI logs)")
-@click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1),
-              help="torch CPU threads of this worker; to use more cores, start more workers on the same --storage")
+@click.option("--threads", default=None, type=click.IntRange(min=1),
+              help="torch CPU threads (default: torch's, one per core); 1 on a machine busy with other work")
 def command(file: str, storage: str | None, tracking_uri: str | None, results_dir: str, data_root: str | None,
-            quiet: bool, threads: int) -> None:
+            quiet: bool, threads: int | None) -> None:
     """Run (or resume) protocol FILE.
 
-    One thread per worker by default: small CPU models run fastest that way
-    on a shared machine (more threads than free cores make every step wait),
-    and a sweep resumed with the same thread count reproduces its numbers
-    exactly (the order of float additions depends on it).
+    Resume with the same --threads to reproduce the numbers exactly: the
+    order of float additions on the CPU depends on the thread count. More
+    threads than free cores make every step wait, so on a shared machine
+    use --threads 1 (and more workers on the same --storage to use more cores).
+    SIGTERM is handled like Ctrl-C: the running trial is given back first.
     """
+    import signal
+
     import torch
 
     from bench.protocol import load_protocol
     from bench.runner import Options, run_protocol
 
-    torch.set_num_threads(threads)
+    if threads is not None:
+        torch.set_num_threads(threads)
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
     protocol = load_protocol(file)  # a malformed file fails before storage, data or MLflow are touched
     outcome = run_protocol(protocol, Options(storage=storage, tracking_uri=tracking_uri, results_dir=results_dir,
                                              data_root=data_root, quiet=quiet))
