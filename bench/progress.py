@@ -5,7 +5,9 @@ folds, then final seeds), and iterations over the whole sweep, whose rate
 gives the estimate of the time left. A resumed sweep starts the iteration
 bar at what is already recorded, so the estimate covers only what remains.
 With ``quiet`` there are no bars: one line per finished trial or final run,
-which is what a CI log can hold.
+which is what a CI log can hold, ending with the share of the sweep's
+iterations done and the time left at this process's rate (other workers on
+the same storage are counted at the next resume, not live).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ class Progress:
         self.start = time.monotonic()
         self._run_total = 0
         self._run_done = 0
+        self.total = total_iterations
+        self.done = self._done_at_start = done_iterations
         self.cells = self.runs = self.iterations = None
         if not quiet:
             from tqdm import tqdm
@@ -47,25 +51,39 @@ class Progress:
     def run_started(self, iterations: int) -> None:
         self._run_total, self._run_done = iterations, 0
 
+    def _advance(self, n: int) -> None:
+        if n > 0:
+            self.done += n
+            if self.iterations is not None:
+                self.iterations.update(n)
+
     def iteration(self, it: int, total: int, loss: float) -> None:
-        """The training loop's progress callback: advance the sweep's iteration bar."""
-        if self.iterations is not None and it > self._run_done:
-            self.iterations.update(it - self._run_done)
+        """The training loop's progress callback: advance the sweep's iteration count."""
+        if it > self._run_done:
+            self._advance(it - self._run_done)
             self._run_done = it
-            self.iterations.set_postfix(loss=f"{loss:.4f}", refresh=False)
+            if self.iterations is not None:
+                self.iterations.set_postfix(loss=f"{loss:.4f}", refresh=False)
 
     def run_finished(self) -> None:
         """Count the rest of a run's allotment (pruned or diverged early) so the time left stays right."""
-        if self.iterations is not None and self._run_total > self._run_done:
-            self.iterations.update(self._run_total - self._run_done)
+        self._advance(self._run_total - self._run_done)
         self._run_done = self._run_total
         if self.runs is not None:
             self.runs.update(1)
 
     def skip(self, iterations: int) -> None:
         """Folds a failed or pruned trial never started still count as spent, for the time left."""
-        if self.iterations is not None and iterations > 0:
-            self.iterations.update(iterations)
+        self._advance(iterations)
+
+    def eta(self) -> str:
+        """`37% of iterations, ~0:21:05 left`, from this process's rate since it started."""
+        pct = 100 * self.done / self.total if self.total else 100.0
+        ran = self.done - self._done_at_start
+        if ran <= 0:
+            return f"{pct:.0f}% of iterations"
+        left = (time.monotonic() - self.start) / ran * max(self.total - self.done, 0)
+        return f"{pct:.0f}% of iterations, ~{_clock(left)} left"
 
     # ---- lines
 
@@ -73,17 +91,17 @@ class Progress:
               iterations: int, wall_s: float, reason: str = "") -> None:
         score = f" {metric}={value:.4f}" if value is not None else ""
         why = f" ({reason})" if reason and state != "COMPLETE" else ""
-        self.line(f"{cell} trial {slot + 1}/{n} {state}{score} [{iterations} it, {wall_s:.1f} s]{why}")
+        self.line(f"{cell} trial {slot + 1}/{n} {state}{score} [{iterations} it, {wall_s:.1f} s]{why}"
+                  f" | {self.eta()}")
 
     def final(self, cell: str, seed: int, state: str, metrics: dict[str, Any], metric: str, wall_s: float,
               reason: str = "") -> None:
         score = f" {metric}={metrics[metric]:.4f}" if metric in metrics else ""
         why = f" ({reason})" if reason and state != "COMPLETE" else ""
-        self.line(f"{cell} final seed {seed} {state}{score} [{wall_s:.1f} s]{why}")
+        self.line(f"{cell} final seed {seed} {state}{score} [{wall_s:.1f} s]{why} | {self.eta()}")
 
     def line(self, text: str) -> None:
-        elapsed = time.monotonic() - self.start
-        stamp = f"[{int(elapsed // 3600)}:{int(elapsed % 3600 // 60):02d}:{int(elapsed % 60):02d}]"
+        stamp = f"[{_clock(time.monotonic() - self.start)}]"
         if self.quiet:
             print(f"{stamp} {text}", file=self.stream, flush=True)
         else:
@@ -95,3 +113,8 @@ class Progress:
         for bar in (self.iterations, self.runs, self.cells):
             if bar is not None:
                 bar.close()
+
+
+def _clock(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"

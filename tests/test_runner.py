@@ -301,6 +301,7 @@ def test_resume_after_kill_equals_an_uninterrupted_run(tmp_path, data_root):
     assert reference.returncode == 0, ref_out
     lines = [line for line in ref_out.splitlines() if re.search(r" trial \d+/\d+ ", line)]
     assert len(lines) == 6 and all(line.startswith("[") for line in lines)  # --quiet: one line per trial
+    assert all(re.search(r"\| \d+% of iterations, ~\d+:\d\d:\d\d left$", line) for line in lines), lines
 
     a, b = read(clean / "results" / "tiny"), read(killed / "results" / "tiny")
     for name in ("trials", "finals", "summary"):
@@ -336,3 +337,22 @@ def test_two_workers_share_one_sweep(tmp_path, data_root, sweep):
         pd.testing.assert_frame_equal(_without_timing(a[name]), _without_timing(b[name]))
         # with fewer trials than TPE's startup trials, parameters depend on the slot alone, not on timing
         pd.testing.assert_frame_equal(_without_timing(a[name]), _without_timing(single[name]))
+
+
+def test_quiet_lines_carry_the_share_done_and_time_left() -> None:
+    import io
+
+    from bench.progress import Progress
+
+    out = io.StringIO()
+    p = Progress(n_cells=2, total_iterations=400, done_iterations=100, quiet=True, stream=out)
+    p.start -= 30.0  # 30 s spent on this process's share so far
+    p.run_started(100)
+    p.iteration(50, 100, 0.5)
+    p.run_finished()  # a run stopped early still spends its allotment
+    p.trial("triplet+batch_hard", 0, 4, "COMPLETE", 0.5, "map_at_r", 100, 30.0)
+    # 200 of 400 done; 100 iterations in 30 s, 200 left -> about a minute
+    assert out.getvalue().rstrip().endswith("| 50% of iterations, ~0:01:00 left"), out.getvalue()
+    p.skip(200)
+    p.final("triplet+batch_hard", 0, "COMPLETE", {"map_at_r": 0.5}, "map_at_r", 1.0)
+    assert out.getvalue().rstrip().endswith("| 100% of iterations, ~0:00:00 left")
