@@ -302,6 +302,13 @@ def test_resume_after_kill_equals_an_uninterrupted_run(tmp_path, data_root):
     lines = [line for line in ref_out.splitlines() if re.search(r" trial \d+/\d+ ", line)]
     assert len(lines) == 6 and all(line.startswith("[") for line in lines)  # --quiet: one line per trial
     assert all(re.search(r"\| \d+% of iterations, ~\d+:\d\d:\d\d left$", line) for line in lines), lines
+    table = ref_out[ref_out.index("rank  "):]  # a finished run prints its ranked cells
+    assert re.match(r"rank\s+cell\s+seeds\s+map_at_r \[95% CI\]", table), ref_out
+    finals = read(clean / "results" / "tiny")["finals"]
+    for cell, rows in finals.groupby("cell"):
+        ranked = re.search(rf"^\s*\d+\s+{re.escape(cell)}\s", table, re.M) is not None
+        failed = f"no completed final seed: {cell}" in table
+        assert (ranked, failed) == ((True, False) if (rows["state"] == "COMPLETE").any() else (False, True)), table
 
     a, b = read(clean / "results" / "tiny"), read(killed / "results" / "tiny")
     for name in ("trials", "finals", "summary"):

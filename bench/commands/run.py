@@ -7,6 +7,8 @@ once. See bench/runner.py for what is recorded where and how workers share.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 
@@ -49,6 +51,26 @@ def command(file: str, storage: str | None, tracking_uri: str | None, results_di
     protocol = load_protocol(file)  # a malformed file fails before storage, data or MLflow are touched
     outcome = run_protocol(protocol, Options(storage=storage, tracking_uri=tracking_uri, results_dir=results_dir,
                                              data_root=data_root, quiet=quiet))
+    _print_table(outcome.results)
     minutes, seconds = divmod(int(outcome.wall_time_s), 60)
     click.echo(f"{protocol.name} ({protocol.hash12}): {outcome.cells} cells done in {minutes}:{seconds:02d}; "
                f"tables in {outcome.results}")
+
+
+def _print_table(results: Path) -> None:
+    """The ranked cells, so that a finished run answers its question on the terminal."""
+    from bench.errors import BenchError
+    from bench.reports import leaderboard, source
+
+    try:
+        res = source.load(results)
+    except BenchError as e:  # e.g. every cell failed: the tables still hold the reasons
+        click.echo(f"no table to print: {e}")
+        return
+    board = leaderboard.build(res)
+    click.echo(leaderboard.text(board))
+    ranked = {r.cell for r in board.rows}
+    for cell, rows in res.finals.groupby(res.finals["cell"].astype(str), sort=True):
+        if cell not in ranked:
+            reasons = sorted({str(r) for r in rows.get("reason", []) if isinstance(r, str) and r})
+            click.echo(f"no completed final seed: {cell}" + (f" ({reasons[0]})" if reasons else ""))

@@ -188,3 +188,24 @@ def markdown(board: Board) -> str:
     out += [f"- {line}" for line in footer_lines(board)]
     out.append(f"- validation/test rank correlation (Spearman) of `{board.primary}`: {fmt(board.transfer, 2)}")
     return "\n".join(out) + "\n"
+
+
+def text(board: Board, columns: tuple[str, ...] = ("precision_at_1", "lake_accuracy")) -> str:
+    """A terminal table: rank, cell, seeds, primary metric with its interval, a few more means, validation.
+
+    What `dmlbench run` prints when it finishes; the full table with every
+    metric and the budgets is the Markdown one (`dmlbench leaderboard`).
+    """
+    extra = [m for m in columns if m in board.metrics and m != board.primary]
+    head = ["rank", "cell", "seeds", f"{board.primary} [95% CI]", *extra, f"val_{board.primary}"]
+    rows = [[str(r.rank), r.cell, str(r.n_seeds), fmt_interval(r.metrics[board.primary]),
+             *(fmt(r.metrics[m].mean) for m in extra), fmt(r.validation)] for r in board.rows]
+    widths = [max(len(line[i]) for line in [head, *rows]) for i in range(len(head))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    out = [line(head), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+    refused = board.manifest.get("refused") or {}
+    out += [f"left out (budget audit): {cell}: {why}" for cell, why in refused.items()]
+    return "\n".join(out)
