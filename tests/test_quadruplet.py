@@ -283,7 +283,7 @@ def test_margohnm_margins_and_selection_match_loop() -> None:
     labels = LAYOUTS["uneven"]
     y = torch.tensor(labels)
     emb = embeddings(len(labels), seed=2).detach()
-    miner = MargOHNMMiner(warmup_iterations=2, distance="euclidean", max_tuples=10**6)
+    miner = MargOHNMMiner(warmup_iterations=2, distance="euclidean")  # default: every violating one
     g = ref_matrix(emb, "euclidean", True)
     quads = ref_quadruplets(labels)
     a1, a2, mu_p, mu_n = ref_margins(g, labels)
@@ -305,11 +305,11 @@ def test_margohnm_margins_and_selection_match_loop() -> None:
     assert a1 == pytest.approx(2 * a2) and a1 > 0
 
 
-def test_margohnm_cap_keeps_the_hardest() -> None:
+def test_margohnm_hardest_cap_keeps_the_hardest() -> None:
     labels = LAYOUTS["pk"]
     y = torch.tensor(labels)
     emb = embeddings(len(labels), seed=4).detach()
-    miner = MargOHNMMiner(warmup_iterations=0, max_tuples=25)
+    miner = MargOHNMMiner(warmup_iterations=0, max_tuples=25, keep="hardest")
     q = miner(emb, y)
     g = ref_matrix(emb, "squared_euclidean", True)
     a1, a2, _, _ = ref_margins(g, labels)
@@ -320,12 +320,37 @@ def test_margohnm_cap_keeps_the_hardest() -> None:
     assert list(zip(*(t.tolist() for t in q[:4]))) == [t for _, t in losses[:25]]
 
 
+def test_margohnm_random_cap_is_a_uniform_sample_of_the_violating() -> None:
+    labels = LAYOUTS["pk"]
+    y = torch.tensor(labels)
+    emb = embeddings(len(labels), seed=4).detach()
+    g = ref_matrix(emb, "squared_euclidean", True)
+    a1, a2, _, _ = ref_margins(g, labels)
+    quads = ref_quadruplets(labels)
+    violating = [t for t, v in zip(quads, ref_terms(g, quads, a1, a2)) if float(v) > 0]
+    rank = {t: r for r, t in enumerate(violating)}
+    torch.manual_seed(0)
+    counts = torch.zeros(len(violating), dtype=torch.float64)
+    draws = 400
+    for _ in range(draws):
+        q = MargOHNMMiner(warmup_iterations=0, max_tuples=25)(emb, y)
+        got = list(zip(*(t.tolist() for t in q[:4])))
+        assert len(got) == len(set(got)) == 25 and set(got) <= set(violating)
+        counts[[rank[t] for t in got]] += 1
+    # each violating quadruplet is drawn with probability 25 / n: the hardest are not favoured
+    expected = draws * 25 / len(violating)
+    hardest = sorted(range(len(violating)), key=lambda r: -float(ref_terms(g, [violating[r]], a1, a2)[0]))[:25]
+    assert float(counts.sum()) == draws * 25
+    assert float(counts[hardest].mean()) < 1.5 * expected
+    assert float(((counts - expected) ** 2).mean()) < 3 * expected  # binomial spread, not a fixed subset
+
+
 def test_margohnm_bound_to_learned_metric_and_margins_reach_the_loss() -> None:
     torch.manual_seed(2)
     labels = LAYOUTS["pk"]
     y = torch.tensor(labels)
     loss = QuadrupletLoss(learned_metric=True).double()
-    miner = build_miner("margohnm", warmup_iterations=0, max_tuples=10**6)
+    miner = build_miner("margohnm", warmup_iterations=0)
     miner.bind_loss(loss)
     emb = embeddings(len(labels), seed=6)
     q = miner(emb, y)
@@ -453,6 +478,8 @@ def test_bad_parameters_raise_bench_error() -> None:
         build_miner("hardest_of_pool", kind="pairs")
     with pytest.raises(BenchError, match="max_tuples"):
         build_miner("margohnm", max_tuples=0)
+    with pytest.raises(BenchError, match="keep must be one of random, hardest"):
+        build_miner("margohnm", keep="easiest")
     assert isinstance(build_loss("quadruplet", learned_metric=True), QuadrupletLoss)
 
 
