@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -95,6 +96,7 @@ class Options:
     data_root: str | None = None
     quiet: bool = False
     poll_s: float = POLL_S
+    redo: tuple[str, ...] = ()  # cells whose records are discarded before the sweep (after a fix to a method)
 
 
 @dataclass
@@ -198,6 +200,22 @@ class MlflowRecords:
             file.write_text(text or "")
             self.client.log_artifact(run_id, str(file))
 
+    def delete_cell(self, cell_id: str) -> int:
+        """Delete the runs of one cell of this protocol version (the cell run, its trials, folds, seeds)."""
+        prefix = f"{self.protocol.hash12}/{cell_id}"
+        deleted, token = 0, None
+        while True:
+            page = self.client.search_runs([self.experiment_id], max_results=1000, page_token=token,
+                                           filter_string=f"tags.`dmlbench.key` LIKE '{self.protocol.hash12}/%'")
+            for run in page:
+                key = run.data.tags.get("dmlbench.key", "")
+                if key == prefix or key.startswith(prefix + "/"):
+                    self.client.delete_run(run.info.run_id)
+                    deleted += 1
+            token = page.token
+            if not token:
+                return deleted
+
     def end(self, run_id: str, state: str) -> None:
         status = {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED", "KILLED": "KILLED"}.get(state, state)
         self.client.set_terminated(run_id, status)
@@ -237,6 +255,8 @@ class Sweep:
                                            protocol_hash=self.protocol.hash, train_fingerprint=self.fingerprints["train"],
                                            test_fingerprint=self.fingerprints["test"])
         self.mlflow = MlflowRecords(self.protocol, self.tracking_uri, base_tags)
+        for cell in self._redo_cells():
+            self._discard(cell)
         self.manifest = {
             "protocol": self.protocol.name, "protocol_hash": self.protocol.hash, "protocol_file": self.protocol.source,
             "primary_metric": self.primary, "metrics": self.metrics, "fingerprints": self.fingerprints,
@@ -258,6 +278,36 @@ class Sweep:
     def line(self, text: str) -> None:
         if hasattr(self, "progress"):
             self.progress.line(text)
+        elif not self.options.quiet or text.startswith("redo"):
+            print(text, file=sys.stderr, flush=True)
+
+    def _redo_cells(self) -> list[Cell]:
+        known = {c.id: c for c in self.plan.cells}
+        unknown = [c for c in self.options.redo if c not in known]
+        if unknown:
+            raise BenchError(f"--redo: no cell {unknown[0]!r} in {self.protocol.name}; cells: {', '.join(known)}")
+        return [known[c] for c in dict.fromkeys(self.options.redo)]
+
+    def _discard(self, cell: Cell) -> None:
+        """Forget a cell's records so that the sweep runs it again: its two Optuna studies, its MLflow
+        runs (deleted, so still restorable from MLflow), its artifacts. Other cells are untouched.
+
+        For a fix to one method's code: the protocol (and its hash) is the same, so without this the
+        sweep would keep the old records. Run it with no other worker on the same storage."""
+        import shutil
+
+        import optuna
+
+        studies = 0
+        for finals in (False, True):
+            try:
+                optuna.delete_study(study_name=study_name(self.protocol, cell, finals=finals), storage=self.storage)
+                studies += 1
+            except KeyError:  # never started
+                pass
+        runs = self.mlflow.delete_cell(cell.id)
+        shutil.rmtree(tables.cell_dir(self.results, cell.id), ignore_errors=True)
+        self.line(f"redo {cell.id}: discarded {studies} Optuna studies and {runs} MLflow runs")
 
     def _done_iterations(self) -> tuple[int, set[str]]:
         """Allotted iterations already recorded, and the cells whose finals are all recorded."""

@@ -363,3 +363,35 @@ def test_quiet_lines_carry_the_share_done_and_time_left() -> None:
     p.skip(200)
     p.final("triplet+batch_hard", 0, "COMPLETE", {"map_at_r": 0.5}, "map_at_r", 1.0)
     assert out.getvalue().rstrip().endswith("| 100% of iterations, ~0:00:00 left")
+
+
+def test_redo_discards_one_cell_and_reruns_it_to_the_same_table(tmp_path, data_root):
+    import optuna
+
+    path = _protocol_file(tmp_path)
+    run_protocol(path, _options(tmp_path, data_root))
+    before = read(tmp_path / "results" / "tiny")
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    studies = {s.study_name: s._study_id for s in optuna.get_all_study_summaries(storage)}
+    runs = _mlflow_runs(tmp_path)
+    keys = runs[runs["key"] == "dmlbench.key"]
+    old_cell_runs = set(keys[keys["value"].str.contains("/triplet\\+none(?:/|$)")]["run_uuid"])
+    assert len(old_cell_runs) == 1 + 2 * 2 + 2  # the cell run, 2 trials of one fold each, 2 final seeds
+
+    with pytest.raises(BenchError, match="--redo: no cell 'nope' in tiny; cells: triplet\\+none"):
+        run_protocol(path, _options(tmp_path, data_root, redo=("nope",)))
+    run_protocol(path, _options(tmp_path, data_root, redo=("triplet+none",)))
+
+    after_studies = {s.study_name: s._study_id for s in optuna.get_all_study_summaries(storage)}
+    assert after_studies.keys() == studies.keys()
+    for name, sid in studies.items():  # only the redone cell's two studies were created anew
+        assert (after_studies[name] != sid) == (":triplet+none" in name), name
+    runs = _mlflow_runs(tmp_path)
+    stage = runs.drop_duplicates("run_uuid").set_index("run_uuid")["lifecycle_stage"]
+    assert (stage[list(old_cell_runs)] == "deleted").all()
+    keys = runs[(runs["key"] == "dmlbench.key")]
+    active = keys[stage[keys["run_uuid"]].to_numpy() == "active"]
+    assert active["value"].is_unique and len(active) == len(keys) - len(old_cell_runs)
+    after = read(tmp_path / "results" / "tiny")
+    for name in ("trials", "finals", "summary"):  # same seeds, same code: the same numbers
+        pd.testing.assert_frame_equal(_without_timing(before[name]), _without_timing(after[name]))

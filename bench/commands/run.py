@@ -24,8 +24,11 @@ import click
 @click.option("--quiet", is_flag=True, help="no progress bars: one line per finished trial (for CI logs)")
 @click.option("--threads", default=None, type=click.IntRange(min=1),
               help="torch CPU threads (default: torch's, one per core); 1 on a machine busy with other work")
+@click.option("--redo", multiple=True, metavar="CELL",
+              help="discard CELL's records and run it again, e.g. after a fix to its loss or miner (repeatable; "
+                   "no other worker may be running)")
 def command(file: str, storage: str | None, tracking_uri: str | None, results_dir: str, data_root: str | None,
-            quiet: bool, threads: int | None) -> None:
+            quiet: bool, threads: int | None, redo: tuple[str, ...]) -> None:
     """Run (or resume) protocol FILE.
 
     Resume with the same --threads to reproduce the numbers exactly: the
@@ -50,7 +53,7 @@ def command(file: str, storage: str | None, tracking_uri: str | None, results_di
     signal.signal(signal.SIGTERM, interrupt)
     protocol = load_protocol(file)  # a malformed file fails before storage, data or MLflow are touched
     outcome = run_protocol(protocol, Options(storage=storage, tracking_uri=tracking_uri, results_dir=results_dir,
-                                             data_root=data_root, quiet=quiet))
+                                             data_root=data_root, quiet=quiet, redo=redo))
     _print_table(outcome.results)
     minutes, seconds = divmod(int(outcome.wall_time_s), 60)
     click.echo(f"{protocol.name} ({protocol.hash12}): {outcome.cells} cells done in {minutes}:{seconds:02d}; "
