@@ -139,10 +139,13 @@ def violating_quadruplets(dist: torch.Tensor, labels: torch.Tensor, alpha1: floa
         parts.append((i[q], j[q], l, k))
         part_losses.append(loss[q, l, k])
         if max_tuples is not None:
-            part_keys.append(part_losses[-1] if keep == "hardest" else torch.rand(len(q), device=dist.device))
-            if sum(len(t) for t in part_keys) > 2 * max_tuples:  # bound memory: keep only what can still win
-                parts, part_losses, part_keys = _top([_cat(parts, empty)], [torch.cat(part_losses)],
-                                                     [torch.cat(part_keys)], max_tuples)
+            key = part_losses[-1] if keep == "hardest" else torch.rand(len(q), device=dist.device)
+            if len(key) > max_tuples:  # only a chunk's own top max_tuples can win overall
+                top = torch.topk(key, max_tuples, sorted=False).indices.sort().values  # keep (i, j, l, k) order
+                parts[-1], part_losses[-1], key = tuple(t[top] for t in parts[-1]), part_losses[-1][top], key[top]
+            part_keys.append(key)
+            if sum(len(t) for t in part_keys) > 4 * max_tuples:  # bound memory
+                parts, part_losses, part_keys = _top(parts, part_losses, part_keys, max_tuples)
     if not parts:
         return (empty,) * 4, dist.new_empty(0), 0
     if max_tuples is not None:
