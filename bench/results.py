@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -27,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bench.atomic import atomic_file
 from bench.errors import BenchError
 from bench.plan import Plan
 
@@ -232,29 +231,13 @@ def tables(plan: Plan, records: Records, refused: dict[str, str]) -> dict[str, p
 
 def atomic_write(path: Path, write: Any) -> None:
     """``write(file)`` into a temp file beside ``path``, then rename: readers never see half a table."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path, "w", newline="") as f:
+        write(f)
 
 
 def atomic_npz(path: Path, **arrays: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path, "wb") as f:
+        np.savez(f, **arrays)
 
 
 def claim_dir(results: Path, protocol_hash: str) -> str | None:

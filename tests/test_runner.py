@@ -95,6 +95,10 @@ def test_sweep_writes_the_tables(sweep):
     trials, finals, summary, manifest = tables["trials"], tables["finals"], tables["summary"], tables["manifest"]
     assert manifest["protocol_hash"] == protocol.hash and manifest["finished"]
     assert set(manifest["fingerprints"]) == {"split", "train", "test", "folds"}
+    umask = os.umask(0)
+    os.umask(umask)
+    written = [f for f in (root / "results" / "tiny").rglob("*") if f.is_file()]
+    assert written and {f.stat().st_mode & 0o777 for f in written} == {0o666 & ~umask}  # shareable, not 0600
     assert list(trials["cell"].unique()) == CELLS and len(trials) == 6
     assert (trials["protocol_hash"] == protocol.hash).all()
     assert set(trials["iterations"][trials["state"] == "COMPLETE"]) == {20}  # 1 fold x 20 iterations

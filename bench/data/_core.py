@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import warnings
 import zlib
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
+from bench.atomic import atomic_file
 from bench.errors import BenchError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -214,20 +214,8 @@ def read_cache(path: Path) -> dict[str, np.ndarray] | None:
 
 def write_cache(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     """Write atomically (temp file in the same folder, fsync, rename): a killed process leaves no half file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, __digest__=_digest(arrays), **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide a shared cache from other users
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path, "wb") as f:
+        np.savez(f, __digest__=_digest(arrays), **arrays)
 
 
 def cached_arrays(
