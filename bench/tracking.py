@@ -69,6 +69,7 @@ def quiet_mlflow() -> None:
     # MLflow's own SQLAlchemy mappings use a strategy SQLAlchemy 2 deprecates: not ours to act on
     warnings.filterwarnings("ignore", message=r"The ``noload`` loader strategy is deprecated")
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per downloaded file
 
 
 def _mlflow():

@@ -154,3 +154,58 @@ def test_failed_seeds_and_refused_cells_are_left_out(sweep_copy: Path) -> None:
     kept = finals.loc[(finals["cell"] == CELLS[0]) & (finals["state"] == "COMPLETE"), "map_at_r"]
     assert rows[CELLS[0]][3].startswith(f"{kept.mean():.3f} [")
     assert f"left out (budget audit): `{CELLS[2]}`" in md.split("\n---\n", 1)[1]
+
+
+def _without_times(md: str) -> str:
+    return "\n".join(line for line in md.splitlines() if not line.startswith(("- created", "- finished")))
+
+
+def test_leaderboard_from_the_mlflow_experiment_is_the_results_leaderboard(
+        sweep: Path, sweep_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same sweep read from its MLflow records (not the results directory) gives the same table,
+    footer and plots; the first seed's artifacts are downloaded beside the pages."""
+    store = sweep.parent.parent / "runs" / "mlflow.db"
+    out = tmp_path / "from-mlflow"
+    assert main(["leaderboard", str(sweep_copy), "--quiet"]) == 0
+    assert main(["leaderboard", "--mlflow-experiment", "dmlbench/reports-tiny", "--tracking-uri", str(store),
+                 "--out", str(out), "--quiet"]) == 0
+    expected = _without_times((sweep_copy / "leaderboard.md").read_text())
+    assert _without_times((out / "leaderboard.md").read_text()) == expected
+    assert len(_rows(expected)) == len(CELLS)
+    for cell in CELLS:
+        mine, theirs = sweep_copy / "artifacts" / cell, out / "artifacts" / cell
+        assert (theirs / "optuna_history.csv").read_text() == (mine / "optuna_history.csv").read_text()
+        if (mine / "pair_distances.npz").exists():
+            with np.load(mine / "pair_distances.npz") as a, np.load(theirs / "pair_distances.npz") as b:
+                assert np.array_equal(a["pos"], b["pos"]) and np.array_equal(a["neg"], b["neg"])
+    # The name without its `dmlbench/` prefix finds the same experiment.
+    assert main(["leaderboard", "--mlflow-experiment", "reports-tiny", "--tracking-uri", str(store),
+                 "--out", str(tmp_path / "short"), "--quiet"]) == 0
+    assert _without_times((tmp_path / "short" / "leaderboard.md").read_text()) == expected
+    capsys.readouterr()
+
+
+def test_mlflow_leaderboard_never_pools_protocol_versions(sweep: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A run of another protocol version in the experiment: refused until --protocol-hash picks one."""
+    from mlflow.tracking import MlflowClient
+
+    store = tmp_path / "mlflow.db"
+    shutil.copy(sweep.parent.parent / "runs" / "mlflow.db", store)
+    client = MlflowClient(f"sqlite:///{store}")
+    experiment = client.get_experiment_by_name("dmlbench/reports-tiny")
+    ours = json.loads((sweep / "manifest.json").read_text())["protocol_hash"]
+    client.create_run(experiment.experiment_id, tags={"dmlbench.protocol_hash": "f" * 64, "cell": "triplet+batch_hard",
+                                                      "kind": "final", "seed": "0", "state": "COMPLETE"})
+    args = ["leaderboard", "--mlflow-experiment", "reports-tiny", "--tracking-uri", str(store),
+            "--out", str(tmp_path / "lb"), "--quiet"]
+    assert main(args) == 2
+    line = _error_line(capsys)
+    assert "2 versions of the protocol" in line and ours[:12] in line and "--protocol-hash" in line
+    assert main([*args, "--protocol-hash", ours[:8]]) == 0
+    assert main([*args, "--protocol-hash", "f" * 8]) == 2  # that version recorded no protocol file
+    assert "recorded its protocol file" in _error_line(capsys)
+    assert main(["leaderboard", "--mlflow-experiment", "nope", "--tracking-uri", str(store)]) == 2
+    assert "no MLflow experiment 'nope'" in _error_line(capsys)
+    assert main(["leaderboard", "--mlflow-experiment", "reports-tiny", "--tracking-uri", str(tmp_path / "x.db")]) == 2
+    assert "no MLflow store at" in _error_line(capsys) and not (tmp_path / "x.db").exists()

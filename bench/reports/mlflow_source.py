@@ -1,0 +1,268 @@
+"""A leaderboard's tables rebuilt from an MLflow experiment instead of a results directory.
+
+A team that shares one tracking server may have the MLflow records but not
+the worker's ``results/<protocol>/``. Everything a report needs is in those
+records: each cell run carries the protocol file it ran, each trial run its
+hyperparameters, state and validation score, each final run its seed and
+test metrics, the first seed its pair distances (and 2-D embedding).
+
+The records are turned into the same ``bench.results.Records`` the runner
+builds from its Optuna storage, then audited and tabulated by the same
+functions, so a leaderboard from MLflow and one from the results directory
+of the same sweep are the same table. Two versions of a protocol (two
+hashes) in one experiment are never pooled: the caller picks one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from bench.errors import BenchError
+from bench.reports.source import Results
+
+PREFIX = "dmlbench/"
+HASH_TAG = "dmlbench.protocol_hash"
+
+
+def _client(tracking_uri: str | None) -> Any:
+    """A client on an existing store: reading must not leave a new, empty SQLite file behind."""
+    import os
+
+    from bench import tracking
+
+    given = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if not given:
+        given = str(Path(tracking.DEFAULT_DIR) / tracking.DEFAULT_FILE)
+    if "://" not in given:
+        path = Path(given).expanduser()
+        path = path / tracking.DEFAULT_FILE if path.is_dir() else path
+        if not path.is_file():
+            raise BenchError(f"no MLflow store at {path} (give the one `dmlbench run` recorded to with --tracking-uri)")
+        given = f"sqlite:///{path.resolve()}"
+    elif given.startswith("sqlite:///") and not Path(given[len("sqlite:///"):]).is_file():
+        raise BenchError(f"no MLflow store at {given[len('sqlite:///'):]}")
+    tracking.quiet_mlflow()
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=given)
+
+
+def _experiment(client: Any, name: str) -> Any:
+    """The experiment by its name, with or without the ``dmlbench/`` prefix the runner gives it."""
+    try:
+        for candidate in (name, PREFIX + name):
+            found = client.get_experiment_by_name(candidate)
+            if found is not None:
+                return found
+        known = [e.name for e in client.search_experiments() if e.name.startswith(PREFIX)]
+    except Exception as e:  # an unreachable server or an unreadable file is the user's URI
+        raise BenchError(f"cannot read MLflow tracking store {client.tracking_uri!r}: {str(e).splitlines()[0]}") from e
+    raise BenchError(f"no MLflow experiment {name!r} in {client.tracking_uri} "
+                     f"(dmlbench experiments there: {', '.join(known) or 'none'})")
+
+
+def _runs(client: Any, experiment_id: str, filter_string: str = "") -> list[Any]:
+    """Every active run matching the filter (deleted runs, such as those of a `--redo`, are left out)."""
+    out, token = [], None
+    while True:
+        page = client.search_runs([experiment_id], filter_string=filter_string, max_results=1000, page_token=token)
+        out.extend(page)
+        token = page.token
+        if not token:
+            return out
+
+
+def _pick_hash(runs: list[Any], wanted: str | None, experiment: str) -> str:
+    hashes = sorted({r.data.tags[HASH_TAG] for r in runs if HASH_TAG in r.data.tags})
+    if not hashes:
+        raise BenchError(f"MLflow experiment {experiment!r} holds no dmlbench runs")
+    if wanted:
+        chosen = [h for h in hashes if h.startswith(wanted)]
+        if len(chosen) != 1:
+            raise BenchError(f"--protocol-hash {wanted!r} matches {len(chosen)} of the protocol versions in "
+                             f"{experiment!r} ({', '.join(h[:12] for h in hashes)})")
+        return chosen[0]
+    if len(hashes) > 1:
+        raise BenchError(f"MLflow experiment {experiment!r} holds {len(hashes)} versions of the protocol "
+                         f"({', '.join(h[:12] for h in hashes)}); choose one with --protocol-hash")
+    return hashes[0]
+
+
+def _protocol(client: Any, cell_runs: list[Any], protocol_hash: str) -> Any:
+    """The protocol file a cell run recorded, parsed; its hash must be the one the runs carry."""
+    from bench.protocol import parse_protocol
+
+    for run in cell_runs:
+        for item in client.list_artifacts(run.info.run_id):
+            if not item.path.endswith(".yaml"):
+                continue
+            with tempfile.TemporaryDirectory() as tmp:
+                local = client.download_artifacts(run.info.run_id, item.path, tmp)
+                protocol = parse_protocol(Path(local).read_text(), source=f"MLflow run {run.info.run_id}/{item.path}")
+            if protocol.hash != protocol_hash:
+                raise BenchError(f"MLflow run {run.info.run_id}: its protocol file hashes to {protocol.hash[:12]}, "
+                                 f"its runs say {protocol_hash[:12]}")
+            return protocol
+    raise BenchError(f"no cell run of protocol {protocol_hash[:12]} recorded its protocol file")
+
+
+def _number(data: Any, name: str, default: float = math.nan) -> float:
+    return float(data.metrics[name]) if name in data.metrics else default
+
+
+def records(runs: list[Any], plan: Any) -> Any:
+    """`Records` as `bench.results.collect` would read them from Optuna, here from MLflow runs.
+
+    A run without a ``state`` tag never finished (a worker was stopped in
+    it) and is not counted, as an unfinished Optuna trial is not. MLflow
+    does not record the budget a trial was given; every trial of one
+    protocol version is given the same, so the plan's is used.
+    """
+    from bench.results import Records, metric_names
+
+    protocol = plan.protocol
+    primary = protocol.primary
+    metrics = metric_names(protocol.doc)
+    per_trial = plan.budget.folds * plan.budget.iterations
+    by_kind: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        tags = run.data.tags
+        if "state" in tags and "cell" in tags:
+            by_kind[tags.get("kind", "")][tags["cell"]].append(run)
+    out = Records()
+    for cell in plan.cells:
+        base = {"protocol_hash": protocol.hash, "cell": cell.id, "loss": cell.loss, "miner": cell.miner or "none"}
+        folds: dict[int, list[tuple[int, float]]] = defaultdict(list)
+        for run in by_kind["fold"][cell.id]:
+            if f"val_{primary}" in run.data.metrics:
+                folds[int(run.data.tags["trial"])].append((int(run.data.tags["fold"]),
+                                                          _number(run.data, f"val_{primary}")))
+        trials: dict[int, dict[str, Any]] = {}
+        history, best = [], -math.inf
+        for run in sorted(by_kind["trial"][cell.id], key=lambda r: int(r.data.tags["trial"])):
+            slot, state, d = int(run.data.tags["trial"]), run.data.tags["state"], run.data
+            value = _number(d, f"val_{primary}") if state == "COMPLETE" else None
+            trials[slot] = {
+                **base, "trial": slot, "state": state, "value": value,
+                "fold_values": json.dumps([v for _, v in sorted(folds[slot])]),
+                "params": json.dumps({k: _param(v) for k, v in d.params.items()}, sort_keys=True),
+                "iterations": int(_number(d, "iterations", 0)), "samples_seen": int(_number(d, "samples_seen", 0)),
+                "wall_time_s": _number(d, "wall_time_s"), "reason": d.tags.get("reason", ""),
+                "budget_iterations": per_trial,
+            }
+            out.trials.append(trials[slot])
+            if value is not None:
+                best = max(best, value)
+            history.append({"trial": slot, "state": state, "value": value,
+                            "best_so_far": best if best > -math.inf else None})
+        out.history[cell.id] = history
+        for run in sorted(by_kind["final"][cell.id], key=lambda r: int(r.data.tags["seed"])):
+            d = run.data
+            chosen = trials.get(int(d.params.get("best_trial", -1)), {})
+            row = {**base, "seed": int(d.tags["seed"]), "params": chosen.get("params", "{}"),
+                   "train_fingerprint": d.tags.get("dmlbench.train_fingerprint"),
+                   "test_fingerprint": d.tags.get("dmlbench.test_fingerprint"),
+                   "iterations": int(_number(d, "iterations", 0)), "samples_seen": int(_number(d, "samples_seen", 0)),
+                   "wall_time_s": _number(d, "wall_time_s"), f"val_{primary}": chosen.get("value")}
+            row.update({m: _number(d, m) for m in metrics})
+            row.update({"state": d.tags["state"], "reason": d.tags.get("reason", "")})
+            out.finals.append(row)
+    return out
+
+
+def _param(text: str) -> Any:
+    """MLflow stores parameters as strings; Optuna's were numbers or category names."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _download(client: Any, runs: list[Any], root: Path, plan: Any) -> None:
+    """The first final seed's report artifacts of each cell, to ``root/artifacts/<cell>/``."""
+    from bench import results as tables
+
+    first = str(plan.protocol.final_seeds[0])
+    for run in runs:
+        tags = run.data.tags
+        if tags.get("kind") != "final" or tags.get("seed") != first or "cell" not in tags:
+            continue
+        for item in client.list_artifacts(run.info.run_id):
+            if item.path in (tables.PAIR_DISTANCES, tables.EMBEDDING_2D):
+                directory = tables.cell_dir(root, tags["cell"])
+                directory.mkdir(parents=True, exist_ok=True)
+                client.download_artifacts(run.info.run_id, item.path, str(directory))
+
+
+def load(experiment: str, out: str | Path, tracking_uri: str | None = None,
+         protocol_hash: str | None = None) -> Results:
+    """The `Results` of one protocol version recorded in an MLflow experiment; artifacts go under ``out``."""
+    import pandas as pd
+
+    from bench import results as tables
+    from bench.plan import plan as make_plan
+
+    client = _client(tracking_uri)
+    found = _experiment(client, experiment)
+    everything = _runs(client, found.experiment_id)
+    chosen = _pick_hash(everything, protocol_hash, found.name)
+    runs = [r for r in everything if r.data.tags.get(HASH_TAG) == chosen]
+    protocol = _protocol(client, [r for r in runs if r.data.tags.get("kind") == "cell"], chosen)
+    plan = make_plan(protocol)
+    recs = records(runs, plan)
+    if not recs.finals:
+        raise BenchError(f"MLflow experiment {found.name!r} holds no finished final run of protocol {chosen[:12]}")
+    refused = tables.audit_finished(plan, recs)
+    frames = tables.tables(plan, recs, refused)
+    root = Path(out)
+    _download(client, runs, root, plan)
+    for cell, history in recs.history.items():
+        if history:
+            frame = pd.DataFrame(history, columns=["trial", "state", "value", "best_so_far"])
+            tables.atomic_write(tables.cell_dir(root, cell) / tables.HISTORY,
+                                lambda f, df=frame: df.to_csv(f, index=False))
+    tags = runs[0].data.tags
+    fingerprints: dict[str, Any] = {k: tags[f"dmlbench.{k}_fingerprint"] for k in ("split", "train", "test")
+                                    if f"dmlbench.{k}_fingerprint" in tags}
+    folds = _fold_fingerprints(runs)
+    if folds:
+        fingerprints["folds"] = folds
+    starts = [r.info.start_time for r in runs if r.info.start_time]
+    ends = [r.info.end_time for r in runs if r.info.end_time]
+    manifest = {
+        "protocol": protocol.name, "protocol_hash": protocol.hash, "primary_metric": protocol.primary,
+        "metrics": tables.metric_names(protocol.doc),
+        "fingerprints": dict(sorted(fingerprints.items())), "budget": dict(sorted(vars(plan.budget).items())), "cells": [c.id for c in plan.cells], "refused": refused,
+        "git_commit": tags.get("dmlbench.git_commit"), "git_dirty": tags.get("dmlbench.git_dirty") == "true",
+        "source": f"MLflow experiment {found.name}",
+        "created": _iso(min(starts)) if starts else None, "finished": _iso(max(ends)) if ends else None,
+    }
+    finals = frames["finals"]
+    res = Results(root, manifest, finals, frames["trials"], frames["summary"], None)
+    if not res.cells:
+        raise BenchError(f"MLflow experiment {found.name!r}: no cell of protocol {chosen[:12]} has a completed, "
+                         "budget-audited final run")
+    return res
+
+
+def _fold_fingerprints(runs: list[Any]) -> list[dict[str, str]]:
+    """Each validation fold's train and validation class fingerprints, from the fold runs' tags."""
+    folds: dict[int, dict[str, str]] = {}
+    for run in runs:
+        t = run.data.tags
+        if t.get("kind") == "fold" and "train_fingerprint" in t:
+            folds[int(t["fold"])] = {"train": t["train_fingerprint"], "validation": t.get("validation_fingerprint", "")}
+    return [folds[k] for k in sorted(folds)]
+
+
+def _iso(ms: int) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="seconds")
