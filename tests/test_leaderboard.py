@@ -157,7 +157,7 @@ def test_failed_seeds_and_refused_cells_are_left_out(sweep_copy: Path) -> None:
 
 
 def _without_times(md: str) -> str:
-    return "\n".join(line for line in md.splitlines() if not line.startswith(("- created", "- finished")))
+    return "\n".join(line for line in md.splitlines() if not line.startswith(("- created", "- finished", "- read from")))
 
 
 def test_leaderboard_from_the_mlflow_experiment_is_the_results_leaderboard(
@@ -170,6 +170,7 @@ def test_leaderboard_from_the_mlflow_experiment_is_the_results_leaderboard(
     assert main(["leaderboard", "--mlflow-experiment", "dmlbench/reports-tiny", "--tracking-uri", str(store),
                  "--out", str(out), "--quiet"]) == 0
     expected = _without_times((sweep_copy / "leaderboard.md").read_text())
+    assert "- read from MLflow experiment dmlbench/reports-tiny" in (out / "leaderboard.md").read_text()
     assert _without_times((out / "leaderboard.md").read_text()) == expected
     assert len(_rows(expected)) == len(CELLS)
     for cell in CELLS:

@@ -154,7 +154,8 @@ def footer_lines(board: Board) -> list[str]:
     b = m.get("budget")
     if isinstance(b, dict) and b:
         lines.append("budget per cell: " + ", ".join(f"{k} {v}" for k, v in b.items()))
-    for key, label in (("git_commit", "git commit"), ("created", "created"), ("finished", "finished")):
+    for key, label in (("source", "read from"), ("git_commit", "git commit"), ("created", "created"),
+                       ("finished", "finished")):
         if m.get(key):
             lines.append(f"{label} {m[key]}")
     if m.get("git_dirty"):

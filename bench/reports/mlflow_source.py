@@ -204,8 +204,6 @@ def _download(client: Any, runs: list[Any], root: Path, plan: Any) -> None:
 def load(experiment: str, out: str | Path, tracking_uri: str | None = None,
          protocol_hash: str | None = None) -> Results:
     """The `Results` of one protocol version recorded in an MLflow experiment; artifacts go under ``out``."""
-    import pandas as pd
-
     from bench import results as tables
     from bench.plan import plan as make_plan
 
@@ -214,8 +212,7 @@ def load(experiment: str, out: str | Path, tracking_uri: str | None = None,
     everything = _runs(client, found.experiment_id)
     chosen = _pick_hash(everything, protocol_hash, found.name)
     runs = [r for r in everything if r.data.tags.get(HASH_TAG) == chosen]
-    protocol = _protocol(client, [r for r in runs if r.data.tags.get("kind") == "cell"], chosen)
-    plan = make_plan(protocol)
+    plan = make_plan(_protocol(client, [r for r in runs if r.data.tags.get("kind") == "cell"], chosen))
     recs = records(runs, plan)
     if not recs.finals:
         raise BenchError(f"MLflow experiment {found.name!r} holds no finished final run of protocol {chosen[:12]}")
@@ -223,12 +220,32 @@ def load(experiment: str, out: str | Path, tracking_uri: str | None = None,
     frames = tables.tables(plan, recs, refused)
     root = Path(out)
     _download(client, runs, root, plan)
-    for cell, history in recs.history.items():
-        if history:
-            frame = pd.DataFrame(history, columns=["trial", "state", "value", "best_so_far"])
+    _write_histories(root, recs.history)
+    manifest = _manifest(runs, plan, refused, found.name)
+    res = Results(root, manifest, frames["finals"], frames["trials"], frames["summary"], None)
+    if not res.cells:
+        raise BenchError(f"MLflow experiment {found.name!r}: no cell of protocol {chosen[:12]} has a completed, "
+                         "budget-audited final run")
+    return res
+
+
+def _write_histories(root: Path, history: dict[str, list[dict[str, Any]]]) -> None:
+    import pandas as pd
+
+    from bench import results as tables
+
+    for cell, rows in history.items():
+        if rows:
+            frame = pd.DataFrame(rows, columns=["trial", "state", "value", "best_so_far"])
             tables.atomic_write(tables.cell_dir(root, cell) / tables.HISTORY,
                                 lambda f, df=frame: df.to_csv(f, index=False))
-    tags = runs[0].data.tags
+
+
+def _manifest(runs: list[Any], plan: Any, refused: dict[str, str], experiment: str) -> dict[str, Any]:
+    """What the runner's manifest.json says, from the tags every run carries and the protocol file."""
+    from bench.results import metric_names
+
+    protocol, tags = plan.protocol, runs[0].data.tags
     fingerprints: dict[str, Any] = {k: tags[f"dmlbench.{k}_fingerprint"] for k in ("split", "train", "test")
                                     if f"dmlbench.{k}_fingerprint" in tags}
     folds = _fold_fingerprints(runs)
@@ -236,20 +253,14 @@ def load(experiment: str, out: str | Path, tracking_uri: str | None = None,
         fingerprints["folds"] = folds
     starts = [r.info.start_time for r in runs if r.info.start_time]
     ends = [r.info.end_time for r in runs if r.info.end_time]
-    manifest = {
+    return {
         "protocol": protocol.name, "protocol_hash": protocol.hash, "primary_metric": protocol.primary,
-        "metrics": tables.metric_names(protocol.doc),
-        "fingerprints": dict(sorted(fingerprints.items())), "budget": dict(sorted(vars(plan.budget).items())), "cells": [c.id for c in plan.cells], "refused": refused,
+        "metrics": metric_names(protocol.doc), "fingerprints": dict(sorted(fingerprints.items())),
+        "budget": dict(sorted(vars(plan.budget).items())), "cells": [c.id for c in plan.cells], "refused": refused,
         "git_commit": tags.get("dmlbench.git_commit"), "git_dirty": tags.get("dmlbench.git_dirty") == "true",
-        "source": f"MLflow experiment {found.name}",
+        "source": f"MLflow experiment {experiment}",
         "created": _iso(min(starts)) if starts else None, "finished": _iso(max(ends)) if ends else None,
     }
-    finals = frames["finals"]
-    res = Results(root, manifest, finals, frames["trials"], frames["summary"], None)
-    if not res.cells:
-        raise BenchError(f"MLflow experiment {found.name!r}: no cell of protocol {chosen[:12]} has a completed, "
-                         "budget-audited final run")
-    return res
 
 
 def _fold_fingerprints(runs: list[Any]) -> list[dict[str, str]]:
