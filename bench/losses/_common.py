@@ -156,7 +156,7 @@ class BenchLoss(nn.Module):
         with torch.no_grad():
             n = losses.numel()
             self.stats["num_tuples"] = float(n)
-            self.stats["fraction_positive"] = float((losses > 0).sum()) / n if n else 0.0
+            self.stats["fraction_positive"] = float(torch.count_nonzero(losses > 0)) / n if n else 0.0
 
 
 def as_pairs(indices_tuple: Any, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:

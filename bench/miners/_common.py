@@ -95,7 +95,7 @@ def triplet_margins(embeddings: torch.Tensor, labels: torch.Tensor, distance: st
 
     mat = distance_matrix(embeddings, distance=distance, normalize=normalize)
     a, p = anchor_positive_pairs(labels)
-    tm = mat[a] - mat[a, p][:, None]
+    tm = mat.index_select(0, a) - mat[a, p][:, None]  # index_select: a plain row copy, unlike mat[a]
     negative = labels[a][:, None] != labels[None, :]
     return a, p, tm, negative, mat
 

@@ -23,9 +23,9 @@ class BatchAllMiner(BenchMiner):
 
     def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
         a, p, tm, negative, _ = triplet_margins(embeddings, labels, self.distance, self.normalize)
-        count = int(negative.sum())
+        count = int(torch.count_nonzero(negative))
         # loss > 0  <=>  D(a,p) - D(a,n) + margin > 0, written as the loss computes it
-        positive = int((negative & (self.margin - tm > 0)).sum())
+        positive = int(torch.count_nonzero(negative & (self.margin - tm > 0)))
         self.stats["num_tuples"] = float(count)
         self.stats["fraction_positive"] = positive / count if count else 0.0
         return select_triplets(a, p, negative)

@@ -23,5 +23,5 @@ class HardMiner(BenchMiner):
     def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
         a, p, tm, negative, _ = triplet_margins(embeddings, labels, self.distance, self.normalize)
         keep = negative & (tm <= self.margin) & (tm <= 0)
-        self.stats["num_candidates"] = float(negative.sum())
+        self.stats["num_candidates"] = float(torch.count_nonzero(negative))
         return select_triplets(a, p, keep)

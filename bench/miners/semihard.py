@@ -83,5 +83,5 @@ class SemiHardMiner(BenchMiner):
             return nearest_negatives(mat, rows, labels, labels, self.margin, "semihard")
         a, p, tm, negative, _ = triplet_margins(embeddings, labels, self.distance, self.normalize)
         keep = negative & (tm <= self.margin) & (tm > 0)
-        self.stats["num_candidates"] = float(negative.sum())
+        self.stats["num_candidates"] = float(torch.count_nonzero(negative))
         return select_triplets(a, p, keep)
