@@ -276,15 +276,20 @@ def write(plan: Plan, records: Records, results: Path, manifest: dict[str, Any],
     frames = tables(plan, records, refused)
     for name, filename in (("trials", TRIALS), ("finals", FINALS), ("summary", SUMMARY)):
         atomic_write(results / filename, lambda f, df=frames[name]: df.to_csv(f, index=False))
-    for cell, history in records.history.items():
-        if history:
-            frame = pd.DataFrame(history, columns=["trial", "state", "value", "best_so_far"])
-            atomic_write(cell_dir(results, cell) / HISTORY, lambda f, df=frame: df.to_csv(f, index=False))
+    write_histories(results, records.history)
     previous = read_manifest(results) or {}
     manifest = {**manifest, "created": previous.get("created", manifest.get("created")), "refused": refused,
                 "updated": now()}
     atomic_write(results / MANIFEST, lambda f: json.dump(manifest, f, indent=2, sort_keys=True, default=str))
     return refused
+
+
+def write_histories(results: Path, history: dict[str, list[dict[str, Any]]]) -> None:
+    """Each cell's Optuna history (trial, state, value, best so far) as ``artifacts/<cell>/optuna_history.csv``."""
+    for cell, rows in history.items():
+        if rows:
+            frame = pd.DataFrame(rows, columns=["trial", "state", "value", "best_so_far"])
+            atomic_write(cell_dir(results, cell) / HISTORY, lambda f, df=frame: df.to_csv(f, index=False))
 
 
 def audit_finished(plan: Plan, records: Records) -> dict[str, str]:

@@ -66,11 +66,11 @@ def _experiment(client: Any, name: str) -> Any:
                      f"(dmlbench experiments there: {', '.join(known) or 'none'})")
 
 
-def _runs(client: Any, experiment_id: str, filter_string: str = "") -> list[Any]:
-    """Every active run matching the filter (deleted runs, such as those of a `--redo`, are left out)."""
+def _runs(client: Any, experiment_id: str) -> list[Any]:
+    """Every active run of the experiment (deleted runs, such as those of a `--redo`, are left out)."""
     out, token = [], None
     while True:
-        page = client.search_runs([experiment_id], filter_string=filter_string, max_results=1000, page_token=token)
+        page = client.search_runs([experiment_id], max_results=1000, page_token=token)
         out.extend(page)
         token = page.token
         if not token:
@@ -220,25 +220,13 @@ def load(experiment: str, out: str | Path, tracking_uri: str | None = None,
     frames = tables.tables(plan, recs, refused)
     root = Path(out)
     _download(client, runs, root, plan)
-    _write_histories(root, recs.history)
+    tables.write_histories(root, recs.history)
     manifest = _manifest(runs, plan, refused, found.name)
     res = Results(root, manifest, frames["finals"], frames["trials"], frames["summary"], None)
     if not res.cells:
         raise BenchError(f"MLflow experiment {found.name!r}: no cell of protocol {chosen[:12]} has a completed, "
                          "budget-audited final run")
     return res
-
-
-def _write_histories(root: Path, history: dict[str, list[dict[str, Any]]]) -> None:
-    import pandas as pd
-
-    from bench import results as tables
-
-    for cell, rows in history.items():
-        if rows:
-            frame = pd.DataFrame(rows, columns=["trial", "state", "value", "best_so_far"])
-            tables.atomic_write(tables.cell_dir(root, cell) / tables.HISTORY,
-                                lambda f, df=frame: df.to_csv(f, index=False))
 
 
 def _manifest(runs: list[Any], plan: Any, refused: dict[str, str], experiment: str) -> dict[str, Any]:
