@@ -210,3 +210,7 @@ def test_mlflow_leaderboard_never_pools_protocol_versions(sweep: Path, tmp_path:
     assert "no MLflow experiment 'nope'" in _error_line(capsys)
     assert main(["leaderboard", "--mlflow-experiment", "reports-tiny", "--tracking-uri", str(tmp_path / "x.db")]) == 2
     assert "no MLflow store at" in _error_line(capsys) and not (tmp_path / "x.db").exists()
+    (tmp_path / "text.db").write_text("not a database\n")
+    assert main(["leaderboard", "--mlflow-experiment", "reports-tiny", "--tracking-uri", str(tmp_path / "text.db")]) == 2
+    assert "cannot read MLflow tracking store" in _error_line(capsys)
+    assert (tmp_path / "text.db").read_text() == "not a database\n"

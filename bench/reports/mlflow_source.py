@@ -49,7 +49,12 @@ def _client(tracking_uri: str | None) -> Any:
     tracking.quiet_mlflow()
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=given)
+    try:
+        client = MlflowClient(tracking_uri=given)
+        client.search_experiments(max_results=1)  # opens the store: a file that is no database fails here
+    except Exception as e:
+        raise BenchError(f"cannot read MLflow tracking store {given!r}: {str(e).splitlines()[0]}") from None
+    return client
 
 
 def _experiment(client: Any, name: str) -> Any:
