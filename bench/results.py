@@ -101,22 +101,19 @@ def collect(plan: Plan, storage: Any) -> Records:
     records = Records()
     for cell in plan.cells:
         base = {"protocol_hash": protocol.hash, "cell": cell.id, "loss": cell.loss, "miner": cell.miner or "none"}
-        history, best = [], -math.inf
+        trial_rows = []
         for t in _counted(_study(storage, study_name(protocol, cell))):
             a = t.user_attrs
             value = t.value if t.state.name == "COMPLETE" else None
-            records.trials.append({
+            trial_rows.append({
                 **base, "trial": a["slot"], "state": t.state.name, "value": value,
                 "fold_values": json.dumps(a.get("fold_values", [])), "params": _json(t.params),
                 "iterations": a.get("iterations", 0), "samples_seen": a.get("samples_seen", 0),
                 "wall_time_s": a.get("wall_time_s", math.nan), "reason": a.get("reason", ""),
                 "budget_iterations": a.get("budget_iterations"),
             })
-            if value is not None:
-                best = max(best, value)
-            history.append({"trial": a["slot"], "state": t.state.name, "value": value,
-                            "best_so_far": best if best > -math.inf else None})
-        records.history[cell.id] = history
+        records.trials += trial_rows
+        records.history[cell.id] = history(trial_rows)
         for t in _counted(_study(storage, study_name(protocol, cell, finals=True))):
             a = t.user_attrs
             row = {**base, "seed": a["seed"], "params": _json(a.get("params", {})),
@@ -127,6 +124,17 @@ def collect(plan: Plan, storage: Any) -> Records:
             row.update({"state": t.state.name, "reason": a.get("reason", "")})
             records.finals.append(row)
     return records
+
+
+def history(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The Optuna history of one cell's trial rows, in slot order: each value and the best so far."""
+    out, best = [], -math.inf
+    for row in trials:
+        if row["value"] is not None:
+            best = max(best, row["value"])
+        out.append({"trial": row["trial"], "state": row["state"], "value": row["value"],
+                    "best_so_far": best if best > -math.inf else None})
+    return out
 
 
 def _json(value: Any) -> str:
@@ -284,9 +292,9 @@ def write(plan: Plan, records: Records, results: Path, manifest: dict[str, Any],
     return refused
 
 
-def write_histories(results: Path, history: dict[str, list[dict[str, Any]]]) -> None:
+def write_histories(results: Path, histories: dict[str, list[dict[str, Any]]]) -> None:
     """Each cell's Optuna history (trial, state, value, best so far) as ``artifacts/<cell>/optuna_history.csv``."""
-    for cell, rows in history.items():
+    for cell, rows in histories.items():
         if rows:
             frame = pd.DataFrame(rows, columns=["trial", "state", "value", "best_so_far"])
             atomic_write(cell_dir(results, cell) / HISTORY, lambda f, df=frame: df.to_csv(f, index=False))

@@ -202,19 +202,15 @@ class MlflowRecords:
 
     def delete_cell(self, cell_id: str) -> int:
         """Delete the runs of one cell of this protocol version (the cell run, its trials, folds, seeds)."""
+        from bench.tracking import search_all
+
         prefix = f"{self.protocol.hash12}/{cell_id}"
-        deleted, token = 0, None
-        while True:
-            page = self.client.search_runs([self.experiment_id], max_results=1000, page_token=token,
-                                           filter_string=f"tags.`dmlbench.key` LIKE '{self.protocol.hash12}/%'")
-            for run in page:
-                key = run.data.tags.get("dmlbench.key", "")
-                if key == prefix or key.startswith(prefix + "/"):
-                    self.client.delete_run(run.info.run_id)
-                    deleted += 1
-            token = page.token
-            if not token:
-                return deleted
+        runs = search_all(self.client, self.experiment_id, f"tags.`dmlbench.key` LIKE '{self.protocol.hash12}/%'")
+        doomed = [r.info.run_id for r in runs
+                  if (key := r.data.tags.get("dmlbench.key", "")) == prefix or key.startswith(prefix + "/")]
+        for run_id in doomed:
+            self.client.delete_run(run_id)
+        return len(doomed)
 
     def end(self, run_id: str, state: str) -> None:
         status = {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED", "KILLED": "KILLED"}.get(state, state)

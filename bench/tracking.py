@@ -115,6 +115,18 @@ def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return flat
 
 
+def search_all(client: Any, experiment_id: str, filter_string: str = "") -> list[Any]:
+    """Every active run of an experiment that matches the filter, all pages read before returning
+    (a caller that deletes runs while paging would shift the pages under itself)."""
+    out, token = [], None
+    while True:
+        page = client.search_runs([experiment_id], filter_string=filter_string, max_results=1000, page_token=token)
+        out.extend(page)
+        token = page.token
+        if not token:
+            return out
+
+
 def log_params(params: Mapping[str, Any]) -> None:
     """Log (possibly nested) parameters of the active run in one batch."""
     _mlflow().log_params(flatten(params))

@@ -71,17 +71,6 @@ def _experiment(client: Any, name: str) -> Any:
                      f"(dmlbench experiments there: {', '.join(known) or 'none'})")
 
 
-def _runs(client: Any, experiment_id: str) -> list[Any]:
-    """Every active run of the experiment (deleted runs, such as those of a `--redo`, are left out)."""
-    out, token = [], None
-    while True:
-        page = client.search_runs([experiment_id], max_results=1000, page_token=token)
-        out.extend(page)
-        token = page.token
-        if not token:
-            return out
-
-
 def _pick_hash(runs: list[Any], wanted: str | None, experiment: str) -> str:
     hashes = sorted({r.data.tags[HASH_TAG] for r in runs if HASH_TAG in r.data.tags})
     if not hashes:
@@ -128,7 +117,7 @@ def records(runs: list[Any], plan: Any) -> Any:
     does not record the budget a trial was given; every trial of one
     protocol version is given the same, so the plan's is used.
     """
-    from bench.results import Records, metric_names
+    from bench.results import Records, history, metric_names
 
     protocol = plan.protocol
     primary = protocol.primary
@@ -148,7 +137,6 @@ def records(runs: list[Any], plan: Any) -> Any:
                 folds[int(run.data.tags["trial"])].append((int(run.data.tags["fold"]),
                                                           _number(run.data, f"val_{primary}")))
         trials: dict[int, dict[str, Any]] = {}
-        history, best = [], -math.inf
         for run in sorted(by_kind["trial"][cell.id], key=lambda r: int(r.data.tags["trial"])):
             slot, state, d = int(run.data.tags["trial"]), run.data.tags["state"], run.data
             value = _number(d, f"val_{primary}") if state == "COMPLETE" else None
@@ -161,11 +149,7 @@ def records(runs: list[Any], plan: Any) -> Any:
                 "budget_iterations": per_trial,
             }
             out.trials.append(trials[slot])
-            if value is not None:
-                best = max(best, value)
-            history.append({"trial": slot, "state": state, "value": value,
-                            "best_so_far": best if best > -math.inf else None})
-        out.history[cell.id] = history
+        out.history[cell.id] = history(list(trials.values()))
         for run in sorted(by_kind["final"][cell.id], key=lambda r: int(r.data.tags["seed"])):
             d = run.data
             chosen = trials.get(int(d.params.get("best_trial", -1)), {})
@@ -210,11 +194,12 @@ def load(experiment: str, out: str | Path, tracking_uri: str | None = None,
          protocol_hash: str | None = None) -> Results:
     """The `Results` of one protocol version recorded in an MLflow experiment; artifacts go under ``out``."""
     from bench import results as tables
+    from bench import tracking
     from bench.plan import plan as make_plan
 
     client = _client(tracking_uri)
     found = _experiment(client, experiment)
-    everything = _runs(client, found.experiment_id)
+    everything = tracking.search_all(client, found.experiment_id)  # active runs only: a --redo's are gone
     chosen = _pick_hash(everything, protocol_hash, found.name)
     runs = [r for r in everything if r.data.tags.get(HASH_TAG) == chosen]
     plan = make_plan(_protocol(client, [r for r in runs if r.data.tags.get("kind") == "cell"], chosen))
