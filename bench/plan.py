@@ -2,8 +2,10 @@
 
 A cell is one loss with one miner (or none). Pairs that make no sense are
 dropped by what the registry says each method consumes and produces
-(`Entry.tuples`), never by a hand-kept list of names, so a new method is
-planned correctly from its registry entry alone. Every cell gets the same
+(`Entry.tuples`), a miner's scope (`Entry.dataset_level`) and the loss
+parameters its tuples supply (`Entry.supplies`, removed from the cell's
+search space) come from its entry too, never from a hand-kept list of
+names, so a new method is planned correctly from its registry entry alone. Every cell gets the same
 budget by construction; `Budget` is also what the results audit compares
 the recorded runs against.
 
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench import registry
+from bench.clock import hms
 from bench.protocol import NO_MINER, Protocol
 from bench.protocol.load import method_params
 
@@ -216,16 +219,17 @@ def incompatibility(loss: registry.Entry, miner: registry.Entry | None) -> str |
     return f"{loss.name} consumes {consumes}; {miner.name} produces {produces}"
 
 
-def _cell(cell_id: str, loss_entry: registry.Entry, loss_item: dict, miner_entry: registry.Entry | None,
-          miner_item: dict, model: dict) -> Cell:
-    space = {f"loss.{k}": v for k, v in loss_item["search_space"].items()}
+def _cell(cell_id: str, loss_entry: registry.Entry, loss_item: dict[str, Any], miner_entry: registry.Entry | None,
+          miner_item: dict[str, Any], model: dict[str, Any]) -> Cell:
+    """One cell: fixed parameters, and the searched ones less those the miner's tuples supply (dead there)."""
+    supplied = miner_entry.supplies if miner_entry is not None else ()
+    space = {f"loss.{k}": v for k, v in loss_item["search_space"].items() if k not in supplied}
     miner_params: dict[str, Any] = {}
     dataset_level = False
     if miner_entry is not None:
         space.update({f"miner.{k}": v for k, v in miner_item["search_space"].items()})
         miner_params = method_params(miner_entry, miner_item["params"], model)
-        default = miner_entry.parameters().get("dataset_level", False)
-        dataset_level = bool(miner_params.get("dataset_level", default)) or miner_entry.name == "offline"
+        dataset_level = miner_entry.dataset_level(miner_params)
     return Cell(cell_id, loss_entry.name, miner_entry.name if miner_entry else None,
                 method_params(loss_entry, loss_item["params"], model), miner_params, space, dataset_level)
 
@@ -278,29 +282,20 @@ def estimate_cell(protocol: Protocol, cell: Cell, budget: Budget) -> Estimate:
 
 
 def _miner_step_extra(cell: Cell, train_images: float, embed_one: float) -> float:
-    """Dataset-level miners embed training samples without gradient: offline every n steps, pools every step."""
-    if cell.miner == "offline":
-        entry = registry.get("miner", "offline")
-        every = cell.miner_params.get("refresh_every", entry.parameters().get("refresh_every", 100))
-        subset = cell.miner_params.get("subset_size", entry.parameters().get("subset_size"))
-        n = min(train_images, subset) if subset else train_images
-        return n * embed_one / max(1, every)
-    if cell.miner == "hardest_of_pool" and cell.dataset_level:
-        entry = registry.get("miner", "hardest_of_pool")
-        pool = cell.miner_params.get("pool_size", entry.parameters().get("pool_size", 100))
-        return 4 * pool * embed_one
-    return 0.0
+    """Dataset-level miners embed training samples without gradient (`Entry.embeds_per_step`)."""
+    if cell.miner is None or not cell.dataset_level:
+        return 0.0
+    entry = registry.get("miner", cell.miner)
+    if entry.embeds_per_step is None:
+        return 0.0
+    return entry.embeds_per_step(entry.settings(cell.miner_params), train_images) * embed_one
 
 
 # --------------------------------------------------------------------------- text
 
 
-def hms(seconds: float) -> str:
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
-
-
 def format_plan(p: Plan) -> str:
+    """The plan as `dmlbench plan` prints it: data, model, budget, cells, dropped pairs, time."""
     doc, b = p.protocol.doc, p.budget
     data, model, training, val = doc["data"], doc["model"], doc["training"], doc["data"]["validation"]
 

@@ -16,10 +16,14 @@ import sys
 import time
 from typing import IO, Any
 
+from bench.clock import hms
+
 
 class Progress:
+    """The bars (or quiet lines) of one worker's sweep."""
+
     def __init__(self, n_cells: int, total_iterations: int, done_iterations: int = 0, quiet: bool = False,
-                 stream: IO[str] | None = None):
+                 stream: IO[str] | None = None) -> None:
         self.quiet = quiet
         self.stream = stream or sys.stderr
         self.start = time.monotonic()
@@ -83,7 +87,7 @@ class Progress:
         if ran <= 0:
             return f"{pct:.0f}% of iterations"
         left = (time.monotonic() - self.start) / ran * max(self.total - self.done, 0)
-        return f"{pct:.0f}% of iterations, ~{_clock(left)} left"
+        return f"{pct:.0f}% of iterations, ~{hms(left)} left"
 
     # ---- lines
 
@@ -101,7 +105,7 @@ class Progress:
         self.line(f"{cell} final seed {seed} {state}{score} [{wall_s:.1f} s]{why} | {self.eta()}")
 
     def line(self, text: str) -> None:
-        stamp = f"[{_clock(time.monotonic() - self.start)}]"
+        stamp = f"[{hms(time.monotonic() - self.start)}]"
         if self.quiet:
             print(f"{stamp} {text}", file=self.stream, flush=True)
         else:
@@ -113,8 +117,3 @@ class Progress:
         for bar in (self.iterations, self.runs, self.cells):
             if bar is not None:
                 bar.close()
-
-
-def _clock(seconds: float) -> str:
-    s = int(seconds)
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"

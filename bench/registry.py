@@ -6,6 +6,11 @@ what it consumes or produces (pairs, triplets, quadruplets, proxies), which
 the planner uses to drop loss x miner pairs that make no sense, and what
 its PML counterpart is, which `dmlbench list` and the cross-check report.
 
+Everything the planner and the validator need to know of a method is on
+its entry (`scope`, `supplies`, `batch`, `min_classes`, ...), never in a
+list of names elsewhere: a method added here with those fields is planned
+and validated like a built-in one.
+
 Implementations are imported lazily: listing names must not pay for
 importing PML.
 """
@@ -14,14 +19,36 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from bench.errors import BenchError
 
 
 @dataclass(frozen=True)
+class ServedBatch:
+    """How big a batch a dataset-level miner serves: at most ``tuple_size x sum(counts)`` samples a step.
+
+    The budget counts samples too, so the validator refuses a miner that
+    would serve more than P x K, and refuses searching ``counts``.
+    """
+
+    counts: tuple[str, ...]  # constructor parameters whose sum is the tuples served per step
+    tuple_size: int  # samples per tuple
+    tuple_size_if: tuple[str, Any, int] | None = None  # (parameter, value, size): another tuple kind's size
+
+    def size(self, params: dict[str, Any]) -> int:
+        """Samples per tuple under these parameter values."""
+        if self.tuple_size_if is not None and params.get(self.tuple_size_if[0]) == self.tuple_size_if[1]:
+            return self.tuple_size_if[2]
+        return self.tuple_size
+
+
+@dataclass(frozen=True)
 class Entry:
+    """One method or trunk: where its code is, what it exchanges, and what the planner must know of it."""
+
     name: str
     kind: str  # "loss" | "miner" | "trunk"
     target: str  # "module:attribute"
@@ -31,8 +58,18 @@ class Entry:
     search_space: dict[str, dict[str, Any]] = field(default_factory=dict)
     needs: tuple[str, ...] = ()  # build-time context: "num_classes", "embedding_size"
     pml_backed: bool = False
+    # miners: "batch" mines inside each P x K batch; "dataset" builds its own batch from the training set
+    # (a constructor parameter `dataset_level`, where the class has one, switches it per protocol)
+    scope: Literal["batch", "dataset"] = "batch"
+    # miners: loss parameters their tuples override (MargOHNM's adaptive margins): never searched on the loss
+    supplies: tuple[str, ...] = ()
+    batch: ServedBatch | None = None  # dataset-level miners: the batch they serve
+    # images embedded without gradient per training step, from (parameters, training images): for the estimate
+    embeds_per_step: Callable[[dict[str, Any], float], float] | None = None
+    min_classes: int = 2  # classes a P x K batch needs (training.P at least this)
+    min_per_class: int = 2  # samples of each class a batch needs (training.K at least this)
 
-    def resolve(self):
+    def resolve(self) -> Any:
         module, attr = self.target.split(":")
         return getattr(importlib.import_module(module), attr)
 
@@ -44,6 +81,14 @@ class Entry:
             for n, p in sig.parameters.items()
             if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and n not in self.needs
         }
+
+    def settings(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The constructor's defaults overridden by ``params``: the values the method will run with."""
+        return {**self.parameters(), **params}
+
+    def dataset_level(self, params: dict[str, Any]) -> bool:
+        """Whether this miner, with these parameters, builds its own batches from the training set."""
+        return bool(self.settings(params).get("dataset_level", self.scope == "dataset"))
 
 
 def _f(low: float, high: float, log: bool = False) -> dict[str, Any]:
@@ -72,7 +117,8 @@ ENTRIES: tuple[Entry, ...] = (
           "pml TripletMarginLoss(margin, smooth_loss)", "triplets", {"margin": _f(0.01, 1.0, log=True)}),
     Entry("quadruplet", "loss", f"{_L}.quadruplet:QuadrupletLoss",
           "Chen et al. 2017: triplet term plus a weaker push between pairs of other classes; optional learned metric",
-          "none: loop reference", "quadruplets", {"alpha1": _f(0.1, 2.0), "alpha2": _f(0.05, 1.0)}),
+          "none: loop reference", "quadruplets", {"alpha1": _f(0.1, 2.0), "alpha2": _f(0.05, 1.0)},
+          min_classes=3),
     Entry("lifted_structure", "loss", f"{_L}.lifted:LiftedStructureLoss",
           "Song et al. 2016: every positive pair against all negatives of both its ends, O(B^2)",
           "pml LiftedStructureLoss(neg_margin, pos_margin=0)", "pairs", {"margin": _f(0.1, 2.0)}),
@@ -120,13 +166,17 @@ ENTRIES: tuple[Entry, ...] = (
           "triplets", {"margin": _f(0.01, 1.0, log=True)}),
     Entry("offline", "miner", f"{_M}.offline:OfflineMiner",
           "FaceNet offline variant: re-embed the training split every n steps, mine globally",
-          "none: loop reference", "triplets", {"margin": _f(0.01, 1.0, log=True)}),
+          "none: loop reference", "triplets", {"margin": _f(0.01, 1.0, log=True)},
+          scope="dataset", batch=ServedBatch(("triplets_per_batch",), 3),
+          embeds_per_step=lambda p, n: min(n, p["subset_size"] or n) / max(1, p["refresh_every"])),
     Entry("hardest_of_pool", "miner", f"{_M}.hardest_of_pool:HardestOfPoolMiner",
           "Craeymeersch: draw a pool of random tuples, keep the hardest plus some random ones",
-          "none: loop reference", "quadruplets"),
+          "none: loop reference", "quadruplets",
+          scope="dataset", batch=ServedBatch(("num_hardest", "num_random"), 4, ("kind", "triplet", 3)),
+          embeds_per_step=lambda p, n: 4 * p["pool_size"], min_classes=3),
     Entry("margohnm", "miner", f"{_M}.margohnm:MargOHNMMiner",
           "Chen et al. 2017 sec. 3.3: adaptive margins from batch distance means; keep violating quadruplets",
-          "none: loop reference", "quadruplets"),
+          "none: loop reference", "quadruplets", supplies=("alpha1", "alpha2"), min_classes=3),
     # ---- PML-backed miners --------------------------------------------------
     Entry("pml:multi_similarity", "miner", f"{_M}.pml_backed:MultiSimilarityMiner",
           "Wang et al. 2019 (PML)", "is PML's MultiSimilarityMiner", "pairs",
@@ -142,10 +192,12 @@ _BY_KEY = {(e.kind, e.name): e for e in ENTRIES}
 
 
 def names(kind: str) -> list[str]:
+    """The registered names of one kind, in table order."""
     return [e.name for e in ENTRIES if e.kind == kind]
 
 
 def get(kind: str, name: str) -> Entry:
+    """The entry of a name; an unknown name is a BenchError listing the known ones."""
     try:
         return _BY_KEY[(kind, name)]
     except KeyError:

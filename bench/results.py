@@ -33,13 +33,15 @@ MANIFEST = "manifest.json"
 TRIALS = "trials.csv"
 FINALS = "finals.csv"
 SUMMARY = "summary.csv"
+FLOOR = "floor.csv"  # the untrained trunk per final seed (bench.floor)
 ARTIFACTS = "artifacts"
 HISTORY = "optuna_history.csv"
 PAIR_DISTANCES = "pair_distances.npz"
 EMBEDDING_2D = "embedding_2d.npz"
 
 TRIAL_COLUMNS = ["protocol_hash", "cell", "loss", "miner", "trial", "state", "value", "fold_values", "params",
-                 "iterations", "samples_seen", "wall_time_s", "reason", "budget_iterations"]
+                 "iterations", "samples_seen", "wall_time_s", "reason", "budget_iterations", "git_commit",
+                 "git_dirty"]
 TIMING_COLUMNS = ("wall_time_s",)  # the only columns allowed to differ between reruns of the same protocol
 
 
@@ -110,7 +112,7 @@ def collect(plan: Plan, storage: Any) -> Records:
                 "fold_values": json.dumps(a.get("fold_values", [])), "params": _json(t.params),
                 "iterations": a.get("iterations", 0), "samples_seen": a.get("samples_seen", 0),
                 "wall_time_s": a.get("wall_time_s", math.nan), "reason": a.get("reason", ""),
-                "budget_iterations": a.get("budget_iterations"),
+                "budget_iterations": a.get("budget_iterations"), **_code(a),
             })
         records.trials += trial_rows
         records.history[cell.id] = history(trial_rows)
@@ -121,9 +123,23 @@ def collect(plan: Plan, storage: Any) -> Records:
                    "iterations": a.get("iterations", 0), "samples_seen": a.get("samples_seen", 0),
                    "wall_time_s": a.get("wall_time_s", math.nan), f"val_{primary}": a.get("val_value")}
             row.update({m: a.get("metrics", {}).get(m, math.nan) for m in metrics})
-            row.update({"state": t.state.name, "reason": a.get("reason", "")})
+            row.update({"state": t.state.name, "reason": a.get("reason", ""), **_code(a)})
             records.finals.append(row)
     return records
+
+
+def _code(attrs: dict[str, Any]) -> dict[str, Any]:
+    """The commit a run's code came from, and whether it had uncommitted changes (None: not recorded)."""
+    return {"git_commit": attrs.get("git_commit"), "git_dirty": attrs.get("git_dirty")}
+
+
+def commits(records: Records) -> dict[str, list[str]]:
+    """cell -> the commits its trials and final runs ran (``<sha>+dirty`` for uncommitted changes), sorted."""
+    out: dict[str, set[str]] = {}
+    for r in records.trials + records.finals:
+        if r.get("git_commit"):
+            out.setdefault(r["cell"], set()).add(r["git_commit"] + ("+dirty" if r.get("git_dirty") else ""))
+    return {cell: sorted(shas) for cell, shas in out.items()}
 
 
 def history(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -206,7 +222,7 @@ def tables(plan: Plan, records: Records, refused: dict[str, str]) -> dict[str, p
     trials = pd.DataFrame(records.trials, columns=TRIAL_COLUMNS)
     final_columns = ["protocol_hash", "cell", "loss", "miner", "seed", "params", "train_fingerprint",
                      "test_fingerprint", "iterations", "samples_seen", "wall_time_s", f"val_{primary}", *metrics,
-                     "state", "reason"]
+                     "state", "reason", "git_commit", "git_dirty"]
     finals = pd.DataFrame(records.finals, columns=final_columns)
     rows = []
     for cell in plan.cells:
@@ -219,7 +235,8 @@ def tables(plan: Plan, records: Records, refused: dict[str, str]) -> dict[str, p
             continue  # not finished: nothing to summarise yet
         done = [r for r in cell_finals if r["state"] == "COMPLETE"]
         row = {"cell": cell.id, "loss": cell.loss, "miner": cell.miner or "none", "n_trials": len(cell_trials),
-               "n_seeds": len(done), "budget_iterations": plan.budget.total_iterations,
+               "n_seeds": len(done), "n_failed": sum(r["state"] == "FAIL" for r in cell_finals),
+               "budget_iterations": plan.budget.total_iterations,
                "iterations": sum(r["iterations"] for r in cell_trials + cell_finals),
                "samples_seen": sum(r["samples_seen"] for r in cell_trials + cell_finals)}
         for m in metrics:
@@ -228,7 +245,7 @@ def tables(plan: Plan, records: Records, refused: dict[str, str]) -> dict[str, p
         row["params"] = cell_finals[0]["params"] if cell_finals else "{}"  # no trial completed: nothing retrained
         row[f"val_{primary}"] = cell_finals[0][f"val_{primary}"] if cell_finals else math.nan
         rows.append(row)
-    summary_columns = ["cell", "loss", "miner", "n_trials", "n_seeds", "budget_iterations", "iterations",
+    summary_columns = ["cell", "loss", "miner", "n_trials", "n_seeds", "n_failed", "budget_iterations", "iterations",
                        "samples_seen", *[f"{m}_{s}" for m in metrics for s in ("mean", "ci_low", "ci_high")],
                        "params", f"val_{primary}"]
     return {"trials": trials, "finals": finals, "summary": pd.DataFrame(rows, columns=summary_columns)}
@@ -287,7 +304,7 @@ def write(plan: Plan, records: Records, results: Path, manifest: dict[str, Any],
     write_histories(results, records.history)
     previous = read_manifest(results) or {}
     manifest = {**manifest, "created": previous.get("created", manifest.get("created")), "refused": refused,
-                "updated": now()}
+                "cell_commits": commits(records), "updated": now()}
     atomic_write(results / MANIFEST, lambda f: json.dump(manifest, f, indent=2, sort_keys=True, default=str))
     return refused
 
@@ -309,17 +326,17 @@ def audit_finished(plan: Plan, records: Records) -> dict[str, str]:
 
 
 def name_to_file(name: str) -> str:
-    return {"trials": TRIALS, "finals": FINALS, "summary": SUMMARY}[name]
+    return {"trials": TRIALS, "finals": FINALS, "summary": SUMMARY, "floor": FLOOR}[name]
 
 
 def read(results: str | Path) -> dict[str, Any]:
-    """The tables of one results directory as DataFrames, and its manifest."""
+    """The tables of one results directory as DataFrames (``floor`` empty when absent), and its manifest."""
     results = Path(results)
     manifest = read_manifest(results)
     if manifest is None:
         raise BenchError(f"{results}: no {MANIFEST}: not a dmlbench results directory")
     out: dict[str, Any] = {"manifest": manifest}
-    for name in ("trials", "finals", "summary"):
+    for name in ("trials", "finals", "summary", "floor"):
         path = results / name_to_file(name)
         out[name] = pd.read_csv(path) if path.exists() else pd.DataFrame()
     return out

@@ -1,4 +1,9 @@
-"""Running a protocol: tune every cell, retrain the best with the final seeds, record, write the tables.
+"""Running a protocol: tune every cell, retrain the best with the final seeds, score the floor, write the tables.
+
+`Sweep` only orchestrates: the data, the trial objective, trial slots and
+the search strategy are bench.tuning's; MLflow runs bench.mlflow_runs';
+report artifacts bench.artifacts'; the untrained-trunk floor bench.floor's;
+the tables bench.results'.
 
 Where things are recorded:
 
@@ -16,8 +21,14 @@ Where things are recorded:
 Resume: rerun the same command. Finished trials stay; a trial left RUNNING
 by a killed process is failed as stale and re-enqueued with its parameters
 and slot (bench.tuning.SlotStudy), and training is a function of (protocol
-seed, cell, slot, fold), so the tables equal those of an uninterrupted run
-(wall times aside). Ctrl-C gives the running trial back at once.
+seed, slot, fold) or (protocol seed, final seed) and the parameters, so the
+tables equal those of an uninterrupted run (wall times aside). The seeds do
+not depend on the cell (common random numbers): final seed s starts every
+cell from the same trunk with the same batches. Ctrl-C gives the running
+trial back at once.
+
+Every trial and final run records the git commit (and dirty flag) of the
+code that ran it; the manifest lists the commits per cell.
 
 Several workers, on one machine or many, share a sweep by pointing at the
 same storage (PostgreSQL for several machines: SQLite over a network file
@@ -36,7 +47,8 @@ system is not safe) and the same tracking server:
 * each worker writes the results tables of its own --results-dir whenever
   a cell finishes, from the shared storage, so the last one to finish
   writes complete tables; artifacts (pair distances, 2-D embeddings) are
-  written by the worker that ran the first final seed, and logged to MLflow.
+  written by the worker that ran the first final seed, and logged to MLflow;
+  floor.csv by every worker that finishes, each seed computed once.
 
 TPE's proposals in a multi-worker sweep depend on which trials finished
 first, so only a single-worker sweep reproduces its parameters exactly.
@@ -47,42 +59,46 @@ from __future__ import annotations
 import json
 import math
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench import results as tables
+from bench.artifacts import write_cell_artifacts
 from bench.errors import BenchError
+from bench.floor import update_floor
+from bench.mlflow_runs import MlflowRecords
 from bench.plan import Cell, Plan, plan as make_plan
 from bench.progress import Progress
 from bench.protocol import Protocol, load_protocol
 from bench.tuning import (
+    Heartbeat,
     Hooks,
     Prepared,
     RunResult,
+    Slot,
     SlotStudy,
-    derive_seed,
+    best_trial,
+    final_config,
     make_pruner,
     make_sampler,
     open_storage,
     prepare,
     redact,
     run_trial,
-    split_params,
     study_name,
+    clusters_on_test,
     train_and_score,
-    train_config,
     trial_attrs,
 )
 
 DEFAULT_STORAGE_DIR = "runs"
 POLL_S = 10.0  # how often a worker waiting for other workers' trials looks again
-PAIR_SAMPLE = 20000  # positive and negative pairs kept in pair_distances.npz
 
 
 def default_storage(root: str | Path | None = None) -> str:
+    """``sqlite:///<root>/optuna.db``, ``root`` defaulting to ./runs (created if missing)."""
     directory = Path(root if root is not None else DEFAULT_STORAGE_DIR).expanduser().resolve()
     directory.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{directory / 'optuna.db'}"
@@ -90,6 +106,8 @@ def default_storage(root: str | Path | None = None) -> str:
 
 @dataclass
 class Options:
+    """Where a sweep records and reads, and how it talks."""
+
     storage: str | None = None
     tracking_uri: str | None = None
     results_dir: str | Path = "results"
@@ -101,125 +119,12 @@ class Options:
 
 @dataclass
 class Outcome:
+    """Where the tables went, the cells the budget audit refused, and how long the sweep took."""
+
     results: Path
     refused: dict[str, str]
     cells: int
     wall_time_s: float
-
-
-# --------------------------------------------------------------------------- MLflow
-
-
-class MlflowRecords:
-    """Find-or-create MLflow runs by a deterministic key, so nothing is recorded twice."""
-
-    def __init__(self, protocol: Protocol, uri: str, base_tags: dict[str, str]):
-        from bench import tracking
-
-        tracking.quiet_mlflow()
-        from mlflow.tracking import MlflowClient
-
-        self.protocol, self.uri, self.base_tags = protocol, uri, base_tags
-        name = f"dmlbench/{protocol.name}"
-        for attempt in range(4):  # workers starting at once on a new store race to create its tables
-            try:
-                self.client = MlflowClient(tracking_uri=uri)
-                experiment = self.client.get_experiment_by_name(name)
-                if experiment is None:
-                    self.experiment_id = self._create_experiment(name)
-                else:
-                    self.experiment_id = experiment.experiment_id
-                break
-            except Exception as e:
-                if attempt == 3:
-                    raise BenchError(f"cannot open MLflow tracking store {uri!r}: {str(e).splitlines()[0]}") from e
-                time.sleep(1 + attempt)
-        self._logged: dict[str, set[str]] = {}
-
-    def _create_experiment(self, name: str) -> str:
-        """With a SQLite store, artifacts go beside the database, not into the current directory."""
-        location = None
-        if self.uri.startswith("sqlite:///"):
-            location = Path(self.uri[len("sqlite:///"):]).parent.joinpath("artifacts").as_uri()
-        try:
-            return self.client.create_experiment(name, artifact_location=location)
-        except Exception:  # another worker created it first
-            experiment = self.client.get_experiment_by_name(name)
-            if experiment is None:
-                raise
-            return experiment.experiment_id
-
-    def run(self, key: str, name: str, parent: str | None = None, tags: dict[str, Any] | None = None) -> str:
-        """The run with this key: the existing one (reopened) or a new one. Two workers creating it at once
-        both look again afterwards; the older run is kept and the newer deleted."""
-        full_key = f"{self.protocol.hash12}/{key}"
-        found = self._find(full_key)
-        if found:
-            run_id = found[0].info.run_id
-            if found[0].info.status != "RUNNING":
-                self.client.update_run(run_id, status="RUNNING")
-            return run_id
-        all_tags = {**self.base_tags, **{k: str(v) for k, v in (tags or {}).items()}, "dmlbench.key": full_key,
-                    "mlflow.runName": name}
-        if parent:
-            all_tags["mlflow.parentRunId"] = parent
-        run = self.client.create_run(self.experiment_id, tags=all_tags, run_name=name)
-        found = self._find(full_key)
-        if len(found) > 1 and found[0].info.run_id != run.info.run_id:
-            self.client.delete_run(run.info.run_id)
-            return found[0].info.run_id
-        return run.info.run_id
-
-    def _find(self, full_key: str) -> list[Any]:
-        runs = self.client.search_runs([self.experiment_id], filter_string=f"tags.`dmlbench.key` = '{full_key}'",
-                                       max_results=10)
-        return sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id))
-
-    def log(self, run_id: str, params: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None,
-            tags: dict[str, Any] | None = None) -> None:
-        """Log what is not logged yet: a resumed run keeps one value per metric, not two."""
-        from mlflow.entities import Metric, Param, RunTag
-
-        from bench.tracking import flatten
-
-        existing = self.client.get_run(run_id).data
-        stamp = int(time.time() * 1000)
-        m = [Metric(k, _finite(v), stamp, 0) for k, v in (metrics or {}).items()
-             if k not in existing.metrics and isinstance(v, (int, float)) and not isinstance(v, bool)]
-        p = [Param(k, v) for k, v in flatten(params or {}).items() if k not in existing.params]
-        t = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
-        if m or p or t:
-            self.client.log_batch(run_id, metrics=m, params=p, tags=t)
-
-    def artifact(self, run_id: str, name: str, text: str | None = None, path: Path | None = None) -> None:
-        if path is not None:
-            self.client.log_artifact(run_id, str(path))
-            return
-        with tempfile.TemporaryDirectory() as tmp:
-            file = Path(tmp) / name
-            file.write_text(text or "")
-            self.client.log_artifact(run_id, str(file))
-
-    def delete_cell(self, cell_id: str) -> int:
-        """Delete the runs of one cell of this protocol version (the cell run, its trials, folds, seeds)."""
-        from bench.tracking import search_all
-
-        prefix = f"{self.protocol.hash12}/{cell_id}"
-        runs = search_all(self.client, self.experiment_id, f"tags.`dmlbench.key` LIKE '{self.protocol.hash12}/%'")
-        doomed = [r.info.run_id for r in runs
-                  if (key := r.data.tags.get("dmlbench.key", "")) == prefix or key.startswith(prefix + "/")]
-        for run_id in doomed:
-            self.client.delete_run(run_id)
-        return len(doomed)
-
-    def end(self, run_id: str, state: str) -> None:
-        status = {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED", "KILLED": "KILLED"}.get(state, state)
-        self.client.set_terminated(run_id, status)
-
-
-def _finite(v: float) -> float:
-    v = float(v)
-    return v if not math.isinf(v) else math.copysign(1e308, v)
 
 
 # --------------------------------------------------------------------------- the sweep
@@ -228,7 +133,7 @@ def _finite(v: float) -> float:
 class Sweep:
     """One worker's pass over a protocol; any number may run against the same storage."""
 
-    def __init__(self, protocol: Protocol, options: Options):
+    def __init__(self, protocol: Protocol, options: Options) -> None:
         self.protocol = protocol
         self.options = options
         self.plan: Plan = make_plan(protocol)
@@ -244,6 +149,7 @@ class Sweep:
         from bench import tracking
 
         self.prepared: Prepared = prepare(self.protocol, self.options.data_root)  # bad data: fail before any move
+        self.code = {"git_commit": tracking.git_commit(), "git_dirty": tracking.git_dirty()}  # on every record
         moved = tables.claim_dir(self.results, self.protocol.hash)
         self.fingerprints = self.prepared.fingerprints()
         self.tracking_uri = tracking.resolve_tracking_uri(self.options.tracking_uri)
@@ -256,8 +162,7 @@ class Sweep:
         self.manifest = {
             "protocol": self.protocol.name, "protocol_hash": self.protocol.hash, "protocol_file": self.protocol.source,
             "primary_metric": self.primary, "metrics": self.metrics, "fingerprints": self.fingerprints,
-            "package_versions": tracking.package_versions(), "git_commit": tracking.git_commit(),
-            "git_dirty": tracking.git_dirty(), "tracking_uri": redact(self.tracking_uri),
+            "package_versions": tracking.package_versions(), **self.code, "tracking_uri": redact(self.tracking_uri),
             "storage": redact(self.storage_url), "experiment": f"dmlbench/{self.protocol.name}",
             "datasets": {"train": self.protocol.doc["data"]["train"], "test": self.protocol.doc["data"]["test"]},
             "budget": vars(self.plan.budget), "cells": [c.id for c in self.plan.cells],
@@ -343,6 +248,7 @@ class Sweep:
                               + (" ..." if len(waiting) > 3 else ""))
                     time.sleep(self.options.poll_s)
                 pending = waiting
+            update_floor(self.protocol, self.prepared, self.results)
             self.manifest["finished"] = tables.now()
             refused = self._write(finished=True)
         except KeyboardInterrupt:
@@ -395,16 +301,12 @@ class Sweep:
         return True
 
     def _best(self, cell: Cell) -> Any:
-        """The best COMPLETE trial (ties: the lower slot), or None."""
-        complete = [t for s, t in sorted(self.tuning[cell.id].counted().items()) if t.state.name == "COMPLETE"]
-        return max(complete, key=lambda t: (t.value, -t.user_attrs["slot"])) if complete else None
+        return best_trial(self.tuning[cell.id].counted())
 
     # ---- one trial
 
-    def _trial(self, cell: Cell, study: SlotStudy, slot: Any) -> None:
+    def _trial(self, cell: Cell, study: SlotStudy, slot: Slot) -> None:
         from optuna.trial import TrialState
-
-        from bench.tuning import Heartbeat
 
         parent = self._cell_run(cell)
         run_id = self.mlflow.run(f"{cell.id}/trial{slot.slot}", f"trial {slot.slot}", parent,
@@ -419,7 +321,7 @@ class Sweep:
             self.mlflow.end(run_id, "KILLED")
             raise
         self.progress.skip((self.plan.budget.folds - hooks.folds_run) * self.plan.budget.iterations)
-        for key, value in trial_attrs(outcome, self.protocol).items():
+        for key, value in {**trial_attrs(outcome, self.protocol), **self.code}.items():
             slot.trial.set_user_attr(key, value)
         state = TrialState[outcome.state]
         study.study.tell(slot.trial, outcome.value if state == TrialState.COMPLETE else None, state=state)
@@ -434,10 +336,8 @@ class Sweep:
 
     # ---- one final seed
 
-    def _final(self, cell: Cell, study: SlotStudy, slot: Any, best: Any) -> None:
+    def _final(self, cell: Cell, study: SlotStudy, slot: Slot, best: Any) -> None:
         from optuna.trial import TrialState
-
-        from bench.tuning import Heartbeat
 
         seed = self.protocol.final_seeds[slot.slot]
         parent = self._cell_run(cell)
@@ -447,17 +347,14 @@ class Sweep:
                 indent=2, sort_keys=True))
         run_id = self.mlflow.run(f"{cell.id}/seed{seed}", f"final seed {seed}", parent,
                                  tags={"cell": cell.id, "kind": "final", "seed": seed})
-        loss_params, miner_params = split_params(cell, best.params)
-        config = train_config(self.protocol, cell, loss_params, miner_params,
-                              derive_seed(self.protocol.seed, cell.id, "final", seed))
-        clustering = "nmi" in self.metrics or "ami" in self.metrics
+        config = final_config(self.protocol, cell, best.params, seed)
         self.progress.run_started(self.plan.budget.iterations)
         try:
             with Heartbeat(self.storage, slot.trial._trial_id):
                 self.prepared.guard.check(self.prepared.train.classes, "final training")
                 result = train_and_score(self.protocol, config, self.prepared.train, self.prepared.test,
-                                         clustering=clustering, lake_runs=self.prepared.lake_runs,
-                                         progress=self.progress.iteration)
+                                         clustering=clusters_on_test(self.protocol),
+                                         lake_runs=self.prepared.lake_runs, progress=self.progress.iteration)
         except BaseException:
             study.abandon(slot, "interrupted")
             self.mlflow.end(run_id, "KILLED")
@@ -467,7 +364,7 @@ class Sweep:
         attrs = {"seed": seed, "params": best.params, "val_value": best.value, "best_trial": best.user_attrs["slot"],
                  "metrics": metrics, "iterations": result.iterations, "samples_seen": result.samples_seen,
                  "wall_time_s": round(result.wall_time_s, 3), "train_fingerprint": self.fingerprints["train"],
-                 "test_fingerprint": self.fingerprints["test"], "reason": result.reason}
+                 "test_fingerprint": self.fingerprints["test"], "reason": result.reason, **self.code}
         for key, value in attrs.items():
             slot.trial.set_user_attr(key, value)
         if slot.slot == 0 and result.state == "COMPLETE":
@@ -483,40 +380,18 @@ class Sweep:
 
     def _artifacts(self, cell: Cell, result: RunResult, run_id: str) -> None:
         """Test pair distances (and the 2-D embedding) of the first final seed, for reports."""
-        import torch
-
-        from bench.training import embed
-
-        emb = embed(result.model, self.prepared.test.x, device=self.protocol.doc["training"]["device"])
-        y = self.prepared.test.y
-        if self.protocol.doc["model"]["normalize"]:
-            emb = torch.nn.functional.normalize(emb, dim=1)
-        generator = torch.Generator().manual_seed(derive_seed(self.protocol.seed, cell.id, "pairs"))
-        n = len(y)
-        a = torch.randint(0, n, (PAIR_SAMPLE * 4,), generator=generator)
-        b = torch.randint(0, n, (PAIR_SAMPLE * 4,), generator=generator)
-        keep = a != b
-        a, b = a[keep], b[keep]
-        same = y[a] == y[b]
-        d = (emb[a] - emb[b]).norm(dim=1)
-        pos, neg = d[same][:PAIR_SAMPLE].numpy(), d[~same][:PAIR_SAMPLE].numpy()
-        # positives are rare among random pairs: add every positive pair of up to PAIR_SAMPLE anchors
-        if len(pos) < PAIR_SAMPLE:
-            i, j = torch.where((y[:, None] == y[None, :]).triu(1))
-            order = torch.randperm(len(i), generator=generator)[:PAIR_SAMPLE]
-            pos = (emb[i[order]] - emb[j[order]]).norm(dim=1).numpy()
-        directory = tables.cell_dir(self.results, cell.id)
-        tables.atomic_npz(directory / tables.PAIR_DISTANCES, pos=pos, neg=neg)
-        self.mlflow.artifact(run_id, tables.PAIR_DISTANCES, path=directory / tables.PAIR_DISTANCES)
-        if emb.shape[1] == 2:
-            tables.atomic_npz(directory / tables.EMBEDDING_2D, x=emb.numpy(), y=y.numpy())
-            self.mlflow.artifact(run_id, tables.EMBEDDING_2D, path=directory / tables.EMBEDDING_2D)
+        written = write_cell_artifacts(result.model, self.prepared.test, tables.cell_dir(self.results, cell.id),
+                                       protocol_seed=self.protocol.seed,
+                                       normalize=self.protocol.doc["model"]["normalize"],
+                                       device=self.protocol.doc["training"]["device"])
+        for path in written:
+            self.mlflow.artifact(run_id, path.name, path=path)
 
 
 class _TrialHooks(Hooks):
     """MLflow child runs per fold and progress for one trial."""
 
-    def __init__(self, sweep: Sweep, cell: Cell, trial_run: str):
+    def __init__(self, sweep: Sweep, cell: Cell, trial_run: str) -> None:
         self.sweep, self.cell, self.trial_run = sweep, cell, trial_run
         self.fold_run: str | None = None
         self.folds_run = 0

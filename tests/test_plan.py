@@ -54,7 +54,8 @@ def test_cells_keep_sensible_pairs_only(grid_plan):
     learned = grid_plan.cell("quadruplet-learned+margohnm")
     assert learned.loss == "quadruplet" and learned.loss_params["learned_metric"] is True
     assert learned.loss_params["normalize"] is True  # the protocol's normalisation reaches every method
-    assert set(learned.search_space) == {"loss.alpha1", "loss.alpha2"}
+    assert learned.search_space == {}  # MargOHNM supplies alpha1 and alpha2: searching them is dead (issue 11)
+    assert set(grid_plan.cell("quadruplet-learned+none").search_space) == {"loss.alpha1", "loss.alpha2"}
 
 
 def test_dropped_pairs_say_why(grid_plan):
@@ -105,3 +106,33 @@ def test_plan_command(capsys):
     assert main(["plan", str(REPO / "protocols" / "omniglot-full.yaml")]) == 0
     out = capsys.readouterr().out
     assert "budget, the same for every cell" in out and "estimated time on this machine" in out
+
+
+def test_a_method_added_to_the_registry_is_planned_from_its_fields(monkeypatch):
+    """Nothing is known by name: a new dataset-level miner that supplies a loss parameter is planned, estimated
+    and validated from its entry alone, like MargOHNM and the offline miner."""
+    import dataclasses
+
+    from bench import registry
+    from bench.protocol import ProtocolError
+
+    base = registry.get("miner", "margohnm")
+    entry = dataclasses.replace(base, name="my_margins", supplies=("alpha1",), scope="dataset",
+                                embeds_per_step=lambda p, n: 1000.0)
+    monkeypatch.setattr(registry, "ENTRIES", (*registry.ENTRIES, entry))
+    monkeypatch.setitem(registry._BY_KEY, ("miner", "my_margins"), entry)
+    text = GRID.replace("{name: margohnm}]", "{name: margohnm}, {name: my_margins}]")
+    p = plan(parse_protocol(text, "grid.yaml"))
+    mine, theirs = p.cell("quadruplet+my_margins"), p.cell("quadruplet+margohnm")
+    assert set(mine.search_space) == {"loss.alpha2"} and theirs.search_space == {}
+    assert mine.dataset_level and not theirs.dataset_level
+    assert p.estimates[mine.id].low_s > p.estimates[theirs.id].low_s  # its embedding cost is counted
+    assert "contrastive+my_margins" in {d.cell for d in p.dropped}  # quadruplets: only for a quadruplet loss
+    searched = text.replace("    - {name: quadruplet}\n", "    - name: quadruplet\n      miners: [my_margins]\n"
+                            "      search_space: {alpha1: {type: float, low: 0.5, high: 1.5}}\n")
+    with pytest.raises(ProtocolError) as info:
+        parse_protocol(searched, "grid.yaml")
+    assert info.value.problems == ["grid.yaml:21: grid.losses[3].search_space.alpha1: 'alpha1' is supplied by the "
+                                   "miner's tuples (my_margins) in every cell of quadruplet: searching it has no "
+                                   "effect; remove it from search_space"]
+    assert parse_protocol(searched.replace("alpha1: {", "alpha2: {"), "grid.yaml").name == "grid"

@@ -160,3 +160,31 @@ def test_dataset_level_miner_batches_must_fit_the_budget(tmp_path):
     assert "grid.miners[0].params: offline serves up to 12 samples a step (3 x (triplets_per_batch=4)), " \
            "more than the batch P x K = 8" in problems[0]
     assert parse_protocol(text.replace("triplets_per_batch: 4", "triplets_per_batch: 2")).name == "tiny"
+
+
+def test_a_loss_parameter_the_miner_supplies_may_not_be_searched(tmp_path):
+    """MargOHNM's quadruplets carry their own margins: searching the loss's alpha1 beside it is dead (issue 11)."""
+    text = MINIMAL.replace("""    - name: triplet
+      search_space:
+        margin: {type: float, low: 0.05, high: 0.5}
+  miners: [{name: none}, {name: batch_hard}]""", """    - name: quadruplet
+      miners: [margohnm]
+      search_space:
+        alpha1: {type: float, low: 0.6, high: 1.5}
+  miners: [{name: none}, {name: margohnm}]""")
+    problems = _problems(tmp_path, text)
+    assert problems == [f"{tmp_path / 'p.yaml'}:19: grid.losses[0].search_space.alpha1: 'alpha1' is supplied by the "
+                        "miner's tuples (margohnm) in every cell of quadruplet: searching it has no effect; "
+                        "remove it from search_space"]
+    live = parse_protocol(text.replace("      miners: [margohnm]\n", ""))  # with no miner alpha1 is live
+    assert live.doc["grid"]["losses"][0]["search_space"]["alpha1"]["low"] == 0.6
+
+
+def test_a_batch_too_small_for_a_method_is_one_line(tmp_path):
+    text = MINIMAL.replace("name: triplet\n", "name: quadruplet\n").replace(
+        "margin: {type: float, low: 0.05, high: 0.5}", "alpha1: {type: float, low: 0.6, high: 1.5}").replace(
+        "{name: batch_hard}", "{name: margohnm}").replace("P: 4", "P: 2")
+    problems = _problems(tmp_path, text)
+    assert f"{tmp_path / 'p.yaml'}:16: grid.losses[0].name: loss 'quadruplet' needs at least 3 classes a batch: " \
+           "training.P is 2" in problems
+    assert any("miner 'margohnm' needs at least 3 classes a batch" in p for p in problems)

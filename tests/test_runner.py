@@ -176,6 +176,138 @@ def test_rerun_of_a_finished_sweep_records_nothing_twice(sweep, data_root):
     assert after["manifest"]["created"] == before["manifest"]["created"]
 
 
+def test_common_random_numbers_same_seed_same_start_in_every_cell(sweep, data_root, monkeypatch):
+    """Final seed s: the same initial trunk and the same first batch whatever the cell; the floor starts there."""
+    import torch
+
+    from bench import registry, training
+    from bench.floor import initial_trunk
+    from bench.tuning import final_config
+
+    _, path, _, _ = sweep
+    protocol = parse_protocol(path.read_text())
+    prepared = prepare(protocol, str(data_root))
+    seen: list[tuple[dict, torch.Tensor]] = []
+    build_trunk = registry.build_trunk
+
+    def spy(name: str, **params):  # the real trunk; its weights at birth and its first input are kept
+        trunk = build_trunk(name, **params)
+        state = {k: v.clone() for k, v in trunk.state_dict().items()}
+        first: list[torch.Tensor] = []
+        trunk.register_forward_pre_hook(lambda _, args: first.append(args[0].clone()) if not first else None)
+        seen.append((state, first))
+        return trunk
+
+    monkeypatch.setattr(training.registry, "build_trunk", spy)
+    cells = plan(protocol).cells
+    by_seed = {}
+    for cell, params, seed in ((cells[0], {"loss.margin": 0.1}, 1), (cells[1], {"loss.margin": 0.3}, 1),
+                               (cells[0], {"loss.margin": 0.1}, 0)):
+        config = final_config(protocol, cell, params, seed)
+        config.iterations = 1
+        training.train(config, prepared.train)
+        by_seed.setdefault(seed, []).append(seen[-1])
+    (w1, x1), (w2, x2) = by_seed[1]
+    assert cells[0].id != cells[1].id and w1.keys() == w2.keys()
+    assert all(torch.equal(w1[k], w2[k]) for k in w1) and torch.equal(x1[0], x2[0])
+    w0, x0 = by_seed[0][0]
+    assert not torch.equal(x0[0], x1[0]) and not all(torch.equal(w0[k], w1[k]) for k in w0)  # seeds differ
+    monkeypatch.undo()
+    floor = initial_trunk(protocol, 1, tuple(prepared.train.x.shape[1:]))
+    assert all(torch.equal(v, w1[k]) for k, v in floor.state_dict().items())
+    runs = _mlflow_runs(root := sweep[0])
+    with sqlite3.connect(root / "mlruns" / "mlflow.db") as db:  # tuning: slot t, fold f seeded alike in every cell
+        seeds = dict(db.execute("select t.value, p.value from tags t join params p on p.run_uuid = t.run_uuid "
+                                "where t.key = 'dmlbench.key' and p.key = 'seed' and t.value like '%/trial0/fold0'"))
+    assert len(seeds) == len(CELLS) and len(set(seeds.values())) == 1, seeds
+    assert len(runs) > 0
+
+
+def test_floor_is_the_untrained_trunk_scored_like_the_finals(sweep, data_root, monkeypatch):
+    from bench import floor
+
+    root, path, _, _ = sweep
+    protocol = parse_protocol(path.read_text())
+    tables = read(root / "results" / "tiny")
+    frame, finals = tables["floor"], tables["finals"]
+    metrics = [c for c in finals.columns if c in frame.columns and c not in ("protocol_hash", "seed")]
+    assert list(frame.columns) == ["protocol_hash", "seed", *metrics]
+    assert metrics == [c for c in finals.columns if c in set(metrics)] and "map_at_r" in metrics
+    assert {"precision_at_1", "recall_at_1", "recall_at_2", "nmi", "lake_accuracy"} <= set(metrics)
+    assert list(frame["seed"]) == [0, 1] and (frame["protocol_hash"] == protocol.hash).all()
+    assert frame[metrics].apply(lambda c: c.between(0, 1)).all().all()
+    trained = finals[finals["state"] == "COMPLETE"].groupby("cell")["map_at_r"].mean()
+    assert trained.max() > frame["map_at_r"].max()  # training adds something over the floor somewhere
+    prepared = prepare(protocol, str(data_root))
+    again = floor.floor_row(protocol, prepared, 1)
+    assert again == pytest.approx(frame.iloc[1].to_dict())  # recomputed: the same row
+    calls = []
+    monkeypatch.setattr(floor, "floor_row", lambda *a: calls.append(a))
+    kept = floor.update_floor(protocol, prepared, root / "results" / "tiny")
+    assert calls == [] and kept.equals(frame)  # idempotent: nothing recomputed when every seed is there
+
+
+def test_best_trial_is_chosen_on_validation_only_and_ties_go_to_the_lower_slot():
+    import optuna
+    from optuna.trial import TrialState, create_trial
+
+    from bench.tuning import best_trial
+
+    def trial(slot: int, value: float | None, test: float) -> optuna.trial.FrozenTrial:
+        state = TrialState.COMPLETE if value is not None else TrialState.FAIL
+        return create_trial(state=state, value=value, user_attrs={"slot": slot, "map_at_r": test,
+                                                                  "metrics": {"map_at_r": test}})
+
+    counted = {0: trial(0, 0.40, 0.10), 1: trial(1, 0.50, 0.20), 2: trial(2, 0.50, 0.90), 3: trial(3, None, 1.0)}
+    assert best_trial(counted).user_attrs["slot"] == 1  # the tie with slot 2 goes to the lower slot, not to test
+    assert best_trial({2: counted[2], 1: counted[1]}).user_attrs["slot"] == 1  # whatever the dict order
+    assert best_trial({3: counted[3]}) is None
+
+
+def test_failed_final_seed_stays_visible_and_is_counted(sweep):
+    """A final seed that fails is a FAIL row with its reason in finals.csv and counts in summary.n_failed."""
+    from bench.results import collect, tables
+    from bench.tuning import open_storage
+
+    root, path, _, _ = sweep
+    protocol = parse_protocol(path.read_text())
+    p = plan(protocol)
+    records = collect(p, open_storage(f"sqlite:///{root / 'optuna.db'}"))
+    row = next(r for r in records.finals if r["cell"] == "triplet+none" and r["seed"] == 1)
+    row.update(state="FAIL", reason="diverged at iteration 7: loss nan", map_at_r=float("nan"))
+    frames = tables(p, records, refused={})
+    failed = frames["finals"].query("cell == 'triplet+none' and seed == 1").iloc[0]
+    assert failed["state"] == "FAIL" and failed["reason"].startswith("diverged at iteration 7")
+    summary = frames["summary"].set_index("cell")
+    assert summary.loc["triplet+none", "n_failed"] == 1 and summary.loc["triplet+none", "n_seeds"] == 1
+    assert summary.loc["triplet+batch_hard", "n_failed"] == 0
+    ok = frames["finals"].query("cell == 'triplet+none' and state == 'COMPLETE'")["map_at_r"]
+    assert summary.loc["triplet+none", "map_at_r_mean"] == pytest.approx(ok.mean())
+    written = read(root / "results" / "tiny")["summary"].set_index("cell")
+    assert (written["n_failed"] == 0).all()  # the real sweep: nothing failed in the finals
+
+
+def test_records_and_manifest_name_the_commit_each_cell_ran(sweep):
+    from bench.tracking import git_commit, git_dirty
+
+    root, _, _, _ = sweep
+    tables = read(root / "results" / "tiny")
+    head = git_commit()
+    finals, trials = tables["finals"], tables["trials"]
+    assert (finals["git_commit"] == head).all() and (trials["git_commit"] == head).all()
+    assert (finals["git_dirty"] == bool(git_dirty())).all()
+    expected = [head + ("+dirty" if git_dirty() else "")]
+    assert tables["manifest"]["cell_commits"] == {cell: expected for cell in CELLS}
+
+
+def test_read_gives_an_empty_floor_when_there_is_none(sweep, tmp_path):
+    copy = tmp_path / "tiny"
+    shutil.copytree(sweep[0] / "results" / "tiny", copy)
+    (copy / "floor.csv").unlink()
+    tables = read(copy)
+    assert isinstance(tables["floor"], pd.DataFrame) and tables["floor"].empty and not tables["finals"].empty
+
+
 def test_budget_audit_refuses_a_cell_with_a_differing_budget(sweep, data_root, tmp_path):
     source, path, _, _ = sweep
     root = tmp_path / "copy"  # the shared sweep stays untouched for the other tests

@@ -258,6 +258,7 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
                            exclude=("in_shape", "embedding_dim"))
 
     labels: dict[str, tuple] = {}
+    written: dict[int, list[str]] = {}  # loss index -> parameters its search_space names (before the merge)
     for kind, section in (("loss", "losses"), ("miner", "miners")):
         for i, item in enumerate(doc["grid"][section]):
             path = ("grid", section, i)
@@ -274,12 +275,15 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
             entry = entry_or_report(kind, item["name"], (*path, "name"))
             if entry is None:
                 continue
+            if kind == "loss":
+                written[i] = [k for k, v in item["search_space"].items() if v is not None]
             merged = _merge_search_space(entry, item, path, report)
             if merged is not None:
                 item["search_space"] = merged
             _try_build(kind, entry, item, doc, path, report)
+            _check_batch_needs(entry, doc["training"], path, report)
             if kind == "miner":
-                _check_dataset_batch(entry, item, doc["training"], path, report)
+                _check_served_batch(entry, item, doc["training"], path, report)
 
     miner_labels = [m["label"] for m in doc["grid"]["miners"]]
     for i, item in enumerate(doc["grid"]["losses"]):
@@ -287,6 +291,7 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
             if name not in miner_labels:
                 report.add(("grid", "losses", i, "miners", j),
                            f"no miner labelled {name!r} in grid.miners: expected one of {', '.join(miner_labels)}")
+    _check_supplied(doc, written, report)
 
     evaluation = doc["evaluation"]
     if evaluation["primary"] not in evaluation["metrics"]:
@@ -382,35 +387,64 @@ def _try_build(kind: str, entry: Any, item: dict[str, Any], doc: dict[str, Any],
         report.add((*path, "name"), f"{kind} {entry.name!r} cannot be imported: {e}")
 
 
-# Dataset-level miners choose their own batch: (parameter names, samples per tuple) giving its largest size.
-DATASET_BATCH = {
-    "offline": (("triplets_per_batch",), 3),
-    "hardest_of_pool": (("num_hardest", "num_random"), 4),
-}
-
-
-def _check_dataset_batch(entry: Any, item: dict[str, Any], training: dict[str, Any], path: tuple,
-                         report: _Reporter) -> None:
+def _check_served_batch(entry: Any, item: dict[str, Any], training: dict[str, Any], path: tuple,
+                        report: _Reporter) -> None:
     """A dataset-level miner may not serve more samples a step than P x K: the budget counts samples too."""
-    if entry.name not in DATASET_BATCH:
+    served = entry.batch
+    if served is None or not entry.dataset_level(item["params"]):
         return
-    names, per_tuple = DATASET_BATCH[entry.name]
-    defaults = entry.parameters()
-    params = {**{n: defaults.get(n) for n in (*names, "kind", "dataset_level")}, **item["params"]}
-    if params.get("dataset_level") is False:
-        return
-    if params.get("kind") == "triplet":
-        per_tuple = 3
+    names = served.counts
     if any(n in item["search_space"] for n in names):
         report.add((*path, "search_space"), f"{', '.join(names)} set the batch size of {entry.name}: fix them in "
                    "params, the batch is part of the budget")
         return
+    params = entry.settings(item["params"])
+    per_tuple = served.size(params)
     tuples = sum(int(params[n]) for n in names)
     largest, batch = tuples * per_tuple, training["P"] * training["K"]
     if largest > batch:
         report.add((*path, "params"), f"{entry.name} serves up to {largest} samples a step ({per_tuple} x "
                    f"({' + '.join(f'{n}={params[n]}' for n in names)})), more than the batch P x K = {batch}: "
                    f"lower {' and '.join(names)} so every method sees at most {batch} samples a step")
+
+
+def _check_batch_needs(entry: Any, training: dict[str, Any], path: tuple, report: _Reporter) -> None:
+    """The classes and samples per class a P x K batch must hold for this method to find any tuple."""
+    if training["P"] < entry.min_classes:
+        report.add((*path, "name"), f"{entry.kind} {entry.name!r} needs at least {entry.min_classes} classes a "
+                   f"batch: training.P is {training['P']}")
+    if training["K"] < entry.min_per_class:
+        report.add((*path, "name"), f"{entry.kind} {entry.name!r} needs at least {entry.min_per_class} samples "
+                   f"of each class a batch: training.K is {training['K']}")
+
+
+def _check_supplied(doc: dict[str, Any], written: dict[int, list[str]], report: _Reporter) -> None:
+    """A loss parameter searched in the protocol but supplied by every miner it is paired with is dead:
+    the miner's tuples override it, so its search would only add noise. Refused, naming the miners."""
+    from bench import registry
+    from bench.plan import incompatibility
+
+    miners = {m["label"]: m for m in doc["grid"]["miners"]}
+    for i, item in enumerate(doc["grid"]["losses"]):
+        explicit = written.get(i, [])
+        if not explicit:
+            continue
+        try:
+            loss = registry.get("loss", item["name"])
+            paired = []
+            for label in item.get("miners", list(miners)):
+                name = miners[label]["name"] if label in miners else NO_MINER
+                entry = None if name == NO_MINER else registry.get("miner", name)
+                if incompatibility(loss, entry) is None:
+                    paired.append(entry)
+        except BenchError:
+            continue  # an unknown name is reported where it is written
+        for key in explicit:
+            suppliers = [m.name for m in paired if m is not None and key in m.supplies]
+            if paired and len(suppliers) == len(paired):
+                report.add(("grid", "losses", i, "search_space", key),
+                           f"{key!r} is supplied by the miner's tuples ({', '.join(suppliers)}) in every cell of "
+                           f"{item['label']}: searching it has no effect; remove it from search_space")
 
 
 def method_params(entry: Any, fixed: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,52 @@
+"""What the first final seed of a cell leaves for the reports: test pair distances and the 2-D embedding.
+
+The pairs are drawn with a generator seeded by the protocol seed alone, so
+every cell's histogram is over the same test pairs (common random numbers,
+as for training). File names and folders are bench.results'.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench import results as tables
+from bench.tuning import derive_seed
+
+PAIR_SAMPLE = 20000  # positive and negative pairs kept in pair_distances.npz
+
+
+def write_cell_artifacts(model: Any, test: Any, directory: Path, *, protocol_seed: int, normalize: bool,
+                         device: str = "cpu") -> list[Path]:
+    """Embed the test data with ``model`` and write pair distances (and the 2-D embedding when 2-d).
+
+    Returns the files written, for the caller to attach to its records.
+    """
+    import torch
+
+    from bench.training import embed
+
+    emb = embed(model, test.x, device=device)
+    y = test.y
+    if normalize:
+        emb = torch.nn.functional.normalize(emb, dim=1)
+    generator = torch.Generator().manual_seed(derive_seed(protocol_seed, "pairs"))
+    n = len(y)
+    a = torch.randint(0, n, (PAIR_SAMPLE * 4,), generator=generator)
+    b = torch.randint(0, n, (PAIR_SAMPLE * 4,), generator=generator)
+    keep = a != b
+    a, b = a[keep], b[keep]
+    same = y[a] == y[b]
+    d = (emb[a] - emb[b]).norm(dim=1)
+    pos, neg = d[same][:PAIR_SAMPLE].numpy(), d[~same][:PAIR_SAMPLE].numpy()
+    # positives are rare among random pairs: add every positive pair of up to PAIR_SAMPLE anchors
+    if len(pos) < PAIR_SAMPLE:
+        i, j = torch.where((y[:, None] == y[None, :]).triu(1))
+        order = torch.randperm(len(i), generator=generator)[:PAIR_SAMPLE]
+        pos = (emb[i[order]] - emb[j[order]]).norm(dim=1).numpy()
+    written = [directory / tables.PAIR_DISTANCES]
+    tables.atomic_npz(written[0], pos=pos, neg=neg)
+    if emb.shape[1] == 2:
+        written.append(directory / tables.EMBEDDING_2D)
+        tables.atomic_npz(written[1], x=emb.numpy(), y=y.numpy())
+    return written

@@ -1,0 +1,59 @@
+"""The floor: the untrained trunk, scored like a final seed, so a results table shows what training added.
+
+With common random numbers (bench.tuning._seeds) final seed ``s`` gives
+every cell the same initial trunk, so the floor of seed ``s`` is that
+trunk before its first step, scored on the test data by the same
+evaluation call the final seeds use (`bench.tuning.score_model`). It
+depends on the protocol alone, not on any cell; recomputing it is cheap
+(embedding Omniglot's evaluation set takes about 8 s), so `update_floor`
+keeps the rows already in ``floor.csv`` for this protocol version and
+computes only the missing seeds: resumable and idempotent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from bench import results as tables
+from bench.protocol import Protocol
+from bench.tuning import Prepared, final_seed, score_model, clusters_on_test
+
+
+def initial_trunk(protocol: Protocol, seed: int, in_shape: tuple[int, ...]) -> Any:
+    """The trunk final seed ``seed`` starts from: seeded and built exactly as bench.training.train does."""
+    from bench import registry
+    from bench.training import _seed_everything  # the training loop's own seeding, so the two cannot drift
+
+    m = protocol.doc["model"]
+    _seed_everything(final_seed(protocol.seed, seed))
+    trunk = registry.build_trunk(m["trunk"], in_shape=in_shape, embedding_dim=m["embedding_dim"],
+                                 **dict(m["trunk_params"]))
+    return trunk.to(protocol.doc["training"]["device"]).eval()
+
+
+def floor_row(protocol: Protocol, prepared: Prepared, seed: int) -> dict[str, Any]:
+    """One row of floor.csv: the protocol version, the seed, every metric of the finals table."""
+    metrics = tables.metric_names(protocol.doc)
+    trunk = initial_trunk(protocol, seed, tuple(prepared.train.x.shape[1:]))
+    scores = score_model(protocol, trunk, prepared.test, clustering=clusters_on_test(protocol),
+                         lake_runs=prepared.lake_runs, device=protocol.doc["training"]["device"],
+                         seed=final_seed(protocol.seed, seed))
+    return {"protocol_hash": protocol.hash, "seed": seed, **{m: float(scores[m]) for m in metrics}}
+
+
+def update_floor(protocol: Protocol, prepared: Prepared, results: Path) -> pd.DataFrame:
+    """floor.csv with one row per final seed: rows of this protocol version kept, missing seeds computed."""
+    columns = ["protocol_hash", "seed", *tables.metric_names(protocol.doc)]
+    path = results / tables.FLOOR
+    old = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=columns)
+    keep = old[(old["protocol_hash"] == protocol.hash) & old["seed"].isin(protocol.final_seeds)] \
+        if list(old.columns) == columns else pd.DataFrame(columns=columns)
+    done = {int(s) for s in keep["seed"]}
+    rows = [*keep.to_dict("records"),
+            *(floor_row(protocol, prepared, s) for s in protocol.final_seeds if s not in done)]
+    frame = pd.DataFrame(sorted(rows, key=lambda r: protocol.final_seeds.index(int(r["seed"]))), columns=columns)
+    tables.atomic_write(path, lambda f: frame.to_csv(f, index=False))
+    return frame

@@ -1,0 +1,130 @@
+"""MLflow runs found or created by a deterministic key, so a resumed or shared sweep records nothing twice.
+
+One experiment per protocol (``dmlbench/<name>``), a parent run per cell,
+child runs per trial, per fold and per final seed. Each run carries the tag
+``dmlbench.key`` (``<hash12>/<cell>/trial3/fold0``...) and is looked up by
+it before one is created; a metric or parameter already logged is not
+logged again. Where the store is and what every run carries is
+bench/tracking.py.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.errors import BenchError
+from bench.protocol import Protocol
+from bench.tracking import flatten, quiet_mlflow, search_all
+
+
+class MlflowRecords:
+    """Find-or-create MLflow runs by a deterministic key, so nothing is recorded twice."""
+
+    def __init__(self, protocol: Protocol, uri: str, base_tags: dict[str, str]) -> None:
+        quiet_mlflow()
+        from mlflow.tracking import MlflowClient
+
+        self.protocol, self.uri, self.base_tags = protocol, uri, base_tags
+        name = f"dmlbench/{protocol.name}"
+        for attempt in range(4):  # workers starting at once on a new store race to create its tables
+            try:
+                self.client = MlflowClient(tracking_uri=uri)
+                experiment = self.client.get_experiment_by_name(name)
+                if experiment is None:
+                    self.experiment_id = self._create_experiment(name)
+                else:
+                    self.experiment_id = experiment.experiment_id
+                break
+            except Exception as e:
+                if attempt == 3:
+                    raise BenchError(f"cannot open MLflow tracking store {uri!r}: {str(e).splitlines()[0]}") from e
+                time.sleep(1 + attempt)
+        self._logged: dict[str, set[str]] = {}
+
+    def _create_experiment(self, name: str) -> str:
+        """With a SQLite store, artifacts go beside the database, not into the current directory."""
+        location = None
+        if self.uri.startswith("sqlite:///"):
+            location = Path(self.uri[len("sqlite:///"):]).parent.joinpath("artifacts").as_uri()
+        try:
+            return self.client.create_experiment(name, artifact_location=location)
+        except Exception:  # another worker created it first
+            experiment = self.client.get_experiment_by_name(name)
+            if experiment is None:
+                raise
+            return experiment.experiment_id
+
+    def run(self, key: str, name: str, parent: str | None = None, tags: dict[str, Any] | None = None) -> str:
+        """The run with this key: the existing one (reopened) or a new one. Two workers creating it at once
+        both look again afterwards; the older run is kept and the newer deleted."""
+        full_key = f"{self.protocol.hash12}/{key}"
+        found = self._find(full_key)
+        if found:
+            run_id = found[0].info.run_id
+            if found[0].info.status != "RUNNING":
+                self.client.update_run(run_id, status="RUNNING")
+            return run_id
+        all_tags = {**self.base_tags, **{k: str(v) for k, v in (tags or {}).items()}, "dmlbench.key": full_key,
+                    "mlflow.runName": name}
+        if parent:
+            all_tags["mlflow.parentRunId"] = parent
+        run = self.client.create_run(self.experiment_id, tags=all_tags, run_name=name)
+        found = self._find(full_key)
+        if len(found) > 1 and found[0].info.run_id != run.info.run_id:
+            self.client.delete_run(run.info.run_id)
+            return found[0].info.run_id
+        return run.info.run_id
+
+    def _find(self, full_key: str) -> list[Any]:
+        runs = self.client.search_runs([self.experiment_id], filter_string=f"tags.`dmlbench.key` = '{full_key}'",
+                                       max_results=10)
+        return sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id))
+
+    def log(self, run_id: str, params: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None,
+            tags: dict[str, Any] | None = None) -> None:
+        """Log what is not logged yet: a resumed run keeps one value per metric, not two."""
+        from mlflow.entities import Metric, Param, RunTag
+
+        existing = self.client.get_run(run_id).data
+        stamp = int(time.time() * 1000)
+        m = [Metric(k, _finite(v), stamp, 0) for k, v in (metrics or {}).items()
+             if k not in existing.metrics and isinstance(v, (int, float)) and not isinstance(v, bool)]
+        p = [Param(k, v) for k, v in flatten(params or {}).items() if k not in existing.params]
+        t = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
+        if m or p or t:
+            self.client.log_batch(run_id, metrics=m, params=p, tags=t)
+
+    def artifact(self, run_id: str, name: str, text: str | None = None, path: Path | None = None) -> None:
+        """Attach a file, or ``text`` written to a file called ``name``, to a run."""
+        if path is not None:
+            self.client.log_artifact(run_id, str(path))
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            file = Path(tmp) / name
+            file.write_text(text or "")
+            self.client.log_artifact(run_id, str(file))
+
+    def delete_cell(self, cell_id: str) -> int:
+        """Delete the runs of one cell of this protocol version (the cell run, its trials, folds, seeds)."""
+        prefix = f"{self.protocol.hash12}/{cell_id}"
+        runs = search_all(self.client, self.experiment_id, f"tags.`dmlbench.key` LIKE '{self.protocol.hash12}/%'")
+        doomed = [r.info.run_id for r in runs
+                  if (key := r.data.tags.get("dmlbench.key", "")) == prefix or key.startswith(prefix + "/")]
+        for run_id in doomed:
+            self.client.delete_run(run_id)
+        return len(doomed)
+
+    def end(self, run_id: str, state: str) -> None:
+        """Close a run with the MLflow status of an Optuna state (PRUNED is a finished run)."""
+        status = {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED", "KILLED": "KILLED"}.get(state, state)
+        self.client.set_terminated(run_id, status)
+
+
+def _finite(v: float) -> float:
+    """MLflow refuses infinities: the largest double keeps the sign and the order."""
+    v = float(v)
+    return v if not math.isinf(v) else math.copysign(1e308, v)

@@ -1,0 +1,55 @@
+"""Tuning a cell: its data, the trial objective, trial slots in a shared Optuna study, the search strategy.
+
+Three rules of the fair protocol are enforced here, in code:
+
+* Test classes are never seen while tuning (`TestClassGuard`, in ``_data``).
+* Every cell gets the same number of trials (`SlotStudy`, in ``_slots``).
+* A run is a function of (protocol seed, slot, fold) or (protocol seed,
+  final seed), the same for every cell (``_seeds``: common random numbers),
+  so a resumed sweep reproduces an uninterrupted one and cells are paired.
+
+The rooms: ``_data`` (prepare, Prepared, TestClassGuard), ``_objective``
+(suggest, split_params, train_and_score, run_trial), ``_slots`` (SlotStudy,
+Heartbeat, owner records, storage), ``_search_strategy`` (Optuna's TPE
+sampler and pruner), ``_seeds``. Import from ``bench.tuning``; the private
+modules may move.
+"""
+
+from bench.tuning._data import Prepared, TestClassGuard, TestLeakError, prepare
+from bench.tuning._objective import (
+    Hooks,
+    RunResult,
+    TrialOutcome,
+    final_config,
+    run_trial,
+    score_model,
+    split_params,
+    suggest,
+    clusters_on_test,
+    train_and_score,
+    train_config,
+    trial_attrs,
+)
+from bench.tuning._search_strategy import make_pruner, make_sampler
+from bench.tuning._seeds import derive_seed, final_seed, sampler_seed, trial_seed
+from bench.tuning._slots import (
+    ATTR_OWNER,
+    ATTR_SURPLUS,
+    GRACE_S,
+    HEARTBEAT_S,
+    Heartbeat,
+    Slot,
+    SlotStudy,
+    best_trial,
+    held,
+    open_storage,
+    owner_record,
+    redact,
+    study_name,
+)
+
+__all__ = ["ATTR_OWNER", "ATTR_SURPLUS", "GRACE_S", "HEARTBEAT_S", "Heartbeat", "Hooks", "Prepared", "RunResult",
+           "Slot", "SlotStudy", "TestClassGuard", "TestLeakError", "TrialOutcome", "best_trial", "derive_seed",
+           "final_config", "final_seed", "held", "make_pruner", "make_sampler", "open_storage", "owner_record",
+           "prepare", "redact", "run_trial", "sampler_seed", "score_model", "split_params", "study_name", "suggest",
+           "clusters_on_test", "train_and_score", "train_config", "trial_attrs", "trial_seed"]

@@ -1,0 +1,35 @@
+"""Seeds of every training run, as pure functions of the protocol seed and a name.
+
+Common random numbers: a run's seed does not depend on the cell. Final seed
+``s`` gives every cell the same trunk initialisation and the same batch
+order, and tuning slot ``t`` on fold ``f`` the same for every cell, so two
+cells differ only by their method and the comparison between them is
+paired (METHODS.md; issue 11). The sampler's seed does depend on the cell:
+each cell's search space is its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+
+def derive_seed(*parts: Any) -> int:
+    """A 31-bit seed from the protocol seed and names: stable across processes, machines and versions."""
+    text = ":".join(map(str, parts))
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) & 0x7FFFFFFF
+
+
+def trial_seed(protocol_seed: int, slot: int, fold: int) -> int:
+    """Training seed of tuning slot ``slot`` on fold ``fold``: the same in every cell."""
+    return derive_seed(protocol_seed, "trial", slot, "fold", fold)
+
+
+def final_seed(protocol_seed: int, seed: int) -> int:
+    """Training seed of final seed ``seed``: the same trunk initialisation and batches in every cell."""
+    return derive_seed(protocol_seed, "final", seed)
+
+
+def sampler_seed(protocol_seed: int, cell_id: str, slot: int) -> int:
+    """TPE's seed for one slot of one cell: its draw does not depend on interruptions before it."""
+    return derive_seed(protocol_seed, cell_id, "sampler", slot)

@@ -1,0 +1,275 @@
+"""Trial slots in a shared Optuna study: every cell gets exactly ``n`` trials, whatever the workers do.
+
+A study's trials are numbered by the storage; `SlotStudy.claim` gives the
+first ``n`` fresh trials slots 0..n-1 and fails any later one as surplus
+before it trains, so several workers sharing a storage can never run more
+than ``n`` (see bench/runner.py for the multi-worker rules). A trial left
+RUNNING by a killed worker is failed as stale and re-enqueued with the same
+parameters and slot (its owner record names the host and process), so the
+count stays ``n`` and the replacement reproduces it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.errors import BenchError
+from bench.plan import Cell
+from bench.protocol import Protocol
+
+HEARTBEAT_S = 30  # a worker records that its trial is alive this often...
+GRACE_S = 120  # ...and a trial silent for this long is failed as stale by any worker
+
+ATTR_OWNER = "dmlbench:owner"
+ATTR_SURPLUS = "dmlbench:surplus"
+
+
+
+def open_storage(url: str) -> Any:
+    """An Optuna RDB storage with heartbeats (SQLite waits for locks instead of failing at once)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # study creation is not news on a command line
+    engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    for attempt in range(4):  # two workers starting at once on a new database race to create its tables
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            try:
+                return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_S,
+                                                  grace_period=GRACE_S, heartbeat_stale_trial_callback=_requeue)
+            except Exception as e:  # a URL that cannot be opened is the user's
+                if attempt == 3 or "UNIQUE constraint" not in str(e) and "already exists" not in str(e):
+                    raise BenchError(f"cannot open Optuna storage {redact(url)!r}: {str(e).splitlines()[0]}") from e
+                time.sleep(1 + attempt)
+    raise AssertionError("unreachable")
+
+
+def redact(url: str) -> str:
+    """The URL without its password, fit for logs and manifests."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        cred, host = rest.rsplit("@", 1)
+        return f"{scheme}://{cred.split(':', 1)[0]}:***@{host}"
+    return url
+
+
+def _process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot, from /proc (None where there is no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def owner_record() -> dict[str, Any]:
+    """Who runs a trial: host, pid and the process's start time (a reused pid is not the same owner)."""
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "start": _process_start(pid)}
+
+
+def _owner_dead(owner: dict[str, Any] | None) -> bool:
+    """True only when the owner ran on this machine and its process is gone (or the pid was reused)."""
+    if not owner or owner.get("host") != socket.gethostname():
+        return False
+    pid = int(owner["pid"])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    started = _process_start(pid)
+    return owner.get("start") is not None and started is not None and started != owner["start"]
+
+
+def held(trials: Sequence[Any], n: float) -> dict[int, Any]:
+    """slot -> the trial holding it: stale trials (those a replacement names) and surplus ones excluded.
+
+    A finished trial cannot take new attributes in Optuna, so staleness is
+    recorded on the replacement (``replaces``), not on the stale trial.
+    """
+    replaced = {t.user_attrs["replaces"] for t in trials if "replaces" in t.user_attrs}
+    out: dict[int, Any] = {}
+    for t in trials:
+        slot = t.user_attrs.get("slot")
+        if t.number in replaced or ATTR_SURPLUS in t.system_attrs or slot is None or slot >= n:
+            continue
+        out[slot] = t
+    return out
+
+
+def best_trial(counted: dict[int, Any]) -> Any:
+    """The COMPLETE trial with the best validation value (ties: the lower slot), or None.
+
+    Only the study's value, the mean validation score over folds, and the
+    slot are read: a test score can never choose or break a tie (METHODS.md).
+    """
+    complete = [t for _, t in sorted(counted.items()) if t.state.name == "COMPLETE"]
+    return max(complete, key=lambda t: (t.value, -t.user_attrs["slot"])) if complete else None
+
+
+def _requeue(study: Any, trial: Any, why: str = "its worker stopped sending heartbeats") -> None:
+    """Enqueue a failed stale trial's parameters again under the same slot; the replacement names it."""
+    slot = trial.user_attrs.get("slot")
+    if slot is None:  # killed between being created and being given its slot: the slot is its rank
+        fresh = [t.number for t in study.get_trials(deepcopy=False) if "replaces" not in t.user_attrs]
+        slot = sorted(fresh).index(trial.number)
+        if slot >= study.user_attrs.get("slots", slot + 1):
+            return
+    study.enqueue_trial(dict(trial.params), user_attrs={"slot": slot, "replaces": trial.number, "stale": why})
+
+
+class Heartbeat:
+    """Records a trial's heartbeat every HEARTBEAT_S seconds from a daemon thread."""
+
+    def __init__(self, storage: Any, trial_id: int) -> None:
+        self.storage, self.trial_id = storage, trial_id
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "Heartbeat":
+        self.storage.record_heartbeat(self.trial_id)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                self.storage.record_heartbeat(self.trial_id)
+            except Exception:  # a missed beat only risks a duplicate claim after GRACE_S, never a crash
+                pass
+
+
+@dataclass
+class Slot:
+    """A claimed trial and the slot it fills."""
+
+    trial: Any  # optuna.Trial
+    slot: int
+
+
+class SlotStudy:
+    """An Optuna study whose trials fill exactly ``n`` numbered slots, shared safely by any number of workers."""
+
+    def __init__(self, storage: Any, name: str, n: int, direction: str = "maximize", sampler: Any = None,
+                 pruner: Any = None) -> None:
+        import optuna
+
+        self.storage, self.name, self.n = storage, name, n
+        self.study = optuna.create_study(storage=storage, study_name=name, direction=direction,
+                                         sampler=sampler or optuna.samplers.RandomSampler(0),
+                                         pruner=pruner or optuna.pruners.NopPruner(), load_if_exists=True)
+        if self.study.user_attrs.get("slots") != n:
+            self.study.set_user_attr("slots", n)  # read by stale-trial recovery in any worker
+
+    # ---- reading
+
+    def trials(self) -> list[Any]:
+        return self.study.get_trials(deepcopy=False)
+
+    def counted(self) -> dict[int, Any]:
+        """slot -> the trial that holds it now (stale and surplus trials excluded)."""
+        return held(self.trials(), self.n)
+
+    def finished(self) -> bool:
+        counted = self.counted()
+        return len(counted) == self.n and all(t.state.is_finished() for t in counted.values())
+
+    def _fresh(self, trials: list[Any]) -> list[Any]:
+        return sorted((t for t in trials if "replaces" not in t.user_attrs), key=lambda t: t.number)
+
+    # ---- claiming
+
+    def recover_stale(self) -> int:
+        """Fail and re-enqueue trials whose worker is gone: a dead local process at once, others after GRACE_S."""
+        import optuna
+        from optuna.trial import TrialState
+
+        recovered = 0
+        now = time.time()
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            owner = t.system_attrs.get(ATTR_OWNER)
+            never_owned = owner is None and t.datetime_start is not None and \
+                now - t.datetime_start.timestamp() > GRACE_S
+            if _owner_dead(owner) or never_owned:
+                try:
+                    if self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL):
+                        _requeue(self.study, t, "its worker process is gone")
+                        recovered += 1
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    pass  # another worker got there first
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(self.study)
+        return recovered
+
+    def open_slots(self) -> bool:
+        """Whether a claim could succeed now (cheap check; `claim` decides)."""
+        from optuna.trial import TrialState
+
+        trials = self.trials()
+        waiting = any(t.state == TrialState.WAITING for t in trials)
+        return waiting or len(self._fresh(trials)) < self.n
+
+    def claim(self, sampler_for_slot: Callable[[int], Any] | None = None) -> Slot | None:
+        """The next free slot as a RUNNING trial, or None when all ``n`` are taken.
+
+        Fresh trials get their slot from their rank among fresh trials in
+        storage order, which the database fixes: the first ``n`` win, any
+        later one is failed as surplus before it runs.
+        """
+        import optuna
+        from optuna.trial import TrialState
+
+        self.recover_stale()
+        if not self.open_slots():
+            return None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "heartbeat is supposed to be used with optimize": we beat ourselves
+            trial = self.study.ask()
+        frozen = self.storage.get_trial(trial._trial_id)
+        slot = frozen.user_attrs.get("slot")
+        if slot is None:
+            fresh = [t.number for t in self._fresh(self.trials())]
+            rank = fresh.index(frozen.number)
+            if rank >= self.n:
+                self.storage.set_trial_system_attr(trial._trial_id, ATTR_SURPLUS, f"all {self.n} slots taken")
+                self.study.tell(trial, state=TrialState.FAIL)
+                return None if not self.open_slots() else self.claim(sampler_for_slot)
+            slot = rank
+            trial.set_user_attr("slot", slot)
+        self.storage.set_trial_system_attr(trial._trial_id, ATTR_OWNER, owner_record())
+        if sampler_for_slot is not None:
+            self.study.sampler = sampler_for_slot(slot)
+        return Slot(trial, slot)
+
+    def abandon(self, slot: Slot, why: str) -> None:
+        """Give a slot back after an interruption (Ctrl-C): failed as stale, re-enqueued with its parameters."""
+        import optuna
+        from optuna.trial import TrialState
+
+        try:
+            if self.storage.set_trial_state_values(slot.trial._trial_id, TrialState.FAIL):
+                _requeue(self.study, self.storage.get_trial(slot.trial._trial_id), why)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass
+
+
+def study_name(protocol: Protocol, cell: Cell, finals: bool = False) -> str:
+    """The Optuna study of a cell's tuning (or its final seeds) under this protocol version."""
+    return f"{protocol.name}:{protocol.hash12}:{cell.id}" + (":final" if finals else "")
