@@ -10,6 +10,7 @@ bench/tracking.py.
 
 from __future__ import annotations
 
+import json
 import math
 import tempfile
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import BenchError
+from bench.plan import Cell
 from bench.protocol import Protocol
 from bench.tracking import flatten, quiet_mlflow, search_all
 
@@ -78,6 +80,16 @@ class MlflowRecords:
             self.client.delete_run(run.info.run_id)
             return found[0].info.run_id
         return run.info.run_id
+
+    def cell_run(self, cell: Cell) -> str:
+        """A cell's parent run: its methods, fixed parameters and search space, and the protocol file."""
+        run_id = self.run(cell.id, cell.id, tags={"cell": cell.id, "loss": cell.loss, "miner": cell.miner or "none",
+                                                  "kind": "cell"})
+        self.log(run_id, params={"loss": cell.loss, "miner": cell.miner or "none", "loss_params": cell.loss_params,
+                                 "miner_params": cell.miner_params,
+                                 "search_space": json.dumps(cell.search_space, sort_keys=True)})
+        self.artifact(run_id, f"{self.protocol.name}.yaml", text=self.protocol.text)
+        return run_id
 
     def _find(self, full_key: str) -> list[Any]:
         runs = self.client.search_runs([self.experiment_id], filter_string=f"tags.`dmlbench.key` = '{full_key}'",

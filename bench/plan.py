@@ -219,8 +219,8 @@ def incompatibility(loss: registry.Entry, miner: registry.Entry | None) -> str |
     return f"{loss.name} consumes {consumes}; {miner.name} produces {produces}"
 
 
-def _cell(cell_id: str, loss_entry: registry.Entry, loss_item: dict[str, Any], miner_entry: registry.Entry | None,
-          miner_item: dict[str, Any], model: dict[str, Any]) -> Cell:
+def _cell(cell_id: str, loss_entry: registry.Entry, loss_item: dict[str, Any],
+          miner_entry: registry.Entry | None, miner_item: dict[str, Any], model: dict[str, Any]) -> Cell:
     """One cell: fixed parameters, and the searched ones less those the miner's tuples supply (dead there)."""
     supplied = miner_entry.supplies if miner_entry is not None else ()
     space = {f"loss.{k}": v for k, v in loss_item["search_space"].items() if k not in supplied}

@@ -215,7 +215,7 @@ def check_params(entry: Entry, params: dict[str, Any]) -> None:
         )
 
 
-def _build(kind: str, name: str, params: dict[str, Any], context: dict[str, Any] | None = None):
+def _build(kind: str, name: str, params: dict[str, Any], context: dict[str, Any] | None = None) -> Any:
     entry = get(kind, name)
     check_params(entry, params)
     context = context or {}
@@ -228,15 +228,16 @@ def _build(kind: str, name: str, params: dict[str, Any], context: dict[str, Any]
         raise BenchError(f"{kind} {name!r}: {e}") from e
 
 
-def build_loss(name: str, context: dict[str, Any] | None = None, **params: Any):
+def build_loss(name: str, context: dict[str, Any] | None = None, **params: Any) -> Any:
     """A module called as ``loss(embeddings, labels, indices_tuple=None)``."""
     return _build("loss", name, params, context)
 
 
-def build_miner(name: str, context: dict[str, Any] | None = None, **params: Any):
+def build_miner(name: str, context: dict[str, Any] | None = None, **params: Any) -> Any:
     """A callable ``miner(embeddings, labels)`` returning an index tuple (see bench.tuples)."""
     return _build("miner", name, params, context)
 
 
-def build_trunk(name: str, **params: Any):
+def build_trunk(name: str, **params: Any) -> Any:
+    """A trunk module; ``in_shape`` and ``embedding_dim`` come with ``params``."""
     return _build("trunk", name, params)

@@ -74,7 +74,7 @@ class Records:
     history: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
-def _study(storage: Any, name: str):
+def _study(storage: Any, name: str) -> Any:
     import optuna
 
     try:

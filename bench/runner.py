@@ -265,14 +265,9 @@ class Sweep:
         return tables.write(self.plan, records, self.results, self.manifest, finished=finished)
 
     def _cell_run(self, cell: Cell) -> str:
+        """The cell's parent MLflow run, opened once per worker."""
         if cell.id not in self.cell_runs:
-            run_id = self.mlflow.run(cell.id, cell.id, tags={"cell": cell.id, "loss": cell.loss,
-                                                             "miner": cell.miner or "none", "kind": "cell"})
-            self.mlflow.log(run_id, params={"loss": cell.loss, "miner": cell.miner or "none",
-                                            "loss_params": cell.loss_params, "miner_params": cell.miner_params,
-                                            "search_space": json.dumps(cell.search_space, sort_keys=True)})
-            self.mlflow.artifact(run_id, f"{self.protocol.name}.yaml", text=self.protocol.text)
-            self.cell_runs[cell.id] = run_id
+            self.cell_runs[cell.id] = self.mlflow.cell_run(cell)
         return self.cell_runs[cell.id]
 
     def _work(self, cell: Cell) -> bool:

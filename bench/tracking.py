@@ -72,7 +72,7 @@ def quiet_mlflow() -> None:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per downloaded file
 
 
-def _mlflow():
+def _mlflow() -> Any:
     quiet_mlflow()
     import mlflow
 

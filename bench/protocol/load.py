@@ -33,7 +33,7 @@ NO_MINER = "none"
 class ProtocolError(BenchError):
     """Every problem of a protocol file, one line each; the message is the first one."""
 
-    def __init__(self, problems: list[str]):
+    def __init__(self, problems: list[str]) -> None:
         more = f" (and {len(problems) - 1} more: see dmlbench validate)" if len(problems) > 1 else ""
         super().__init__(problems[0] + more)
         self.problems = problems
@@ -178,7 +178,7 @@ def _canonical(value: Any) -> Any:
 
 
 class _Reporter:
-    def __init__(self, source: str, lines: dict[tuple, int]):
+    def __init__(self, source: str, lines: dict[tuple, int]) -> None:
         self.source, self.lines, self.problems = source, lines, []
 
     def add(self, path: tuple, message: str) -> None:
