@@ -260,7 +260,7 @@ def atomic_write(path: Path, write: Any) -> None:
         write(f)
 
 
-def atomic_npz(path: Path, **arrays: np.ndarray) -> None:
+def atomic_npz(path: Path, **arrays: Any) -> None:
     with atomic_file(path, "wb") as f:
         np.savez(f, **arrays)
 

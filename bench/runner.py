@@ -405,6 +405,7 @@ class _TrialHooks(Hooks):
 
     def fold_finished(self, slot: int, fold: int, result: RunResult) -> None:
         s = self.sweep
+        assert self.fold_run is not None  # fold_started opened it
         self.folds_run += 1
         s.progress.run_finished()
         metrics = {f"val_{k}": v for k, v in result.metrics.items()}

@@ -179,7 +179,8 @@ def _canonical(value: Any) -> Any:
 
 class _Reporter:
     def __init__(self, source: str, lines: dict[tuple, int]) -> None:
-        self.source, self.lines, self.problems = source, lines, []
+        self.source, self.lines = source, lines
+        self.problems: list[str] = []
 
     def add(self, path: tuple, message: str) -> None:
         line = next((self.lines[path[:n]] for n in range(len(path), -1, -1) if path[:n] in self.lines), None)

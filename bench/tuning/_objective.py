@@ -141,6 +141,7 @@ def train_and_score(protocol: Protocol, config: Any, data: Any, score_on: Any, *
 
     def checkpoint(it: int, model: Any) -> None:
         last["it"] = it
+        assert on_checkpoint is not None  # only passed to train() when given
         on_checkpoint(it, model)
 
     try:

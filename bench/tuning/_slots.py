@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from bench.errors import BenchError
 from bench.plan import Cell
@@ -166,8 +166,8 @@ class Slot:
 class SlotStudy:
     """An Optuna study whose trials fill exactly ``n`` numbered slots, shared safely by any number of workers."""
 
-    def __init__(self, storage: Any, name: str, n: int, direction: str = "maximize", sampler: Any = None,
-                 pruner: Any = None) -> None:
+    def __init__(self, storage: Any, name: str, n: int, direction: Literal["minimize", "maximize"] = "maximize",
+                 sampler: Any = None, pruner: Any = None) -> None:
         import optuna
 
         self.storage, self.name, self.n = storage, name, n
