@@ -14,11 +14,11 @@ name by `resolve`. One meaning per name:
 
 Each object also gives a *similarity* ``S``, related to ``D`` by a constant:
 ``S = -D`` for the Lp kinds, ``S = cos = 1 - D`` for cosine. A loss that
-needs a similarity (InfoNCE, N-pair) takes it from here, and a formula in
-which only differences ``D(a,p) - D(a,n)`` enter (triplet losses and
-miners) may use ``-S``: for cosine this is exactly PML's similarity margin,
-without rounding ``1 - cos``, so own and PML miners choose the very same
-triplets at ties and thresholds.
+needs a similarity (InfoNCE, N-pair) takes it from here. A formula in which
+only differences ``D(a,p) - D(a,n)`` enter (triplet losses and miners) uses
+``shifted``: ``D`` itself for the Lp kinds, ``-S = -cos`` for cosine, which
+is exactly PML's similarity margin, without rounding ``1 - cos``, so own
+and PML miners choose the very same triplets at ties and thresholds.
 
 ``normalize`` (the protocol's ``model.normalize``) belongs to the object:
 embeddings are L2-normalised before any Lp distance, as PML's
@@ -75,6 +75,10 @@ class Distance:
         """``S[i, j]``: ``-D`` up to a constant (see the module docstring), larger = closer."""
         return -self.matrix(x, y)
 
+    def shifted(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        """``D`` up to an additive constant, computed as exactly as possible (see the module docstring)."""
+        return self.matrix(x, y)
+
     def _matrix(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
@@ -117,6 +121,9 @@ class Cosine(Distance):
     def similarity(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         x = self.prepare(x)
         return x @ (x if y is None else self.prepare(y)).T
+
+    def shifted(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        return -self.similarity(x, y)
 
     def _matrix(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return 1.0 - x @ y.T

@@ -49,6 +49,8 @@ def test_similarity_is_minus_the_distance_up_to_a_constant_and_paired_is_the_dia
     assert float(shift[0, 0]) == pytest.approx(1.0 if name == "cosine" else 0.0, abs=1e-12)
     assert torch.allclose(d.paired(x, y), torch.diagonal(d.matrix(x, y)), atol=1e-12)
     assert torch.equal(d.matrix(x), d.matrix(x, x))
+    gap = d.matrix(x, y) - d.shifted(x, y)
+    assert torch.allclose(gap, gap[0, 0].expand_as(gap), atol=1e-12)
 
 
 def test_losses_and_miners_take_names_or_objects_alike() -> None:

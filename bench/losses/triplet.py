@@ -11,9 +11,9 @@ them in a PK batch) are laid against all ``B`` candidates as one
 ``(pairs, B)`` matrix, ``O(B^2 K)`` memory.
 
 Only differences ``D(a,p) - D(a,n)`` enter, so the loss (and every triplet
-miner, through `triplet_matrix`) works on ``-S``, the distance object's
-negated similarity: ``D`` itself for the Lp kinds, ``-cos`` for cosine
-(``D`` up to a constant, and exactly PML's similarity margin).
+miner, through `triplet_matrix`) works on the distance object's ``shifted``
+matrix: ``D`` itself for the Lp kinds, ``-cos`` for cosine (``D`` up to a
+constant, and exactly PML's similarity margin).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from bench.tuples import is_pairs, is_triplets, pairs_to_triplets, same_class
 
 
 def triplet_matrix(x: torch.Tensor, distance: Distance, y: torch.Tensor | None = None) -> torch.Tensor:
-    """``-S``: ``D`` up to a constant, what triplet formulas subtract (see the module docstring)."""
-    return -distance.similarity(x, y)
+    """``D`` up to a constant, what triplet formulas subtract (see the module docstring)."""
+    return distance.shifted(x, y)
 
 
 def anchor_positive_pairs(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
