@@ -68,7 +68,8 @@ class LiftedStructureLoss(BenchLoss):
         if len(a1) == 0 or not negatives.any():
             return self.nothing(embeddings)
         dist = self.distance.matrix(embeddings)
-        neg_term = self.negative_term(self.margin - dist, negatives, a1, p)
+        scaled_slack = torch.rsub(dist, self.margin * self.scale, alpha=self.scale)  # s (margin - D), one pass
+        neg_term = self.negative_term(scaled_slack, negatives, a1, p)
         losses = F.relu(neg_term + dist[a1, p] - self.pos_margin) ** 2 / 2
         self.record(losses)
         return self.reducer(losses, embeddings)
@@ -78,15 +79,16 @@ class LiftedStructureLoss(BenchLoss):
     ) -> torch.Tensor:
         """Per positive pair, the soft (or hard) maximum of ``margin - D`` over both ends' negatives.
 
-        Zero where neither end has a negative pair (PML's convention).
+        ``slack`` is ``scale * (margin - D)``; zero where neither end has a
+        negative pair (PML's convention).
         """
         if self.form == "smooth":
-            row, has = masked_row_logsumexp(slack * self.scale, negatives)
-            both = torch.where(a == p, row[a], torch.logaddexp(row[a], row[p])) / self.scale
+            row, has = masked_row_logsumexp(slack, negatives)
+            both = torch.where(a == p, row[a], torch.logaddexp(row[a], row[p]))
         else:
             lowest = torch.finfo(slack.dtype).min
             mask = negatives if negatives.dtype == torch.bool else negatives > 0
             has = mask.any(dim=1)
             row = torch.where(mask, slack, torch.full_like(slack, lowest)).amax(dim=1)
             both = torch.maximum(row[a], row[p])
-        return torch.where(has[a] | has[p], both, torch.zeros_like(both))
+        return torch.where(has[a] | has[p], both / self.scale, torch.zeros_like(both))
