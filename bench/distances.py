@@ -45,9 +45,11 @@ class Distance:
     name = ""
 
     def __init__(self, normalize: bool = True) -> None:
-        from bench.losses._common import check_bool
+        if not isinstance(normalize, bool):
+            from bench.errors import BenchError
 
-        self.normalize = check_bool("normalize", normalize)
+            raise BenchError(f"normalize must be true or false, got {normalize!r}")
+        self.normalize = normalize
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(normalize={self.normalize})"
@@ -166,16 +168,7 @@ def resolve(distance: Any, normalize: bool = True, allowed: tuple[str, ...] = DI
     raise BenchError(f"unknown distance {distance!r}: expected one of {', '.join(allowed)}")
 
 
-def check_distance(name: str) -> str:
-    """``name`` if it is one of DISTANCES, else a BenchError."""
-    return resolve(name).name
-
-
 def pairwise(x: torch.Tensor, y: torch.Tensor | None = None, kind: str = "euclidean") -> torch.Tensor:
     """Distance matrix of the named kind on the embeddings as given (no normalisation)."""
     return resolve(kind, normalize=False).matrix(x, y)
 
-
-def paired(x: torch.Tensor, y: torch.Tensor, kind: str = "euclidean") -> torch.Tensor:
-    """Row-wise distances of the named kind on the embeddings as given (no normalisation)."""
-    return resolve(kind, normalize=False).paired(x, y)
