@@ -103,7 +103,8 @@ class BenchLoss(nn.Module):
     """Base of dmlbench's losses: a distance, a reduction, one checked entry point, ``stats``.
 
     ``distance`` is a name of ``allowed`` (resolved with ``normalize``) or a
-    `bench.distances.Distance`; ``reduction`` a name or a
+    `bench.distances.Distance`, None for a loss that measures nothing itself
+    (the PML-backed ones); ``reduction`` a name or a
     `bench.reducers.Reduction`. ``loss.reduction`` reads and sets the
     reduction by name. Subclasses implement ``compute(embeddings, labels,
     indices_tuple)``; the inputs it receives are already validated (labels on
@@ -115,8 +116,9 @@ class BenchLoss(nn.Module):
                  allowed: tuple[str, ...] = distances.DISTANCES) -> None:
         super().__init__()
         self.stats: dict[str, float] = {}
-        self.distance = distances.resolve(distance, normalize, allowed)
-        self.reducer = reducers.resolve(reduction)
+        if distance is not None:
+            self.distance = distances.resolve(distance, normalize, allowed)
+            self.reducer = reducers.resolve(reduction)
 
     @property
     def normalize(self) -> bool:

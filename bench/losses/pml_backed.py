@@ -37,7 +37,7 @@ class _PMLLoss(BenchLoss):
     """Holds a PML loss module and calls it with validated inputs."""
 
     def __init__(self, pml_loss: torch.nn.Module, num_classes: int | None = None) -> None:
-        super().__init__()
+        super().__init__(distance=None)  # PML's loss holds its own distance and reducer
         self.pml = pml_loss
         self.num_classes = num_classes
 
