@@ -34,7 +34,7 @@ def setups(margin: float) -> dict[str, tuple[Callable, Callable]]:
                           miners.TripletMarginMiner(margin=float("inf"), type_of_triplets="all")),
         "semihard": pair(build_miner("semihard", margin=margin),
                          miners.TripletMarginMiner(margin=margin, type_of_triplets="semihard")),
-        "hard": pair(build_miner("hard", margin=margin),
+        "hard": pair(build_miner("hard"),
                      miners.TripletMarginMiner(margin=margin, type_of_triplets="hard")),
         "batch_hard": pair(build_miner("batch_hard"), miners.BatchHardMiner()),
     }

@@ -26,7 +26,7 @@ CASES = [
     ("triplet", {"margin": 0.2}, "batch_all", {"margin": 0.2}),
     ("triplet", {"margin": 0.2}, "batch_hard", {}),
     ("triplet", {"margin": 0.2}, "semihard", {"margin": 0.2}),
-    ("triplet", {"margin": 0.2}, "hard", {"margin": 0.2}),
+    ("triplet", {"margin": 0.2}, "hard", {}),
     ("quadruplet", {}, None, {}),
     ("quadruplet", {}, "margohnm", {}),
     ("quadruplet", {"learned_metric": True}, "margohnm", {}),

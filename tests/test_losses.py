@@ -101,8 +101,9 @@ def test_hadsell_forms_equal_a_loop(form, use_tuple):
     )
 
 
-def lifted_reference(x, labels, margin, hard):
-    """Song et al. 2016, eq. 2 and eq. 3 (hard), over unordered positive pairs, on normalised embeddings."""
+def lifted_reference(x, labels, margin, hard, scale=1.0):
+    """Song et al. 2016, eq. 2 and eq. 3 (hard), over unordered positive pairs, on normalised embeddings;
+    ``scale`` s: the soft maximum ``log sum exp(s * slack) / s``."""
     x = x / x.norm(dim=1, keepdim=True)
     b = len(x)
     dist = lambda i, j: torch.linalg.vector_norm(x[i] - x[j])  # noqa: E731
@@ -113,7 +114,7 @@ def lifted_reference(x, labels, margin, hard):
                 continue
             slack = [margin - dist(i, k) for k in range(b) if labels[k] != labels[i]]
             slack += [margin - dist(j, k) for k in range(b) if labels[k] != labels[j]]
-            neg = torch.stack(slack).max() if hard else torch.logsumexp(torch.stack(slack), 0)
+            neg = torch.stack(slack).max() if hard else torch.logsumexp(scale * torch.stack(slack), 0) / scale
             terms.append(torch.relu(neg + dist(i, j)) ** 2)
     return torch.stack(terms).sum() / (2 * len(terms))
 
@@ -128,7 +129,18 @@ def test_lifted_structure_equals_the_paper(form):
     )
 
 
-def test_npair_with_l2_penalty_equals_a_loop_on_any_layout():
+@pytest.mark.parametrize("scale", [0.5, 8.0, 40.0])
+def test_lifted_structure_scale_equals_the_loop(scale):
+    x, y = batch(12, 4, 3, seed=5)
+    assert_same(
+        lambda e: LiftedStructureLoss(margin=0.7, scale=scale)(e, y),
+        lambda e: lifted_reference(e, y, 0.7, False, scale),
+        x,
+    )
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.05, 0.3])
+def test_npair_with_l2_penalty_equals_a_loop_on_any_layout(temperature):
     x, y = batch(11, 4, 4, seed=7)
     y[3] = 9  # a singleton class: no pair
     reg = 0.05
@@ -141,12 +153,12 @@ def test_npair_with_l2_penalty_equals_a_loop_on_any_layout():
                 chosen.append(members[:2])
         terms, penalty = [], []
         for a, p in chosen:
-            gaps = [e[a] @ e[q] - e[a] @ e[p] for _, q in chosen if q != p]
+            gaps = [(e[a] @ e[q] - e[a] @ e[p]) / temperature for _, q in chosen if q != p]
             terms.append(torch.log(1 + torch.exp(torch.stack(gaps)).sum()))
             penalty.append(e[a] @ e[a] + e[p] @ e[p])
         return torch.stack(terms).mean() + reg * torch.stack(penalty).mean()
 
-    assert_same(lambda e: NPairLoss(l2_reg=reg, normalize=False)(e, y), reference, x)
+    assert_same(lambda e: NPairLoss(l2_reg=reg, normalize=False, temperature=temperature)(e, y), reference, x)
 
 
 def test_infonce_is_accurate_where_the_loss_is_tiny():

@@ -237,24 +237,31 @@ _DIST = {
 }
 
 
+def _two_margins(name: str, kind: str, own: Callable[..., torch.nn.Module], pml: Callable[..., torch.nn.Module],
+                 margins: Callable[[random.Random], tuple[float, float]], settings: tuple[str, str]) -> Spec:
+    """A loss with two margins on a distance: ours as drawn, PML's through `_margin` (``settings``: the
+    PML margin arguments in words, for cosine and for the Lp kinds)."""
+
+    def drawn(c: Case) -> tuple[float, float]:
+        return margins(random.Random(c.param_seed))
+
+    return Spec(
+        f"{name} ({kind})",
+        f"{pml.__name__}({settings[kind != 'cosine']}, distance={_DIST[kind]}, {_R})",
+        lambda c: own(*drawn(c), distance=kind, normalize=c.normalize, reduction=c.reduction),
+        lambda c: pml(*(_margin(kind, v) for v in drawn(c)), distance=_pml_distance(kind, c.normalize),
+                      reducer=_reducer(c.reduction)),
+    )
+
+
 def _contrastive(kind: str) -> Spec:
     from pytorch_metric_learning import losses
 
     from bench.losses.contrastive import ContrastiveLoss
 
-    def margins(c: Case) -> tuple[float, float]:
-        r = random.Random(c.param_seed)
-        return r.uniform(0.0, 0.5), r.uniform(0.3, 2.0)
-
-    m = "pos_margin=1-pos_margin, neg_margin=1-neg_margin" if kind == "cosine" else "pos_margin, neg_margin"
-    return Spec(
-        f"contrastive ({kind})",
-        f"ContrastiveLoss({m}, distance={_DIST[kind]}, {_R})",
-        lambda c: ContrastiveLoss(*margins(c), distance=kind, normalize=c.normalize, reduction=c.reduction),
-        lambda c: losses.ContrastiveLoss(
-            *(_margin(kind, v) for v in margins(c)), distance=_pml_distance(kind, c.normalize), reducer=_reducer(c.reduction)
-        ),
-    )
+    return _two_margins("contrastive", kind, ContrastiveLoss, losses.ContrastiveLoss,
+                        lambda r: (r.uniform(0.0, 0.5), r.uniform(0.3, 2.0)),
+                        ("pos_margin=1-pos_margin, neg_margin=1-neg_margin", "pos_margin, neg_margin"))
 
 
 def _lifted(kind: str) -> Spec:
@@ -262,19 +269,9 @@ def _lifted(kind: str) -> Spec:
 
     from bench.losses.lifted import LiftedStructureLoss
 
-    def margins(c: Case) -> tuple[float, float]:
-        r = random.Random(c.param_seed)
-        return r.uniform(0.1, 2.0), r.choice([0.0, r.uniform(0.0, 0.5)])
-
-    m = "neg_margin=1-margin, pos_margin=1-pos_margin" if kind == "cosine" else "neg_margin=margin, pos_margin"
-    return Spec(
-        f"lifted_structure ({kind})",
-        f"LiftedStructureLoss({m}, distance={_DIST[kind]}, {_R})",
-        lambda c: LiftedStructureLoss(*margins(c), distance=kind, normalize=c.normalize, reduction=c.reduction),
-        lambda c: losses.LiftedStructureLoss(
-            *(_margin(kind, v) for v in margins(c)), distance=_pml_distance(kind, c.normalize), reducer=_reducer(c.reduction)
-        ),
-    )
+    return _two_margins("lifted_structure", kind, LiftedStructureLoss, losses.LiftedStructureLoss,
+                        lambda r: (r.uniform(0.1, 2.0), r.choice([0.0, r.uniform(0.0, 0.5)])),
+                        ("neg_margin=1-margin, pos_margin=1-pos_margin", "neg_margin=margin, pos_margin"))
 
 
 def _npair(kind: str) -> Spec:

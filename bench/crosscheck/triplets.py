@@ -48,7 +48,7 @@ COMBOS = (
           lambda miners, margin, distance: miners.BatchHardMiner(distance=distance)),
     Combo("triplet + semihard", "semihard", lambda m: {"margin": m, "semantics": "all"},
           "TripletMarginMiner(margin, type_of_triplets='semihard')", _tmm("semihard")),
-    Combo("triplet + hard", "hard", lambda m: {"margin": m},
+    Combo("triplet + hard", "hard", lambda m: {},  # PML's margin (> 0 here) selects nothing more
           "TripletMarginMiner(margin, type_of_triplets='hard')", _tmm("hard")),
 )
 

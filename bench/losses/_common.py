@@ -1,19 +1,13 @@
-"""What every loss of dmlbench shares: input checks, normalisation, reductions.
+"""What every loss of dmlbench shares: input checks and the composition with a distance and a reduction.
 
 Parameters are checked once, when a loss is built, and the inputs once per
 call, so that a wrong name or a wrong shape is a `BenchError` naming the
-problem instead of a broadcasting error deep inside a formula. The three
-reductions follow PML's reducers, so that a loss and its PML counterpart can
-be compared number for number:
+problem instead of a broadcasting error deep inside a formula.
 
-* ``mean`` - PML's ``MeanReducer``: the mean over all tuples;
-* ``avg_nonzero`` - PML's ``AvgNonZeroReducer``: the mean over the tuples
-  whose loss is strictly positive (Hermans et al.'s batch-all average);
-* ``sum`` - the plain sum.
-
-With no tuple at all (or, for ``avg_nonzero``, no positive one) every
-reduction gives a zero that stays connected to the embeddings, as PML's
-``zero_loss`` does, so ``backward()`` always works and gives zero gradients.
+Composition as in PML: a loss holds a distance object (`bench.distances`,
+``self.distance``, which carries ``normalize``) and a reduction object
+(`bench.reducers`, ``self.reducer``), both resolved once from the names a
+protocol gives; the loss module itself is only the formula.
 """
 
 from __future__ import annotations
@@ -22,13 +16,14 @@ import math
 from typing import Any, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from bench import distances, reducers
 from bench.errors import BenchError
+from bench.reducers import zero_loss
 from bench.tuples import Quadruplets
 
-REDUCTIONS = ("mean", "avg_nonzero", "sum")
+__all__ = ["BenchLoss", "check_bool", "check_choice", "check_number", "zero_loss"]
 
 
 def check_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
@@ -51,34 +46,10 @@ def check_number(name: str, value: Any, *, low: float | None = None, high: float
 
 
 def check_bool(name: str, value: Any) -> bool:
+    """``value`` if it is a bool, else a BenchError naming the parameter."""
     if not isinstance(value, bool):
         raise BenchError(f"{name} must be true or false, got {value!r}")
     return value
-
-
-def maybe_normalize(embeddings: torch.Tensor, normalize: bool) -> torch.Tensor:
-    """L2-normalise rows when asked (PML's distances do the same with ``normalize_embeddings``)."""
-    return F.normalize(embeddings, p=2, dim=1) if normalize else embeddings
-
-
-def zero_loss(embeddings: torch.Tensor) -> torch.Tensor:
-    """A 0-d zero that keeps the graph, so backward() yields zero gradients rather than failing."""
-    return (embeddings * 0).sum()
-
-
-def reduce(losses: torch.Tensor, reduction: str, embeddings: torch.Tensor | None = None) -> torch.Tensor:
-    """Reduce per-tuple losses to a 0-d tensor (see the module docstring for the semantics).
-
-    ``embeddings`` is only needed when ``losses`` may be a tensor cut off from
-    the graph (e.g. built with ``new_zeros``); the zero returned for an empty
-    input is then tied to it.
-    """
-    check_choice("reduction", reduction, REDUCTIONS)
-    if reduction == "avg_nonzero":
-        losses = losses[losses > 0]
-    if losses.numel() == 0:
-        return zero_loss(embeddings) if embeddings is not None else losses.sum()
-    return losses.sum() if reduction == "sum" else losses.mean()
 
 
 def _is_index_vector(t: Any) -> bool:
@@ -129,17 +100,37 @@ def check_inputs(embeddings: Any, labels: Any) -> None:
 
 
 class BenchLoss(nn.Module):
-    """Base of dmlbench's losses: one checked entry point, a ``stats`` dict per call.
+    """Base of dmlbench's losses: a distance, a reduction, one checked entry point, ``stats``.
 
-    Subclasses implement ``compute(embeddings, labels, indices_tuple)``; the
-    inputs it receives are already validated (labels on the embeddings'
-    device). ``stats`` is reset before each call so that a stale value is
-    never logged.
+    ``distance`` is a name of ``allowed`` (resolved with ``normalize``) or a
+    `bench.distances.Distance`, None for a loss that measures nothing itself
+    (the PML-backed ones); ``reduction`` a name or a
+    `bench.reducers.Reduction`. ``loss.reduction`` reads and sets the
+    reduction by name. Subclasses implement ``compute(embeddings, labels,
+    indices_tuple)``; the inputs it receives are already validated (labels on
+    the embeddings' device). ``stats`` is reset before each call so that a
+    stale value is never logged.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, distance: Any = "euclidean", normalize: bool = True, reduction: Any = "mean",
+                 allowed: tuple[str, ...] = distances.DISTANCES) -> None:
         super().__init__()
         self.stats: dict[str, float] = {}
+        if distance is not None:
+            self.distance = distances.resolve(distance, normalize, allowed)
+            self.reducer = reducers.resolve(reduction)
+
+    @property
+    def normalize(self) -> bool:
+        return self.distance.normalize
+
+    @property
+    def reduction(self) -> str:
+        return self.reducer.name
+
+    @reduction.setter
+    def reduction(self, value: Any) -> None:
+        self.reducer = reducers.resolve(value)
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any = None) -> torch.Tensor:
         self.stats = {}
@@ -150,6 +141,11 @@ class BenchLoss(nn.Module):
 
     def compute(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any) -> torch.Tensor:
         raise NotImplementedError
+
+    def nothing(self, embeddings: torch.Tensor) -> torch.Tensor:
+        """The loss of a call without any tuple: zero, connected to the graph, and zero ``stats``."""
+        self.record(embeddings.new_zeros(0))
+        return zero_loss(embeddings)
 
     def record(self, losses: torch.Tensor) -> None:
         """Store ``num_tuples`` and ``fraction_positive`` of per-tuple losses in ``stats``."""

@@ -27,17 +27,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bench.distances import DISTANCES, pairwise
-from bench.losses._common import (
-    BenchLoss,
-    REDUCTIONS,
-    as_pairs,
-    check_bool,
-    check_choice,
-    check_number,
-    maybe_normalize,
-    reduce,
-)
+from bench.losses._common import BenchLoss, as_pairs, check_choice, check_number
 
 FORMS = ("pml", "hadsell", "hadsell_squared")
 _DEFAULT_REDUCTION = {"pml": "avg_nonzero", "hadsell": "mean", "hadsell_squared": "mean"}
@@ -49,36 +39,24 @@ class ContrastiveLoss(BenchLoss):
     ``reduction=None`` picks the form's own default (see the module docstring).
     """
 
-    def __init__(
-        self,
-        pos_margin: float = 0.0,
-        neg_margin: float = 1.0,
-        distance: str = "euclidean",
-        normalize: bool = True,
-        reduction: str | None = None,
-        form: str = "pml",
-        pos_weight: float = 0.5,
-    ) -> None:
-        super().__init__()
+    def __init__(self, pos_margin: float = 0.0, neg_margin: float = 1.0, distance: Any = "euclidean",
+                 normalize: bool = True, reduction: Any = None, form: str = "pml", pos_weight: float = 0.5) -> None:
+        form = check_choice("form", form, FORMS)
+        super().__init__(distance, normalize, _DEFAULT_REDUCTION[form] if reduction is None else reduction)
+        self.form = form
         self.pos_margin = check_number("pos_margin", pos_margin)
         self.neg_margin = check_number("neg_margin", neg_margin)
-        self.distance = check_choice("distance", distance, DISTANCES)
-        self.normalize = check_bool("normalize", normalize)
-        self.form = check_choice("form", form, FORMS)
-        self.reduction = check_choice(
-            "reduction", _DEFAULT_REDUCTION[form] if reduction is None else reduction, REDUCTIONS
-        )
         self.pos_weight = check_number("pos_weight", pos_weight, low=0.0, high=1.0)
 
     def compute(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any) -> torch.Tensor:
         a1, p, a2, n = as_pairs(indices_tuple, labels)
-        dist = pairwise(maybe_normalize(embeddings, self.normalize), kind=self.distance)
+        dist = self.distance.matrix(embeddings)
         pos, neg = self.pair_terms(dist[a1, p], dist[a2, n])
         self.record(torch.cat([pos, neg]))
         self.stats["num_pos_pairs"], self.stats["num_neg_pairs"] = float(len(pos)), float(len(neg))
         if self.form == "pml":
-            return reduce(pos, self.reduction, embeddings) + reduce(neg, self.reduction, embeddings)
-        return reduce(torch.cat([pos, neg]), self.reduction, embeddings)
+            return self.reducer(pos, embeddings) + self.reducer(neg, embeddings)
+        return self.reducer(torch.cat([pos, neg]), embeddings)
 
     def pair_terms(self, d_pos: torch.Tensor, d_neg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-pair losses of the positive and of the negative pairs, before any reduction."""

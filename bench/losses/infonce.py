@@ -1,15 +1,15 @@
 """Supervised InfoNCE / NT-Xent (Oord et al. 2018; Chen et al., SimCLR 2020) in O(B^2) memory.
 
 For each positive pair ``(a, p)`` against the negative pairs ``(a, n)`` of
-its anchor, with similarity ``s = -D / temperature``::
+its anchor, with ``s = S / temperature`` and ``S`` the distance object's
+similarity (``cos`` for cosine, ``-D`` for the Lp kinds)::
 
     loss_ap = -log( exp(s_ap) / (exp(s_ap) + sum_n exp(s_an)) )
 
 reduced over the positive pairs (default ``mean``). With the default cosine
-distance ``D = 1 - cos`` the constant shift ``-1/temperature`` cancels, so
-this is PML's ``NTXentLoss(temperature)`` over ``CosineSimilarity``; with a
-Euclidean distance it is PML's NT-Xent over ``LpDistance`` (which negates
-distances the same way). A positive pair whose anchor has no negative pair
+distance this is PML's ``NTXentLoss(temperature)`` over ``CosineSimilarity``;
+with a Euclidean distance it is PML's NT-Xent over ``LpDistance`` (which
+negates distances the same way). A positive pair whose anchor has no negative pair
 costs zero, and a batch without positive or without negative pairs gives
 zero, as in PML.
 
@@ -28,45 +28,29 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bench.distances import DISTANCES, pairwise
 from bench.losses._common import (
     BenchLoss,
-    REDUCTIONS,
-    check_bool,
-    check_choice,
     check_number,
     masked_row_logsumexp,
-    maybe_normalize,
     positives_and_negatives,
-    reduce,
-    zero_loss,
 )
 
 
 class InfoNCELoss(BenchLoss):
     """Softmax of each positive pair against its anchor's negatives, at a temperature."""
 
-    def __init__(
-        self,
-        temperature: float = 0.07,
-        distance: str = "cosine",
-        normalize: bool = True,
-        reduction: str = "mean",
-    ) -> None:
-        super().__init__()
+    def __init__(self, temperature: float = 0.07, distance: Any = "cosine", normalize: bool = True,
+                 reduction: Any = "mean") -> None:
+        super().__init__(distance, normalize, reduction)
         self.temperature = check_number("temperature", temperature, low=0.0, strict=True)
-        self.distance = check_choice("distance", distance, DISTANCES)
-        self.normalize = check_bool("normalize", normalize)
-        self.reduction = check_choice("reduction", reduction, REDUCTIONS)
 
     def compute(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any) -> torch.Tensor:
         a1, p, negatives = positives_and_negatives(indices_tuple, labels, embeddings)
         if len(a1) == 0 or not negatives.any():
-            self.record(embeddings.new_zeros(0))
-            return zero_loss(embeddings)
-        logits = pairwise(maybe_normalize(embeddings, self.normalize), kind=self.distance) / -self.temperature
+            return self.nothing(embeddings)
+        logits = self.distance.similarity(embeddings) / self.temperature
         per_anchor, _ = masked_row_logsumexp(logits, negatives)
         positive = logits[a1, p]
         losses = F.softplus(per_anchor[a1] - positive, threshold=50.0)
         self.record(losses)
-        return reduce(losses, self.reduction, embeddings)
+        return self.reducer(losses, embeddings)

@@ -8,11 +8,17 @@ how PML's ``NPairsLoss`` picks (``np.unique(..., return_index=True)`` over
 
     loss_i = log(1 + sum_{j != i} exp(s(f_i, f_j^+) - s(f_i, f_i^+)))
 
-the cross-entropy of the N x N similarity matrix with the diagonal as
-targets, reduced over the N anchors (default ``mean``). ``s`` is the dot
-product (``distance="dot"``, the paper's), or ``-D`` for a distance of
-bench.distances; with ``normalize=True`` (PML's default) the dot product is
-the cosine similarity.
+the cross-entropy of the N x N similarity matrix divided by ``temperature``
+with the diagonal as targets, reduced over the N anchors (default
+``mean``). ``s`` is the similarity of the distance object (`bench.distances`):
+the dot product (``distance="dot"``, the paper's), ``cos`` or ``-D``; with
+``normalize=True`` (PML's default) the dot product is the cosine similarity.
+
+``temperature`` (default 1: the paper and PML) matters once embeddings are
+normalised: with cosine logits in [-1, 1] a 16-class batch cannot go below
+a loss of about 1.82 (chance: 2.77), so the loss keeps pushing every pair
+however well it is ranked; a lower temperature sharpens the softmax and
+changes which pairs the gradient weighs.
 
 ``l2_reg`` adds ``l2_reg * mean_i (||f_i||^2 + ||f_i^+||^2)`` over the kept
 pairs, on the embeddings as given (before normalisation): Sohn's penalty,
@@ -29,20 +35,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bench.distances import DISTANCES, pairwise
-from bench.losses._common import (
-    BenchLoss,
-    REDUCTIONS,
-    as_pairs,
-    check_bool,
-    check_choice,
-    check_number,
-    maybe_normalize,
-    reduce,
-    zero_loss,
-)
-
-SIMILARITIES = ("dot",) + DISTANCES
+from bench.distances import SIMILARITIES
+from bench.losses._common import BenchLoss, as_pairs, check_number
 
 
 def one_pair_per_class(a: torch.Tensor, p: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -59,34 +53,22 @@ def one_pair_per_class(a: torch.Tensor, p: torch.Tensor, labels: torch.Tensor) -
 class NPairLoss(BenchLoss):
     """One positive per class against the positives of every other class, plus an L2 penalty."""
 
-    def __init__(
-        self,
-        l2_reg: float = 0.0,
-        distance: str = "dot",
-        normalize: bool = True,
-        reduction: str = "mean",
-    ) -> None:
-        super().__init__()
+    def __init__(self, l2_reg: float = 0.0, distance: Any = "dot", normalize: bool = True, reduction: Any = "mean",
+                 temperature: float = 1.0) -> None:
+        super().__init__(distance, normalize, reduction, allowed=SIMILARITIES)
         self.l2_reg = check_number("l2_reg", l2_reg, low=0.0)
-        self.distance = check_choice("distance", distance, SIMILARITIES)
-        self.normalize = check_bool("normalize", normalize)
-        self.reduction = check_choice("reduction", reduction, REDUCTIONS)
+        self.temperature = check_number("temperature", temperature, low=0.0, strict=True)
 
     def compute(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any) -> torch.Tensor:
         a1, p, _, _ = as_pairs(indices_tuple, labels)
         a, pos = one_pair_per_class(a1, p, labels)
         self.stats["num_pairs"] = float(len(a))
         if len(a) == 0:
-            self.record(embeddings.new_zeros(0))
-            return zero_loss(embeddings)
-        x = maybe_normalize(embeddings, self.normalize)
-        if self.distance == "dot":
-            logits = x[a] @ x[pos].T
-        else:
-            logits = -pairwise(x[a], x[pos], kind=self.distance)
+            return self.nothing(embeddings)
+        logits = self.distance.similarity(embeddings[a], embeddings[pos]) / self.temperature
         losses = F.cross_entropy(logits, torch.arange(len(a), device=a.device), reduction="none")
         self.record(losses)
-        loss = reduce(losses, self.reduction, embeddings)
+        loss = self.reducer(losses, embeddings)
         if self.l2_reg:
             penalty = (embeddings[a].pow(2).sum(1) + embeddings[pos].pow(2).sum(1)).mean()
             self.stats["l2_penalty"] = float(penalty.detach())

@@ -26,11 +26,18 @@ def _count(name: str, value: Any) -> int:
     return value
 
 
+def _scaled(pml_class: Any, num_classes: int, embedding_size: int, margin: float, scale: float,
+            ) -> tuple[torch.nn.Module, int]:
+    """A PML proxy loss with a margin and a scale (ArcFace, CosFace), and its number of classes."""
+    n, d = _count("num_classes", num_classes), _count("embedding_size", embedding_size)
+    return pml_class(n, d, margin=margin, scale=check_number("scale", scale, low=0, strict=True)), n
+
+
 class _PMLLoss(BenchLoss):
     """Holds a PML loss module and calls it with validated inputs."""
 
     def __init__(self, pml_loss: torch.nn.Module, num_classes: int | None = None) -> None:
-        super().__init__()
+        super().__init__(distance=None)  # PML's loss holds its own distance and reducer
         self.pml = pml_loss
         self.num_classes = num_classes
 
@@ -81,18 +88,15 @@ class ArcFaceLoss(_PMLLoss):
     def __init__(self, num_classes: int, embedding_size: int, margin: float = 28.6, scale: float = 64.0) -> None:
         from pytorch_metric_learning.losses import ArcFaceLoss as PML
 
-        n, d = _count("num_classes", num_classes), _count("embedding_size", embedding_size)
-        super().__init__(PML(n, d, margin=check_number("margin", margin, low=0, high=180),
-                             scale=check_number("scale", scale, low=0, strict=True)), n)
+        super().__init__(*_scaled(PML, num_classes, embedding_size, check_number("margin", margin, low=0, high=180),
+                                  scale))
 
 
 class CosFaceLoss(_PMLLoss):
     def __init__(self, num_classes: int, embedding_size: int, margin: float = 0.35, scale: float = 64.0) -> None:
         from pytorch_metric_learning.losses import CosFaceLoss as PML
 
-        n, d = _count("num_classes", num_classes), _count("embedding_size", embedding_size)
-        super().__init__(PML(n, d, margin=check_number("margin", margin),
-                             scale=check_number("scale", scale, low=0, strict=True)), n)
+        super().__init__(*_scaled(PML, num_classes, embedding_size, check_number("margin", margin), scale))
 
 
 class SupConLoss(_PMLLoss):

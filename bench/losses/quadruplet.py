@@ -50,21 +50,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
-from bench.distances import DISTANCES, pairwise
 from bench.errors import BenchError
-from bench.losses._common import (
-    BenchLoss,
-    REDUCTIONS,
-    check_bool,
-    check_choice,
-    check_indices_tuple,
-    check_inputs,
-    check_number,
-    maybe_normalize,
-    reduce,
-    zero_loss,
-)
+from bench.losses._common import BenchLoss, check_bool, check_indices_tuple, check_inputs, check_number
 from bench.losses.learned_metric import LearnedMetric
 from bench.tuples import Quadruplets
 
@@ -74,25 +63,14 @@ Margin = torch.Tensor | float
 class QuadrupletLoss(BenchLoss):
     """Chen et al.'s strong + weak push, on a chosen distance or a learned metric."""
 
-    def __init__(
-        self,
-        alpha1: float = 1.0,
-        alpha2: float = 0.5,
-        distance: str = "squared_euclidean",
-        learned_metric: bool = False,
-        metric_hidden: int = 10,
-        metric_layers: int = 3,
-        normalize: bool = True,
-        reduction: str = "mean",
-    ) -> None:
-        super().__init__()
+    def __init__(self, alpha1: float = 1.0, alpha2: float = 0.5, distance: Any = "squared_euclidean",
+                 learned_metric: bool = False, metric_hidden: int = 10, metric_layers: int = 3,
+                 normalize: bool = True, reduction: Any = "mean") -> None:
+        super().__init__(distance, normalize, reduction)
         self.alpha1 = check_number("alpha1", alpha1)
         self.alpha2 = check_number("alpha2", alpha2)
         if not self.alpha1 > self.alpha2:
             raise BenchError(f"alpha1 must be greater than alpha2, got alpha1={alpha1!r}, alpha2={alpha2!r}")
-        self.distance = check_choice("distance", distance, DISTANCES)
-        self.normalize = check_bool("normalize", normalize)
-        self.reduction = check_choice("reduction", reduction, REDUCTIONS)
         self.metric: LearnedMetric | None = None
         if check_bool("learned_metric", learned_metric):
             hidden = int(check_number("metric_hidden", metric_hidden, low=1))
@@ -104,8 +82,9 @@ class QuadrupletLoss(BenchLoss):
 
     def distance_matrix(self, embeddings: torch.Tensor) -> torch.Tensor:
         """(B, B) values ``G`` the loss's terms use (see the module docstring), differentiable."""
-        x = maybe_normalize(embeddings, self.normalize)
-        return self.metric.matrix(x) if self.metric is not None else pairwise(x, kind=self.distance)
+        if self.metric is None:
+            return self.distance.matrix(embeddings)
+        return self.metric.matrix(F.normalize(embeddings, p=2, dim=1) if self.normalize else embeddings)
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any = None) -> torch.Tensor:
         if not isinstance(indices_tuple, Quadruplets):
@@ -125,14 +104,13 @@ class QuadrupletLoss(BenchLoss):
             total, num, num_pos = all_quadruplet_totals(dist, labels, self.alpha1, self.alpha2)
             self.stats["num_tuples"] = float(num)
             self.stats["fraction_positive"] = float(num_pos) / num if num else 0.0
-            denominator = {"mean": num, "avg_nonzero": num_pos, "sum": 1}[self.reduction]
-            return total / denominator if num_pos else zero_loss(embeddings)
+            return self.reducer.divide(total, num, num_pos, embeddings)
         q = indices_tuple
         alpha1, alpha2 = (own if given is None else torch.as_tensor(given, dtype=dist.dtype, device=dist.device)
                           for own, given in ((self.alpha1, q.alpha1), (self.alpha2, q.alpha2)))
         losses = quadruplet_terms(dist, q, alpha1, alpha2)
         self.record(losses)
-        return reduce(losses, self.reduction, embeddings)
+        return self.reducer(losses, embeddings)
 
 
 def check_quadruplets(q: Quadruplets, batch_size: int) -> tuple[Margin | None, Margin | None]:

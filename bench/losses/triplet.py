@@ -10,8 +10,10 @@ Without an index tuple every valid triplet of the batch counts, but no
 them in a PK batch) are laid against all ``B`` candidates as one
 ``(pairs, B)`` matrix, ``O(B^2 K)`` memory.
 
-The triplet miners import `distance_matrix` and `anchor_positive_pairs`
-from here, so that a miner and the loss always measure the same distance.
+Only differences ``D(a,p) - D(a,n)`` enter, so the loss (and every triplet
+miner, through `triplet_matrix`) works on the distance object's ``shifted``
+matrix: ``D`` itself for the Lp kinds, ``-cos`` for cosine (``D`` up to a
+constant, and exactly PML's similarity margin).
 """
 
 from __future__ import annotations
@@ -21,38 +23,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bench.distances import DISTANCES, pairwise
-from bench.losses._common import (
-    REDUCTIONS,
-    BenchLoss,
-    check_bool,
-    check_choice,
-    check_number,
-    maybe_normalize,
-    reduce,
-    zero_loss,
-)
-from bench.tuples import is_pairs, is_triplets, pairs_to_triplets, same_class
+from bench.distances import Distance
 from bench.errors import BenchError
+from bench.losses._common import BenchLoss, check_bool, check_number
+from bench.tuples import is_pairs, is_triplets, pairs_to_triplets, same_class
 
 
-def distance_matrix(x: torch.Tensor, y: torch.Tensor | None = None, distance: str = "euclidean",
-                    normalize: bool = True) -> torch.Tensor:
-    """Distances that triplet formulas may subtract, up to a constant for cosine.
-
-    Only differences ``D(a,p) - D(a,n)`` and comparisons enter triplet losses
-    and miners, so for cosine this returns ``-cos`` rather than ``1 - cos``:
-    the difference is then exactly PML's similarity margin ``s(a,n) - s(a,p)``
-    (no rounding of ``1 - s``), and miners choose the very same triplets at
-    ties and thresholds. The embeddings are normalised once, as PML does.
-    """
-    if distance == "cosine":
-        xn = F.normalize(x, p=2, dim=1)
-        yn = xn if y is None else F.normalize(y, p=2, dim=1)
-        return -torch.matmul(xn, yn.T)
-    x = maybe_normalize(x, normalize)
-    y = x if y is None else maybe_normalize(y, normalize)
-    return pairwise(x, y, distance)
+def triplet_matrix(x: torch.Tensor, distance: Distance, y: torch.Tensor | None = None) -> torch.Tensor:
+    """``D`` up to a constant, what triplet formulas subtract (see the module docstring)."""
+    return distance.shifted(x, y)
 
 
 def anchor_positive_pairs(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,18 +47,14 @@ def flat_gather(mat: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> to
 class TripletLoss(BenchLoss):
     """``[D(a,p) - D(a,n) + margin]_+`` (or its softplus) over triplets, PML-compatible defaults."""
 
-    def __init__(self, margin: float = 0.05, distance: str = "euclidean", normalize: bool = True,
-                 soft: bool = False, reduction: str = "avg_nonzero") -> None:
-        super().__init__()
+    def __init__(self, margin: float = 0.05, distance: Any = "euclidean", normalize: bool = True,
+                 soft: bool = False, reduction: Any = "avg_nonzero") -> None:
+        super().__init__(distance, normalize, reduction)
         self.margin = check_number("margin", margin)
-        self.distance = check_choice("distance", distance, DISTANCES)
-        self.normalize = check_bool("normalize", normalize)
         self.soft = check_bool("soft", soft)
-        self.reduction = check_choice("reduction", reduction, REDUCTIONS)
 
     def extra_repr(self) -> str:
-        return (f"margin={self.margin}, distance={self.distance!r}, normalize={self.normalize}, "
-                f"soft={self.soft}, reduction={self.reduction!r}")
+        return f"margin={self.margin}, distance={self.distance!r}, soft={self.soft}, reduction={self.reducer!r}"
 
     def _per_tuple(self, violation: torch.Tensor) -> torch.Tensor:
         return F.softplus(violation) if self.soft else F.relu(violation)
@@ -96,12 +71,11 @@ class TripletLoss(BenchLoss):
             return self._dense(embeddings, *indices_tuple.pairs, mask)
         a, p, n = (t.to(embeddings.device) for t in indices_tuple)
         if len(a) == 0:
-            self.record(embeddings.new_zeros(0))
-            return zero_loss(embeddings)
-        mat = distance_matrix(embeddings, distance=self.distance, normalize=self.normalize)
+            return self.nothing(embeddings)
+        mat = triplet_matrix(embeddings, self.distance)
         losses = self._per_tuple(flat_gather(mat, a, p) - flat_gather(mat, a, n) + self.margin)
         self.record(losses)
-        return reduce(losses, self.reduction, embeddings)
+        return self.reducer(losses, embeddings)
 
     def _all_triplets(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         a, p = anchor_positive_pairs(labels)
@@ -114,7 +88,7 @@ class TripletLoss(BenchLoss):
         No B^3 mask, no per-triplet gather or scatter, no compaction: the
         masked sum divided by the count equals each reduction of PML.
         """
-        mat = distance_matrix(embeddings, distance=self.distance, normalize=self.normalize)
+        mat = triplet_matrix(embeddings, self.distance)
         violation = flat_gather(mat, a, p)[:, None] - mat.index_select(0, a) + self.margin
         # a product with the mask, not torch.where: same values and gradient for finite losses, 4x
         # cheaper on a (pairs, B) matrix forward and backward; counts with count_nonzero, not a bool sum
@@ -125,7 +99,4 @@ class TripletLoss(BenchLoss):
             num_positive = int(torch.count_nonzero(losses > 0))
         self.stats["num_tuples"] = float(count)
         self.stats["fraction_positive"] = num_positive / count if count else 0.0
-        divisor = {"mean": count, "avg_nonzero": num_positive, "sum": 1}[self.reduction]
-        if divisor == 0:
-            return zero_loss(embeddings)
-        return losses.sum() / divisor
+        return self.reducer.divide(losses.sum(), count, num_positive, embeddings)

@@ -14,40 +14,32 @@ from typing import Any
 
 import torch
 
-from bench.distances import DISTANCES, pairwise
+from bench import distances
 from bench.errors import BenchError
-from bench.losses._common import check_bool, check_choice, check_inputs, check_number, maybe_normalize
+from bench.losses._common import check_bool, check_choice, check_inputs, check_number
 
 __all__ = [
     "BenchMiner",
     "DenseTriplets",
-    "DISTANCES",
+    "LossMetric",
     "check_bool",
     "check_choice",
-    "check_distance_params",
     "check_inputs",
+    "check_int",
     "check_number",
-    "distance_matrix",
-    "empty_triplets",
     "select_triplets",
     "triplet_margins",
     "BenchError",
 ]
 
 
-def check_distance_params(distance: Any, normalize: Any) -> tuple[str, bool]:
-    """Validate the (distance, normalize) pair that miners share with the losses."""
-    return check_choice("distance", distance, DISTANCES), check_bool("normalize", normalize)
-
-
-def distance_matrix(embeddings: torch.Tensor, distance: str, normalize: bool) -> torch.Tensor:
-    """(B, B) distances exactly as the losses compute them, so a miner and its loss agree."""
-    return pairwise(maybe_normalize(embeddings, normalize), kind=distance)
-
-
-def empty_triplets(device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    e = torch.empty(0, dtype=torch.long, device=device)
-    return e, e.clone(), e.clone()
+def check_int(name: str, value: Any, low: int = 1, allow_none: bool = False) -> Any:
+    """An integer >= ``low`` (or None when allowed), else a BenchError naming the parameter."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise BenchError(f"{name} must be an integer >= {low}, got {value!r}")
+    return value
 
 
 class BenchMiner:
@@ -61,8 +53,16 @@ class BenchMiner:
 
     dataset_level = False
 
-    def __init__(self) -> None:
+    def __init__(self, distance: Any = None, normalize: bool = True) -> None:
+        """``distance``: a name of `bench.distances.DISTANCES` (resolved with ``normalize``) or a
+        `bench.distances.Distance`; None for a miner that measures nothing itself."""
         self.stats: dict[str, float] = {}
+        if distance is not None:
+            self.distance = distances.resolve(distance, normalize)
+
+    @property
+    def normalize(self) -> bool:
+        return self.distance.normalize
 
     def __call__(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
         self.stats = {}
@@ -81,7 +81,7 @@ class BenchMiner:
         return f"{type(self).__name__}({params})"
 
 
-def triplet_margins(embeddings: torch.Tensor, labels: torch.Tensor, distance: str, normalize: bool
+def triplet_margins(embeddings: torch.Tensor, labels: torch.Tensor, distance: distances.Distance
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Every positive pair against every candidate negative, without a B^3 mask.
 
@@ -91,9 +91,9 @@ def triplet_margins(embeddings: torch.Tensor, labels: torch.Tensor, distance: st
     ``torch.where(negative & condition)`` yields triplets in the same (a, p, n)
     order as PML's ``get_all_triplets_indices``.
     """
-    from bench.losses.triplet import anchor_positive_pairs, distance_matrix
+    from bench.losses.triplet import anchor_positive_pairs, triplet_matrix
 
-    mat = distance_matrix(embeddings, distance=distance, normalize=normalize)
+    mat = triplet_matrix(embeddings, distance)
     a, p = anchor_positive_pairs(labels)
     tm = mat.index_select(0, a) - mat[a, p][:, None]  # index_select: a plain row copy, unlike mat[a]
     negative = labels[a][:, None] != labels[None, :]
@@ -126,3 +126,25 @@ def select_triplets(a: torch.Tensor, p: torch.Tensor, keep: torch.Tensor) -> Den
     n = torch.where(keep)[1]
     counts = keep.sum(dim=1)  # repeating each pair beats gathering one index per triplet
     return DenseTriplets(a.repeat_interleave(counts), p.repeat_interleave(counts), n, (a, p), keep)
+
+
+class LossMetric:
+    """Mixin of the quadruplet miners: mine with the bound loss's own metric, else with ``self.distance``.
+
+    After ``bind_loss(loss)`` with a loss that has ``distance_matrix`` (the
+    quadruplet loss, learned metric included) the miner measures exactly what
+    the loss will; unbound it uses its own distance object.
+    """
+
+    distance: distances.Distance
+    _loss: Any = None
+
+    def bind_loss(self, loss: Any) -> None:
+        """Mine with the loss's own metric when it exposes one (``distance_matrix``)."""
+        self._loss = loss if hasattr(loss, "distance_matrix") else None
+
+    def distances(self, embeddings: torch.Tensor) -> torch.Tensor:
+        """(B, B) values ``G`` the quadruplet terms use."""
+        if self._loss is not None:
+            return self._loss.distance_matrix(embeddings)
+        return self.distance.matrix(embeddings)

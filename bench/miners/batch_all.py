@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import torch
 
-from bench.miners._common import BenchMiner, check_distance_params, check_number, select_triplets, triplet_margins
+from typing import Any
+
+from bench.miners._common import BenchMiner, check_number, select_triplets, triplet_margins
 
 
 class BatchAllMiner(BenchMiner):
     """Equals PML ``TripletMarginMiner(margin=inf, type_of_triplets='all')`` (every valid triplet)."""
 
-    def __init__(self, margin: float = 0.05, distance: str = "euclidean", normalize: bool = True) -> None:
-        super().__init__()
+    def __init__(self, margin: float = 0.05, distance: Any = "euclidean", normalize: bool = True) -> None:
+        super().__init__(distance, normalize)
         self.margin = check_number("margin", margin)
-        self.distance, self.normalize = check_distance_params(distance, normalize)
 
     def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        a, p, tm, negative, _ = triplet_margins(embeddings, labels, self.distance, self.normalize)
+        a, p, tm, negative, _ = triplet_margins(embeddings, labels, self.distance)
         count = int(torch.count_nonzero(negative))
         # loss > 0  <=>  D(a,p) - D(a,n) + margin > 0, written as the loss computes it
         positive = int(torch.count_nonzero(negative & (self.margin - tm > 0)))

@@ -7,22 +7,23 @@ lacking either are skipped. Ties go to the lowest index, as ``torch.max`` /
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from bench.losses.triplet import distance_matrix
-from bench.miners._common import BenchMiner, check_distance_params
+from bench.losses.triplet import triplet_matrix
+from bench.miners._common import BenchMiner
 from bench.tuples import diff_class, same_class
 
 
 class BatchHardMiner(BenchMiner):
     """Equals PML ``BatchHardMiner()`` with the same distance."""
 
-    def __init__(self, distance: str = "euclidean", normalize: bool = True) -> None:
-        super().__init__()
-        self.distance, self.normalize = check_distance_params(distance, normalize)
+    def __init__(self, distance: Any = "euclidean", normalize: bool = True) -> None:
+        super().__init__(distance, normalize)
 
     def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        mat = distance_matrix(embeddings, distance=self.distance, normalize=self.normalize)
+        mat = triplet_matrix(embeddings, self.distance)
         pos, neg = same_class(labels), diff_class(labels)
         inf = torch.tensor(float("inf"), dtype=mat.dtype, device=mat.device)
         p_dist, p = torch.where(pos, mat, -inf).max(dim=1)

@@ -38,22 +38,14 @@ from typing import Any, Callable
 import torch
 
 from bench.losses.quadruplet import quadruplet_terms
-from bench.miners._common import (
-    BenchError,
-    BenchMiner,
-    check_bool,
-    check_choice,
-    check_distance_params,
-    check_number,
-    distance_matrix,
-)
+from bench.miners._common import BenchError, BenchMiner, LossMetric, check_bool, check_choice, check_int, check_number
 from bench.tuples import Quadruplets
 
 KINDS = ("quadruplet", "triplet")
 Tuples = tuple[torch.Tensor, ...]
 
 
-class HardestOfPoolMiner(BenchMiner):
+class HardestOfPoolMiner(LossMetric, BenchMiner):
     """Keep the hardest tuples of a random pool, plus random ones."""
 
     def __init__(
@@ -65,15 +57,15 @@ class HardestOfPoolMiner(BenchMiner):
         margin: float = 0.2,
         alpha1: float = 1.0,
         alpha2: float = 0.5,
-        distance: str = "squared_euclidean",
+        distance: Any = "squared_euclidean",
         normalize: bool = True,
         dataset_level: bool = True,
         seed: int = 0,
     ) -> None:
-        super().__init__()
-        self.pool_size = _check_int("pool_size", pool_size, 1)
-        self.num_hardest = _check_int("num_hardest", num_hardest, 0)
-        self.num_random = _check_int("num_random", num_random, 0)
+        super().__init__(distance, normalize)
+        self.pool_size = check_int("pool_size", pool_size, 1)
+        self.num_hardest = check_int("num_hardest", num_hardest, 0)
+        self.num_random = check_int("num_random", num_random, 0)
         if self.num_hardest + self.num_random > self.pool_size:
             raise BenchError(f"num_hardest + num_random ({num_hardest} + {num_random}) exceeds pool_size "
                              f"{pool_size}")
@@ -83,20 +75,13 @@ class HardestOfPoolMiner(BenchMiner):
         self.margin = check_number("margin", margin)
         self.alpha1 = check_number("alpha1", alpha1)
         self.alpha2 = check_number("alpha2", alpha2)
-        self.distance, self.normalize = check_distance_params(distance, normalize)
         self.dataset_level = check_bool("dataset_level", dataset_level)
-        self.seed = _check_int("seed", seed, 0)
+        self.seed = check_int("seed", seed, 0)
         self._generator = torch.Generator().manual_seed(seed)
-        self._loss: Any = None
 
     def bind_loss(self, loss: Any) -> None:
-        """Rank quadruplets with the quadruplet loss's own metric and margins."""
-        self._loss = loss if self.kind == "quadruplet" and hasattr(loss, "distance_matrix") else None
-
-    def distances(self, embeddings: torch.Tensor) -> torch.Tensor:
-        if self._loss is not None:
-            return self._loss.distance_matrix(embeddings)
-        return distance_matrix(embeddings, self.distance, self.normalize)
+        """Rank quadruplets with the quadruplet loss's own metric and margins (triplets: the miner's own)."""
+        super().bind_loss(loss if self.kind == "quadruplet" else None)
 
     def tuple_losses(self, dist: torch.Tensor, tuples: Tuples) -> torch.Tensor:
         """The per-tuple loss the pool is ranked by, on a matrix over the tuples' samples."""
@@ -151,12 +136,6 @@ def _wrap(kind: str, tuples: Tuples) -> Tuples:
     return Quadruplets(*tuples) if kind == "quadruplet" else tuple(tuples)
 
 
-def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise BenchError(f"{name} must be an integer >= {low}, got {value!r}")
-    return value
-
-
 def select_hardest(losses: torch.Tensor, num_hardest: int, num_random: int,
                    generator: torch.Generator) -> torch.Tensor:
     """The ``num_hardest`` largest losses (ties: pool order), then ``num_random`` of the rest at random."""
@@ -204,24 +183,33 @@ class _ByClass:
         return self.order[pos]
 
 
+def _positive_pairs(labels: torch.Tensor, n: int, classes_needed: int, generator: torch.Generator
+                    ) -> tuple[_ByClass, tuple[torch.Tensor, torch.Tensor] | None]:
+    """``n`` random positive pairs (None when fewer than ``classes_needed`` classes or no pair exist)."""
+    by = _ByClass(labels)
+    i = by.anchors(n, classes_needed, generator)
+    return by, None if i is None else (i, by.other_of_same_class(i, generator))
+
+
+def _empty(size: int) -> Tuples:
+    return tuple(torch.empty(0, dtype=torch.long) for _ in range(size))
+
+
 def draw_triplets(labels: torch.Tensor, n: int, generator: torch.Generator) -> Tuples:
     """``n`` random valid triplets ``(a, p, n)`` (empty when the labels allow none)."""
-    by = _ByClass(labels)
-    a = by.anchors(n, 2, generator)
-    if a is None:
-        return tuple(torch.empty(0, dtype=torch.long) for _ in range(3))
-    p = by.other_of_same_class(a, generator)
-    neg = by.outside([by.cls[a]], generator)
-    return a, p, neg
+    by, pairs = _positive_pairs(labels, n, 2, generator)
+    if pairs is None:
+        return _empty(3)
+    a, p = pairs
+    return a, p, by.outside([by.cls[a]], generator)
 
 
 def draw_quadruplets(labels: torch.Tensor, n: int, generator: torch.Generator) -> Tuples:
     """``n`` random valid quadruplets ``(i, j, l, k)`` (empty when the labels allow none)."""
-    by = _ByClass(labels)
-    i = by.anchors(n, 3, generator)
-    if i is None:
-        return tuple(torch.empty(0, dtype=torch.long) for _ in range(4))
-    j = by.other_of_same_class(i, generator)
+    by, pairs = _positive_pairs(labels, n, 3, generator)
+    if pairs is None:
+        return _empty(4)
+    i, j = pairs
     k = by.outside([by.cls[i]], generator)
     l = by.outside([by.cls[i], by.cls[k]], generator)  # noqa: E741
     return i, j, l, k

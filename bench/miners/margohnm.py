@@ -1,15 +1,25 @@
 """Margin-based online hard negative mining (Chen et al., Beyond triplet loss, CVPR 2017, sec. 3.3).
 
 The margins follow the batch: ``alpha1 = w1 * (mu_n - mu_p)`` and
-``alpha2 = w2 * (mu_n - mu_p)`` (``w1 = 1``, ``w2 = 0.5`` in the paper),
+``alpha2 = w2 * (mu_n - mu_p)`` (``w1 = 1``, ``w2 = 0.5`` in the paper, and
+``w1 > w2`` is required, as ``alpha1 > alpha2``),
 ``mu_p`` / ``mu_n`` the means of ``G`` over the batch's positive / negative
 pairs (ordered pairs, no self-pairs), where ``G`` is the value the quadruplet
 loss puts in its terms (`QuadrupletLoss.distance_matrix`: the paper's
 ``g^2``). The formula is kept as it is: when negatives are on average nearer
 than positives the margins are negative (asking little) rather than clipped.
 During the first ``warmup_iterations`` calls (and whenever a batch has no
-positive or no negative pair) the fixed ``alpha1`` / ``alpha2`` are used: a
-fresh learned metric gives ``g`` near 0.5 everywhere, hence margins near 0.
+positive or no negative pair) fixed margins are used: a fresh learned
+metric gives ``g`` near 0.5 everywhere, hence adaptive margins near 0. The
+fixed ones are ``alpha1`` / ``alpha2`` when given, else ``w1`` / ``w2``
+times one unit of ``G`` (the paper's 1 and 0.5 at the default weights), so
+the weights act in warm-up too.
+
+The miner's margins travel with the tuples and replace the quadruplet
+loss's: with this miner the loss's ``alpha1`` / ``alpha2`` change nothing
+(the registry entry says so with ``supplies``), and the weights are what a
+search tunes. They are live: the violating set, hence the gradient's
+direction, moves with them.
 
 Only the quadruplets that violate the margins are returned, i.e. whose loss
 ``[G(i,j) - G(i,k) + alpha1]_+ + [G(i,j) - G(l,k) + alpha2]_+`` is
@@ -25,10 +35,8 @@ batches, 400 iterations) the 8,192 hardest of a batch collapsed the
 embedding to MAP@R 0.03 where all violating quadruplets reached 0.26, the
 fate of hardest-negative triplet mining too.
 
-Metric: after ``bind_loss(loss)`` with a loss that has ``distance_matrix``
-(the quadruplet loss, learned metric included) the miner mines with it;
-unbound it uses its own ``distance`` and ``normalize``. Candidates are
-scanned in chunks of positive pairs (about 1 M candidates each).
+Metric: see `bench.miners._common.LossMetric`. Candidates are scanned in
+chunks of positive pairs (about 1 M candidates each).
 """
 
 from __future__ import annotations
@@ -37,50 +45,41 @@ from typing import Any
 
 import torch
 
-from bench.miners._common import BenchError, BenchMiner, check_distance_params, check_number, distance_matrix
+from bench.miners._common import BenchError, BenchMiner, LossMetric, check_int, check_number
 from bench.tuples import Quadruplets
 
 _CHUNK = 1 << 20  # candidate quadruplets scored at once
 KEEP = ("random", "hardest")
 
 
-class MargOHNMMiner(BenchMiner):
+class MargOHNMMiner(LossMetric, BenchMiner):
     """Quadruplets violating batch-adaptive margins, with the margins attached."""
 
     def __init__(
         self,
         warmup_iterations: int = 100,
-        alpha1: float = 1.0,
-        alpha2: float = 0.5,
+        alpha1: float | None = None,
+        alpha2: float | None = None,
         w1: float = 1.0,
         w2: float = 0.5,
-        distance: str = "squared_euclidean",
+        distance: Any = "squared_euclidean",
         normalize: bool = True,
         max_tuples: int | None = None,
         keep: str = "random",
     ) -> None:
-        super().__init__()
-        self.warmup_iterations = _check_int("warmup_iterations", warmup_iterations, 0)
-        self.alpha1 = check_number("alpha1", alpha1)
-        self.alpha2 = check_number("alpha2", alpha2)
+        super().__init__(distance, normalize)
+        self.warmup_iterations = check_int("warmup_iterations", warmup_iterations, 0)
         self.w1 = check_number("w1", w1, low=0.0)
         self.w2 = check_number("w2", w2, low=0.0)
-        self.distance, self.normalize = check_distance_params(distance, normalize)
-        self.max_tuples = None if max_tuples is None else _check_int("max_tuples", max_tuples, 1)
+        if not self.w1 > self.w2:
+            raise BenchError(f"w1 must be greater than w2 (alpha1 > alpha2), got w1={w1!r}, w2={w2!r}")
+        self.alpha1 = self.w1 if alpha1 is None else check_number("alpha1", alpha1)
+        self.alpha2 = self.w2 if alpha2 is None else check_number("alpha2", alpha2)
+        self.max_tuples = check_int("max_tuples", max_tuples, 1, allow_none=True)
         if keep not in KEEP:
             raise BenchError(f"keep must be one of {', '.join(KEEP)}, got {keep!r}")
         self.keep = keep
-        self._loss: Any = None
         self._calls = 0
-
-    def bind_loss(self, loss: Any) -> None:
-        """Mine with the loss's own metric when it exposes one (``distance_matrix``)."""
-        self._loss = loss if hasattr(loss, "distance_matrix") else None
-
-    def distances(self, embeddings: torch.Tensor) -> torch.Tensor:
-        if self._loss is not None:
-            return self._loss.distance_matrix(embeddings)
-        return distance_matrix(embeddings, self.distance, self.normalize)
 
     def margins(self, dist: torch.Tensor, labels: torch.Tensor, warm: bool) -> tuple[float, float]:
         """The adaptive (or, warming up, the fixed) margins; fills mu_p / mu_n in ``stats``."""
@@ -105,12 +104,6 @@ class MargOHNMMiner(BenchMiner):
                           num_tuples=float(len(found[0])),
                           mean_loss=float(losses.mean()) if len(losses) else 0.0)
         return Quadruplets(*found, alpha1=alpha1, alpha2=alpha2)
-
-
-def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise BenchError(f"{name} must be an integer >= {low}, got {value!r}")
-    return value
 
 
 def violating_quadruplets(dist: torch.Tensor, labels: torch.Tensor, alpha1: float, alpha2: float,

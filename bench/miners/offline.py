@@ -16,23 +16,15 @@ Anchors are processed in chunks against the whole set, so memory stays at
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
-from bench.losses.triplet import distance_matrix
-from bench.miners._common import BenchError, BenchMiner, check_choice, check_distance_params, check_number
+from bench.losses.triplet import triplet_matrix
+from bench.miners._common import BenchError, BenchMiner, check_choice, check_int, check_number
 from bench.miners.semihard import nearest_negatives
 
 STRATEGIES = ("hard", "semihard")
-
-
-def _positive_int(name: str, value: object, allow_none: bool = False) -> int | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BenchError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 class OfflineMiner(BenchMiner):
@@ -41,16 +33,15 @@ class OfflineMiner(BenchMiner):
     dataset_level = True
 
     def __init__(self, margin: float = 0.2, strategy: str = "semihard", refresh_every: int = 100,
-                 subset_size: int | None = None, triplets_per_batch: int = 64, distance: str = "euclidean",
+                 subset_size: int | None = None, triplets_per_batch: int = 64, distance: Any = "euclidean",
                  normalize: bool = True, chunk_size: int = 256) -> None:
-        super().__init__()
+        super().__init__(distance, normalize)
         self.margin = check_number("margin", margin)
         self.strategy = check_choice("strategy", strategy, STRATEGIES)
-        self.refresh_every = _positive_int("refresh_every", refresh_every)
-        self.subset_size = _positive_int("subset_size", subset_size, allow_none=True)
-        self.triplets_per_batch = _positive_int("triplets_per_batch", triplets_per_batch)
-        self.distance, self.normalize = check_distance_params(distance, normalize)
-        self.chunk_size = _positive_int("chunk_size", chunk_size)
+        self.refresh_every = check_int("refresh_every", refresh_every)
+        self.subset_size = check_int("subset_size", subset_size, allow_none=True)
+        self.triplets_per_batch = check_int("triplets_per_batch", triplets_per_batch)
+        self.chunk_size = check_int("chunk_size", chunk_size)
         self._pool: tuple[torch.Tensor, ...] | None = None
         self._refreshed_at = 0
 
@@ -59,7 +50,7 @@ class OfflineMiner(BenchMiner):
         found = []
         for start in range(0, len(labels), self.chunk_size):
             rows = torch.arange(start, min(start + self.chunk_size, len(labels)), device=embeddings.device)
-            mat = distance_matrix(embeddings[rows], embeddings, distance=self.distance, normalize=self.normalize)
+            mat = triplet_matrix(embeddings[rows], self.distance, embeddings)
             a, p, n = nearest_negatives(mat, rows, labels[rows], labels, self.margin, self.strategy)
             d_ap = mat[a - start, p]
             d_an = mat[a - start, n]

@@ -19,16 +19,12 @@ the dataset-level `OfflineMiner`, on chunks of anchors against the dataset.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from bench.miners._common import (
-    BenchMiner,
-    check_choice,
-    check_distance_params,
-    check_number,
-    select_triplets,
-    triplet_margins,
-)
+from bench.losses.triplet import triplet_matrix
+from bench.miners._common import BenchMiner, check_choice, check_number, select_triplets, triplet_margins
 
 SEMANTICS = ("all", "nearest")
 
@@ -67,21 +63,18 @@ def nearest_negatives(mat: torch.Tensor, row_index: torch.Tensor, row_labels: to
 class SemiHardMiner(BenchMiner):
     """Semi-hard triplets; ``semantics`` picks PML's (all) or FaceNet's (nearest per pair)."""
 
-    def __init__(self, margin: float = 0.2, semantics: str = "all", distance: str = "euclidean",
+    def __init__(self, margin: float = 0.2, semantics: str = "all", distance: Any = "euclidean",
                  normalize: bool = True) -> None:
-        super().__init__()
+        super().__init__(distance, normalize)
         self.margin = check_number("margin", margin)
         self.semantics = check_choice("semantics", semantics, SEMANTICS)
-        self.distance, self.normalize = check_distance_params(distance, normalize)
 
     def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if self.semantics == "nearest":
-            from bench.losses.triplet import distance_matrix
-
-            mat = distance_matrix(embeddings, distance=self.distance, normalize=self.normalize)
+            mat = triplet_matrix(embeddings, self.distance)
             rows = torch.arange(len(labels), device=mat.device)
             return nearest_negatives(mat, rows, labels, labels, self.margin, "semihard")
-        a, p, tm, negative, _ = triplet_margins(embeddings, labels, self.distance, self.normalize)
+        a, p, tm, negative, _ = triplet_margins(embeddings, labels, self.distance)
         keep = negative & (tm <= self.margin) & (tm > 0)
         self.stats["num_candidates"] = float(torch.count_nonzero(negative))
         return select_triplets(a, p, keep)
