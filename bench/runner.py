@@ -242,6 +242,7 @@ class Sweep:
 
     def setup(self) -> None:
         from bench import tracking
+        from bench.metrics.geometry import geometry
 
         self.prepared: Prepared = prepare(self.protocol, self.options.data_root)  # bad data: fail before any move
         moved = tables.claim_dir(self.results, self.protocol.hash)
@@ -256,6 +257,7 @@ class Sweep:
         self.manifest = {
             "protocol": self.protocol.name, "protocol_hash": self.protocol.hash, "protocol_file": self.protocol.source,
             "primary_metric": self.primary, "metrics": self.metrics, "fingerprints": self.fingerprints,
+            "geometry": geometry(self.protocol.doc["model"]["normalize"]),
             "package_versions": tracking.package_versions(), "git_commit": tracking.git_commit(),
             "git_dirty": tracking.git_dirty(), "tracking_uri": redact(self.tracking_uri),
             "storage": redact(self.storage_url), "experiment": f"dmlbench/{self.protocol.name}",
@@ -487,10 +489,9 @@ class Sweep:
 
         from bench.training import embed
 
-        emb = embed(result.model, self.prepared.test.x, device=self.protocol.doc["training"]["device"])
+        emb = embed(result.model, self.prepared.test.x, device=self.protocol.doc["training"]["device"],
+                    normalize=self.protocol.doc["model"]["normalize"])
         y = self.prepared.test.y
-        if self.protocol.doc["model"]["normalize"]:
-            emb = torch.nn.functional.normalize(emb, dim=1)
         generator = torch.Generator().manual_seed(derive_seed(self.protocol.seed, cell.id, "pairs"))
         n = len(y)
         a = torch.randint(0, n, (PAIR_SAMPLE * 4,), generator=generator)

@@ -278,7 +278,7 @@ def train_and_score(protocol: Protocol, config: Any, data: Any, score_on: Any, *
         return RunResult("FAIL", 0, 0, time.perf_counter() - start, reason=str(e))
     ev = protocol.doc["evaluation"]
     metrics = evaluate(result.model, score_on, ks=tuple(ev["ks"]), lake_runs=lake_runs, clustering=clustering,
-                       device=config.device, seed=config.seed)
+                       device=config.device, seed=config.seed, normalize=protocol.doc["model"]["normalize"])
     return RunResult("COMPLETE", result.iterations, result.samples_seen, time.perf_counter() - start, metrics,
                      result.final_loss, result.reason, result.model)
 
@@ -312,7 +312,7 @@ def run_trial(protocol: Protocol, prepared: Prepared, cell: Cell, trial: Any, sl
             from bench.training import evaluate
 
             value = evaluate(model, val, ks=tuple(protocol.doc["evaluation"]["ks"]), clustering=False,
-                             device=config.device)[primary]
+                             device=config.device, normalize=protocol.doc["model"]["normalize"])[primary]
             trial.report(value, f * iterations + it)
             if trial.should_prune():
                 raise optuna.TrialPruned()
