@@ -58,8 +58,7 @@ class DeadParameter:
     batches: int  # probe batches on which both ends agreed
 
     def __str__(self) -> str:
-        return (f"{self.cell}: {self.parameter} is dead: its ends {self.low!r} and {self.high!r} give the same "
-                f"gradient up to a positive factor on all {self.batches} probe batches")
+        return f"{self.cell} {self.parameter} [{self.low!r}, {self.high!r}]"
 
 
 def dead_parameters(plan: Plan) -> list[DeadParameter]:
@@ -82,7 +81,9 @@ def check_live(plan: Plan) -> None:
     """Refuse a plan that searches a dead parameter, one line naming each (cell, parameter)."""
     dead = dead_parameters(plan)
     if dead:
-        raise BenchError("; ".join(str(d) for d in dead) + " (fix the parameter or drop it from search_space)")
+        raise BenchError(f"dead search parameters: {', '.join(map(str, dead))}: both ends of each range give the "
+                         f"same gradient up to a positive factor on all {dead[0].batches} probe batches, so tuning "
+                         "them tunes nothing; fix the method or drop them from search_space")
 
 
 def probe_batches(P: int, K: int, dim: int, normalize: bool) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -63,7 +63,7 @@ def test_a_dead_parameter_is_refused_by_name() -> None:
     dead = dead_parameters(p)
     assert [(d.cell, d.parameter) for d in dead] == [("triplet+offline", "miner.chunk_size")]
     assert (dead[0].low, dead[0].high) == (4, 64)
-    with pytest.raises(BenchError, match=r"triplet\+offline: miner.chunk_size is dead") as e:
+    with pytest.raises(BenchError, match=r"dead search parameters: triplet\+offline miner.chunk_size \[4, 64\]: ") as e:
         check_live(p)
     assert "loss.margin" not in str(e.value)  # the live margin of the same cell is not named
 
@@ -75,7 +75,7 @@ def test_validate_refuses_a_dead_search_parameter(tmp_path: Path, capsys: pytest
     assert main(["validate", str(live)]) == 0
     assert main(["validate", str(dead)]) == 2
     err = capsys.readouterr().err
-    assert "triplet+offline: miner.chunk_size is dead" in err and err.count("\n") == 1
+    assert "dead search parameters: triplet+offline miner.chunk_size [4, 64]" in err and err.count("\n") == 1
 
 
 def test_same_direction_is_up_to_a_positive_factor() -> None:
