@@ -20,7 +20,9 @@ learned metric, a miner's sampling) is seeded identically at both ends.
 
 Miners with a warm-up (a ``warmup_iterations`` parameter) behave
 differently during and after it; both phases are probed, and a parameter
-that moves the gradient in either one is live.
+that moves the gradient in either one is live. What the probe cannot see:
+a parameter that acts only across steps (a dataset-level miner's
+``refresh_every``) is judged on one step, and would be refused.
 """
 
 from __future__ import annotations
