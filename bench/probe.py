@@ -70,11 +70,12 @@ def dead_parameters(plan: Plan) -> list[DeadParameter]:
                             doc["model"]["embedding_dim"], doc["model"]["normalize"])
     dead: list[DeadParameter] = []
     for cell in plan.cells:
+        cache: dict[tuple[str, str, int], torch.Tensor] = {}  # one cell's gradients: probes share settings
         for key, dist in cell.search_space.items():
             ends = _ends(dist)
             if len(ends) < 2:
                 continue
-            if _is_dead(cell, key, ends, batches):
+            if _is_dead(cell, key, ends, batches, cache):
                 dead.append(DeadParameter(cell.id, key, ends[0], ends[-1], len(batches)))
     return dead
 
@@ -155,17 +156,18 @@ def _phases(cell: Cell, miner_params: dict[str, Any]) -> list[dict[str, Any]]:
     return [miner_params, {**miner_params, WARMUP: 0}]
 
 
-def _is_dead(cell: Cell, key: str, ends: list[Any], batches: list[tuple[torch.Tensor, torch.Tensor]]) -> bool:
+def _is_dead(cell: Cell, key: str, ends: list[Any], batches: list[tuple[torch.Tensor, torch.Tensor]],
+             cache: dict[tuple[str, str, int], torch.Tensor]) -> bool:
     """No end moves the gradient's direction away from the first end's, wherever the other searched
     parameters sit, on any batch, in any miner phase. A combination the method refuses (e.g. the
     quadruplet loss's alpha1 <= alpha2) says nothing and is skipped; with no comparison left, not dead."""
     compared = False
     wheres = OTHERS if len(cell.search_space) > 1 else OTHERS[:1]
     for where in wheres:
-        for x, labels in batches:
+        for b, (x, labels) in enumerate(batches):
             for phase in range(len(_phases(cell, cell.miner_params))):
                 try:
-                    grads = [_gradient(cell, key, v, where, x, labels, phase) for v in ends]
+                    grads = [_cached(cell, _params(cell, key, v, where), phase, b, x, labels, cache) for v in ends]
                 except BenchError:
                     continue
                 compared = True
@@ -174,11 +176,18 @@ def _is_dead(cell: Cell, key: str, ends: list[Any], batches: list[tuple[torch.Te
     return compared
 
 
-def _gradient(cell: Cell, key: str, value: Any, where: str, x: torch.Tensor, labels: torch.Tensor,
-              phase: int) -> torch.Tensor:
-    """d loss / d embeddings with ``key`` at ``value``; every random draw seeded the same."""
-    loss_params, miner_params = _params(cell, key, value, where)
-    miner_params = _phases(cell, miner_params)[phase]
+def _cached(cell: Cell, params: tuple[dict[str, Any], dict[str, Any]], phase: int, b: int, x: torch.Tensor,
+            labels: torch.Tensor, cache: dict[tuple[str, str, int], torch.Tensor]) -> torch.Tensor:
+    loss_params, miner_params = params[0], _phases(cell, params[1])[phase]
+    key = (repr(sorted(loss_params.items())), repr(sorted(miner_params.items())), b)
+    if key not in cache:
+        cache[key] = _gradient(cell, loss_params, miner_params, x, labels)
+    return cache[key]
+
+
+def _gradient(cell: Cell, loss_params: dict[str, Any], miner_params: dict[str, Any], x: torch.Tensor,
+              labels: torch.Tensor) -> torch.Tensor:
+    """d loss / d embeddings for these parameters; every random draw seeded the same."""
     context = {"num_classes": int(labels.max()) + 1, "embedding_size": x.shape[1]}
     emb = x.clone().requires_grad_(True)
     with torch.random.fork_rng(devices=[]):
