@@ -26,10 +26,8 @@ def write_cell_artifacts(model: Any, test: Any, directory: Path, *, protocol_see
 
     from bench.training import embed
 
-    emb = embed(model, test.x, device=device)
+    emb = embed(model, test.x, device=device, normalize=normalize)  # the geometry every metric uses
     y = test.y
-    if normalize:
-        emb = torch.nn.functional.normalize(emb, dim=1)
     generator = torch.Generator().manual_seed(derive_seed(protocol_seed, "pairs"))
     n = len(y)
     a = torch.randint(0, n, (PAIR_SAMPLE * 4,), generator=generator)

@@ -147,6 +147,7 @@ class Sweep:
 
     def setup(self) -> None:
         from bench import tracking
+        from bench.metrics.geometry import geometry
 
         self.prepared: Prepared = prepare(self.protocol, self.options.data_root)  # bad data: fail before any move
         self.code = {"git_commit": tracking.git_commit(), "git_dirty": tracking.git_dirty()}  # on every record
@@ -162,6 +163,7 @@ class Sweep:
         self.manifest = {
             "protocol": self.protocol.name, "protocol_hash": self.protocol.hash, "protocol_file": self.protocol.source,
             "primary_metric": self.primary, "metrics": self.metrics, "fingerprints": self.fingerprints,
+            "geometry": geometry(self.protocol.doc["model"]["normalize"]),
             "package_versions": tracking.package_versions(), **self.code, "tracking_uri": redact(self.tracking_uri),
             "storage": redact(self.storage_url), "experiment": f"dmlbench/{self.protocol.name}",
             "datasets": {"train": self.protocol.doc["data"]["train"], "test": self.protocol.doc["data"]["test"]},

@@ -259,12 +259,18 @@ def train(config: TrainConfig, data, *, checkpoint_every: int = 0, on_checkpoint
     return TrainResult(trunk.eval(), loss_fn, total, samples_seen, wall, final, "ok", reason)
 
 
-def embed(model: nn.Module, x: torch.Tensor, batch_size: int = 512, device: str | torch.device = "cpu") -> torch.Tensor:
+def embed(model: nn.Module, x: torch.Tensor, batch_size: int = 512, device: str | torch.device = "cpu",
+          normalize: bool = False) -> torch.Tensor:
     """Embeddings of ``x`` in eval mode without gradients, on the CPU; the model's mode is restored.
 
     Restoring the mode lets dataset-level miners embed the training set in
-    the middle of training.
+    the middle of training (they normalise as their own ``normalize`` says,
+    hence raw by default). ``normalize=True`` returns them in the protocol's
+    L2-normalised geometry (`bench.metrics.geometry`), what every metric and
+    saved embedding of a normalising protocol must use.
     """
+    from bench.metrics.geometry import geometry, to_geometry
+
     was_training = model.training
     model.eval()
     try:
@@ -274,24 +280,30 @@ def embed(model: nn.Module, x: torch.Tensor, batch_size: int = 512, device: str 
         model.train(was_training)
     if not out:
         raise BenchError("nothing to embed: the data is empty")
-    return torch.cat(out)
+    return to_geometry(torch.cat(out), geometry(normalize))
 
 
 def evaluate(model: nn.Module, data, ks: Sequence[int] = (1, 2, 4, 8), lake_runs=None, clustering: bool = True,
-             batch_size: int = 512, device: str | torch.device = "cpu", seed: int = 0) -> dict[str, float]:
+             batch_size: int = 512, device: str | torch.device = "cpu", seed: int = 0,
+             normalize: bool = False) -> dict[str, float]:
     """Retrieval metrics on ``data`` (query = reference set), NMI/AMI and Lake's runs when given.
 
     Keys follow the results tables: ``precision_at_1``, ``r_precision``,
     ``map_at_r``, ``recall_at_{k}``, ``nmi``, ``ami``, ``lake_accuracy``.
+    Every metric is computed in one geometry: L2-normalised embeddings when
+    ``normalize`` (pass the protocol's ``model.normalize``: the geometry the
+    losses trained in), raw trunk outputs otherwise; records name it with
+    `bench.metrics.geometry(normalize)`. Values are floats only, so a caller
+    can log them as metrics as they are.
     """
     from bench.metrics import clustering_metrics, lake_runs_accuracy, retrieval_metrics
 
-    emb = embed(model, data.x, batch_size, device)
+    emb = embed(model, data.x, batch_size, device, normalize)
     metrics = retrieval_metrics(emb, data.y, ks=ks)
     metrics.pop("num_queries", None)
     if clustering:
         metrics.update(clustering_metrics(emb, data.y, seed=seed))
     if lake_runs:
-        lake = lake_runs_accuracy(lambda x: embed(model, x, batch_size, device), lake_runs)
+        lake = lake_runs_accuracy(lambda x: embed(model, x, batch_size, device, normalize), lake_runs)
         metrics["lake_accuracy"] = float(lake["accuracy"])
     return metrics

@@ -245,3 +245,16 @@ def test_lake_runs_pixel_distance_is_above_chance(data_root):
     result = lake_runs_accuracy(lambda images: (1 - images).flatten(1), runs)
     assert len(result["per_run"]) == 20
     assert 0.15 < result["accuracy"] < 0.9  # pixels are a weak but real signal; chance is 0.05
+
+
+def test_geometry_names_and_unit_rows():
+    from bench.metrics import L2_NORMALIZED, RAW, geometry, to_geometry
+
+    assert (geometry(True), geometry(False)) == (L2_NORMALIZED, RAW) == ("l2_normalized", "raw")
+    x = torch.tensor([[3.0, 4.0], [0.0, -0.5]])
+    assert torch.equal(to_geometry(x, RAW), x)
+    assert torch.allclose(to_geometry(x, L2_NORMALIZED), torch.tensor([[0.6, 0.8], [0.0, -1.0]]))
+    with pytest.raises(BenchError, match="unknown geometry 'unit'"):
+        to_geometry(x, "unit")
+    with pytest.raises(BenchError, match="normalize must be true or false"):
+        geometry("yes")  # type: ignore[arg-type]

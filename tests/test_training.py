@@ -239,3 +239,51 @@ def test_train_command_rejects_bad_input_in_one_line(argv: list[str], capsys: py
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("dmlbench: error:") and err.count("\n") == 1
+
+
+class _UnevenNorms(torch.nn.Module):
+    """A fixed (untrained, seeded) trunk whose output norms vary with the input by a factor of up to e^6."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.trunk = build_trunk("mlp", in_shape=(1, 28, 28), embedding_dim=32)
+        self.scale = torch.nn.Linear(28 * 28, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.trunk(x) * torch.exp(3 * torch.tanh(self.scale(x.flatten(1))))
+
+
+def test_evaluate_in_the_normalised_geometry_when_the_protocol_normalises(omniglot, data_root: Path) -> None:
+    from pytorch_metric_learning.distances import LpDistance
+    from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
+    from pytorch_metric_learning.utils.inference import CustomKNN
+
+    from bench.data import load_lake_runs
+    from bench.metrics import lake_runs_accuracy, retrieval_metrics
+
+    _, test_data = omniglot
+    model = _UnevenNorms().eval()
+    runs = load_lake_runs(data_root, 28)
+    raw_emb = embed(model, test_data.x)
+    norms = raw_emb.norm(dim=1)
+    assert norms.max() / norms.min() > 10  # the raw geometry is far from the sphere
+    unit = embed(model, test_data.x, normalize=True)
+    assert torch.allclose(unit, torch.nn.functional.normalize(raw_emb, dim=1)) and torch.allclose(
+        unit.norm(dim=1), torch.ones(len(unit)))
+
+    raw = evaluate(model, test_data, lake_runs=runs, clustering=False)
+    normalised = evaluate(model, test_data, lake_runs=runs, clustering=False, normalize=True)
+    assert abs(raw["map_at_r"] - normalised["map_at_r"]) > 1e-3  # the two geometries rank differently
+    assert raw == {k: v for k, v in retrieval_metrics(raw_emb, test_data.y).items() if k != "num_queries"} | {
+        "lake_accuracy": pytest.approx(lake_runs_accuracy(lambda x: embed(model, x), runs)["accuracy"])}
+    expected = retrieval_metrics(unit, test_data.y)  # every metric, Lake's runs included, on unit rows
+    assert all(normalised[k] == expected[k] for k in expected if k != "num_queries")
+    lake = lake_runs_accuracy(lambda x: torch.nn.functional.normalize(embed(model, x), dim=1), runs)["accuracy"]
+    assert normalised["lake_accuracy"] == pytest.approx(lake)
+
+    calc = AccuracyCalculator(include=("mean_average_precision_at_r", "precision_at_1"), k="max_bin_count",
+                              knn_func=CustomKNN(LpDistance(normalize_embeddings=False)), device=torch.device("cpu"))
+    theirs = calc.get_accuracy(unit, test_data.y)
+    assert normalised["map_at_r"] == pytest.approx(theirs["mean_average_precision_at_r"], abs=1e-6)
+    assert normalised["precision_at_1"] == pytest.approx(theirs["precision_at_1"], abs=1e-6)

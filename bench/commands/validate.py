@@ -15,12 +15,15 @@ from bench.errors import BenchError
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 def command(files: tuple[str, ...]) -> None:
     """Check protocol FILES against the schema and the registry; print each one's hash."""
+    from bench.plan import plan
+    from bench.probe import check_live
     from bench.protocol import ProtocolError, load_protocol
 
     problems: list[str] = []
     for path in files:
         try:
             protocol = load_protocol(path)
+            check_live(plan(protocol))
         except ProtocolError as e:
             problems += e.problems
             continue

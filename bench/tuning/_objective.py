@@ -124,7 +124,7 @@ def score_model(protocol: Protocol, model: Any, data: Any, *, clustering: bool, 
 
     ev = protocol.doc["evaluation"]
     return evaluate(model, data, ks=tuple(ev["ks"]), lake_runs=lake_runs, clustering=clustering, device=device,
-                    seed=seed)
+                    seed=seed, normalize=protocol.doc["model"]["normalize"])
 
 
 def train_and_score(protocol: Protocol, config: Any, data: Any, score_on: Any, *, clustering: bool,
@@ -192,7 +192,7 @@ def run_trial(protocol: Protocol, prepared: Prepared, cell: Cell, trial: Any, sl
             from bench.training import evaluate
 
             value = evaluate(model, val, ks=tuple(protocol.doc["evaluation"]["ks"]), clustering=False,
-                             device=config.device)[primary]
+                             device=config.device, normalize=protocol.doc["model"]["normalize"])[primary]
             trial.report(value, f * iterations + it)
             if trial.should_prune():
                 raise optuna.TrialPruned()
