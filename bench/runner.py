@@ -550,12 +550,20 @@ class _TrialHooks(Hooks):
             self.sweep.mlflow.end(self.fold_run, "KILLED")
 
 
-def run_protocol(path: str | Path | Protocol, options: Options) -> Outcome:
-    """Run (or resume) a protocol; a BenchError names the cells refused by the budget audit."""
+from bench.sweep_result import SweepResult  # noqa: E402  (kept beside run_protocol while runner.py is split)
+
+
+def run_protocol(path: str | Path | Protocol, options: Options) -> SweepResult:
+    """Run (or resume) a protocol and return its tables (also written under `options.results_dir`).
+
+    A BenchError names the cells refused by the budget audit; an interrupted
+    sweep raises KeyboardInterrupt after giving its running trial back, and
+    the same call resumes it.
+    """
     protocol = path if isinstance(path, Protocol) else load_protocol(path)
     outcome = Sweep(protocol, options).run()
     if outcome.refused:
         first = next(iter(outcome.refused.items()))
         raise BenchError(f"refused to report {len(outcome.refused)} cell(s) whose budget differs from the protocol's "
                          f"(see {outcome.results / tables.MANIFEST}): {first[0]}: {first[1]}")
-    return outcome
+    return SweepResult.read(outcome.results, outcome.cells, outcome.wall_time_s, outcome.refused)
