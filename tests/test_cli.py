@@ -5,15 +5,19 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import signal
+import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import click
 import pandas as pd
 import pytest
 
-from _sweeps import CELLS, sweep, sweep_base, sweep_copy  # noqa: F401  (fixtures)
+from _sweeps import CELLS, LOSSES, TINY, sweep, sweep_base, sweep_copy  # noqa: F401  (fixtures)
 from bench import __version__, registry
 from bench.cli import COMMANDS, cli, main
 from bench.plan import plan
@@ -118,3 +122,32 @@ def test_regress_json_is_the_report_and_exit_code_comes_back(sweep: Path, sweep_
     rows = {r["cell"]: r for r in csv.DictReader(io.StringIO(capsys.readouterr().out))}
     assert rows[CELLS[1]]["status"] == "missing" and rows[CELLS[1]]["current_mean"] == ""
     assert {r["status"] for c, r in rows.items() if c != CELLS[1]} == {"same"}
+
+
+def _running_trials(db: Path) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as con:
+            return con.execute("select count(*) from trials where state = 'RUNNING'").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def test_sigterm_during_run_exits_130(tmp_path: Path, data_root: Path) -> None:
+    proto = tmp_path / "long.yaml"
+    proto.write_text(TINY.format(name="long", iterations=100000, losses=LOSSES))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    worker = subprocess.Popen([sys.executable, "-m", "bench", "run", str(proto), "--results-dir",
+                               str(tmp_path / "results"), "--data-root", str(data_root), "--storage",
+                               f"sqlite:///{tmp_path / 'optuna.db'}", "--tracking-uri", str(tmp_path / "mlflow.db"),
+                               "--quiet"], cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and worker.poll() is None and not _running_trials(tmp_path / "optuna.db"):
+        time.sleep(0.1)
+    assert worker.poll() is None, worker.communicate()
+    worker.send_signal(signal.SIGTERM)
+    out, err = worker.communicate(timeout=120)
+    assert worker.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "dmlbench: interrupted"
