@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test crosscheck bench sysdeps clean
+.PHONY: demo test typecheck crosscheck bench sysdeps clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,6 +25,10 @@ sysdeps:
 
 test: $(STAMP) sysdeps
 	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider
+
+# mypy over the package ([tool.mypy] in pyproject.toml); to join `test` once the whole package is clean
+typecheck: $(STAMP)
+	$(BIN)/mypy
 
 crosscheck: $(STAMP)
 	$(BIN)/dmlbench crosscheck

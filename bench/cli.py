@@ -1,15 +1,36 @@
 """The `dmlbench` command line: a thin layer over functions tests call directly.
 
 Each command lives in `bench.commands.<name>` and is imported only when it
-runs, so `dmlbench --help` stays fast. A `BenchError` anywhere below becomes
-one line on stderr and exit code 2; other exceptions are bugs and keep their
-traceback.
+runs, so `dmlbench --help` stays fast. Commands return their exit code to
+`main`, the one place that turns outcomes into statuses:
+
+exit  meaning
+   0  done; for `regress` no cell regressed, for `crosscheck` all checks equal
+   1  a check failed: `regress` found a regression (or a missing cell),
+      `crosscheck` found a loss or miner that differs from PML,
+      `train` diverged (NaN or infinite loss)
+   2  bad input: a name, file, option or parameter the command cannot use
+      (one line on stderr, no traceback); also click's usage errors
+ 130  interrupted (Ctrl-C, or SIGTERM during `run`); a rerun resumes
+
+Any other exception is a bug and keeps its traceback (status 1 from Python).
+
+This module is also the edge where the process-wide settings live: the
+handler of the `dmlbench` logger, and the quieting of Optuna's and MLflow's
+INFO chatter (`quiet_libraries`). The library itself only logs to
+`logging.getLogger("dmlbench")` and leaves global logging, warning filters
+and environment variables to whoever embeds it.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import logging
+import os
 import sys
+import warnings
+from typing import Any
 
 import click
 
@@ -28,15 +49,24 @@ COMMANDS = {
     "claims": "verdicts on published claims from a results directory",
 }
 
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+EPILOG = """\b
+Exit status: 0 done; 1 a check failed (regress: regression, crosscheck:
+differs from PML, train: diverged); 2 bad input (one line on stderr);
+130 interrupted (a rerun resumes).
+"""
+
 
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [n for n in COMMANDS if _module_exists(n)]
 
-    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name not in COMMANDS or not _module_exists(name):
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS or not _module_exists(cmd_name):
             return None
-        return importlib.import_module(f"bench.commands.{name}").command
+        command: click.Command = importlib.import_module(f"bench.commands.{cmd_name}").command
+        return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(n, COMMANDS[n]) for n in self.list_commands(ctx)]
@@ -48,27 +78,68 @@ def _module_exists(name: str) -> bool:
     return importlib.util.find_spec(f"bench.commands.{name}") is not None
 
 
-@click.group(cls=LazyGroup)
+@click.group(cls=LazyGroup, epilog=EPILOG)
 @click.version_option(__version__, prog_name="dmlbench")
 def cli() -> None:
     """dmlbench: fair, rerunnable comparisons of deep metric learning methods."""
 
 
+def quiet_libraries() -> None:
+    """Keep Optuna's and MLflow's INFO chatter (study created, tables migrated) off the terminal.
+
+    Called by the commands that use them, after importing them: both packages
+    reset their loggers on import, so a setting made before would not hold.
+    This is process-wide, which is why it lives here and not in the library.
+    """
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per downloaded file
+    # MLflow's own SQLAlchemy mappings use a strategy SQLAlchemy 2 deprecates: not ours to act on
+    warnings.filterwarnings("ignore", message=r"The ``noload`` loader strategy is deprecated")
+    import mlflow  # noqa: F401  (configures its loggers; then we lower them)
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is at the time of the record (pytest's capture, a redirection)."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def _log_to_stderr() -> None:
+    """One plain handler on the `dmlbench` logger; INFO unless a command's --quiet raises it."""
+    logger = logging.getLogger("dmlbench")
+    logger.setLevel(logging.INFO)
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command and return its exit status (see the table in this module's docstring)."""
+    _log_to_stderr()
     try:
-        cli.main(args=argv, prog_name="dmlbench", standalone_mode=False)
+        code = cli.main(args=argv, prog_name="dmlbench", standalone_mode=False)
     except BenchError as e:
         click.echo(f"dmlbench: error: {e}", err=True)
         return e.exit_code
     except click.exceptions.Abort:
-        click.echo("dmlbench: aborted", err=True)
-        return 130
+        click.echo("dmlbench: interrupted", err=True)
+        return EXIT_INTERRUPTED
     except click.ClickException as e:
         e.show()
         return e.exit_code
-    except SystemExit as e:  # commands that exit with a status (regress, crosscheck)
-        return int(e.code or 0)
-    return 0
+    return int(code or EXIT_OK)
 
 
 if __name__ == "__main__":

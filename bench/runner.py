@@ -70,8 +70,10 @@ from bench.errors import BenchError
 from bench.floor import update_floor
 from bench.mlflow_runs import MlflowRecords
 from bench.plan import Cell, Plan, plan as make_plan
+from bench.probe import check_live
 from bench.progress import Progress
 from bench.protocol import Protocol, load_protocol
+from bench.sweep_result import SweepResult
 from bench.tuning import (
     Heartbeat,
     Hooks,
@@ -137,6 +139,7 @@ class Sweep:
         self.protocol = protocol
         self.options = options
         self.plan: Plan = make_plan(protocol)
+        check_live(self.plan)  # a dead search parameter: refuse before any record is written
         self.storage_url = options.storage or default_storage()
         self.storage = open_storage(self.storage_url)
         self.results = tables.protocol_dir(options.results_dir, protocol.name)
@@ -162,6 +165,7 @@ class Sweep:
             self._discard(cell)
         self.manifest = {
             "protocol": self.protocol.name, "protocol_hash": self.protocol.hash, "protocol_file": self.protocol.source,
+            "protocol_text": self.protocol.text,
             "primary_metric": self.primary, "metrics": self.metrics, "fingerprints": self.fingerprints,
             "geometry": geometry(self.protocol.doc["model"]["normalize"]),
             "package_versions": tracking.package_versions(), **self.code, "tracking_uri": redact(self.tracking_uri),
@@ -423,12 +427,17 @@ class _TrialHooks(Hooks):
             self.sweep.mlflow.end(self.fold_run, "KILLED")
 
 
-def run_protocol(path: str | Path | Protocol, options: Options) -> Outcome:
-    """Run (or resume) a protocol; a BenchError names the cells refused by the budget audit."""
+def run_protocol(path: str | Path | Protocol, options: Options) -> SweepResult:
+    """Run (or resume) a protocol and return its tables (also written under `options.results_dir`).
+
+    A BenchError names the cells refused by the budget audit; an interrupted
+    sweep raises KeyboardInterrupt after giving its running trial back, and
+    the same call resumes it.
+    """
     protocol = path if isinstance(path, Protocol) else load_protocol(path)
     outcome = Sweep(protocol, options).run()
     if outcome.refused:
         first = next(iter(outcome.refused.items()))
         raise BenchError(f"refused to report {len(outcome.refused)} cell(s) whose budget differs from the protocol's "
                          f"(see {outcome.results / tables.MANIFEST}): {first[0]}: {first[1]}")
-    return outcome
+    return SweepResult.read(outcome.results, outcome.cells, outcome.wall_time_s, outcome.refused)

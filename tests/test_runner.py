@@ -94,6 +94,11 @@ def test_sweep_writes_the_tables(sweep):
     protocol = parse_protocol(path.read_text())
     trials, finals, summary, manifest = tables["trials"], tables["finals"], tables["summary"], tables["manifest"]
     assert manifest["protocol_hash"] == protocol.hash and manifest["finished"]
+    # run_protocol returns the same tables it wrote, and where
+    assert outcome.path == root / "results" / "tiny" and outcome.manifest == manifest
+    pd.testing.assert_frame_equal(outcome.finals, finals)
+    pd.testing.assert_frame_equal(outcome.summary, summary)
+    assert len(outcome.trials) == len(trials)
     assert set(manifest["fingerprints"]) == {"split", "train", "test", "folds"}
     umask = os.umask(0)
     os.umask(umask)

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
-from bench.reports import claims, source
-from bench.reports.files import write_json, write_text
+from bench.commands._output import emit, format_option, log, quiet_option
+
+
+def _rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The JSON report's verdicts without the per-seed records, one CSV line each."""
+    return [{k: v for k, v in verdict.items() if k != "records"} for verdict in doc["verdicts"]]
 
 
 @click.command("claims")
@@ -16,17 +21,24 @@ from bench.reports.files import write_json, write_text
               help="results directory [default: the file's `results`, else results/<protocol>]")
 @click.option("--out", type=click.Path(path_type=Path),
               help="folder for claims.md and claims.json [default: the results directory]")
-def command(claims_file: Path, results: Path | None, out: Path | None) -> None:
+@format_option
+@quiet_option
+def command(claims_file: Path, results: Path | None, out: Path | None, fmt: str, quiet: bool) -> int:
     """Judge every claim of CLAIMS_FILE: supported, contradicted or inconclusive.
 
     Verdicts are findings, not failures: the exit status is 0 whatever they
     are, and 2 when the file or the results cannot be used.
     """
+    from bench.reports import claims, source
+    from bench.reports.files import write_json, write_text
+
     cf = claims.parse(claims_file)
     res = source.load(claims.resolve_results_dir(cf, results))
     verdicts = claims.evaluate(cf, res)
+    doc = claims.to_json(cf, res, verdicts)
     folder = out or res.root
     write_text(folder / "claims.md", claims.markdown(cf, res, verdicts))
-    write_json(folder / "claims.json", claims.to_json(cf, res, verdicts))
-    click.echo(claims.text_table(verdicts))
-    click.echo(f"wrote {folder / 'claims.md'} and {folder / 'claims.json'}")
+    write_json(folder / "claims.json", doc)
+    emit(fmt, lambda: claims.text_table(verdicts), lambda: _rows(doc), lambda: doc)
+    log.info(f"wrote {folder / 'claims.md'} and {folder / 'claims.json'}")
+    return 0

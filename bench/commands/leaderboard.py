@@ -3,12 +3,37 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from bench.commands._output import emit, format_option, log, quiet_option
 from bench.errors import BenchError
-from bench.reports import html, leaderboard, source
-from bench.reports.files import write_text
+
+if TYPE_CHECKING:
+    from bench.reports.leaderboard import Board
+
+
+def rows(board: Board) -> list[dict[str, Any]]:
+    """One row per ranked cell; each metric as mean, 95% interval bounds and seed count."""
+    out = []
+    for r in board.rows:
+        row: dict[str, Any] = {"rank": r.rank, "cell": r.cell, "seeds": r.n_seeds}
+        for name in board.metrics:
+            iv = r.metrics[name]
+            row.update({name: iv.mean, f"{name}_ci_low": iv.low, f"{name}_ci_high": iv.high})
+        row.update({f"val_{board.primary}": r.validation, "trials": r.trials, "trials_complete": r.trials_complete,
+                    "iterations": r.total_iterations, "samples": r.total_samples, "wall_time_s": r.wall_time_s,
+                    "params": r.params})
+        out.append(row)
+    return out
+
+
+def document(board: Board) -> dict[str, Any]:
+    """The JSON form: the rows with what makes them comparable (protocol hash, fingerprints, metric)."""
+    return {"protocol": board.protocol, "protocol_hash": board.protocol_hash, "primary": board.primary,
+            "fingerprints": board.fingerprints, "refused": board.manifest.get("refused") or {},
+            "cells": rows(board)}
 
 
 @click.command("leaderboard")
@@ -25,17 +50,27 @@ from bench.reports.files import write_text
               help="where to write the Markdown table [default: RESULTS/leaderboard.md]")
 @click.option("--html", "html_path", type=click.Path(path_type=Path),
               help="where to write the HTML page [default: RESULTS/leaderboard.html]")
-@click.option("--quiet", is_flag=True, help="do not print the Markdown table")
+@format_option
+@quiet_option
 def command(results: Path | None, experiment: str | None, tracking_uri: str | None, protocol_hash: str | None,
-            out: Path | None, md_path: Path | None, html_path: Path | None, quiet: bool) -> None:
-    """Rank the cells of RESULTS (results/<protocol>/), or of an MLflow experiment, by the primary metric."""
+            out: Path | None, md_path: Path | None, html_path: Path | None, fmt: str, quiet: bool) -> int:
+    """Rank the cells of RESULTS (results/<protocol>/), or of an MLflow experiment, by the primary metric.
+
+    Writes the Markdown table and the HTML page, and prints the table
+    (Markdown with --format table).
+    """
+    from bench.reports import html, leaderboard, source
+    from bench.reports.files import write_text
+
     if (results is None) == (experiment is None):
         raise BenchError("leaderboard: give a results directory or --mlflow-experiment NAME (one of the two)")
-    if experiment is None:
+    if results is not None:
         res = source.load(results)
-    else:
+    elif experiment is not None:
+        from bench.cli import quiet_libraries
         from bench.reports import mlflow_source
 
+        quiet_libraries()
         name = experiment.removeprefix(mlflow_source.PREFIX)
         res = mlflow_source.load(experiment, out or Path("leaderboards") / name, tracking_uri, protocol_hash)
     board = leaderboard.build(res)
@@ -45,6 +80,6 @@ def command(results: Path | None, experiment: str | None, tracking_uri: str | No
     html_path = html_path or res.root / "leaderboard.html"
     write_text(md_path, md)
     write_text(html_path, page)
-    if not quiet:
-        click.echo(md)
-    click.echo(f"wrote {md_path} and {html_path}")
+    emit(fmt, lambda: md.rstrip("\n"), lambda: rows(board), lambda: document(board))
+    log.info(f"wrote {md_path} and {html_path}")
+    return 0

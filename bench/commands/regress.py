@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
+from bench.commands._output import emit, format_option, log, quiet_option
 from bench.reports import regress, source
 from bench.reports.files import write_json
+
+
+def _rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The JSON report's cells flattened to one CSV line each."""
+    out = []
+    for c in doc["cells"]:
+        row: dict[str, Any] = {"cell": c["cell"], "status": c["status"]}
+        for side in ("baseline", "current", "change"):
+            for key, value in (c[side] or {}).items():
+                row[f"{side}_{key}"] = value
+        out.append(row)
+    return out
 
 
 @click.command("regress")
@@ -21,15 +34,19 @@ from bench.reports.files import write_json
 @click.option("--metric", default=None, help="metric to compare [default: the protocol's primary]")
 @click.option("--allow-missing", is_flag=True, help="a cell absent from the current run does not fail the check")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="also write the comparison as JSON here")
+@format_option
+@quiet_option
 def command(baseline: Path, current: Path, tolerance: float, alpha: float, metric: str | None,
-            allow_missing: bool, json_path: Path | None) -> None:
+            allow_missing: bool, json_path: Path | None, fmt: str, quiet: bool) -> int:
     """Compare two results tables of the same protocol cell by cell.
 
     Exit 0: no regression; 1: at least one cell regressed (or went missing);
     2: the tables cannot be compared (other protocol hash or split fingerprints).
     """
     cmp = regress.compare(source.load(baseline), source.load(current), metric, tolerance, alpha, allow_missing)
-    click.echo(regress.text_table(cmp))
+    doc = regress.to_json(cmp)
+    emit(fmt, lambda: regress.text_table(cmp), lambda: _rows(doc), lambda: doc)
     if json_path is not None:
-        write_json(json_path, regress.to_json(cmp))
-    sys.exit(cmp.exit_code)
+        write_json(json_path, doc)
+        log.info(f"wrote {json_path}")
+    return int(cmp.exit_code)

@@ -7,40 +7,50 @@ once. See bench/runner.py for what is recorded where and how workers share.
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+from bench.commands._output import emit, format_option, log, quiet_option
+
+if TYPE_CHECKING:
+    from bench.sweep_result import SweepResult
 
 
 @click.command("run")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--storage", default=None, metavar="URL",
-              help="Optuna storage, any RDB URL (default: sqlite:///./runs/optuna.db); share it to share the sweep")
+              help="Optuna storage, any RDB URL (default: sqlite:///./runs/optuna.db); share it to share the sweep; "
+                   "postgresql:// needs the `postgres` extra")
 @click.option("--tracking-uri", default=None,
               help="MLflow URI or path (default: $MLFLOW_TRACKING_URI, else ./runs/mlflow.db)")
 @click.option("--results-dir", default="results", show_default=True, type=click.Path(file_okay=False),
               help="tables go to RESULTS_DIR/<protocol name>/")
 @click.option("--data-root", default=None, help="folder holding the datasets (default: $DMLBENCH_DATA, ../shared/data)")
-@click.option("--quiet", is_flag=True, help="no progress bars: one line per finished trial (for CI logs)")
 @click.option("--threads", default=None, type=click.IntRange(min=1),
               help="torch CPU threads (default: torch's, one per core); 1 on a machine busy with other work")
 @click.option("--redo", multiple=True, metavar="CELL",
               help="discard CELL's records and run it again, e.g. after a fix to its loss or miner (repeatable; "
                    "no other worker may be running)")
+@format_option
+@quiet_option
 def command(file: str, storage: str | None, tracking_uri: str | None, results_dir: str, data_root: str | None,
-            quiet: bool, threads: int | None, redo: tuple[str, ...]) -> None:
-    """Run (or resume) protocol FILE.
+            threads: int | None, redo: tuple[str, ...], fmt: str, quiet: bool) -> int:
+    """Run (or resume) protocol FILE, then print the ranked cells.
 
     Resume with the same --threads to reproduce the numbers exactly: the
     order of float additions on the CPU depends on the thread count. More
     threads than free cores make every step wait, so on a shared machine
     use --threads 1 (and more workers on the same --storage to use more cores).
-    SIGTERM is handled like Ctrl-C: the running trial is given back first.
+    SIGTERM is handled like Ctrl-C: the running trial is given back first
+    (exit 130; the same command resumes). With --quiet the progress bars give
+    way to one line per finished trial.
     """
     import signal
 
     import torch
 
+    from bench.cli import quiet_libraries
     from bench.protocol import load_protocol
     from bench.runner import Options, run_protocol
 
@@ -52,28 +62,36 @@ def command(file: str, storage: str | None, tracking_uri: str | None, results_di
 
     signal.signal(signal.SIGTERM, interrupt)
     protocol = load_protocol(file)  # a malformed file fails before storage, data or MLflow are touched
-    outcome = run_protocol(protocol, Options(storage=storage, tracking_uri=tracking_uri, results_dir=results_dir,
-                                             data_root=data_root, quiet=quiet, redo=redo))
-    _print_table(outcome.results)
-    minutes, seconds = divmod(int(outcome.wall_time_s), 60)
-    click.echo(f"{protocol.name} ({protocol.hash12}): {outcome.cells} cells done in {minutes}:{seconds:02d}; "
-               f"tables in {outcome.results}")
+    quiet_libraries()
+    result = run_protocol(protocol, Options(storage=storage, tracking_uri=tracking_uri, results_dir=results_dir,
+                                            data_root=data_root, quiet=quiet, redo=redo))
+    _print_table(result, fmt)
+    minutes, seconds = divmod(int(result.wall_time_s), 60)
+    log.info(f"{protocol.name} ({protocol.hash12}): {result.cells} cells done in {minutes}:{seconds:02d}; "
+             f"tables in {result.path}")
+    return 0
 
 
-def _print_table(results: Path) -> None:
+def _print_table(result: SweepResult, fmt: str) -> None:
     """The ranked cells, so that a finished run answers its question on the terminal."""
+    from bench.commands.leaderboard import document, rows
     from bench.errors import BenchError
     from bench.reports import leaderboard, source
 
     try:
-        res = source.load(results)
+        res = source.load(result.path)
     except BenchError as e:  # e.g. every cell failed: the tables still hold the reasons
-        click.echo(f"no table to print: {e}")
+        log.warning(f"no table to print: {e}")
         return
     board = leaderboard.build(res)
-    click.echo(leaderboard.text(board))
-    ranked = {r.cell for r in board.rows}
-    for cell, rows in res.finals.groupby(res.finals["cell"].astype(str), sort=True):
-        if cell not in ranked:
-            reasons = sorted({str(r) for r in rows.get("reason", []) if isinstance(r, str) and r})
-            click.echo(f"no completed final seed: {cell}" + (f" ({reasons[0]})" if reasons else ""))
+
+    def text() -> str:
+        lines = [leaderboard.text(board)]
+        ranked = {r.cell for r in board.rows}
+        for cell, cell_rows in res.finals.groupby(res.finals["cell"].astype(str), sort=True):
+            if cell not in ranked:
+                reasons = sorted({str(r) for r in cell_rows.get("reason", []) if isinstance(r, str) and r})
+                lines.append(f"no completed final seed: {cell}" + (f" ({reasons[0]})" if reasons else ""))
+        return "\n".join(lines)
+
+    emit(fmt, text, lambda: rows(board), lambda: document(board))

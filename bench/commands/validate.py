@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import click
 
+from bench.commands._output import quiet_option
 from bench.errors import BenchError
 
 
 @click.command("validate")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-def command(files: tuple[str, ...]) -> None:
-    """Check protocol FILES against the schema and the registry; print each one's hash."""
+@quiet_option
+def command(files: tuple[str, ...], quiet: bool) -> int:
+    """Check protocol FILES against the schema and the registry; print each one's hash.
+
+    Exit 0 when every file is valid, 2 when any has a problem (all are listed).
+    """
     from bench.plan import plan
     from bench.probe import check_live
     from bench.protocol import ProtocolError, load_protocol
@@ -35,3 +40,4 @@ def command(files: tuple[str, ...]) -> None:
         for line in problems[:-1]:
             click.echo(f"dmlbench: error: {line}", err=True)
         raise BenchError(problems[-1])
+    return 0

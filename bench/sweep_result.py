@@ -1,0 +1,46 @@
+"""What `bench.runner.run_protocol` returns: the results tables themselves, not a path to them.
+
+A caller in Python (a notebook, a test) wants the numbers; the files on disk
+are the record that outlives the process. Both are the same tables:
+this object is `bench.results.read` of the directory the sweep wrote.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """The tables of a finished (or resumed) sweep.
+
+    `finals`: one row per cell and final seed (test metrics, state, reason);
+    `summary`: one row per cell (means and 95% intervals over seeds);
+    `trials`: one row per tuning trial; `manifest`: protocol hash, split
+    fingerprints, budget, code version; `path`: the results directory;
+    `refused`: cells the budget audit left out, with the reason; `cells`:
+    how many cells the plan holds; `wall_time_s`: this call's duration.
+    """
+
+    path: Path
+    finals: pd.DataFrame
+    summary: pd.DataFrame
+    trials: pd.DataFrame
+    manifest: dict[str, Any]
+    cells: int
+    wall_time_s: float
+    refused: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, path: str | Path, cells: int, wall_time_s: float,
+             refused: dict[str, str] | None = None) -> SweepResult:
+        """The tables as written in `path` (`bench.results.read`)."""
+        from bench.results import read
+
+        tables = read(path)
+        return cls(Path(path), tables["finals"], tables["summary"], tables["trials"], tables["manifest"], cells,
+                   wall_time_s, dict(refused or {}))
