@@ -1,8 +1,10 @@
 """Verdicts on published claims, from the per-seed rows of one results table.
 
 Every verdict rests on a 95% interval for an effect (a difference of
-means, Welch's interval; or a mean against a published number, a one-sample
-t interval) and on an equivalence margin `delta` (default 0.01: one point
+means: the paired t interval when both cells ran the same final seeds,
+which the runner gives the same initialisation and batch order in every
+cell, else Welch's; or a mean against a published number, a one-sample t
+interval) and on an equivalence margin `delta` (default 0.01: one point
 of MAP@R), the smallest difference the claim's authors would call an
 improvement. The rules, with `d` the effect and `[lo, hi]` its interval:
 
@@ -29,9 +31,27 @@ improvement. The rules, with `d` the effect and `[lo, hi]` its interval:
   otherwise inconclusive. Published figures are taken as exact: their own
   sampling error (people are a sample too) is not modelled.
 
+Each rule is a one-sided test at 2.5% (an interval bound past a value).
+The finding the data point to gets a p-value on the intervals' two-sided
+scale (the smaller one-sided p of its two rules, doubled); one file judges
+several claims on one table, so the p-values of its testable claims are
+adjusted with Holm's step-down method and a verdict is supported or
+contradicted only when its adjusted p is below 0.05. Raw and adjusted p
+are both printed. The tuning stage ran once per cell, so every interval is
+conditional on that one tuning draw, and each verdict says so.
+
+A fourth verdict, "not testable", refuses a claim instead of
+approximating it: a cell it names is not in the results (the grid has no
+such cell, the audit refused it, every seed failed), has fewer than two
+completed seeds, is collapsed (not significantly above the floor, the
+untrained trunk: `bench.reports.floor`), or does not run the method the
+claim is about (`requires`, checked against the cell's fixed parameters in
+the re-planned protocol: e.g. `requires: {a: {miner: semihard,
+miner_params: {semantics: nearest}}}`).
+
 A cell named `best` is the cell with the highest validation score of the
 primary metric: chosen on validation folds of training classes, never on
-the test metric it is then judged by (choosing on test would flatter it).
+the test metric it is then judged by (ties by cell id, never by a test score).
 
 With one seed no interval exists and every verdict is inconclusive; with
 two or three seeds most will be. That is the honest outcome of a small
@@ -50,6 +70,7 @@ import jsonschema
 import yaml
 
 from bench.errors import BenchError
+from bench.plan import Plan
 from bench.reports import floor
 from bench.reports.source import Results
 from bench.reports.stats import LEVEL, Difference, compare, holm, one_sample
@@ -216,14 +237,16 @@ def _tost(d: Difference, x: float) -> tuple[float, float]:
     return max(above_low, below_high), min(above_high, below_low)
 
 
-def _requires(res: Results, cell: str, spec: dict[str, Any]) -> str | None:
-    """Why the cell is not the method the claim is about (None when it is), from the re-planned protocol."""
+def mismatch(plan: Plan, cell: str, spec: dict[str, Any]) -> str | None:
+    """Why the planned cell is not the method a claim's `requires` describes; None when it is.
+
+    Names compare with the registry's (`semihard`, `pml:multi_similarity`,
+    `none` for no miner); a parameter compares with the cell's fixed value,
+    else the method's default, and a parameter the cell tunes is never the
+    fixed value a claim is about.
+    """
     from bench import registry
 
-    plan = res.plan
-    if plan is None:
-        return (f"the protocol with hash {res.protocol_hash[:12]} (manifest `protocol_file`) was not found, "
-                f"so what {cell} runs cannot be checked")
     try:
         c = plan.cell(cell)
     except KeyError:
@@ -263,7 +286,12 @@ def _untestable(res: Results, cell: str, name: str, claim: dict[str, Any]) -> st
         return f"cell {cell} is {fc.describe()}"
     roles = [r for r in ("a", "b", "cell") if claim.get(r) == name] + [name, cell]
     spec = next((claim.get("requires", {})[r] for r in roles if r in claim.get("requires", {})), None)
-    return _requires(res, cell, spec) if spec else None
+    if not spec:
+        return None
+    if res.plan is None:
+        return (f"the protocol with hash {res.protocol_hash[:12]} (the manifest's `protocol_file`) was not found, "
+                f"so what {cell} runs cannot be checked against `requires`")
+    return mismatch(res.plan, cell, spec)
 
 
 def _refused(claim: dict[str, Any], metric: str, cells: list[str], why: str) -> Verdict:
