@@ -17,7 +17,7 @@ from bench.reports.files import write_json, write_text
 @click.option("--out", type=click.Path(path_type=Path),
               help="folder for claims.md and claims.json [default: the results directory]")
 def command(claims_file: Path, results: Path | None, out: Path | None) -> None:
-    """Judge every claim of CLAIMS_FILE: supported, contradicted or inconclusive.
+    """Judge every claim of CLAIMS_FILE: supported, contradicted, inconclusive or not testable.
 
     Verdicts are findings, not failures: the exit status is 0 whatever they
     are, and 2 when the file or the results cannot be used.

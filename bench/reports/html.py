@@ -18,7 +18,8 @@ import pandas as pd
 
 from bench.errors import BenchError
 from bench.reports import svg
-from bench.reports.leaderboard import Board, budget, floor_cells, fmt, fmt_interval, fmt_params, footer_lines, notes
+from bench.reports.leaderboard import (NOTES, Board, budget, floor_cells, fmt, fmt_interval, fmt_params, footer_lines,
+                                       notes)
 from bench.reports.source import Results
 
 BEST_CELLS = 3  # distance distributions are drawn for this many top cells
@@ -208,6 +209,7 @@ def render(board: Board, art: Artifacts) -> str:
 <body>
 <h1>dmlbench leaderboard: {escape(board.protocol)}</h1>
 <p>Cells ranked by mean test <code>{escape(board.primary)}</code> over final seeds; each metric as mean [95% t-interval over seeds]. Click a column header to sort.</p>
+<p>{escape(NOTES)}</p>
 {table(board)}
 {plots(board, art)}
 <footer><ul>{foot}</ul></footer>

@@ -171,6 +171,11 @@ def _edges(plan: Any, cell: str, params: dict[str, Any]) -> list[str]:
     return edges.warnings(params, space)
 
 
+NOTES = ("Notes: a cell not significantly above the floor (the untrained trunk) is collapsed and evidence of "
+         "nothing; failed final seeds are counted with their reason; a tuned value within 5% of an end of its "
+         "search range may have been cut short by the range.")
+
+
 def fmt(x: float, digits: int = 3) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
 
@@ -248,7 +253,7 @@ def markdown(board: Board) -> str:
         f"## dmlbench leaderboard: {board.protocol}",
         "",
         f"Cells ranked by mean test `{board.primary}` over final seeds; "
-        "each metric as mean [95% t-interval over seeds].",
+        "each metric as mean [95% t-interval over seeds]. " + NOTES,
         "",
         "| " + " | ".join(head) + " |",
         "| " + " | ".join("---:" if h in ("rank", "seeds") else "---" for h in head) + " |",
