@@ -12,12 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
+
+if TYPE_CHECKING:
+    from bench.plan import Plan
 
 # Columns of finals.csv that describe a run rather than measure it.
 RUN_COLUMNS = {
@@ -139,7 +142,7 @@ class Results:
         return f[metric].to_numpy(dtype=float), seeds
 
     @cached_property
-    def plan(self) -> Any:
+    def plan(self) -> Plan | None:
         """The protocol's plan, re-planned from the protocol the manifest names, or None.
 
         The manifest stores the protocol's file and hash, not its text: the
@@ -147,7 +150,6 @@ class Results:
         results, and used only when its hash is the results' hash (an
         edited protocol would describe cells that were never run).
         """
-        from bench.errors import BenchError as _Error
         from bench.plan import plan
         from bench.protocol import load_protocol
         from bench.protocol.load import parse_protocol
@@ -165,7 +167,7 @@ class Results:
         for make in candidates:
             try:
                 protocol = make()
-            except (_Error, OSError):
+            except (BenchError, OSError):
                 continue
             if protocol.hash == self.protocol_hash:
                 return plan(protocol)
