@@ -201,17 +201,14 @@ def audit(plan: Plan, records: Records) -> dict[str, str]:
 
 
 def t_interval(values: Iterable[float], level: float = 0.95) -> tuple[float, float, float]:
-    """(mean, low, high): Student's t interval over seeds; NaN bounds with fewer than two values."""
-    from scipy import stats
+    """(mean, low, high): Student's t interval over seeds; NaN bounds with fewer than two values.
 
-    x = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
-    if len(x) == 0:
-        return math.nan, math.nan, math.nan
-    mean = float(x.mean())
-    if len(x) < 2:
-        return mean, math.nan, math.nan
-    half = float(stats.t.ppf((1 + level) / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
-    return mean, mean - half, mean + half
+    The project's one interval (`bench.reports.stats.t_interval`), so summary.csv and the reports agree.
+    """
+    from bench.reports.stats import t_interval as interval
+
+    iv = interval([math.nan if v is None else v for v in values], level)
+    return iv.mean, iv.low, iv.high
 
 
 def tables(plan: Plan, records: Records, refused: dict[str, str]) -> dict[str, pd.DataFrame]:

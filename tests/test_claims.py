@@ -26,15 +26,29 @@ def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
     return err[0]
 
 
-def _results(values: dict[str, list[float]]) -> Results:
-    """A results table held in memory (per-seed values given), for the decision rules alone."""
-    rows = [{"cell": c, "seed": s, "map_at_r": v, "val_map_at_r": 0.5} for c, vs in values.items() for s, v in enumerate(vs)]
-    return Results(Path("mem"), {"protocol": "p", "protocol_hash": "h", "primary_metric": "map_at_r"}, pd.DataFrame(rows))
+def _results(values: dict[str, list[float]], seeds: dict[str, list[int]] | None = None,
+             floor: list[float] | None = None) -> Results:
+    """A results table held in memory (per-seed values given, seeds 0.. unless named), for the decision rules alone."""
+    seeds = seeds or {}
+    rows = [{"cell": c, "seed": s, "map_at_r": v, "val_map_at_r": 0.5}
+            for c, vs in values.items() for s, v in zip(seeds.get(c, range(len(vs))), vs)]
+    fl = None if floor is None else pd.DataFrame({"protocol_hash": "h", "seed": range(len(floor)), "map_at_r": floor})
+    return Results(Path("mem"), {"protocol": "p", "protocol_hash": "h", "primary_metric": "map_at_r"},
+                   pd.DataFrame(rows), floor=fl)
+
+
+def _judge(kind: str, values: dict[str, list[float]], res: Results | None = None, **fields) -> claims.Verdict:
+    cf = claims.ClaimsFile(Path("c.yaml"), "p", None, None, 0.01, [])
+    return claims.judge({"id": "x", "source": "s", "kind": kind, **fields}, res or _results(values), cf)
 
 
 def _verdict(kind: str, values: dict[str, list[float]], **fields) -> str:
-    cf = claims.ClaimsFile(Path("c.yaml"), "p", None, None, 0.01, [])
-    return claims.judge({"id": "x", "source": "s", "kind": kind, **fields}, _results(values), cf).verdict
+    return _judge(kind, values, **fields).verdict
+
+
+def _unpaired(values: dict[str, list[float]]) -> Results:
+    """The same values as if every cell had run its own seeds: the rules with Welch's test."""
+    return _results(values, seeds={c: [10 * i + k for k in range(len(v))] for i, (c, v) in enumerate(values.items())})
 
 
 @pytest.mark.parametrize(
@@ -44,23 +58,27 @@ def _verdict(kind: str, values: dict[str, list[float]], **fields) -> str:
         ([0.50, 0.51, 0.52], [0.60, 0.61, 0.62], "contradicted"),   # B better
         ([0.500, 0.501, 0.502], [0.500, 0.501, 0.502], "contradicted"),  # equivalent within 0.01
         ([0.40, 0.60, 0.55], [0.50, 0.45, 0.52], "inconclusive"),   # too noisy
-        ([0.70], [0.50, 0.51, 0.52], "inconclusive"),               # one seed
+        ([0.40, 0.60, 0.55, 0.5], [0.50, 0.45, 0.52], "inconclusive"),   # too noisy (Welch: other seeds)
+        ([0.70], [0.50, 0.51, 0.52], "not testable"),               # one seed: no test, refused
     ],
 )
 def test_beats_and_its_complement(a: list[float], b: list[float], beats: str) -> None:
     got = _verdict("beats", {"A": a, "B": b}, a="A", b="B")
     assert got == beats
-    flip = {"supported": "contradicted", "contradicted": "supported", "inconclusive": "inconclusive"}
+    flip = {"supported": "contradicted", "contradicted": "supported", "inconclusive": "inconclusive",
+            "not testable": "not testable"}
     assert _verdict("no_better", {"A": a, "B": b}, a="A", b="B") == flip[beats]
 
 
 def test_within_spread_and_references() -> None:
     close = {"A": [0.50, 0.51, 0.52], "B": [0.51, 0.52, 0.53], "C": [0.505, 0.515, 0.51]}
-    assert _verdict("within", close, a="A", b="B", points=0.05) == "supported"
-    assert _verdict("within", close, a="A", b="B", points=0.001) == "inconclusive"
+    assert _judge("within", close, _unpaired(close), a="A", b="B", points=0.05).verdict == "supported"
+    assert _judge("within", close, _unpaired(close), a="A", b="B", points=0.001).verdict == "inconclusive"
+    # Paired, B - A is +0.01 at every seed: no spread, so the gap is certain and lies outside 0.001.
+    assert _verdict("within", close, a="A", b="B", points=0.001) == "contradicted"
     far = {**close, "D": [0.80, 0.81, 0.82]}
-    assert _verdict("spread", close, cells=["A", "B", "C"], below=0.05) == "supported"
-    assert _verdict("spread", far, cells=["A", "B", "D"], below=0.05) == "contradicted"
+    assert _judge("spread", close, _unpaired(close), cells=["A", "B", "C"], below=0.05).verdict == "supported"
+    assert _judge("spread", far, _unpaired(far), cells=["A", "B", "D"], below=0.05).verdict == "contradicted"
     assert _verdict("reaches", close, cell="A", value=0.49) == "supported"  # lo = +0.02 - 0.0248
     assert _verdict("reaches", close, cell="A", value=0.60) == "contradicted"
     ref = dict(metric="map_at_r", reference="people", unit="percent")
@@ -89,6 +107,7 @@ def _claims_file(path: Path, protocol: str, results: Path | None = None, **extra
 
 
 def test_verdicts_on_a_real_sweep(sweep_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (sweep_copy / "floor.csv").unlink(missing_ok=True)  # the rules alone here; the floor has its own tests
     manifest = json.loads((sweep_copy / "manifest.json").read_text())
     cf = _claims_file(tmp_path / "c.yaml", manifest["protocol"])
     assert main(["claims", str(cf), "--results", str(sweep_copy)]) == 0
@@ -99,14 +118,19 @@ def test_verdicts_on_a_real_sweep(sweep_copy: Path, tmp_path: Path, capsys: pyte
     per = {c: finals.loc[finals["cell"] == c].sort_values("seed") for c in CELLS}
     got = {v["id"]: v for v in out["verdicts"]}
     assert set(got) == {"bh-beats-ba", "contrastive-no-better", "within", "spread", "people"}
-    # Effect sizes and intervals recomputed independently (scipy's Welch) from the per-seed rows.
+    # Effect sizes and intervals recomputed independently from the per-seed rows: every cell ran the
+    # same final seeds (common random numbers), so the test is scipy's paired t.
     a, b = per["triplet+batch_hard"]["map_at_r"], per["triplet+batch_all"]["map_at_r"]
-    ci = st.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert a.index.size == 3 and per["triplet+batch_hard"]["seed"].tolist() == per["triplet+batch_all"]["seed"].tolist()
+    ci = st.ttest_rel(a.to_numpy(), b.to_numpy()).confidence_interval(0.95)
     v = got["bh-beats-ba"]
+    assert v["test"] == "paired"
     assert v["effect"] == pytest.approx(a.mean() - b.mean())
     assert (v["ci_low"], v["ci_high"]) == pytest.approx((ci.low, ci.high))
     rule = "supported" if ci.low > 0 else "contradicted" if ci.high < 0.01 else "inconclusive"
-    assert v["verdict"] == rule
+    assert (rule == "inconclusive") == (v["p"] >= 0.05)  # the raw p is the interval rule
+    assert v["p_holm"] >= v["p"] and v["verdict"] == (rule if v["p_holm"] < 0.05 else "inconclusive")
+    assert "one tuning draw" in v["reason"] and "Holm-adjusted" in v["reason"]
     assert v["n_seeds"] == {"triplet+batch_hard": 3, "triplet+batch_all": 3}
     rec = v["records"]
     assert rec["protocol_hash"] == manifest["protocol_hash"] and rec["results_file"].endswith("finals.csv")
@@ -119,7 +143,7 @@ def test_verdicts_on_a_real_sweep(sweep_copy: Path, tmp_path: Path, capsys: pyte
     lake = per[best]["lake_accuracy"]
     assert got["people"]["effect"] == pytest.approx(lake.mean() - 0.955)
     for v in out["verdicts"]:
-        assert v["verdict"] in ("supported", "contradicted", "inconclusive")
+        assert v["verdict"] in ("supported", "contradicted", "inconclusive", "not testable")
     printed = capsys.readouterr().out
     assert all(k in printed for k in got)
 
@@ -152,10 +176,13 @@ def test_bad_claims_are_one_line_errors(sweep: Path, tmp_path: Path, capsys: pyt
     good = yaml.safe_load(_claims_file(tmp_path / "g.yaml", manifest["protocol"]).read_text())
     out = ["--results", str(sweep), "--out", str(tmp_path / "o")]
 
-    bad = {**good, "claims": [{**good["claims"][0], "a": "triplet+nothing"}]}
+    # A cell the grid does not hold: that claim is refused (not testable), the others still judged.
+    bad = {**good, "claims": [{**good["claims"][0], "a": "triplet+nothing"}, good["claims"][1]]}
     (tmp_path / "b1.yaml").write_text(yaml.safe_dump(bad))
-    assert main(["claims", str(tmp_path / "b1.yaml"), *out]) == 2
-    assert "no cell 'triplet+nothing'" in _error_line(capsys)
+    assert main(["claims", str(tmp_path / "b1.yaml"), "--results", str(sweep), "--out", str(tmp_path / "o1")]) == 0
+    refused, judged = json.loads((tmp_path / "o1" / "claims.json").read_text())["verdicts"]
+    assert refused["verdict"] == "not testable" and "no cell 'triplet+nothing'" in refused["reason"]
+    assert refused["p"] is None and judged["verdict"] != "not testable" and judged["p_holm"] == judged["p"]
 
     bad = {**good, "claims": [{k: v for k, v in good["claims"][0].items() if k != "b"}]}
     (tmp_path / "b2.yaml").write_text(yaml.safe_dump(bad))
@@ -175,3 +202,134 @@ def test_bad_claims_are_one_line_errors(sweep: Path, tmp_path: Path, capsys: pyt
     assert main(["claims", str(tmp_path / "missing.yaml")]) == 2
     assert "does not exist" in _error_line(capsys)
     assert not (tmp_path / "o").exists()
+
+
+def test_collapsed_missing_or_thin_cells_make_a_claim_not_testable() -> None:
+    """A claim resting on a cell not significantly above the floor, absent, or on one seed is refused, with the reason."""
+    values = {"A": [0.30, 0.32, 0.31], "B": [0.10, 0.11, 0.12], "C": [0.50]}
+    floor = [0.095, 0.105, 0.125]  # the untrained trunk, same seeds: B is not above it
+    res = _results(values, floor=floor)
+    v = _judge("beats", values, res, a="A", b="B")
+    assert v.verdict == "not testable" and "B is collapsed" in v.reason and math.isnan(v.p_raw)
+    p = st.ttest_rel(values["B"], floor, alternative="greater").pvalue
+    assert p >= 0.05 and f"{p:.3g}" in v.reason
+    # A is far above the floor: a claim on A alone is judged.
+    assert _judge("reaches", values, res, cell="A", value=0.31).verdict != "not testable"
+    one = _judge("beats", values, res, a="A", b="C")
+    assert one.verdict == "not testable" and "C has 1 completed final seed" in one.reason
+    gone = _judge("beats", values, res, a="A", b="D")
+    assert gone.verdict == "not testable" and "the grid has no cell 'D'" in gone.reason
+    # Without a floor table nothing is collapsed.
+    assert _judge("beats", values, a="A", b="B").verdict == "supported"
+
+
+def test_paired_when_the_seeds_match_else_welch() -> None:
+    a, b = [0.50, 0.60, 0.55], [0.47, 0.58, 0.51]  # seed effects shared: pairing removes them
+    same = _judge("beats", {"A": a, "B": b}, a="A", b="B")
+    ref = st.ttest_rel(a, b)
+    assert same.test == "paired"
+    assert (same.low, same.high) == pytest.approx(tuple(ref.confidence_interval(0.95)))
+    assert same.p_raw == pytest.approx(2 * st.ttest_rel(a, b, alternative="greater").pvalue)
+    other = _judge("beats", {"A": a, "B": b}, _results({"A": a, "B": b}, seeds={"B": [3, 4, 5]}), a="A", b="B")
+    welch = st.ttest_ind(a, b, equal_var=False)
+    assert other.test == "Welch"
+    assert (other.low, other.high) == pytest.approx(tuple(welch.confidence_interval(0.95)))
+    assert other.p_raw == pytest.approx(2 * st.ttest_ind(a, b, equal_var=False, alternative="greater").pvalue)
+    assert same.verdict == "supported" and other.verdict == "inconclusive"  # the same numbers, the right test
+
+
+def _holm_reference(p: list[float]) -> list[float]:
+    """Holm by its definition: reject H_(1..k) while p_(i) <= alpha / (m - i + 1); the adjusted p of
+    H_(i) is the smallest alpha at which it is rejected, found by trying every candidate alpha."""
+    m = len(p)
+    order = sorted(range(m), key=lambda i: p[i])
+    candidates = sorted({min(1.0, (m - r) * p[i]) for r, i in enumerate(order)} | {1.0})
+    out = [1.0] * m
+    for alpha in reversed(candidates):
+        for r, i in enumerate(order):
+            if p[i] * (m - r) > alpha + 1e-15:
+                break
+            out[i] = alpha
+    return out
+
+
+def test_holm_against_a_hand_computation_and_its_definition() -> None:
+    from bench.reports.stats import holm
+
+    # By hand: sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04 -> running max.
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.01, math.nan, 0.2]) == pytest.approx([0.02, math.nan, 0.2], nan_ok=True)
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        p = list(rng.uniform(0, 0.2, size=rng.integers(1, 8)))
+        assert holm(p) == pytest.approx(_holm_reference(p))
+
+
+def test_holm_decides_the_verdicts_of_one_file() -> None:
+    """Each claim alone is supported at 5%; judged together, Holm's step-down leaves the weaker two inconclusive."""
+    values = {"A": [0.60, 0.62, 0.64], "B": [0.50, 0.51, 0.52], "C": [0.565, 0.55, 0.60], "D": [0.50, 0.52, 0.55],
+              "E": [0.57, 0.55, 0.60]}
+    items = [{"id": "ab", "kind": "beats", "a": "A", "b": "B", "source": "s"},
+             {"id": "cd", "kind": "beats", "a": "C", "b": "D", "source": "s"},
+             {"id": "ed", "kind": "beats", "a": "E", "b": "D", "source": "s"}]
+    cf = claims.ClaimsFile(Path("c.yaml"), "p", None, None, 0.01, items)
+    res = _results(values)
+    alone = [claims.judge(c, res, cf) for c in items]
+    together = claims.evaluate(cf, res)
+    raw = [2 * st.ttest_rel(values[c["a"]], values[c["b"]], alternative="greater").pvalue for c in items]
+    assert [v.p_raw for v in together] == pytest.approx(raw)
+    assert [v.p_adjusted for v in together] == pytest.approx(_holm_reference(raw))
+    assert [v.verdict for v in alone] == ["supported"] * 3
+    assert 3 * raw[0] < 0.05 and max(raw[1:]) < 0.05 <= 2 * min(raw[1:])  # by hand: 3p, 2p, p in p's order
+    assert [v.verdict for v in together] == ["supported", "inconclusive", "inconclusive"]
+    md = claims.markdown(cf, res, together)
+    assert f"{raw[1]:.3g} | {min(1, 2 * raw[1]):.3g}" in md and "one tuning draw" in md
+
+
+def test_a_claim_about_another_method_is_refused(sweep_copy: Path, tmp_path: Path) -> None:
+    """`requires` is checked against the protocol the results ran: another miner, another parameter value,
+    a tuned parameter, or a protocol that cannot be found all make the claim not testable."""
+    (sweep_copy / "floor.csv").unlink(missing_ok=True)
+    manifest = json.loads((sweep_copy / "manifest.json").read_text())
+    base = {"id": "x", "kind": "beats", "a": "triplet+batch_hard", "b": "triplet+batch_all", "source": "s"}
+    cases = {
+        "ok": {"a": {"loss": "triplet", "miner": "batch_hard"}, "b": {"miner": "batch_all"}},
+        "miner": {"a": {"miner": "semihard", "miner_params": {"semantics": "nearest"}}},
+        "param": {"a": {"loss": "triplet", "loss_params": {"normalize": False}}},
+        "tuned": {"a": {"loss_params": {"margin": 0.2}}},
+    }
+    doc = {"protocol": manifest["protocol"], "claims": [{**base, "id": k, "requires": r} for k, r in cases.items()]}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(doc))
+    assert main(["claims", str(tmp_path / "c.yaml"), "--results", str(sweep_copy)]) == 0
+    got = {v["id"]: v for v in json.loads((sweep_copy / "claims.json").read_text())["verdicts"]}
+    assert got["ok"]["verdict"] != "not testable"
+    assert got["miner"]["verdict"] == "not testable"
+    assert "triplet+batch_hard runs miner batch_hard, the claim is about miner semihard" in got["miner"]["reason"]
+    assert "normalize=True, the claim requires normalize=False" in got["param"]["reason"]
+    assert "tunes loss parameter margin" in got["tuned"]["reason"]
+    # Results whose protocol file is gone (or was edited: another hash) cannot be checked: refused, not guessed.
+    manifest["protocol_file"] = str(tmp_path / "moved.yaml")
+    (sweep_copy / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["claims", str(tmp_path / "c.yaml"), "--results", str(sweep_copy)]) == 0
+    got = {v["id"]: v for v in json.loads((sweep_copy / "claims.json").read_text())["verdicts"]}
+    assert all(v["verdict"] == "not testable" and "was not found" in v["reason"] for v in got.values())
+
+
+def test_shipped_requires_match_the_planned_cells() -> None:
+    """The shipped claims name the methods they test, and the protocol's cells are those methods."""
+    from bench.plan import plan
+    from bench.protocol import load_protocol
+
+    cf = claims.parse(REPO / "protocols" / "claims" / "omniglot-quick.yaml")
+    p = plan(load_protocol(REPO / "protocols" / f"{cf.protocol}.yaml"))
+    facenet = next(c for c in cf.claims if c["id"].startswith("facenet2015"))
+    assert facenet["a"] == "triplet+semihard-facenet" and facenet["b"] == "triplet+batch_hard"
+    assert facenet["requires"]["a"]["miner_params"] == {"semantics": "nearest"}
+    for c in cf.claims:
+        if c["kind"] != "against_reference":
+            assert c.get("requires"), f"claim {c['id']} names no method"
+        for role, spec in c.get("requires", {}).items():
+            assert claims.mismatch(p, c.get(role, role), spec) is None, (c["id"], role)
+    assert "triplet+semihard" in {c.id for c in p.cells}
+    assert claims.mismatch(p, "triplet+semihard", facenet["requires"]["a"]) == (
+        "triplet+semihard runs miner semihard with semantics='all', the claim requires semantics='nearest'")

@@ -36,8 +36,15 @@ def test_t_interval_is_scipy_t_interval() -> None:
 
 
 def _rows(md: str) -> list[list[str]]:
-    lines = [l for l in md.splitlines() if l.startswith("| ") and not l.startswith("| rank") and "---" not in l]
+    """The ranked cells' rows (the floor row apart: `_floor_row`)."""
+    lines = [l for l in md.splitlines() if l.startswith("| ") and not l.startswith(("| rank", "| floor"))
+             and "---" not in l]
     return [[c.strip() for c in l.strip("|").split("|")] for l in lines]
+
+
+def _floor_row(md: str) -> list[str] | None:
+    line = next((l for l in md.splitlines() if l.startswith("| floor |")), None)
+    return None if line is None else [c.strip() for c in line.strip("|").split("|")]
 
 
 def test_markdown_ranks_cells_by_primary_mean_with_footer(sweep_copy: Path) -> None:
@@ -138,10 +145,12 @@ def test_bad_results_directories_are_one_line_errors(tmp_path: Path, sweep_copy:
 
 
 def test_failed_seeds_and_refused_cells_are_left_out(sweep_copy: Path) -> None:
-    """A failed seed has no metrics to average; a cell the budget audit refused is never ranked."""
+    """A failed seed has no metrics to average, but is shown (count and reason); a cell the budget audit
+    refused is never ranked."""
     finals = pd.read_csv(sweep_copy / "finals.csv")
     first = finals.index[finals["cell"] == CELLS[0]][0]
-    finals.loc[first, ["state", "map_at_r"]] = ["FAIL", np.nan]
+    finals["reason"] = finals["reason"].astype(object)
+    finals.loc[first, ["state", "map_at_r", "reason"]] = ["FAIL", np.nan, "RuntimeError: loss is NaN"]
     finals.to_csv(sweep_copy / "finals.csv", index=False)
     manifest = json.loads((sweep_copy / "manifest.json").read_text())
     manifest["refused"] = {CELLS[2]: "2 trials recorded, the budget is 1"}
@@ -153,7 +162,17 @@ def test_failed_seeds_and_refused_cells_are_left_out(sweep_copy: Path) -> None:
     assert rows[CELLS[0]][2] == "2" and rows[CELLS[1]][2] == "3"
     kept = finals.loc[(finals["cell"] == CELLS[0]) & (finals["state"] == "COMPLETE"), "map_at_r"]
     assert rows[CELLS[0]][3].startswith(f"{kept.mean():.3f} [")
+    seed = int(finals.loc[first, "seed"])
+    assert f"1 final seed(s) failed (seed {seed}: RuntimeError: loss is NaN)" in rows[CELLS[0]][-1]
+    assert "failed" not in rows[CELLS[1]][-1]
     assert f"left out (budget audit): `{CELLS[2]}`" in md.split("\n---\n", 1)[1]
+    # A cell whose every seed failed is still on the board, last, with its failures.
+    finals.loc[finals["cell"] == CELLS[1], ["state", "map_at_r", "reason"]] = ["FAIL", np.nan, "out of memory"]
+    finals.to_csv(sweep_copy / "finals.csv", index=False)
+    assert main(["leaderboard", str(sweep_copy), "--quiet"]) == 0
+    rows = _rows((sweep_copy / "leaderboard.md").read_text())
+    assert [r[1].strip("`") for r in rows] == [CELLS[0], CELLS[1]]
+    assert rows[1][2] == "0" and rows[1][3] == "-" and "3 final seed(s) failed" in rows[1][-1]
 
 
 def _without_times(md: str) -> str:
@@ -214,3 +233,75 @@ def test_mlflow_leaderboard_never_pools_protocol_versions(sweep: Path, tmp_path:
     assert main(["leaderboard", "--mlflow-experiment", "reports-tiny", "--tracking-uri", str(tmp_path / "text.db")]) == 2
     assert "cannot read MLflow tracking store" in _error_line(capsys)
     assert (tmp_path / "text.db").read_text() == "not a database\n"
+
+
+def _write_floor(results: Path, per_seed: pd.DataFrame) -> pd.DataFrame:
+    """floor.csv as the runner writes it (protocol_hash, seed, the metric columns), from given per-seed rows."""
+    manifest = json.loads((results / "manifest.json").read_text())
+    floor = per_seed[["seed", *manifest["metrics"]]].copy()
+    floor.insert(0, "protocol_hash", manifest["protocol_hash"])
+    floor.to_csv(results / "floor.csv", index=False)
+    return floor
+
+
+def test_floor_row_and_collapsed_cells(sweep_copy: Path, tmp_path: Path) -> None:
+    """The floor is its own row; a cell not significantly above it (one-sided, paired by seed) is collapsed."""
+    finals = pd.read_csv(sweep_copy / "finals.csv")
+    means = finals.groupby("cell")["map_at_r"].mean()
+    worst = means.idxmin()
+    # The floor: the worst cell's own per-seed numbers with the seeds reversed (same mean, so that cell is
+    # not above it; a real floor is the untrained trunk, which the runner writes).
+    rows_worst = finals[finals["cell"] == worst].sort_values("seed").copy()
+    metrics = json.loads((sweep_copy / "manifest.json").read_text())["metrics"]
+    rows_worst[metrics] = rows_worst[metrics].to_numpy()[::-1]
+    floor = _write_floor(sweep_copy, rows_worst)
+    assert main(["leaderboard", str(sweep_copy), "--quiet"]) == 0
+    md = (sweep_copy / "leaderboard.md").read_text()
+    fr = _floor_row(md)
+    low, high = st.t.interval(0.95, 2, loc=floor["map_at_r"].mean(), scale=st.sem(floor["map_at_r"]))
+    assert fr is not None and fr[1] == "untrained trunk" and fr[2] == "3"
+    assert fr[3] == f"{floor['map_at_r'].mean():.3f} [{low:.3f}, {high:.3f}]"
+    rows = {r[1].strip("`"): r for r in _rows(md)}
+    for cell, r in rows.items():
+        x = finals[finals["cell"] == cell].sort_values("seed")["map_at_r"].to_numpy()
+        p = st.ttest_rel(x, floor["map_at_r"].to_numpy(), alternative="greater").pvalue
+        assert ("collapsed" in r[-1]) == (p >= 0.05), (cell, p, r[-1])
+        if p >= 0.05:
+            assert f"paired, one-sided p = {p:.3g}" in r[-1]
+    assert "collapsed" in rows[worst][-1]
+    footer = md.split("\n---\n", 1)[1]
+    assert "floor: the untrained trunk" in footer
+    page = (sweep_copy / "leaderboard.html").read_text()
+    assert page.count('<tr class="floor" data-floor="yes">') == 1
+    assert sorted(_body_cells(page)) == sorted(CELLS)  # the floor is no cell
+    collapsed = [c for c, r in rows.items() if "collapsed" in r[-1]]
+    assert page.count('class="collapsed"') == len(collapsed)
+    # Without floor.csv: no floor row, and the footer says why nothing is marked.
+    (sweep_copy / "floor.csv").unlink()
+    assert main(["leaderboard", str(sweep_copy), "--quiet"]) == 0
+    md = (sweep_copy / "leaderboard.md").read_text()
+    assert _floor_row(md) is None and not any("collapsed" in r[-1] for r in _rows(md))
+    assert "no floor row" in md
+
+
+def test_tuned_value_at_the_edge_of_its_range_is_warned(sweep_copy: Path) -> None:
+    """Ranges come from re-planning the protocol the results ran; 0.98 of [0.01, 1] (log) is at the top."""
+    from bench.reports.edges import position
+
+    assert position(0.98, {"type": "float", "low": 0.01, "high": 1.0, "log": True}) == pytest.approx(
+        (math.log(0.98) - math.log(0.01)) / (math.log(1.0) - math.log(0.01)))
+    finals = pd.read_csv(sweep_copy / "finals.csv")
+    for cell, margin in (("triplet+batch_hard", 0.98), ("triplet+batch_all", 0.1)):
+        finals.loc[finals["cell"] == cell, "params"] = json.dumps({"loss.margin": margin})
+    finals.to_csv(sweep_copy / "finals.csv", index=False)
+    assert main(["leaderboard", str(sweep_copy), "--quiet"]) == 0
+    rows = {r[1].strip("`"): r for r in _rows((sweep_copy / "leaderboard.md").read_text())}
+    assert "edge: loss.margin=0.98 at the high edge of [0.01, 1, log]" in rows["triplet+batch_hard"][-1]
+    assert "edge" not in rows["triplet+batch_all"][-1]
+    # The protocol file gone: ranges unknown, and the footer says so instead of staying silent.
+    manifest = json.loads((sweep_copy / "manifest.json").read_text())
+    manifest["protocol_file"] = str(sweep_copy / "gone.yaml")
+    (sweep_copy / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["leaderboard", str(sweep_copy), "--quiet"]) == 0
+    md = (sweep_copy / "leaderboard.md").read_text()
+    assert "edge:" not in md and "not checked against their search ranges" in md

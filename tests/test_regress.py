@@ -52,6 +52,21 @@ def test_welch_is_scipy_welch() -> None:
     assert not single.testable and math.isnan(single.p_less)
 
 
+def test_nan_and_zero_variance_rules_around_scipy() -> None:
+    """What scipy leaves undecided, decided once for every report: NaN seeds dropped, identical seeds certain."""
+    from bench.reports.stats import paired, t_interval
+
+    d = welch([0.30, math.nan, 0.33, 0.31], [0.36, 0.35, 0.39, 0.37])
+    clean = welch([0.30, 0.33, 0.31], [0.36, 0.35, 0.39, 0.37])
+    assert d.n_a == 3 and (d.low, d.high) == pytest.approx((clean.low, clean.high))
+    same = welch([0.5, 0.5, 0.5], [0.4, 0.4])  # scipy alone gives NaN here
+    assert (same.low, same.high, same.p_greater, same.p_less) == (pytest.approx(0.1), pytest.approx(0.1), 0.0, 1.0)
+    iv = t_interval([0.5, 0.5, 0.5])
+    assert (iv.mean, iv.low, iv.high, iv.n) == (0.5, 0.5, 0.5, 3)
+    p = paired([0.5, 0.6, 0.7], [0.4, 0.5, 0.6])  # +0.1 at every seed: certain, though Welch is not
+    assert p.test == "paired" and p.p_greater == 0.0 and welch([0.5, 0.6, 0.7], [0.4, 0.5, 0.6]).p_greater > 0.05
+
+
 def test_rule_needs_both_size_and_significance() -> None:
     base = [0.50, 0.52, 0.51]
     assert classify(base, [0.40, 0.41, 0.42], 0.01, 0.05)[0] == "worse"

@@ -24,7 +24,7 @@ def _rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
 @format_option
 @quiet_option
 def command(claims_file: Path, results: Path | None, out: Path | None, fmt: str, quiet: bool) -> int:
-    """Judge every claim of CLAIMS_FILE: supported, contradicted or inconclusive.
+    """Judge every claim of CLAIMS_FILE: supported, contradicted, inconclusive or not testable.
 
     Verdicts are findings, not failures: the exit status is 0 whatever they
     are, and 2 when the file or the results cannot be used.

@@ -1,8 +1,10 @@
 """Verdicts on published claims, from the per-seed rows of one results table.
 
 Every verdict rests on a 95% interval for an effect (a difference of
-means, Welch's interval; or a mean against a published number, a one-sample
-t interval) and on an equivalence margin `delta` (default 0.01: one point
+means: the paired t interval when both cells ran the same final seeds,
+which the runner gives the same initialisation and batch order in every
+cell, else Welch's; or a mean against a published number, a one-sample t
+interval) and on an equivalence margin `delta` (default 0.01: one point
 of MAP@R), the smallest difference the claim's authors would call an
 improvement. The rules, with `d` the effect and `[lo, hi]` its interval:
 
@@ -29,9 +31,27 @@ improvement. The rules, with `d` the effect and `[lo, hi]` its interval:
   otherwise inconclusive. Published figures are taken as exact: their own
   sampling error (people are a sample too) is not modelled.
 
+Each rule is a one-sided test at 2.5% (an interval bound past a value).
+The finding the data point to gets a p-value on the intervals' two-sided
+scale (the smaller one-sided p of its two rules, doubled); one file judges
+several claims on one table, so the p-values of its testable claims are
+adjusted with Holm's step-down method and a verdict is supported or
+contradicted only when its adjusted p is below 0.05. Raw and adjusted p
+are both printed. The tuning stage ran once per cell, so every interval is
+conditional on that one tuning draw, and each verdict says so.
+
+A fourth verdict, "not testable", refuses a claim instead of
+approximating it: a cell it names is not in the results (the grid has no
+such cell, the audit refused it, every seed failed), has fewer than two
+completed seeds, is collapsed (not significantly above the floor, the
+untrained trunk: `bench.reports.floor`), or does not run the method the
+claim is about (`requires`, checked against the cell's fixed parameters in
+the re-planned protocol: e.g. `requires: {a: {miner: semihard,
+miner_params: {semantics: nearest}}}`).
+
 A cell named `best` is the cell with the highest validation score of the
 primary metric: chosen on validation folds of training classes, never on
-the test metric it is then judged by (choosing on test would flatter it).
+the test metric it is then judged by (ties by cell id, never by a test score).
 
 With one seed no interval exists and every verdict is inconclusive; with
 two or three seeds most will be. That is the honest outcome of a small
@@ -42,7 +62,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,13 +70,19 @@ import jsonschema
 import yaml
 
 from bench.errors import BenchError
+from bench.plan import Plan
+from bench.reports import floor
 from bench.reports.source import Results
-from bench.reports.stats import LEVEL, Difference, one_sample, welch
+from bench.reports.stats import LEVEL, Difference, compare, holm, one_sample
 
 DELTA = 0.01
 KINDS = ("beats", "no_better", "within", "reaches", "spread", "against_reference")
 
 _cell = {"type": "string", "minLength": 1}
+_method = {  # what a cell must run for the claim to be about it: checked against the re-planned protocol
+    "type": "object", "minProperties": 1, "additionalProperties": False,
+    "properties": {"loss": _cell, "miner": _cell, "loss_params": {"type": "object"}, "miner_params": {"type": "object"}},
+}
 _num = {"type": "number"}
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -91,6 +117,7 @@ SCHEMA: dict[str, Any] = {
                     "unit": {"enum": ["fraction", "percent"]},
                     "reference": {"type": "string"},
                     "expect": {"enum": ["above", "below"]},
+                    "requires": {"type": "object", "minProperties": 1, "additionalProperties": _method},
                 },
                 "allOf": [
                     {"if": {"properties": {"kind": {"enum": ["beats", "no_better"]}}},
@@ -144,10 +171,15 @@ def parse(path: str | Path) -> ClaimsFile:
                       float(doc.get("equivalence", DELTA)), doc["claims"])
 
 
+VERDICTS = ("supported", "contradicted", "inconclusive", "not testable")
+TUNING_CAVEAT = ("conditional on one tuning draw: the tuning stage ran once, so the interval holds the final "
+                 "seeds' noise, not the tuner's")
+
+
 @dataclass(frozen=True)
 class Verdict:
     claim: dict[str, Any]
-    verdict: str  # supported | contradicted | inconclusive
+    verdict: str  # one of VERDICTS
     reason: str
     metric: str
     effect: float
@@ -156,99 +188,183 @@ class Verdict:
     cells: list[str]
     seeds: dict[str, list[int]] = field(default_factory=dict)
     values: dict[str, list[float]] = field(default_factory=dict)
+    finding: str = ""  # what the data point to before the correction: supported or contradicted
+    p_raw: float = math.nan  # two-sided scale: the smaller one-sided p of the two rules, doubled
+    p_adjusted: float = math.nan  # Holm across the file's testable claims; the verdict uses this one
+    test: str = ""  # paired, Welch, one-sample
+
+    @property
+    def testable(self) -> bool:
+        return self.verdict != "not testable"
 
 
 def best_cell(res: Results) -> str:
-    """Highest validation primary metric (ties: higher test mean, then cell id)."""
+    """Highest validation primary metric (ties: cell id; never broken by a test score)."""
     col = f"val_{res.primary}"
     if col not in res.finals:
         raise BenchError(f"{res.finals_file}: no column {col}: cannot choose the best cell on validation")
-    def key(cell: str) -> tuple[float, float, str]:
-        rows = res.rows(cell)
-        v = float(rows[col].mean())
-        t = float(rows[res.primary].mean())
-        return (-v if math.isfinite(v) else math.inf, -t if math.isfinite(t) else math.inf, cell)
+
+    def key(cell: str) -> tuple[float, str]:
+        v = float(res.rows(cell)[col].mean())
+        return (-v if math.isfinite(v) else math.inf, cell)
     return min(res.cells, key=key)
 
 
-def _decide(d: Difference, supported: bool, contradicted: bool) -> str:
-    if not d.testable:
-        return "inconclusive"
-    if supported:
-        return "supported"
-    return "contradicted" if contradicted else "inconclusive"
-
-
 def _ci(d: Difference) -> str:
-    return f"{d.diff:+.4f} [{d.low:+.4f}, {d.high:+.4f}]" if d.testable else f"{d.diff:+.4f} (no interval: fewer than 2 seeds)"
+    if not d.testable:
+        return f"{d.diff:+.4f} (no interval: fewer than 2 seeds)"
+    return f"{d.diff:+.4f} [{d.low:+.4f}, {d.high:+.4f}] ({d.test})"
+
+
+def _finding(p_support: float, p_contradict: float, support_first: bool = True) -> tuple[str, float]:
+    """The finding the data point to and its p-value on the two-sided scale of the 95% intervals.
+
+    Each rule is a one-sided test at 2.5% (an interval bound past a
+    value); doubling the smaller p puts both on the scale that Holm
+    adjusts at 5%. Where both rules hold (an interval inside (0, delta)
+    for `beats`), the rule named first wins, as the interval rules say.
+    """
+    first, second = (("supported", p_support), ("contradicted", p_contradict)) if support_first else \
+        (("contradicted", p_contradict), ("supported", p_support))
+    name, p = first if (2 * first[1] < 1 - LEVEL or first[1] <= second[1]) else second
+    return name, min(1.0, 2 * p)
+
+
+def _tost(d: Difference, x: float) -> tuple[float, float]:
+    """(p inside (-x, x), p wholly outside): the equivalence test and its negation, one-sided each."""
+    above_low, below_low = d.shifted(-x)
+    above_high, below_high = d.shifted(x)
+    return max(above_low, below_high), min(above_high, below_low)
+
+
+def mismatch(plan: Plan, cell: str, spec: dict[str, Any]) -> str | None:
+    """Why the planned cell is not the method a claim's `requires` describes; None when it is.
+
+    Names compare with the registry's (`semihard`, `pml:multi_similarity`,
+    `none` for no miner); a parameter compares with the cell's fixed value,
+    else the method's default, and a parameter the cell tunes is never the
+    fixed value a claim is about.
+    """
+    from bench import registry
+
+    try:
+        c = plan.cell(cell)
+    except KeyError:
+        return f"the protocol plans no cell {cell}"
+    for role in ("loss", "miner"):
+        got = getattr(c, role) or "none"
+        if role in spec and spec[role] != got:
+            return f"{cell} runs {role} {got}, the claim is about {role} {spec[role]}"
+        fixed = spec.get(f"{role}_params") or {}
+        if not fixed:
+            continue
+        entry = registry.get(role, getattr(c, role)) if getattr(c, role) else None
+        defaults = entry.parameters() if entry is not None else {}
+        params = c.loss_params if role == "loss" else c.miner_params
+        for name, want in fixed.items():
+            if f"{role}.{name}" in c.search_space:
+                return f"{cell} tunes {role} parameter {name}, the claim requires it fixed at {want!r}"
+            have = params.get(name, defaults.get(name, "(unset)"))
+            if have != want:
+                return f"{cell} runs {role} {got} with {name}={have!r}, the claim requires {name}={want!r}"
+    return None
+
+
+def _untestable(res: Results, cell: str, name: str, claim: dict[str, Any]) -> str | None:
+    """Why a claim cannot rest on this cell: missing, too few seeds, collapsed, or not the method named."""
+    if cell not in res.cells:
+        if cell in res.refused:
+            return f"cell {cell} was refused by the budget audit ({res.refused[cell]})"
+        if cell in res.reported_cells:
+            return f"cell {cell} has no completed final seed ({len(res.failed(cell))} failed)"
+        return f"the grid has no cell {cell!r} (no cell {cell!r} in {res.root})"
+    n = len(res.values(cell, res.primary))
+    if n < 2:
+        return f"cell {cell} has {n} completed final seed; a test needs 2"
+    fc = floor.check(res, cell)
+    if fc is not None and fc.collapsed:
+        return f"cell {cell} is {fc.describe()}"
+    roles = [r for r in ("a", "b", "cell") if claim.get(r) == name] + [name, cell]
+    spec = next((claim.get("requires", {})[r] for r in roles if r in claim.get("requires", {})), None)
+    if not spec:
+        return None
+    if res.plan is None:
+        return (f"the protocol with hash {res.protocol_hash[:12]} (the manifest's `protocol_file`) was not found, "
+                f"so what {cell} runs cannot be checked against `requires`")
+    return mismatch(res.plan, cell, spec)
+
+
+def _refused(claim: dict[str, Any], metric: str, cells: list[str], why: str) -> Verdict:
+    nan = math.nan
+    return Verdict(claim, "not testable", f"not testable: {why}", metric, nan, nan, nan, cells)
 
 
 def judge(claim: dict[str, Any], res: Results, cf: ClaimsFile) -> Verdict:
-    """One claim's verdict; a cell or metric the results do not have is a user error."""
+    """One claim's verdict before the family's correction (`evaluate` applies Holm).
+
+    A metric the results do not have, or a claim comparing a cell with
+    itself, is a user error; a cell the results cannot support (missing,
+    fewer than 2 seeds, collapsed, not the method the claim names) makes
+    the claim "not testable", never approximated by a neighbour.
+    """
     cid = claim["id"]
     metric = claim.get("metric") or cf.metric or res.primary
     if metric not in res.metrics:
         raise BenchError(f"{cf.path}: claim {cid}: no metric {metric!r} in {res.root} (have: {', '.join(res.metrics)})")
     delta = float(claim.get("margin", cf.equivalence))
     kind = claim["kind"]
+    names = [claim["a"], claim["b"]] if kind in ("beats", "no_better", "within") else \
+        [claim["cell"]] if kind in ("reaches", "against_reference") else list(claim["cells"])
+    cells = [best_cell(res) if n == "best" else n for n in names]
+    if len(set(cells)) < len(cells):
+        raise BenchError(f"{cf.path}: claim {cid}: a cell is named twice ({', '.join(cells)})")
+    for name, cell in zip(names, cells):
+        why = _untestable(res, cell, name, claim)
+        if why:
+            return _refused(claim, metric, cells, why)
 
-    def cell_of(name: str) -> str:
-        cell = best_cell(res) if name == "best" else name
-        res.require_cell(cell, f"{cf.path}: claim {cid}")
-        return cell
+    def diff(p: str, q: str) -> Difference:
+        return compare(res.values(p, metric), res.values(q, metric), res.seeds(p), res.seeds(q))
 
     if kind in ("beats", "no_better", "within"):
-        a, b = cell_of(claim["a"]), cell_of(claim["b"])
-        if a == b:
-            raise BenchError(f"{cf.path}: claim {cid}: a and b are the same cell {a!r}")
-        d = welch(res.values(a, metric), res.values(b, metric))
-        cells = [a, b]
+        a, b = cells
+        d = diff(a, b)
         if kind == "beats":
-            v = _decide(d, d.low > 0, d.high < delta)
-            why = (f"{a} - {b} = {_ci(d)}; supported if the interval lies above 0, "
-                   f"contradicted if it lies below +{delta:g}")
+            finding = _finding(d.p_greater, d.shifted(delta)[1])
+            why = (f"{a} - {b} = {_ci(d)}; supported if it lies above 0, contradicted if it lies below +{delta:g}")
         elif kind == "no_better":
-            v = "inconclusive" if not d.testable else ("contradicted" if d.low > 0 else "supported" if d.high < delta else "inconclusive")
-            why = (f"{a} - {b} = {_ci(d)}; supported if the interval lies below +{delta:g}, "
-                   f"contradicted if it lies above 0")
+            finding = _finding(d.shifted(delta)[1], d.p_greater, support_first=False)
+            why = (f"{a} - {b} = {_ci(d)}; supported if it lies below +{delta:g}, contradicted if it lies above 0")
         else:
             x = float(claim["points"])
-            v = _decide(d, -x < d.low and d.high < x, d.low > x or d.high < -x)
-            why = f"{a} - {b} = {_ci(d)}; supported if the interval lies inside (-{x:g}, +{x:g})"
+            finding = _finding(*_tost(d, x))
+            why = f"{a} - {b} = {_ci(d)}; supported if it lies inside (-{x:g}, +{x:g})"
     elif kind in ("reaches", "against_reference"):
-        a = cell_of(claim["cell"])
+        a = cells[0]
         value = float(claim["value"]) / (100.0 if claim.get("unit") == "percent" else 1.0)
         d = one_sample(res.values(a, metric), value)
-        cells = [a]
         if kind == "reaches":
-            v = _decide(d, d.low > -delta, d.high < -delta)
-            why = f"{a} - reported {value:g} = {_ci(d)}; supported if the interval lies above -{delta:g}"
+            finding = _finding(*d.shifted(-delta))
+            why = f"{a} - reported {value:g} = {_ci(d)}; supported if it lies above -{delta:g}"
         else:
-            above, below = d.low > 0, d.high < 0
-            exp_above = claim["expect"] == "above"
-            v = _decide(d, above if exp_above else below, below if exp_above else above)
+            above = claim["expect"] == "above"
+            finding = _finding(d.p_greater, d.p_less) if above else _finding(d.p_less, d.p_greater)
             why = f"{a} - {claim['reference']} ({value:g}) = {_ci(d)}; expected {claim['expect']} the reference"
     else:  # spread
-        names = [cell_of(c) for c in claim["cells"]]
         x = float(claim["below"])
-        pairs = list(itertools.combinations(names, 2))
-        level_b = 1 - (1 - LEVEL) / len(pairs)
-        diffs = {(p, q): welch(res.values(p, metric), res.values(q, metric)) for p, q in pairs}
-        wide = {(p, q): welch(res.values(p, metric), res.values(q, metric), level_b) for p, q in pairs}
-        means = {c: float(res.values(c, metric).mean()) for c in names}
-        hi_c, lo_c = max(names, key=means.get), min(names, key=means.get)
-        d = welch(res.values(hi_c, metric), res.values(lo_c, metric))
-        testable = all(e.testable for e in diffs.values())
-        inside = testable and all(-x < e.low and e.high < x for e in diffs.values())
-        outside = [pq for pq, e in wide.items() if e.testable and (e.low > x or e.high < -x)]
-        v = "supported" if inside else "contradicted" if outside else "inconclusive"
-        cells = names
+        pairs = list(itertools.combinations(cells, 2))
+        tests = [_tost(diff(p, q), x) for p, q in pairs]
+        means = {c: float(res.values(c, metric).mean()) for c in cells}
+        hi_c, lo_c = max(cells, key=means.__getitem__), min(cells, key=means.__getitem__)
+        d = diff(hi_c, lo_c)
+        finding = _finding(max(t[0] for t in tests), min(1.0, len(pairs) * min(t[1] for t in tests)))
         why = (f"largest gap {hi_c} - {lo_c} = {_ci(d)}; supported if every pairwise interval lies inside "
                f"(-{x:g}, +{x:g}), contradicted if a Bonferroni-widened one lies outside")
-        if outside:
-            why += f" ({' vs '.join(outside[0])})"
-    return Verdict(claim, v, why, metric, d.diff, d.low, d.high, cells,
-                   {c: res.seeds(c) for c in cells}, {c: [float(x) for x in res.values(c, metric)] for c in cells})
+    name, p = finding
+    verdict = name if p < 1 - LEVEL else "inconclusive"
+    return Verdict(claim, verdict, why, metric, d.diff, d.low, d.high, cells,
+                   {c: res.seeds(c) for c in cells}, {c: [float(v) for v in res.values(c, metric)] for c in cells},
+                   name, p, p, d.test)
 
 
 def resolve_results_dir(cf: ClaimsFile, explicit: str | Path | None) -> Path:
@@ -259,10 +375,25 @@ def resolve_results_dir(cf: ClaimsFile, explicit: str | Path | None) -> Path:
     return Path("results") / cf.protocol
 
 
+def adjust(verdicts: list[Verdict]) -> list[Verdict]:
+    """Holm's correction across the testable claims of one file; each verdict then rests on its adjusted p."""
+    adjusted = holm([v.p_raw for v in verdicts])
+    out = []
+    for v, p in zip(verdicts, adjusted):
+        if not v.testable:
+            out.append(v)
+            continue
+        verdict = v.finding if p < 1 - LEVEL else "inconclusive"
+        reason = (f"{v.reason}; p = {v.p_raw:.3g} ({v.finding}), Holm-adjusted {p:.3g} over "
+                  f"{sum(x.testable for x in verdicts)} claims; {TUNING_CAVEAT}")
+        out.append(replace(v, verdict=verdict, p_adjusted=p, reason=reason))
+    return out
+
+
 def evaluate(cf: ClaimsFile, res: Results) -> list[Verdict]:
     if res.protocol != cf.protocol:
         raise BenchError(f"{cf.path} is about protocol {cf.protocol!r}, but {res.root} holds results of {res.protocol!r}")
-    return [judge(c, res, cf) for c in cf.claims]
+    return adjust([judge(c, res, cf) for c in cf.claims])
 
 
 def _n(x: float) -> float | None:
@@ -278,20 +409,29 @@ def to_json(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> dict[str, 
         "results_file": str(res.finals_file),
         "fingerprints": res.fingerprints,
         "equivalence": cf.equivalence,
-        "interval": f"{LEVEL:.0%} (Welch for differences of cells, one-sample t against published values)",
+        "interval": f"{LEVEL:.0%} (paired t where both cells ran the same final seeds, else Welch; one-sample t "
+                    "against published values)",
+        "correction": "Holm across the file's testable claims; verdicts use the adjusted p",
+        "conditional_on": TUNING_CAVEAT,
         "verdicts": [
             {
                 "id": v.claim["id"], "kind": v.claim["kind"], "source": v.claim["source"],
                 "statement": v.claim.get("statement", ""), "verdict": v.verdict, "metric": v.metric,
                 "effect": _n(v.effect), "ci_low": _n(v.low), "ci_high": _n(v.high), "reason": v.reason,
+                "test": v.test or None, "finding": v.finding or None, "p": _n(v.p_raw),
+                "p_holm": _n(v.p_adjusted),
                 "n_seeds": {c: len(s) for c, s in v.values.items()},
                 "records": {"cells": v.cells, "seeds": v.seeds, "values": v.values,
                             "results_file": str(res.finals_file), "protocol_hash": res.protocol_hash},
             }
             for v in verdicts
         ],
-        "counts": {k: sum(v.verdict == k for v in verdicts) for k in ("supported", "contradicted", "inconclusive")},
+        "counts": {k: sum(v.verdict == k for v in verdicts) for k in VERDICTS},
     }
+
+
+def _p(x: float) -> str:
+    return f"{x:.3g}" if x is not None and math.isfinite(x) else "-"
 
 
 def _f(x: float) -> str:
@@ -301,17 +441,21 @@ def _f(x: float) -> str:
 def markdown(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> str:
     out = [
         f"## Claims checked against `{res.protocol}`", "",
-        f"Effects as difference of means with a {LEVEL:.0%} interval over final seeds; "
-        f"equivalence margin {cf.equivalence:g} unless a claim sets its own.", "",
-        "| claim | kind | verdict | metric | effect [95% CI] | seeds | cells | source |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"Effects as difference of means with a {LEVEL:.0%} interval over final seeds (paired t where both cells "
+        f"ran the same seeds, else Welch); equivalence margin {cf.equivalence:g} unless a claim sets its own. "
+        "Each verdict uses its Holm-adjusted p (across this file's testable claims); every interval is "
+        f"{TUNING_CAVEAT}. A claim on a missing, collapsed (not above the floor) or different method is not testable.",
+        "",
+        "| claim | kind | verdict | metric | effect [95% CI] | test | p | p (Holm) | seeds | cells | source |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for v in verdicts:
         seeds = ", ".join(str(len(s)) for s in v.values.values())
         ci = f"{_f(v.effect)} [{_f(v.low)}, {_f(v.high)}]"
         cells = ", ".join(f"`{c}`" for c in v.cells)
         src = v.claim["source"].replace("|", "\\|").replace("\n", " ")
-        out.append(f"| {v.claim['id']} | {v.claim['kind']} | **{v.verdict}** | {v.metric} | {ci} | {seeds} | {cells} | {src} |")
+        out.append(f"| {v.claim['id']} | {v.claim['kind']} | **{v.verdict}** | {v.metric} | {ci} | {v.test or '-'} | "
+                   f"{_p(v.p_raw)} | {_p(v.p_adjusted)} | {seeds or '-'} | {cells} | {src} |")
     out += ["", "### Reasons", ""]
     out += [f"- **{v.claim['id']}** ({v.verdict}): {v.claim.get('statement', '').strip()} {v.reason}".replace("  ", " ")
             for v in verdicts]
@@ -323,10 +467,10 @@ def markdown(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> str:
 
 
 def text_table(verdicts: list[Verdict]) -> str:
-    rows = [("claim", "verdict", "effect [95% CI]", "seeds", "cells")]
+    rows = [("claim", "verdict", "effect [95% CI]", "p (Holm)", "seeds", "cells")]
     for v in verdicts:
-        rows.append((v.claim["id"], v.verdict, f"{_f(v.effect)} [{_f(v.low)}, {_f(v.high)}]",
-                     "/".join(str(len(s)) for s in v.values.values()), " vs ".join(v.cells)))
+        rows.append((v.claim["id"], v.verdict, f"{_f(v.effect)} [{_f(v.low)}, {_f(v.high)}]", _p(v.p_adjusted),
+                     "/".join(str(len(s)) for s in v.values.values()) or "-", " vs ".join(v.cells)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -18,7 +18,8 @@ import pandas as pd
 
 from bench.errors import BenchError
 from bench.reports import svg
-from bench.reports.leaderboard import Board, budget, fmt, fmt_interval, fmt_params, footer_lines
+from bench.reports.leaderboard import (NOTES, Board, budget, floor_cells, fmt, fmt_interval, fmt_params, footer_lines,
+                                       notes)
 from bench.reports.source import Results
 
 BEST_CELLS = 3  # distance distributions are drawn for this many top cells
@@ -115,6 +116,8 @@ th { background: #f0f0f0; cursor: pointer; user-select: none; }
 th[aria-sort=ascending]::after { content: " \\25B2"; }
 th[aria-sort=descending]::after { content: " \\25BC"; }
 tbody tr:nth-child(even) { background: #fafafa; }
+tr.floor { background: #eef3fb; font-style: italic; }
+tr.collapsed td { color: #999; }
 .plots { display: flex; flex-wrap: wrap; gap: 12px; }
 footer { margin-top: 2em; font-size: 12px; color: #555; }
 code { font-size: 12px; }
@@ -129,14 +132,23 @@ def _cell(text: str, value: object) -> str:
 def table(board: Board) -> str:
     heads: list[tuple[str, str, str]] = [("rank", "rank", "num"), ("cell", "cell", "text"), ("seeds", "seeds", "num")]
     heads += [(m, m, "num") for m in board.metrics]
-    heads += [(f"val_{board.primary}", f"val_{board.primary}", "num"), ("budget", "budget", "num"), ("params", "tuned hyperparameters", "text")]
+    heads += [(f"val_{board.primary}", f"val_{board.primary}", "num"), ("budget", "budget", "num"),
+              ("params", "tuned hyperparameters", "text"), ("notes", "notes", "text")]
     th = "".join(f'<th data-key="{escape(k)}" data-type="{t}">{escape(label)}</th>' for k, label, t in heads)
     body = []
     for r in board.rows:
         tds = [_cell(str(r.rank), r.rank), _cell(r.cell, r.cell), _cell(str(r.n_seeds), r.n_seeds)]
         tds += [_cell(fmt_interval(r.metrics[m]), r.metrics[m].mean) for m in board.metrics]
-        tds += [_cell(fmt(r.validation), r.validation), _cell(budget(r), r.trials), _cell(fmt_params(r.params), fmt_params(r.params))]
-        body.append(f'<tr data-cell="{escape(r.cell)}">' + "".join(tds) + "</tr>")
+        tds += [_cell(fmt(r.validation), r.validation), _cell(budget(r), r.trials),
+                _cell(fmt_params(r.params), fmt_params(r.params)), _cell(notes(r), notes(r))]
+        mark = ' class="collapsed"' if r.collapsed else ""
+        body.append(f'<tr data-cell="{escape(r.cell)}"{mark}>' + "".join(tds) + "</tr>")
+    if board.floor:
+        n = max(iv.n for iv in board.floor.values())
+        tds = [_cell("floor", None), _cell("untrained trunk", "untrained trunk"), _cell(str(n), n)]
+        tds += [_cell(text, board.floor[m].mean) for text, m in zip(floor_cells(board), board.metrics)]
+        tds += [_cell("-", None)] * 3 + [_cell("the same trunk before training", "")]
+        body.append('<tr class="floor" data-floor="yes">' + "".join(tds) + "</tr>")
     return f'<table id="leaderboard"><thead><tr>{th}</tr></thead><tbody>\n' + "\n".join(body) + "\n</tbody></table>"
 
 
@@ -197,6 +209,7 @@ def render(board: Board, art: Artifacts) -> str:
 <body>
 <h1>dmlbench leaderboard: {escape(board.protocol)}</h1>
 <p>Cells ranked by mean test <code>{escape(board.primary)}</code> over final seeds; each metric as mean [95% t-interval over seeds]. Click a column header to sort.</p>
+<p>{escape(NOTES)}</p>
 {table(board)}
 {plots(board, art)}
 <footer><ul>{foot}</ul></footer>

@@ -4,6 +4,12 @@ Means and intervals are recomputed here from the per-seed rows of
 `finals.csv` rather than copied from `summary.csv`, so the leaderboard, the
 regression check and the claims all rest on the same numbers and the same
 interval (`bench.reports.stats.t_interval`).
+
+Beside the ranks the board states what a reader must not miss: the floor
+(the untrained trunk, `bench.reports.floor`) as its own row and each cell
+that is not significantly above it marked collapsed; failed final seeds
+with their count and reason (a cell is never silently reported on fewer
+seeds); tuned values at the edge of their search range (`bench.reports.edges`).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from bench.reports import edges, floor
 from bench.reports.source import Results
 from bench.reports.stats import Interval, spearman, t_interval
 
@@ -35,6 +42,25 @@ class Row:
     trials_complete: int
     wall_time_s: float
     params: dict[str, Any] = field(default_factory=dict)
+    failed: dict[int, str] = field(default_factory=dict)  # final seed -> reason, for seeds that did not finish
+    floor_check: floor.FloorCheck | None = None
+    edge_warnings: list[str] = field(default_factory=list)
+
+    @property
+    def collapsed(self) -> bool:
+        return bool(self.floor_check is not None and self.floor_check.collapsed)
+
+    @property
+    def notes(self) -> list[str]:
+        """What the reader must see beside the numbers: collapse, failed seeds, edge values."""
+        out = []
+        if self.floor_check is not None and self.floor_check.collapsed is not False:
+            out.append(self.floor_check.describe())
+        if self.failed:
+            reasons = "; ".join(f"seed {s}: {why or 'no reason recorded'}" for s, why in sorted(self.failed.items()))
+            out.append(f"{len(self.failed)} final seed(s) failed ({reasons})")
+        out += [f"edge: {w}" for w in self.edge_warnings]
+        return out
 
 
 @dataclass(frozen=True)
@@ -48,6 +74,8 @@ class Board:
     rows: list[Row]
     fingerprints: dict[str, str]
     manifest: dict[str, Any]
+    floor: dict[str, Interval] = field(default_factory=dict)  # per metric; empty when no floor was run
+    edges_known: bool = True  # False when the protocol could not be re-planned (no search ranges to check)
 
     @property
     def transfer(self) -> float:
@@ -79,8 +107,10 @@ def build(res: Results) -> Board:
     primary = res.primary
     trials = res.trials if res.trials is not None and not res.trials.empty else None
     unranked: list[Row] = []
-    for cell in res.cells:
+    plan = res.plan
+    for cell in res.reported_cells:
         rows = res.rows(cell)
+        fail = res.failed(cell)
         every = res.finals[res.finals["cell"].astype(str) == cell]  # failed seeds used budget too
         if trials is not None and "cell" in trials:
             t = trials[trials["cell"].astype(str) == cell]
@@ -88,6 +118,9 @@ def build(res: Results) -> Board:
             n_complete = int((t["state"].astype(str) == "COMPLETE").sum()) if "state" in t else n_trials
         else:
             t, n_trials, n_complete = None, 0, 0
+
+        src = rows if len(rows) else every
+        params = _params(src["params"].iloc[0]) if "params" in src else {}
 
         def total(col: str) -> float:
             parts = [frame[col] for frame in (t, every) if frame is not None and col in frame]
@@ -106,7 +139,11 @@ def build(res: Results) -> Board:
                 trials=n_trials,
                 trials_complete=n_complete,
                 wall_time_s=float(rows["wall_time_s"].sum()) if "wall_time_s" in rows else math.nan,
-                params=_params(rows["params"].iloc[0]) if "params" in rows else {},
+                params=params,
+                failed={int(r["seed"]) if "seed" in fail else i: _reason(r.get("reason"))
+                        for i, (_, r) in enumerate(fail.iterrows())},
+                floor_check=floor.check(res, cell),
+                edge_warnings=_edges(plan, cell, params),
             )
         )
 
@@ -115,7 +152,28 @@ def build(res: Results) -> Board:
         return (-m if math.isfinite(m) else math.inf, r.cell)
 
     ranked = [Row(**{**r.__dict__, "rank": i + 1}) for i, r in enumerate(sorted(unranked, key=key))]
-    return Board(res.protocol, res.protocol_hash, primary, metrics, ranked, res.fingerprints, res.manifest)
+    floor_row = {m: t_interval(res.floor_values(m)[0]) for m in metrics} if res.floor is not None else {}
+    return Board(res.protocol, res.protocol_hash, primary, metrics, ranked, res.fingerprints, res.manifest,
+                 floor_row, plan is not None)
+
+
+def _reason(value: Any) -> str:
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value).strip()
+
+
+def _edges(plan: Any, cell: str, params: dict[str, Any]) -> list[str]:
+    if plan is None:
+        return []
+    try:
+        space = plan.cell(cell).search_space
+    except KeyError:
+        return []
+    return edges.warnings(params, space)
+
+
+NOTES = ("Notes: a cell not significantly above the floor (the untrained trunk) is collapsed and evidence of "
+         "nothing; failed final seeds are counted with their reason; a tuned value within 5% of an end of its "
+         "search range may have been cut short by the range.")
 
 
 def fmt(x: float, digits: int = 3) -> str:
@@ -163,17 +221,39 @@ def footer_lines(board: Board) -> list[str]:
     refused = m.get("refused") or {}
     for cell, why in (refused.items() if isinstance(refused, dict) else []):
         lines.append(f"left out (budget audit): `{cell}`: {why}")
+    if board.floor:
+        collapsed = [r.cell for r in board.rows if r.collapsed]
+        lines.append(f"floor: the untrained trunk evaluated the same way, one run per final seed; a cell is marked "
+                     f"collapsed when its `{board.primary}` is not significantly above it (one-sided, "
+                     f"alpha {floor.ALPHA:g}, paired by seed when the seeds match, else Welch): "
+                     + (", ".join(f"`{c}`" for c in collapsed) or "none"))
+    else:
+        lines.append("no floor row: these results have no floor.csv (the untrained trunk was not evaluated), "
+                     "so no cell can be marked collapsed")
+    if not board.edges_known:
+        lines.append("tuned values not checked against their search ranges: the protocol file with this hash "
+                     "was not found")
     return lines
+
+
+def floor_cells(board: Board, digits: int = 3) -> list[str]:
+    """The floor row's metric cells, in the board's metric order."""
+    return [fmt_interval(board.floor[m], digits) for m in board.metrics]
+
+
+def notes(row: Row) -> str:
+    return "; ".join(row.notes) or "-"
 
 
 def markdown(board: Board) -> str:
     """A README-ready Markdown table with the protocol footer."""
-    head = ["rank", "cell", "seeds", *board.metrics, f"val_{board.primary}", "budget", "tuned hyperparameters"]
+    head = ["rank", "cell", "seeds", *board.metrics, f"val_{board.primary}", "budget", "tuned hyperparameters",
+            "notes"]
     out = [
         f"## dmlbench leaderboard: {board.protocol}",
         "",
         f"Cells ranked by mean test `{board.primary}` over final seeds; "
-        "each metric as mean [95% t-interval over seeds].",
+        "each metric as mean [95% t-interval over seeds]. " + NOTES,
         "",
         "| " + " | ".join(head) + " |",
         "| " + " | ".join("---:" if h in ("rank", "seeds") else "---" for h in head) + " |",
@@ -183,8 +263,13 @@ def markdown(board: Board) -> str:
             str(r.rank), f"`{r.cell}`", str(r.n_seeds),
             *(fmt_interval(r.metrics[m]) for m in board.metrics),
             fmt(r.validation), budget(r), fmt_params(r.params).replace("|", "\\|"),
+            notes(r).replace("|", "\\|"),
         ]
         out.append("| " + " | ".join(cells) + " |")
+    if board.floor:
+        n = max(iv.n for iv in board.floor.values())
+        out.append("| " + " | ".join(["floor", "untrained trunk", str(n), *floor_cells(board), "-", "-", "-",
+                                       "the same trunk before training"]) + " |")
     out += ["", "---", ""]
     out += [f"- {line}" for line in footer_lines(board)]
     out.append(f"- validation/test rank correlation (Spearman) of `{board.primary}`: {fmt(board.transfer, 2)}")
@@ -199,8 +284,12 @@ def text(board: Board, columns: tuple[str, ...] = ("precision_at_1", "lake_accur
     """
     extra = [m for m in columns if m in board.metrics and m != board.primary]
     head = ["rank", "cell", "seeds", f"{board.primary} [95% CI]", *extra, f"val_{board.primary}"]
-    rows = [[str(r.rank), r.cell, str(r.n_seeds), fmt_interval(r.metrics[board.primary]),
-             *(fmt(r.metrics[m].mean) for m in extra), fmt(r.validation)] for r in board.rows]
+    rows = [[str(r.rank), r.cell + (" (collapsed)" if r.collapsed else ""), str(r.n_seeds),
+             fmt_interval(r.metrics[board.primary]), *(fmt(r.metrics[m].mean) for m in extra), fmt(r.validation)]
+            for r in board.rows]
+    if board.floor:
+        rows.append(["floor", "untrained trunk", str(board.floor[board.primary].n),
+                     fmt_interval(board.floor[board.primary]), *(fmt(board.floor[m].mean) for m in extra), "-"])
     widths = [max(len(line[i]) for line in [head, *rows]) for i in range(len(head))]
 
     def line(cells: list[str]) -> str:
@@ -209,4 +298,5 @@ def text(board: Board, columns: tuple[str, ...] = ("precision_at_1", "lake_accur
     out = [line(head), line(["-" * w for w in widths]), *(line(r) for r in rows)]
     refused = board.manifest.get("refused") or {}
     out += [f"left out (budget audit): {cell}: {why}" for cell, why in refused.items()]
+    out += [f"{r.cell}: {note}" for r in board.rows for note in r.notes]
     return "\n".join(out)

@@ -237,6 +237,7 @@ def _manifest(runs: list[Any], plan: Any, refused: dict[str, str], experiment: s
         "budget": dict(sorted(vars(plan.budget).items())), "cells": [c.id for c in plan.cells], "refused": refused,
         "git_commit": tags.get("dmlbench.git_commit"), "git_dirty": tags.get("dmlbench.git_dirty") == "true",
         "source": f"MLflow experiment {experiment}",
+        "protocol_text": protocol.text,  # the search ranges and fixed params reports re-plan from
         "created": _iso(min(starts)) if starts else None, "finished": _iso(max(ends)) if ends else None,
     }
 

@@ -10,13 +10,17 @@ names (rows of two protocol versions must never be pooled).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
+
+if TYPE_CHECKING:
+    from bench.plan import Plan
 
 # Columns of finals.csv that describe a run rather than measure it.
 RUN_COLUMNS = {
@@ -36,6 +40,7 @@ class Results:
     trials: pd.DataFrame | None = None
     summary: pd.DataFrame | None = None
     finals_file: Path | None = None
+    floor: pd.DataFrame | None = None  # the untrained trunk, one row per final seed (floor.csv)
 
     @property
     def protocol(self) -> str:
@@ -116,6 +121,58 @@ class Results:
         rows = self.rows(cell)
         return [int(s) for s in rows["seed"]] if "seed" in rows else []
 
+    def failed(self, cell: str) -> pd.DataFrame:
+        """The final runs of one cell that did not finish (state other than COMPLETE): shown, never averaged."""
+        f = self.finals[self.finals["cell"].astype(str) == cell]
+        return f[f["state"].astype(str) != "COMPLETE"] if "state" in f else f.iloc[:0]
+
+    @property
+    def reported_cells(self) -> list[str]:
+        """Every cell with final rows the audit did not refuse, including cells whose every seed failed."""
+        f = self.finals[~self.finals["cell"].astype(str).isin(self.refused)]
+        return list(dict.fromkeys(f["cell"].astype(str)))
+
+    def floor_values(self, metric: str) -> tuple[np.ndarray, list[int]]:
+        """Per-seed floor values of one metric and their seeds, in seed order (empty when no floor was run)."""
+        f = self.floor
+        if f is None or f.empty or metric not in f:
+            return np.array([]), []
+        f = f.sort_values("seed") if "seed" in f else f
+        seeds = [int(s) for s in f["seed"]] if "seed" in f else []
+        return f[metric].to_numpy(dtype=float), seeds
+
+    @cached_property
+    def plan(self) -> Plan | None:
+        """The protocol's plan, re-planned from the protocol the manifest names, or None.
+
+        The manifest stores the protocol's file and hash, not its text: the
+        file is looked up as given, then beside the repository holding the
+        results, and used only when its hash is the results' hash (an
+        edited protocol would describe cells that were never run).
+        """
+        from bench.plan import plan
+        from bench.protocol import load_protocol
+        from bench.protocol.load import parse_protocol
+
+        text = self.manifest.get("protocol_text")
+        candidates: list[Any] = []
+        if isinstance(text, str) and text.strip():
+            candidates.append(lambda: parse_protocol(text, "manifest"))
+        name = self.manifest.get("protocol_file")
+        if isinstance(name, str) and name:
+            for base in (Path.cwd(), *self.root.resolve().parents):
+                path = base / name
+                if path.is_file():
+                    candidates.append(lambda path=path: load_protocol(path))
+        for make in candidates:
+            try:
+                protocol = make()
+            except (BenchError, OSError):
+                continue
+            if protocol.hash == self.protocol_hash:
+                return plan(protocol)
+        return None
+
     def artifact(self, cell: str, name: str) -> Path | None:
         """An artifact file of a cell (names: `bench.results`), or None when the run wrote none."""
         from bench import results as tables
@@ -161,11 +218,28 @@ def load(root: str | Path) -> Results:
         raise BenchError(f"{root} holds no final runs yet ({tables.FINALS} missing or empty)")
     if "cell" not in finals:
         raise BenchError(f"{finals_path}: no 'cell' column; not a dmlbench finals table")
-    res = Results(root, manifest, finals, read["trials"], read["summary"], finals_path)
+    res = Results(root, manifest, finals, read["trials"], read["summary"], finals_path, _floor(root, read))
     _check_hashes(res)
     if not res.cells:
         raise BenchError(f"{root} holds no completed, budget-audited final runs")
     return res
+
+
+def _floor(root: Path, read: dict[str, Any]) -> pd.DataFrame | None:
+    """floor.csv through `bench.results.read` where it returns it, else read here (older readers, older runs)."""
+    floor = read.get("floor")
+    if floor is None:
+        path = root / "floor.csv"
+        try:
+            floor = pd.read_csv(path) if path.is_file() else None
+        except (OSError, ValueError) as e:
+            raise BenchError(f"{path}: unreadable floor table ({e})") from None
+    if floor is None or floor.empty:
+        return None
+    expected = str(_first(read["manifest"], "protocol_hash", "hash", default=""))
+    if expected and "protocol_hash" in floor and set(floor["protocol_hash"].astype(str)) != {expected}:
+        raise BenchError(f"{root / 'floor.csv'}: rows of another protocol hash than the manifest's")
+    return floor
 
 
 def _check_hashes(res: Results) -> None:

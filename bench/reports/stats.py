@@ -1,26 +1,41 @@
-"""Intervals and tests over per-seed values.
+"""Intervals and tests over per-seed values: the project's one implementation, on `scipy.stats`.
 
 A cell is trained with a handful of seeds, so every statement about it is a
 statement about a small sample: the t distribution (not the normal) sets the
-interval widths, and two cells are compared with Welch's test, which does not
-assume that two methods (or two versions of the code) vary equally across
-seeds. With a single seed there is no estimate of the spread at all: intervals
-are then NaN and nothing is ever called significant.
+interval widths (`scipy.stats.t.interval`). Two cells are compared with
+Welch's test (`ttest_ind(equal_var=False)`), which does not assume that two
+methods vary equally across seeds, or, when both were run with the same
+final seeds, with the paired t-test on the per-seed differences
+(`ttest_rel`): the runner gives seed s the same initialisation and batch
+order in every cell (common random numbers), so the seed's luck cancels in
+the difference. Pairing stays valid where that luck is not shared; it then
+only costs degrees of freedom.
+
+What scipy does not decide is wrapped here, the same everywhere:
+
+* NaN values (a failed seed, a metric not computed) are dropped first;
+* with fewer than two values there is no estimate of the spread: intervals,
+  degrees of freedom and p-values are NaN and nothing is ever significant;
+* with zero variance (identical seeds, e.g. a deterministic trunk) the
+  interval collapses to the observed value and a test is decided by the
+  sign of the difference: what every seed shows identically is real.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any
 
 import numpy as np
 from scipy import stats as _st
 
 LEVEL = 0.95
+NAN = math.nan
 
 
-def _clean(values: Sequence[float]) -> np.ndarray:
+def _clean(values: Sequence[float] | np.ndarray) -> np.ndarray:
     a = np.asarray(values, dtype=float)
     return a[np.isfinite(a)]
 
@@ -39,26 +54,30 @@ class Interval:
         return math.isfinite(self.low) and math.isfinite(self.high)
 
 
-def t_interval(values: Sequence[float], level: float = LEVEL) -> Interval:
-    """Mean and t interval over seeds (the same interval `summary.csv` documents)."""
+def t_interval(values: Sequence[float] | np.ndarray, level: float = LEVEL) -> Interval:
+    """Mean and t interval over seeds (the interval `summary.csv` and every report use)."""
     a = _clean(values)
     n = len(a)
     if n == 0:
-        return Interval(math.nan, math.nan, math.nan, 0)
+        return Interval(NAN, NAN, NAN, 0)
     mean = float(a.mean())
     if n < 2:
-        return Interval(mean, math.nan, math.nan, n)
-    half = float(_st.t.ppf(0.5 + level / 2, n - 1)) * float(a.std(ddof=1)) / math.sqrt(n)
-    return Interval(mean, mean - half, mean + half, n)
+        return Interval(mean, NAN, NAN, n)
+    sem = float(_st.sem(a))
+    if sem == 0.0:
+        return Interval(mean, mean, mean, n)
+    low, high = _st.t.interval(level, n - 1, loc=mean, scale=sem)
+    return Interval(mean, float(low), float(high), n)
 
 
 @dataclass(frozen=True)
 class Difference:
-    """`mean(a) - mean(b)` with Welch's interval and one-sided p-values.
+    """An effect (`mean(a) - mean(b)`, or a mean against a reference) with its interval and one-sided p-values.
 
-    `p_greater` tests H1: mean(a) > mean(b); `p_less` tests H1: mean(a) < mean(b).
-    All of `low`, `high`, `df` and the p-values are NaN when either side has
-    fewer than two values: a difference is then observed but not testable.
+    `p_greater` tests H1: effect > 0; `p_less` tests H1: effect < 0. All of
+    `low`, `high`, `df` and the p-values are NaN when a side has fewer than
+    two values: the effect is then observed but not testable. `test` names
+    the test: "Welch", "paired" or "one-sample".
     """
 
     diff: float
@@ -69,57 +88,111 @@ class Difference:
     p_less: float
     n_a: int
     n_b: int
+    test: str = "Welch"
+    se: float = NAN  # standard error of the effect
 
     @property
     def testable(self) -> bool:
         return math.isfinite(self.low) and math.isfinite(self.high)
 
+    def shifted(self, by: float) -> tuple[float, float]:
+        """One-sided p-values of the effect against `by` instead of 0: (H1: effect > by, H1: effect < by).
 
-def welch(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Difference:
-    """Welch's difference of means, interval at `level` and one-sided tests.
+        The equivalence rules (`beats` against a margin, `within`) test
+        against a non-zero value; the t statistic is recovered from the
+        standard error.
+        """
+        if not self.testable:
+            return NAN, NAN
+        if not self.se > 0:  # zero variance: decided by the sign
+            return (0.0 if self.diff > by else 1.0), (0.0 if self.diff < by else 1.0)
+        t = (self.diff - by) / self.se
+        return float(_st.t.sf(t, self.df)), float(_st.t.cdf(t, self.df))
 
-    When both samples have zero variance (identical seeds, e.g. a deterministic
-    trunk) the interval collapses to the observed difference and the test is
-    decided by its sign: a difference that every seed shows identically is real.
-    """
+
+def _untestable(diff: float, na: int, nb: int, test: str) -> Difference:
+    return Difference(diff, NAN, NAN, NAN, NAN, NAN, na, nb, test)
+
+
+def _constant(diff: float, na: int, nb: int, test: str) -> Difference:
+    return Difference(diff, diff, diff, math.inf, 0.0 if diff > 0 else 1.0, 0.0 if diff < 0 else 1.0, na, nb, test,
+                      0.0)
+
+
+def _from_scipy(result: Any, diff: float, se: float, level: float, na: int, nb: int, test: str,
+                shift: float = 0.0) -> Difference:
+    """scipy's interval and one-sided p-values (from its t statistic and df), shifted by `shift`."""
+    ci = result.confidence_interval(level)
+    t, df = float(result.statistic), float(result.df)
+    return Difference(diff, float(ci.low) - shift, float(ci.high) - shift, df, float(_st.t.sf(t, df)),
+                      float(_st.t.cdf(t, df)), na, nb, test, se)
+
+
+def welch(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, level: float = LEVEL) -> Difference:
+    """Welch's difference of means `a - b`, interval at `level` and one-sided tests."""
     x, y = _clean(a), _clean(b)
     nx, ny = len(x), len(y)
-    diff = float(x.mean() - y.mean()) if nx and ny else math.nan
+    diff = float(x.mean() - y.mean()) if nx and ny else NAN
     if nx < 2 or ny < 2:
-        nan = math.nan
-        return Difference(diff, nan, nan, nan, nan, nan, nx, ny)
-    vx, vy = float(x.var(ddof=1)) / nx, float(y.var(ddof=1)) / ny
-    se2 = vx + vy
-    if se2 == 0.0:
-        pg = 0.0 if diff > 0 else 1.0
-        pl = 0.0 if diff < 0 else 1.0
-        return Difference(diff, diff, diff, math.inf, pg, pl, nx, ny)
-    df = se2**2 / (vx**2 / (nx - 1) + vy**2 / (ny - 1))
-    se = math.sqrt(se2)
-    half = float(_st.t.ppf(0.5 + level / 2, df)) * se
-    t = diff / se
-    return Difference(
-        diff, diff - half, diff + half, df, float(_st.t.sf(t, df)), float(_st.t.cdf(t, df)), nx, ny
-    )
+        return _untestable(diff, nx, ny, "Welch")
+    if x.var(ddof=1) == 0.0 and y.var(ddof=1) == 0.0:
+        return _constant(diff, nx, ny, "Welch")
+    se = math.sqrt(float(x.var(ddof=1)) / nx + float(y.var(ddof=1)) / ny)
+    return _from_scipy(_st.ttest_ind(x, y, equal_var=False), diff, se, level, nx, ny, "Welch")
 
 
-def one_sample(values: Sequence[float], reference: float, level: float = LEVEL) -> Difference:
+def paired(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, level: float = LEVEL) -> Difference:
+    """The paired t-test on per-seed differences `a[i] - b[i]` (same seeds, same order); NaN pairs dropped."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.shape != y.shape:
+        raise ValueError(f"paired values need the same seeds: {len(x)} against {len(y)}")
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    n = len(x)
+    diff = float((x - y).mean()) if n else NAN
+    if n < 2:
+        return _untestable(diff, n, n, "paired")
+    if (x - y).var(ddof=1) == 0.0:
+        return _constant(diff, n, n, "paired")
+    return _from_scipy(_st.ttest_rel(x, y), diff, float(_st.sem(x - y)), level, n, n, "paired")
+
+
+def compare(a: Sequence[float], b: Sequence[float], seeds_a: Sequence[int], seeds_b: Sequence[int],
+            level: float = LEVEL) -> Difference:
+    """`a - b`: paired when both were run with the same set of final seeds (values in seed order), else Welch."""
+    if len(seeds_a) >= 2 and list(seeds_a) == list(seeds_b):
+        return paired(a, b, level)
+    return welch(a, b, level)
+
+
+def one_sample(values: Sequence[float] | np.ndarray, reference: float, level: float = LEVEL) -> Difference:
     """`mean(values) - reference` for a published number that carries no spread of its own."""
     x = _clean(values)
     n = len(x)
-    iv = t_interval(x, level)
-    diff = iv.mean - reference
+    diff = float(x.mean()) - reference if n else NAN
     if n < 2:
-        nan = math.nan
-        return Difference(diff, nan, nan, nan, nan, nan, n, 0)
-    sd = float(x.std(ddof=1))
-    if sd == 0.0:
-        return Difference(diff, diff, diff, math.inf, 0.0 if diff > 0 else 1.0, 0.0 if diff < 0 else 1.0, n, 0)
-    t = diff * math.sqrt(n) / sd
-    return Difference(
-        diff, iv.low - reference, iv.high - reference, n - 1,
-        float(_st.t.sf(t, n - 1)), float(_st.t.cdf(t, n - 1)), n, 0,
-    )
+        return _untestable(diff, n, 0, "one-sample")
+    if x.var(ddof=1) == 0.0:
+        return _constant(diff, n, 0, "one-sample")
+    return _from_scipy(_st.ttest_1samp(x, reference), diff, float(_st.sem(x)), level, n, 0, "one-sample",
+                       shift=reference)
+
+
+def holm(p: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (family-wise error control); NaN entries stay NaN, outside the family.
+
+    Sorted ascending, the i-th smallest (0-based) of m is multiplied by m - i,
+    and the running maximum keeps the adjusted values in the same order as
+    the raw ones; capped at 1.
+    """
+    idx = [i for i, x in enumerate(p) if x is not None and math.isfinite(x)]
+    m = len(idx)
+    out = [NAN] * len(p)
+    running = 0.0
+    for rank, i in enumerate(sorted(idx, key=lambda j: p[j])):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
@@ -127,5 +200,5 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     keep = np.isfinite(a) & np.isfinite(b)
     if keep.sum() < 3 or np.ptp(a[keep]) == 0 or np.ptp(b[keep]) == 0:
-        return math.nan
+        return NAN
     return float(_st.spearmanr(a[keep], b[keep]).statistic)
