@@ -14,6 +14,7 @@ also when divergence is detected. A NaN or infinite loss raises
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import random
@@ -33,6 +34,8 @@ SYNC_EVERY = 25  # iterations between reads of the loss buffer (progress, diverg
 FINAL_LOSS_WINDOW = 50  # final_loss is the mean of the last this-many losses
 AUGMENTATIONS = ("shift", "affine")
 OPTIMIZERS = ("adam", "sgd")
+PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+SCHEDULES = ("constant", "cosine", "step")
 
 
 @dataclass
@@ -53,6 +56,9 @@ class TrainConfig:
     seed: int = 0
     augmentation: str | None = None
     device: str = "cpu"
+    precision: str = "fp32"  # of the trunk's forward (autocast); losses and miners always run in fp32
+    channels_last: bool | None = None  # None: on for image data when precision is bf16 or fp16
+    schedule: dict[str, Any] = field(default_factory=lambda: {"type": "constant", "warmup": 0})  # no LR change
 
     def to_dict(self) -> dict[str, Any]:
         """A plain nested dict (copies), what tracking logs as parameters."""
@@ -91,6 +97,12 @@ class TrainConfig:
             raise BenchError(f"unknown device {self.device!r}: expected e.g. cpu, cuda, cuda:1") from None
         if device.type == "cuda" and not torch.cuda.is_available():
             raise BenchError(f"device {self.device!r} asked for, but this machine has no usable CUDA GPU")
+        _check_precision(self.precision, device)
+        if self.channels_last is not None and not isinstance(self.channels_last, bool):
+            raise BenchError(f"channels_last must be true, false or null, got {self.channels_last!r}")
+        problem = schedule_problem(self.schedule, self.iterations)
+        if problem:
+            raise BenchError(f"schedule: {problem}")
         # numpy scalars (from a tuner) become Python numbers, so they seed and log alike
         for name in ("embedding_dim", "P", "K", "iterations", "seed"):
             setattr(self, name, int(getattr(self, name)))
@@ -137,6 +149,85 @@ def _optimizer(config: TrainConfig, modules: Sequence[nn.Module]) -> torch.optim
     if config.optimizer == "adam":
         return torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
     return torch.optim.SGD(params, lr=config.lr, momentum=0.9, weight_decay=config.weight_decay)
+
+
+def _check_precision(precision: object, device: torch.device) -> None:
+    if precision not in PRECISIONS:
+        raise BenchError(f"unknown precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
+    if precision == "fp16" and device.type == "cpu":
+        raise BenchError("precision fp16 needs a CUDA device (on the CPU float16 autocast is slow and "
+                         "has no grad scaler): use bf16")
+    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise BenchError(f"precision bf16 asked for, but {torch.cuda.get_device_name(device)} has no bf16: "
+                         "use fp16")
+
+
+def schedule_problem(schedule: object, iterations: int) -> str | None:
+    """What is wrong with a learning-rate schedule for a budget of ``iterations``, or None.
+
+    A schedule is ``{type: constant | cosine | step, warmup: N}``, and for
+    ``step`` also ``gamma`` (the factor, in (0, 1]) and ``milestones``
+    (increasing fractions of the budget, in (0, 1), after which the LR is
+    multiplied by gamma). Fractions, not iteration numbers, so that a budget
+    check at twice the iterations keeps the schedule's shape.
+    """
+    if not isinstance(schedule, dict):
+        return f"expected a mapping with a type ({', '.join(SCHEDULES)}), got {schedule!r}"
+    kind = schedule.get("type")
+    if kind not in SCHEDULES:
+        return f"unknown type {kind!r}: expected one of {', '.join(SCHEDULES)}"
+    allowed = {"type", "warmup"} | ({"gamma", "milestones"} if kind == "step" else set())
+    extra = sorted(set(schedule) - allowed)
+    if extra:
+        return f"a {kind} schedule has no {extra[0]!r}: expected {', '.join(sorted(allowed))}"
+    warmup = schedule.get("warmup", 0)
+    if isinstance(warmup, bool) or not isinstance(warmup, numbers.Integral) or not 0 <= warmup < iterations:
+        return f"warmup must be a whole number of iterations in [0, {iterations}), got {warmup!r}"
+    if kind == "step":
+        gamma, milestones = schedule.get("gamma"), schedule.get("milestones")
+        if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real) or not 0 < gamma <= 1:
+            return f"a step schedule needs gamma in (0, 1], got {gamma!r}"
+        if not isinstance(milestones, (list, tuple)) or not milestones or any(
+                isinstance(m, bool) or not isinstance(m, numbers.Real) or not 0 < m < 1 for m in milestones) \
+                or list(milestones) != sorted(set(milestones)):
+            return f"a step schedule needs milestones: increasing fractions of the budget in (0, 1), got {milestones!r}"
+    return None
+
+
+def lr_factor(schedule: dict[str, Any], it: int, total: int) -> float:
+    """The multiple of the base LR used at iteration ``it`` (1-based) of ``total``.
+
+    Warm-up is linear, ``it / warmup`` for the first ``warmup`` iterations.
+    Cosine then decays over the rest, ``(1 + cos(pi * s / S)) / 2`` with
+    ``s = it - 1 - warmup`` of ``S = total - warmup``; step multiplies by
+    ``gamma`` once per milestone fraction ``m`` with ``it > m * total``.
+    """
+    warmup = int(schedule.get("warmup", 0))
+    factor = it / warmup if it <= warmup else 1.0
+    if schedule["type"] == "cosine" and it > warmup:
+        factor *= 0.5 * (1 + math.cos(math.pi * (it - 1 - warmup) / (total - warmup)))
+    elif schedule["type"] == "step":
+        factor *= float(schedule["gamma"]) ** sum(it > m * total for m in schedule["milestones"])
+    return factor
+
+
+def _set_lr(optimizer: torch.optim.Optimizer, base: Sequence[float], factor: float) -> None:
+    for group, lr in zip(optimizer.param_groups, base):
+        group["lr"] = lr * factor
+
+
+def _autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """The trunk's forward in ``precision``; fp32 is no context at all, so its results stay bit for bit."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=PRECISIONS[precision])
+
+
+def use_channels_last(config: TrainConfig, x: torch.Tensor) -> bool:
+    """Channels-last memory format: asked for, or by default for image data trained in bf16/fp16."""
+    if x.ndim != 4:
+        return False
+    return config.precision != "fp32" if config.channels_last is None else config.channels_last
 
 
 def augment(x: torch.Tensor, kind: str, generator: torch.Generator) -> torch.Tensor:
@@ -198,7 +289,13 @@ def train(config: TrainConfig, data, *, checkpoint_every: int = 0, on_checkpoint
     x = data.x.to(device)
     labels_dev = labels.to(device)
     trunk, loss_fn, miner = build(config, tuple(data.x.shape[1:]), num_classes, device)
+    channels_last = use_channels_last(config, x)
+    if channels_last:
+        trunk = trunk.to(memory_format=torch.channels_last)
     optimizer = _optimizer(config, [trunk, loss_fn])
+    scheduled = config.schedule["type"] != "constant" or config.schedule.get("warmup", 0) > 0
+    base_lrs = [group["lr"] for group in optimizer.param_groups]
+    scaler = torch.amp.GradScaler(device.type) if config.precision == "fp16" else None
     dataset_level = bool(getattr(miner, "dataset_level", False))
     batches = None if dataset_level else _pk_batches(labels, config)
 
@@ -231,14 +328,25 @@ def train(config: TrainConfig, data, *, checkpoint_every: int = 0, on_checkpoint
         xb, yb = x[idx], labels_dev[idx]
         if config.augmentation:
             xb = augment(xb, config.augmentation, generator)
-        emb = trunk(xb)
+        if channels_last:
+            xb = xb.contiguous(memory_format=torch.channels_last)
+        with _autocast(config.precision, device):
+            emb = trunk(xb)
+        emb = emb.float()  # the losses and miners in fp32 whatever the trunk ran in (a no-op in fp32)
         if miner is not None and not dataset_level:
             tuples = miner(emb, yb)
         loss = loss_fn(emb, yb, tuples)
         if loss.requires_grad:  # a loss with no tuple may still be a zero tied to the graph: step as PML does
+            if scheduled:
+                _set_lr(optimizer, base_lrs, lr_factor(config.schedule, it, total))
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            if scaler is None:
+                loss.backward()
+                optimizer.step()
+            else:
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
         if not loss.requires_grad or getattr(loss_fn, "stats", {}).get("num_tuples") == 0:
             empty_steps += 1  # no valid tuple in this batch: nothing was learned from it
         losses[it - 1] = loss.detach()

@@ -155,3 +155,49 @@ def test_pk_errors_say_what_is_missing() -> None:
         PKSampler(torch.arange(3).repeat(4), P=2, K=0, seed=0)
     with pytest.raises(BenchError, match="labels must be integer class ids"):
         PKSampler(torch.rand(10), P=2, K=2, seed=0)
+
+
+def test_pk_batches_are_the_same_whatever_order_they_are_asked_in() -> None:
+    """Batches are drawn in chunks; a step is still a pure function of (seed, step), across chunk boundaries."""
+    from bench.samplers import CHUNK
+
+    labels = torch.arange(30).repeat_interleave(5)
+    steps = [0, CHUNK - 1, CHUNK, 2 * CHUNK + 7, 3]
+    forward = {s: PKSampler(labels, 6, 3, seed=4).batch(s) for s in steps}
+    shared = PKSampler(labels, 6, 3, seed=4)
+    for s in reversed(steps):
+        assert torch.equal(shared.batch(s), forward[s])
+    streamed = list(islice(PKSampler(labels, 6, 3, seed=4).iterate(start=CHUNK - 2), 4))
+    assert torch.equal(streamed[1], forward[CHUNK - 1]) and torch.equal(streamed[2], forward[CHUNK])
+    assert not torch.equal(forward[CHUNK - 1], forward[CHUNK])
+
+
+def test_pk_samples_of_a_class_are_a_uniform_k_subset() -> None:
+    labels = torch.tensor([0] * 5 + [1] * 5)
+    sampler = PKSampler(labels, P=2, K=2, seed=0)
+    pairs = Counter()
+    for batch in islice(sampler, 4000):
+        first = batch.view(2, 2)[labels[batch].view(2, 2)[:, 0] == 0][0]
+        pairs[tuple(sorted(first.tolist()))] += 1
+    assert len(pairs) == 10  # every one of the C(5, 2) pairs, none with a repeat
+    assert max(pairs.values()) < 480 and min(pairs.values()) > 320  # 400 each expected; 4 sigma is 76
+
+
+def test_pk_replacement_only_where_a_class_is_too_small() -> None:
+    sizes = [2, 3, 4, 50, 1000]
+    labels = torch.arange(len(sizes)).repeat_interleave(torch.tensor(sizes))
+    sampler = PKSampler(labels, P=5, K=4, seed=2)
+    repeats, seen_large = Counter(), set()
+    for batch in islice(sampler, 300):
+        for idx in batch.view(5, 4):
+            c = int(labels[idx[0]])
+            assert (labels[idx] == c).all()
+            distinct = len(set(idx.tolist()))
+            if sizes[c] >= 4:
+                assert distinct == 4
+            repeats[c] += distinct < 4
+            if c == 4:
+                seen_large.update(idx.tolist())
+    assert repeats[0] == repeats[1] == 300  # 4 draws from 2 or 3 members (pigeonhole)
+    assert repeats[2] == repeats[3] == repeats[4] == 0
+    assert len(seen_large) > 600 and max(seen_large) > sum(sizes) - 20  # the whole large class is reachable

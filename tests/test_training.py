@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import optuna
@@ -287,3 +288,159 @@ def test_evaluate_in_the_normalised_geometry_when_the_protocol_normalises(omnigl
     theirs = calc.get_accuracy(unit, test_data.y)
     assert normalised["map_at_r"] == pytest.approx(theirs["mean_average_precision_at_r"], abs=1e-6)
     assert normalised["precision_at_1"] == pytest.approx(theirs["precision_at_1"], abs=1e-6)
+
+
+# --------------------------------------------------------------------------- precision and LR schedule
+
+
+def _batch_hard_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Triplet + batch-hard on fixed PK batches, in fp32 and eval mode: the yardstick for 'the loss went down'."""
+    from bench.registry import build_loss, build_miner
+    from bench.samplers import PKSampler
+
+    loss, miner = build_loss("triplet", margin=0.2), build_miner("batch_hard")
+    model.eval()
+    with torch.no_grad():
+        values = []
+        for step in range(4):
+            idx = PKSampler(y, 8, 4, seed=99).batch(step)
+            emb = model(x[idx]).float()
+            values.append(float(loss(emb, y[idx], miner(emb, y[idx]))))
+    return sum(values) / len(values)
+
+
+def test_bf16_run_trains_in_bf16_with_channels_last(omniglot) -> None:
+    train_data, _ = omniglot
+    config = quick(trunk="conv4", iterations=80, precision="bf16")
+    torch.manual_seed(config.seed)  # train() seeds the same way before building the trunk
+    untrained = build_trunk("conv4", in_shape=(1, 28, 28), embedding_dim=64)
+    seen: dict[str, object] = {}
+
+    def watch(it: int, trunk: torch.nn.Module) -> None:  # from iteration 10 on, record what the forward returns
+        conv = next(p for p in trunk.parameters() if p.ndim == 4)
+        seen["channels_last"] = conv.is_contiguous(memory_format=torch.channels_last) and conv.stride(1) == 1
+        if "hook" not in seen:
+            seen["hook"] = trunk.register_forward_hook(lambda m, i, out: seen.__setitem__("dtype", out.dtype))
+
+    result = train(config, train_data, checkpoint_every=10, on_checkpoint=watch)
+    assert seen["dtype"] == torch.bfloat16 and seen["channels_last"] is True
+    _, labels = torch.unique(train_data.y, return_inverse=True)
+    before, after = _batch_hard_loss(untrained, train_data.x, labels), _batch_hard_loss(result.model, train_data.x,
+                                                                                         labels)
+    assert math.isfinite(result.final_loss) and after < before - 0.01  # fp32 at this budget: 0.218 -> 0.196
+
+
+def test_losses_on_bf16_embeddings_cast_to_fp32_equal_pml(omniglot) -> None:
+    """What the loop does with a bf16 trunk: embeddings cast to fp32, then loss and miner in fp32, as PML's."""
+    from pytorch_metric_learning.distances import LpDistance
+    from pytorch_metric_learning.losses import TripletMarginLoss
+    from pytorch_metric_learning.miners import BatchHardMiner
+    from pytorch_metric_learning.reducers import AvgNonZeroReducer
+
+    from bench.registry import build_loss, build_miner
+    from bench.samplers import PKSampler
+
+    train_data, _ = omniglot
+    _, labels = torch.unique(train_data.y, return_inverse=True)
+    torch.manual_seed(0)
+    trunk = build_trunk("conv4", in_shape=(1, 28, 28), embedding_dim=64).to(memory_format=torch.channels_last)
+    own_loss, own_miner = build_loss("triplet", margin=0.2), build_miner("batch_hard")
+    pml_loss = TripletMarginLoss(margin=0.2, distance=LpDistance(normalize_embeddings=True, p=2, power=1),
+                                 reducer=AvgNonZeroReducer())
+    for step in range(3):
+        idx = PKSampler(labels, 16, 4, seed=1).batch(step)
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            raw = trunk(train_data.x[idx].contiguous(memory_format=torch.channels_last))
+        assert raw.dtype == torch.bfloat16
+        emb, y = raw.float(), labels[idx]
+        own = own_loss(emb, y, own_miner(emb, y))
+        pml = pml_loss(emb, y, BatchHardMiner()(emb, y))
+        assert own.dtype == torch.float32 and float(own) > 0
+        assert abs(float(own) - float(pml)) <= 1e-6
+
+
+def test_fp32_defaults_written_out_are_the_same_run(omniglot) -> None:
+    """precision fp32, a constant schedule and channels_last false are today's loop, bit for bit."""
+    train_data, _ = omniglot
+    plain = train(quick(trunk="conv4", iterations=8), train_data)
+    explicit = train(quick(trunk="conv4", iterations=8, precision="fp32", channels_last=False,
+                           schedule={"type": "constant"}), train_data)
+    assert plain.final_loss == explicit.final_loss
+    assert all(torch.equal(p, q) for p, q in zip(plain.model.parameters(), explicit.model.parameters()))
+
+
+@pytest.mark.parametrize("schedule, checks", [
+    ({"type": "constant", "warmup": 4}, {1: 0.25, 3: 0.75, 4: 1.0, 5: 1.0, 100: 1.0}),
+    ({"type": "cosine", "warmup": 0}, {1: 1.0, 51: 0.5, 100: 0.5 * (1 + math.cos(math.pi * 99 / 100))}),
+    ({"type": "cosine", "warmup": 10}, {5: 0.5, 10: 1.0, 11: 1.0, 56: 0.5, 100: 0.5 * (1 + math.cos(math.pi * 89 / 90))}),
+    ({"type": "step", "warmup": 0, "gamma": 0.1, "milestones": [0.5, 0.75]}, {50: 1.0, 51: 0.1, 75: 0.1, 76: 0.01}),
+    ({"type": "step", "warmup": 2, "gamma": 0.5, "milestones": [0.01]}, {1: 0.5, 2: 0.5, 3: 0.5, 100: 0.5}),
+])
+def test_lr_factor_follows_the_formula(schedule: dict, checks: dict) -> None:
+    from bench.training import lr_factor, schedule_problem
+
+    assert schedule_problem(schedule, 100) is None
+    for it, expected in checks.items():
+        assert lr_factor(schedule, it, 100) == pytest.approx(expected, rel=1e-12, abs=1e-15), it
+
+
+def test_train_applies_the_schedule(omniglot) -> None:
+    """Warm-up: the first step at lr/W is the first step of a run at lr/W; a step to ~0 freezes the weights."""
+    train_data, _ = omniglot
+    snapshots: dict[int, list[torch.Tensor]] = {}
+
+    def keep(it: int, trunk: torch.nn.Module) -> None:
+        snapshots.setdefault(it, [p.detach().clone() for p in trunk.parameters()])
+
+    def first_step(lr: float, iterations: int, schedule: dict | None = None) -> list[torch.Tensor]:
+        snapshots.clear()
+        changes = {"schedule": schedule} if schedule else {}
+        train(quick(iterations=iterations, lr=lr, optimizer="sgd", **changes), train_data, checkpoint_every=1,
+              on_checkpoint=keep)
+        return snapshots[1]
+
+    warm = first_step(1e-3, 11, {"type": "constant", "warmup": 10})
+    assert all(torch.allclose(p, q, rtol=0, atol=1e-7) for p, q in zip(warm, first_step(1e-4, 2)))
+    assert not all(torch.allclose(p, q, rtol=0, atol=1e-7) for p, q in zip(warm, first_step(1e-3, 2)))
+    snapshots.clear()
+    frozen = train(quick(iterations=20, schedule={"type": "step", "gamma": 1e-30, "milestones": [0.5]}), train_data,
+                   checkpoint_every=5, on_checkpoint=keep)
+    assert not all(torch.equal(p, q) for p, q in zip(snapshots[5], snapshots[10]))  # full LR up to iteration 10
+    assert all(torch.equal(p, q) for p, q in zip(snapshots[10], frozen.model.parameters()))  # then 1e-30 of it
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"precision": "fp8"}, "unknown precision 'fp8'"),
+    ({"precision": "fp16"}, "precision fp16 needs a CUDA device"),
+    ({"channels_last": "yes"}, "channels_last must be true, false or null"),
+    ({"schedule": {"type": "linear"}}, "schedule: unknown type 'linear'"),
+    ({"schedule": {"type": "cosine", "warmup": 30}}, r"warmup must be a whole number of iterations in \[0, 30\)"),
+    ({"schedule": {"type": "cosine", "gamma": 0.1}}, "a cosine schedule has no 'gamma'"),
+    ({"schedule": {"type": "step", "gamma": 0.1, "milestones": [0.8, 0.4]}}, "increasing fractions"),
+    ({"schedule": {"type": "step", "milestones": [0.5]}}, "needs gamma in"),
+])
+def test_bad_precision_and_schedule_are_bench_errors(omniglot, changes: dict, message: str) -> None:
+    with pytest.raises(BenchError, match=message):
+        train(quick(**changes), omniglot[0])
+
+
+def test_protocol_training_precision_and_schedule_fields() -> None:
+    """Defaults fill in (so writing them out keeps the hash); bad values are one line naming the key."""
+    from bench.protocol.load import ProtocolError, parse_protocol
+    from test_protocol import MINIMAL
+
+    base = parse_protocol(MINIMAL)
+    defaults = {"precision": "fp32", "channels_last": None, "schedule": {"type": "constant", "warmup": 0}}
+    assert {k: base.doc["training"][k] for k in defaults} == defaults
+    line = "training: {optimizer: adam, lr: 1.0e-3, P: 4, K: 2, iterations: 5}"
+    written = parse_protocol(MINIMAL.replace(line, line[:-1] + ", precision: fp32, schedule: {type: constant}}"))
+    assert written.hash == base.hash
+    cosine = parse_protocol(MINIMAL.replace(line, line[:-1] + ", precision: bf16, schedule: {type: cosine}}"))
+    assert cosine.doc["training"]["schedule"] == {"type": "cosine", "warmup": 0} and cosine.hash != base.hash
+    for extra, message in [(", precision: fp8", "training.precision: expected one of fp32, bf16, fp16"),
+                           (", schedule: {type: step, milestones: [0.5]}", "training.schedule.gamma: missing"),
+                           (", schedule: {type: step, gamma: 0.1, milestones: [1.5]}",
+                            "training.schedule.milestones[0]: expected a value < 1"),
+                           (", channels_last: 1", "training.channels_last: expected true or false or null")]:
+        with pytest.raises(ProtocolError, match=re.escape(message)):
+            parse_protocol(MINIMAL.replace(line, line[:-1] + extra + "}"))

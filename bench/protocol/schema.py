@@ -59,6 +59,22 @@ CLASSES = {
     ]
 }
 
+# The learning-rate schedule; bench.training.schedule_problem checks what a schema cannot (warmup < budget).
+SCHEDULE = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["type"],
+    "properties": {
+        "type": {"enum": ["constant", "cosine", "step"]},
+        "warmup": {"type": "integer", "minimum": 0},
+        "gamma": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "milestones": {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+                       "minItems": 1, "uniqueItems": True},
+    },
+    "if": {"properties": {"type": {"const": "step"}}},
+    "then": {"required": ["gamma", "milestones"]},
+}
+
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
@@ -116,6 +132,9 @@ SCHEMA: dict[str, Any] = {
                 "K": {"type": "integer", "minimum": 2},
                 "iterations": _POS_INT,
                 "device": {"type": "string"},
+                "precision": {"enum": ["fp32", "bf16", "fp16"]},
+                "channels_last": {"type": ["boolean", "null"]},
+                "schedule": SCHEDULE,
             },
         },
         "evaluation": {
@@ -185,6 +204,10 @@ DEFAULTS: dict[str, Any] = {
     "model.distance": None,  # None: each method's own default distance
     "training.weight_decay": 0.0,
     "training.device": "cpu",
+    "training.precision": "fp32",
+    "training.channels_last": None,  # None: on for images when precision is bf16 or fp16
+    "training.schedule": {"type": "constant"},
+    "training.schedule.warmup": 0,  # filled after the line above, so inside any schedule
     "evaluation.ks": [1, 2, 4, 8],
     "tuning.startup_trials": 10,
     "tuning.pruner": {"type": "none"},
@@ -226,8 +249,9 @@ def describe_error(error: Any) -> str:
         return f"expected one of {', '.join('null' if e is None else str(e) for e in expected)}, got {_show(value)}"
     if v == "const":
         return f"expected {expected!r}, got {_show(value)}"
-    if v in ("minimum", "exclusiveMinimum"):
-        return f"expected a value {'>=' if v == 'minimum' else '>'} {expected}, got {_show(value)}"
+    if v in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+        sign = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[v]
+        return f"expected a value {sign} {expected}, got {_show(value)}"
     if v == "minItems":
         return f"expected at least {expected} item(s), got {len(value)}"
     if v == "uniqueItems":
