@@ -97,8 +97,9 @@ def test_quick_protocol_fits_in_ninety_minutes():
     p = plan(load_protocol(REPO / "protocols" / "omniglot-quick.yaml"))
     assert p.estimate.high_s < 90 * 60
     ids = {c.id for c in p.cells}
-    assert {"contrastive+none", "triplet+batch_all", "triplet+batch_hard", "triplet+semihard", "triplet+hard",
-            "quadruplet+margohnm", "quadruplet-learned+margohnm", "lifted_structure+none", "npair+none",
+    assert {"contrastive+none", "triplet+batch_all", "triplet+batch_hard", "triplet+semihard",
+            "triplet+semihard-facenet", "triplet-fixed+hard", "quadruplet+margohnm", "quadruplet-learned+margohnm-w1",
+            "lifted_structure+none", "npair+none",
             "infonce+none", "pml-multi_similarity+pml-multi_similarity"} <= ids
 
 
