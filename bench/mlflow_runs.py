@@ -20,14 +20,13 @@ from typing import Any
 from bench.errors import BenchError
 from bench.plan import Cell
 from bench.protocol import Protocol
-from bench.tracking import flatten, quiet_mlflow, search_all
+from bench.tracking import flatten, search_all
 
 
 class MlflowRecords:
     """Find-or-create MLflow runs by a deterministic key, so nothing is recorded twice."""
 
     def __init__(self, protocol: Protocol, uri: str, base_tags: dict[str, str]) -> None:
-        quiet_mlflow()
         from mlflow.tracking import MlflowClient
 
         self.protocol, self.uri, self.base_tags = protocol, uri, base_tags

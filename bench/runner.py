@@ -254,7 +254,7 @@ class Sweep:
                               + (" ..." if len(waiting) > 3 else ""))
                     time.sleep(self.options.poll_s)
                 pending = waiting
-            update_floor(self.protocol, self.prepared, self.results)
+            self._floor_records(update_floor(self.protocol, self.prepared, self.results))
             self.manifest["finished"] = tables.now()
             refused = self._write(finished=True)
         except KeyboardInterrupt:
@@ -378,6 +378,15 @@ class Sweep:
                         tags={"state": result.state, "reason": result.reason[:500]})
         self.mlflow.end(run_id, result.state)
         self.progress.final(cell.id, seed, result.state, metrics, self.primary, result.wall_time_s, result.reason)
+
+    def _floor_records(self, floor: Any) -> None:
+        """One MLflow run per floor seed (kind ``floor``), so a leaderboard rebuilt from MLflow alone has it."""
+        for row in floor.to_dict("records"):
+            seed = int(row["seed"])
+            run_id = self.mlflow.run(f"floor/{seed}", f"floor seed {seed}",
+                                     tags={"kind": "floor", "seed": seed, "state": "COMPLETE", **self.code})
+            self.mlflow.log(run_id, metrics={m: row[m] for m in self.metrics})
+            self.mlflow.end(run_id, "COMPLETE")
 
     def _artifacts(self, cell: Cell, result: RunResult, run_id: str) -> None:
         """Test pair distances (and the 2-D embedding) of the first final seed, for reports."""

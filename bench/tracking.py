@@ -19,11 +19,9 @@ about creating tables and experiments are noise on a command line.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import subprocess
-import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from importlib import metadata
@@ -62,21 +60,11 @@ def resolve_tracking_uri(uri: str | Path | None = None) -> str:
     return f"sqlite:///{path}"
 
 
-def quiet_mlflow() -> None:
-    """Silence MLflow's and Alembic's INFO chatter (table creation, new experiments)."""
-    for name in ("mlflow", "alembic"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    # MLflow's own SQLAlchemy mappings use a strategy SQLAlchemy 2 deprecates: not ours to act on
-    warnings.filterwarnings("ignore", message=r"The ``noload`` loader strategy is deprecated")
-    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per downloaded file
-
-
 def _mlflow() -> Any:
-    quiet_mlflow()
+    """MLflow, imported on first use: listing or planning must not pay for it. Its logging is the
+    embedding program's to set (the CLI quiets it at its edge, `bench.cli.quiet_libraries`)."""
     import mlflow
 
-    quiet_mlflow()  # importing mlflow configures its loggers again
     return mlflow
 
 

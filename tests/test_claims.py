@@ -180,6 +180,7 @@ def test_bad_claims_are_one_line_errors(sweep: Path, tmp_path: Path, capsys: pyt
     bad = {**good, "claims": [{**good["claims"][0], "a": "triplet+nothing"}, good["claims"][1]]}
     (tmp_path / "b1.yaml").write_text(yaml.safe_dump(bad))
     assert main(["claims", str(tmp_path / "b1.yaml"), "--results", str(sweep), "--out", str(tmp_path / "o1")]) == 0
+    assert "wrote" in capsys.readouterr().err  # a success says where it wrote, on stderr
     refused, judged = json.loads((tmp_path / "o1" / "claims.json").read_text())["verdicts"]
     assert refused["verdict"] == "not testable" and "no cell 'triplet+nothing'" in refused["reason"]
     assert refused["p"] is None and judged["verdict"] != "not testable" and judged["p_holm"] == judged["p"]
@@ -309,6 +310,7 @@ def test_a_claim_about_another_method_is_refused(sweep_copy: Path, tmp_path: Pat
     assert "tunes loss parameter margin" in got["tuned"]["reason"]
     # Results whose protocol file is gone (or was edited: another hash) cannot be checked: refused, not guessed.
     manifest["protocol_file"] = str(tmp_path / "moved.yaml")
+    manifest.pop("protocol_text", None)  # results from before the manifest kept the protocol's text
     (sweep_copy / "manifest.json").write_text(json.dumps(manifest))
     assert main(["claims", str(tmp_path / "c.yaml"), "--results", str(sweep_copy)]) == 0
     got = {v["id"]: v for v in json.loads((sweep_copy / "claims.json").read_text())["verdicts"]}

@@ -54,7 +54,8 @@ def test_cells_keep_sensible_pairs_only(grid_plan):
     learned = grid_plan.cell("quadruplet-learned+margohnm")
     assert learned.loss == "quadruplet" and learned.loss_params["learned_metric"] is True
     assert learned.loss_params["normalize"] is True  # the protocol's normalisation reaches every method
-    assert learned.search_space == {}  # MargOHNM supplies alpha1 and alpha2: searching them is dead (issue 11)
+    # MargOHNM supplies alpha1 and alpha2 (searching them is dead, issue 11): its own weights are searched instead
+    assert set(learned.search_space) == {"miner.w1", "miner.w2"}
     assert set(grid_plan.cell("quadruplet-learned+none").search_space) == {"loss.alpha1", "loss.alpha2"}
 
 
@@ -125,7 +126,8 @@ def test_a_method_added_to_the_registry_is_planned_from_its_fields(monkeypatch):
     text = GRID.replace("{name: margohnm}]", "{name: margohnm}, {name: my_margins}]")
     p = plan(parse_protocol(text, "grid.yaml"))
     mine, theirs = p.cell("quadruplet+my_margins"), p.cell("quadruplet+margohnm")
-    assert set(mine.search_space) == {"loss.alpha2"} and theirs.search_space == {}
+    assert set(mine.search_space) == {"loss.alpha2", "miner.w1", "miner.w2"}
+    assert set(theirs.search_space) == {"miner.w1", "miner.w2"}
     assert mine.dataset_level and not theirs.dataset_level
     assert p.estimates[mine.id].low_s > p.estimates[theirs.id].low_s  # its embedding cost is counted
     assert "contrastive+my_margins" in {d.cell for d in p.dropped}  # quadruplets: only for a quadruplet loss

@@ -46,9 +46,7 @@ grid:
     - {name: triplet}
     - name: contrastive
       label: contrastive-diverging      # a margin of 1e30, squared, is inf: every trial diverges
-      params: {form: hadsell, pos_margin: 0.0}
-      search_space:
-        neg_margin: {type: float, low: 1.0e+30, high: 2.0e+30}
+      params: {form: hadsell, pos_margin: 0.0, neg_margin: 1.0e+30}   # fixed: a searched one would be dead
       miners: [none]
   miners: [{name: none}, {name: batch_hard}]
 """
@@ -155,7 +153,7 @@ def test_mlflow_records_one_run_per_key_with_tags_and_artifacts(sweep):
     runs = _mlflow_runs(root)
     keys = runs[runs["key"] == "dmlbench.key"]
     assert keys["value"].is_unique
-    assert len(keys) == 3 + 6 + 6 + 4  # cells, trials, folds, final seeds
+    assert len(keys) == 3 + 6 + 6 + 4 + 2  # cells, trials, folds, final seeds, floor seeds
     protocol = parse_protocol(path.read_text())
     hashes = runs[runs["key"] == "dmlbench.protocol_hash"]
     assert len(hashes) == len(keys) and (hashes["value"] == protocol.hash).all()
@@ -478,7 +476,7 @@ def test_two_workers_share_one_sweep(tmp_path, data_root, sweep):
     assert sorted(n for _, n in counts) == [2] * 5  # 3 tuning studies, 2 final studies (one cell never retrains)
     runs = _mlflow_runs(tmp_path)
     keys = runs[(runs["key"] == "dmlbench.key") & (runs["lifecycle_stage"] == "active")]
-    assert keys["value"].is_unique and len(keys) == 3 + 6 + 6 + 4
+    assert keys["value"].is_unique and len(keys) == 3 + 6 + 6 + 4 + 2  # with the 2 floor seeds
     a, b = read(tmp_path / "results-a" / "tiny"), read(tmp_path / "results-b" / "tiny")
     single = read(sweep[0] / "results" / "tiny")  # the same protocol run by one worker (in process)
     for name in ("trials", "finals"):

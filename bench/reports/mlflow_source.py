@@ -20,10 +20,13 @@ import math
 import tempfile
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.errors import BenchError
 from bench.reports.source import Results
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PREFIX = "dmlbench/"
 HASH_TAG = "dmlbench.protocol_hash"
@@ -46,7 +49,6 @@ def _client(tracking_uri: str | None) -> Any:
         given = f"sqlite:///{path.resolve()}"
     elif given.startswith("sqlite:///") and not Path(given[len("sqlite:///"):]).is_file():
         raise BenchError(f"no MLflow store at {given[len('sqlite:///'):]}")
-    tracking.quiet_mlflow()
     from mlflow.tracking import MlflowClient
 
     try:
@@ -212,11 +214,27 @@ def load(experiment: str, out: str | Path, tracking_uri: str | None = None,
     _download(client, runs, root, plan)
     tables.write_histories(root, recs.history)
     manifest = _manifest(runs, plan, refused, found.name)
-    res = Results(root, manifest, frames["finals"], frames["trials"], frames["summary"], None)
+    res = Results(root, manifest, frames["finals"], frames["trials"], frames["summary"], None,
+                  floor_frame(runs, plan))
     if not res.cells:
         raise BenchError(f"MLflow experiment {found.name!r}: no cell of protocol {chosen[:12]} has a completed, "
                          "budget-audited final run")
     return res
+
+
+def floor_frame(runs: list[Any], plan: Any) -> pd.DataFrame:
+    """floor.csv's rows from the runs tagged ``kind: floor`` (one per final seed), in the seeds' order."""
+    import pandas as pd
+
+    from bench.results import metric_names
+
+    protocol = plan.protocol
+    metrics = metric_names(protocol.doc)
+    rows = {int(r.data.tags["seed"]): {"protocol_hash": protocol.hash, "seed": int(r.data.tags["seed"]),
+                                       **{m: r.data.metrics.get(m, float("nan")) for m in metrics}}
+            for r in runs if r.data.tags.get("kind") == "floor" and "seed" in r.data.tags}
+    return pd.DataFrame([rows[s] for s in protocol.final_seeds if s in rows],
+                        columns=["protocol_hash", "seed", *metrics])
 
 
 def _manifest(runs: list[Any], plan: Any, refused: dict[str, str], experiment: str) -> dict[str, Any]:

@@ -77,7 +77,8 @@ def train_config(protocol: Protocol, cell: Cell, loss_params: dict[str, Any], mi
                        loss=cell.loss, loss_params=loss_params, miner=cell.miner, miner_params=miner_params,
                        optimizer=t["optimizer"], lr=t["lr"], weight_decay=t["weight_decay"], P=t["P"], K=t["K"],
                        iterations=t["iterations"], seed=seed, augmentation=protocol.doc["data"]["augmentation"],
-                       device=t["device"])
+                       device=t["device"], precision=t["precision"], channels_last=t["channels_last"],
+                       schedule=dict(t["schedule"]))
 
 
 def final_config(protocol: Protocol, cell: Cell, params: dict[str, Any], seed: int) -> TrainConfig:

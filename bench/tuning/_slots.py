@@ -37,7 +37,6 @@ def open_storage(url: str) -> Any:
     """An Optuna RDB storage with heartbeats (SQLite waits for locks instead of failing at once)."""
     import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # study creation is not news on a command line
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
     if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
         Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
