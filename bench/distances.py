@@ -55,7 +55,7 @@ class Distance:
         return f"{type(self).__name__}(normalize={self.normalize})"
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.normalize == self.normalize  # type: ignore[attr-defined]
+        return type(other) is type(self) and other.normalize == self.normalize
 
     def __hash__(self) -> int:
         return hash((type(self), self.normalize))

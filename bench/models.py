@@ -27,7 +27,7 @@ def _image_shape(name: str, in_shape: Sequence[int]) -> tuple[int, int, int]:
     shape = tuple(int(s) for s in in_shape)
     if len(shape) != 3 or min(shape) < 1:
         raise BenchError(f"trunk {name!r} needs images (C, H, W), got input shape {shape}")
-    return shape  # type: ignore[return-value]
+    return shape[0], shape[1], shape[2]
 
 
 def _embedding_dim(name: str, embedding_dim: int) -> int:

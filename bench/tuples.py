@@ -17,7 +17,7 @@ does).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Union
 
 import torch
 
@@ -35,6 +35,10 @@ class Quadruplets(NamedTuple):
     k: torch.Tensor
     alpha1: torch.Tensor | float | None = None
     alpha2: torch.Tensor | float | None = None
+
+
+IndexTuple = Union[tuple[torch.Tensor, ...], Quadruplets]
+"""What a miner returns and a loss consumes: triplets, pairs, or `Quadruplets` (their own type)."""
 
 
 def same_class(labels: torch.Tensor) -> torch.Tensor:

@@ -42,6 +42,7 @@ import torch
 
 from bench.crosscheck import CheckResult, rel_diff
 from bench.distances import pairwise
+from bench.losses._common import BenchLoss
 from bench.tuples import all_pairs, triplets_to_pairs
 
 REDUCTIONS = ("mean", "avg_nonzero", "sum")
@@ -64,7 +65,7 @@ class Case:
 class Spec:
     name: str
     settings: str  # the PML call that makes both equal, in words
-    own: Callable[[Case], torch.nn.Module]
+    own: Callable[[Case], BenchLoss]
     pml: Callable[[Case], torch.nn.Module]
     layouts: tuple[str, ...] = LAYOUTS
     tuple_modes: tuple[Any, ...] = TUPLE_MODES
@@ -237,7 +238,7 @@ _DIST = {
 }
 
 
-def _two_margins(name: str, kind: str, own: Callable[..., torch.nn.Module], pml: Callable[..., torch.nn.Module],
+def _two_margins(name: str, kind: str, own: Callable[..., BenchLoss], pml: Callable[..., torch.nn.Module],
                  margins: Callable[[random.Random], tuple[float, float]], settings: tuple[str, str]) -> Spec:
     """A loss with two margins on a distance: ours as drawn, PML's through `_margin` (``settings``: the
     PML margin arguments in words, for cosine and for the Lp kinds)."""

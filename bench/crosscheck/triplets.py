@@ -139,6 +139,7 @@ def run_case(combo: Combo, case: Case) -> tuple[float, float, bool]:
     if combo.own_miner is None:
         own_t = pml_t = None
     else:
+        assert combo.pml_build is not None, f"{combo.name}: an own miner needs its PML counterpart"
         own_t = build_miner(combo.own_miner, distance=case.distance, normalize=case.normalize,
                             **combo.own_params(case.margin))(x, y)
         pml_t = combo.pml_build(miners, case.margin, dist)(x, y)

@@ -36,7 +36,8 @@ def triplet_matrix(x: torch.Tensor, distance: Distance, y: torch.Tensor | None =
 
 def anchor_positive_pairs(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Every ordered positive pair, in (a, p) lexicographic order (PML's triplet order)."""
-    return torch.where(same_class(labels))
+    anchors, positives = torch.where(same_class(labels))
+    return anchors, positives
 
 
 def flat_gather(mat: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
@@ -68,7 +69,8 @@ class TripletLoss(BenchLoss):
             raise BenchError("triplet loss needs triplets (a, p, n) or pairs (a1, p, a2, n), got quadruplets")
         mask = getattr(indices_tuple, "mask", None)
         if mask is not None and mask.device == embeddings.device and mask.shape[1:] == (len(embeddings),):
-            return self._dense(embeddings, *indices_tuple.pairs, mask)
+            anchors, positives = indices_tuple.pairs
+            return self._dense(embeddings, anchors, positives, mask)
         a, p, n = (t.to(embeddings.device) for t in indices_tuple)
         if len(a) == 0:
             return self.nothing(embeddings)

@@ -103,7 +103,8 @@ class MargOHNMMiner(LossMetric, BenchMiner):
         self.stats.update(alpha1=alpha1, alpha2=alpha2, warmup=float(warm), num_violating=float(violating),
                           num_tuples=float(len(found[0])),
                           mean_loss=float(losses.mean()) if len(losses) else 0.0)
-        return Quadruplets(*found, alpha1=alpha1, alpha2=alpha2)
+        i, j, l, k = found  # noqa: E741 - the paper's names
+        return Quadruplets(i, j, l, k, alpha1=alpha1, alpha2=alpha2)
 
 
 def violating_quadruplets(dist: torch.Tensor, labels: torch.Tensor, alpha1: float, alpha2: float,

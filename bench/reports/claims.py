@@ -145,7 +145,7 @@ class ClaimsFile:
 
 
 def _where(error: jsonschema.ValidationError) -> str:
-    parts = []
+    parts: list[str] = []
     for p in error.absolute_path:
         parts.append(f"[{p}]" if isinstance(p, int) else (f".{p}" if parts else str(p)))
     return "".join(parts) or "(top level)"

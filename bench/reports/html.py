@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from html import escape
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -35,7 +36,7 @@ class Artifacts:
     history: dict[str, pd.DataFrame] = field(default_factory=dict)
 
 
-def _npz(path, keys: tuple[str, str]) -> tuple[np.ndarray, np.ndarray]:
+def _npz(path: Path, keys: tuple[str, str]) -> tuple[np.ndarray, np.ndarray]:
     try:
         with np.load(path) as z:
             return tuple(np.asarray(z[k]) for k in keys)  # type: ignore[return-value]
@@ -60,7 +61,9 @@ def collect(res: Results, board: Board) -> Artifacts:
     from bench import results as tables
 
     best = [r.cell for r in board.rows[:BEST_CELLS]]
-    pairs, embs, hist = {}, {}, {}
+    pairs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    embs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    hist: dict[str, pd.DataFrame] = {}
     for cell in best:
         p = res.artifact(cell, tables.PAIR_DISTANCES)
         if p is not None:

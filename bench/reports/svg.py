@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from html import escape
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -38,7 +38,7 @@ def ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return out
 
 
-def _span(values: Sequence[float], pad: float = 0.05) -> tuple[float, float]:
+def _span(values: Iterable[float | None], pad: float = 0.05) -> tuple[float, float]:
     a = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     if a.size == 0:
         return 0.0, 1.0
