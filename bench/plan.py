@@ -207,16 +207,21 @@ def incompatibility(loss: registry.Entry, miner: registry.Entry | None) -> str |
     produces, consumes = miner.tuples, loss.tuples
     if produces in COMPATIBLE.get(consumes, frozenset()):
         return None
-    if consumes == "proxy":
-        return f"{loss.name} is a proxy loss: it learns class proxies from labels, so {miner.name}'s {produces} " \
-               "would be ignored"
-    if consumes == "npair":
-        return f"{loss.name} takes one positive pair per class (N-pair batches); {miner.name} produces {produces}"
-    if consumes == "quadruplets":
-        return f"{loss.name} needs quadruplets; {miner.name} produces {produces} (use a quadruplet-capable miner)"
-    if produces == "quadruplets":
-        return f"{miner.name} produces quadruplets, which only a quadruplet loss consumes; {loss.name} takes {consumes}"
-    return f"{loss.name} consumes {consumes}; {miner.name} produces {produces}"
+    if consumes in _REFUSAL:
+        why = _REFUSAL[consumes]
+    elif produces == "quadruplets":
+        why = "{miner} produces quadruplets, which only a quadruplet loss consumes; {loss} takes {consumes}"
+    else:
+        why = "{loss} consumes {consumes}; {miner} produces {produces}"
+    return why.format(loss=loss.name, miner=miner.name, produces=produces, consumes=consumes)
+
+
+# why a loss that consumes these tuples cannot use a miner's other tuples (`incompatibility`)
+_REFUSAL = {
+    "proxy": "{loss} is a proxy loss: it learns class proxies from labels, so {miner}'s {produces} would be ignored",
+    "npair": "{loss} takes one positive pair per class (N-pair batches); {miner} produces {produces}",
+    "quadruplets": "{loss} needs quadruplets; {miner} produces {produces} (use a quadruplet-capable miner)",
+}
 
 
 def _cell(cell_id: str, loss_entry: registry.Entry, loss_item: dict[str, Any],
