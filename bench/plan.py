@@ -101,6 +101,8 @@ class Cell:
 
 @dataclass(frozen=True)
 class Dropped:
+    """A grid cell left out of the plan, and why (an incompatible pair, or not selected)."""
+
     cell: str
     reason: str
 
@@ -139,6 +141,8 @@ class Budget:
 
 @dataclass(frozen=True)
 class Estimate:
+    """A wall-clock range in seconds; ``measured`` is False when a trunk's cost was scaled, not timed."""
+
     low_s: float
     high_s: float
     measured: bool
@@ -150,6 +154,9 @@ class Estimate:
 
 @dataclass(frozen=True)
 class Plan:
+    """What a protocol will run: the cells, those dropped, the budget each cell gets and the time it
+    should take (``estimates`` per cell id)."""
+
     protocol: Protocol
     cells: tuple[Cell, ...]
     dropped: tuple[Dropped, ...]
@@ -167,6 +174,7 @@ class Plan:
                         all(e.measured for e in values))
 
     def cell(self, cell_id: str) -> Cell:
+        """The planned cell of this id; KeyError for a dropped or unknown one."""
         for c in self.cells:
             if c.id == cell_id:
                 return c

@@ -40,6 +40,12 @@ SCHEDULES = ("constant", "cosine", "step")
 
 @dataclass
 class TrainConfig:
+    """Everything one training run depends on, so that two equal configs train the same model.
+
+    The ``*_params`` are the named method's constructor arguments (`bench.registry`); ``P`` classes x ``K``
+    samples make a batch; ``iterations`` is the budget in batches; `check` refuses bad values.
+    """
+
     trunk: str = "conv4"
     trunk_params: dict[str, Any] = field(default_factory=dict)
     embedding_dim: int = 128
@@ -111,6 +117,8 @@ class TrainConfig:
 
 @dataclass
 class TrainResult:
+    """A trained model (in eval mode) and what it cost; ``reason`` notes steps that had no valid tuple."""
+
     model: nn.Module
     loss_module: nn.Module
     iterations: int

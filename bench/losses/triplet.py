@@ -55,12 +55,15 @@ class TripletLoss(BenchLoss):
         self.soft = check_bool("soft", soft)
 
     def extra_repr(self) -> str:
+        """What ``repr(loss)`` shows: every setting that changes the value."""
         return f"margin={self.margin}, distance={self.distance!r}, soft={self.soft}, reduction={self.reducer!r}"
 
     def _per_tuple(self, violation: torch.Tensor) -> torch.Tensor:
         return F.softplus(violation) if self.soft else F.relu(violation)
 
     def compute(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any) -> torch.Tensor:
+        """Given triplets (pairs are turned into every triplet they form), densely when a miner left
+        its (pairs, B) mask; every triplet of the batch when ``indices_tuple`` is None."""
         if indices_tuple is None:
             return self._all_triplets(embeddings, labels)
         if is_pairs(indices_tuple):

@@ -75,6 +75,7 @@ class BenchMiner:
         return out
 
     def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> IndexTuple:
+        """The tuples, from checked inputs without gradient; each subclass's one job."""
         raise NotImplementedError
 
     def __repr__(self) -> str:

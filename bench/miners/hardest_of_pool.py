@@ -93,6 +93,8 @@ class HardestOfPoolMiner(LossMetric, BenchMiner):
         return quadruplet_terms(dist, Quadruplets(*tuples), alpha1, alpha2)
 
     def draw(self, labels: torch.Tensor, generator: torch.Generator) -> Tuples:
+        """``pool_size`` random valid tuples of ``kind`` (indices into ``labels``), drawn on the CPU so that
+        the seed gives the same pool on any device."""
         drawer = draw_quadruplets if self.kind == "quadruplet" else draw_triplets
         return drawer(labels.cpu(), self.pool_size, generator)
 
@@ -106,6 +108,7 @@ class HardestOfPoolMiner(LossMetric, BenchMiner):
         return keep
 
     def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> IndexTuple:
+        """Batch-level use: a pool drawn among this batch's labels, its hardest tuples plus random ones."""
         pool = self.draw(labels, self._generator)
         dist = self.distances(embeddings)
         device = embeddings.device

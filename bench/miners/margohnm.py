@@ -95,6 +95,7 @@ class MargOHNMMiner(LossMetric, BenchMiner):
         return self.w1 * (mu_n - mu_p), self.w2 * (mu_n - mu_p)
 
     def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> Quadruplets:
+        """The violating quadruplets, carrying this batch's margins so that the loss applies them."""
         self._calls += 1
         warm = self._calls <= self.warmup_iterations
         dist = self.distances(embeddings)
