@@ -133,6 +133,7 @@ def _cell(text: str, value: object) -> str:
 
 
 def table(board: Board) -> str:
+    """The leaderboard as a sortable HTML table (each cell keeps its raw value for sorting), floor row last."""
     heads: list[tuple[str, str, str]] = [("rank", "rank", "num"), ("cell", "cell", "text"), ("seeds", "seeds", "num")]
     heads += [(m, m, "num") for m in board.metrics]
     heads += [(f"val_{board.primary}", f"val_{board.primary}", "num"), ("budget", "budget", "num"),
@@ -163,6 +164,7 @@ def _section(title: str, svgs: list[str], note: str = "") -> str:
 
 
 def plots(board: Board, art: Artifacts) -> str:
+    """The page's figures as inline SVG sections: intervals per metric, and what the artifacts allow."""
     rows = board.rows
     labels = [r.cell for r in rows]
     per_metric = [

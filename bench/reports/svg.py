@@ -61,12 +61,15 @@ class Frame:
         self.l, self.r, self.t, self.b = left, right, top, bottom
 
     def px(self, x: float) -> float:
+        """The pixel column of data value ``x``."""
         return self.l + (x - self.x0) / (self.x1 - self.x0) * (self.w - self.l - self.r)
 
     def py(self, y: float) -> float:
+        """The pixel row of data value ``y`` (SVG rows grow downwards)."""
         return self.h - self.b - (y - self.y0) / (self.y1 - self.y0) * (self.h - self.t - self.b)
 
     def axes(self, xlabel: str, ylabel: str, xticks: bool = True, yticks: bool = True) -> list[str]:
+        """The plot area, tick marks with values, and the axis labels, as SVG elements."""
         parts = [
             f'<rect x="{self.l}" y="{self.t}" width="{self.w - self.l - self.r}" '
             f'height="{self.h - self.t - self.b}" fill="#fff" stroke="#999"/>'
