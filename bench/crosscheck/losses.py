@@ -52,6 +52,8 @@ TUPLE_MODES = (None, "ms_miner", "triplet_miner", "random_pairs")
 
 @dataclass(frozen=True)
 class Case:
+    """One random batch and the tuples each library receives for it."""
+
     embeddings: torch.Tensor  # float64, (B, D)
     labels: torch.Tensor
     indices_tuple: Any  # what the own loss receives
@@ -63,6 +65,8 @@ class Case:
 
 @dataclass(frozen=True)
 class Spec:
+    """One loss check: how to build the own loss and PML's for a case, and which cases apply."""
+
     name: str
     settings: str  # the PML call that makes both equal, in words
     own: Callable[[Case], BenchLoss]
@@ -335,6 +339,7 @@ def _infonce(kind: str) -> Spec:
 
 
 def specs() -> list[Spec]:
+    """Every loss check: each own loss under each distance it shares with PML."""
     kinds = ("euclidean", "squared_euclidean", "cosine")
     return (
         [_contrastive(k) for k in kinds]

@@ -136,6 +136,9 @@ def load_protocol(path: str | Path) -> Protocol:
 
 
 def parse_protocol(text: str, source: str = "<protocol>") -> Protocol:
+    """A protocol from YAML text, schema-checked, defaults filled in, then registry names and cross-field
+    rules checked; every problem is one line naming ``source``, the line and the key path, all of them
+    in one ProtocolError."""
     try:
         node = yaml.compose(text, Loader=_Loader)
         raw = yaml.load(text, Loader=_Loader)
@@ -193,6 +196,7 @@ class _Reporter:
 
 
 def format_path(path: tuple) -> str:
+    """A key path as the user writes it: ``grid.losses[0].search_space``."""
     out = ""
     for part in path:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))

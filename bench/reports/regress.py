@@ -39,8 +39,7 @@ FAILING = ("worse", "missing")
 
 @dataclass(frozen=True)
 class CellChange:
-    """One cell compared: its status (same, better, worse, their "?" forms when not significant, missing)
-    and the change behind it."""
+    """One cell compared: its status (the module docstring lists them) and the change behind it."""
 
     cell: str
     status: str
