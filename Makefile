@@ -23,12 +23,14 @@ demo: $(STAMP)
 sysdeps:
 	bash scripts/system-deps.sh
 
+# types first: mypy is quick next to the tests and names the line of a broken signature
 test: $(STAMP) sysdeps
+	$(BIN)/mypy bench
 	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider
 
-# mypy over the package ([tool.mypy] in pyproject.toml); to join `test` once the whole package is clean
+# mypy over the package alone ([tool.mypy] in pyproject.toml)
 typecheck: $(STAMP)
-	$(BIN)/mypy
+	$(BIN)/mypy bench
 
 crosscheck: $(STAMP)
 	$(BIN)/dmlbench crosscheck

@@ -59,16 +59,22 @@ differs from PML, train: diverged); 2 bad input (one line on stderr);
 
 
 class LazyGroup(click.Group):
+    """Commands imported only when named, so that `dmlbench --help` and quick commands never import torch,
+    MLflow or Optuna."""
+
     def list_commands(self, ctx: click.Context) -> list[str]:
+        """The commands whose module is there, in COMMANDS order."""
         return [n for n in COMMANDS if _module_exists(n)]
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The named command, importing its module now; None for an unknown name (click's error)."""
         if cmd_name not in COMMANDS or not _module_exists(cmd_name):
             return None
         command: click.Command = importlib.import_module(f"bench.commands.{cmd_name}").command
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """One line per command from COMMANDS, without importing any command module."""
         rows = [(n, COMMANDS[n]) for n in self.list_commands(ctx)]
         with formatter.section("Commands"):
             formatter.write_dl(rows)

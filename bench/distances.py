@@ -55,7 +55,7 @@ class Distance:
         return f"{type(self).__name__}(normalize={self.normalize})"
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.normalize == self.normalize  # type: ignore[attr-defined]
+        return type(other) is type(self) and other.normalize == self.normalize
 
     def __hash__(self) -> int:
         return hash((type(self), self.normalize))
@@ -118,13 +118,16 @@ class Cosine(Distance):
     name = "cosine"
 
     def prepare(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalised rows whatever ``normalize`` says: a cosine of raw rows is still a cosine."""
         return F.normalize(x, p=2, dim=-1)
 
     def similarity(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        """``cos`` itself, not ``-(1 - cos)``: the exact value PML's ``CosineSimilarity`` gives."""
         x = self.prepare(x)
         return x @ (x if y is None else self.prepare(y)).T
 
     def shifted(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        """``-cos``: ``D`` less its constant 1, without the rounding of ``1 - cos`` near 1."""
         return -self.similarity(x, y)
 
     def _matrix(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -140,6 +143,7 @@ class Dot(Distance):
     name = "dot"
 
     def similarity(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        """``x . y`` itself (not ``-D`` through a negation), as PML's ``DotProductSimilarity``."""
         x = self.prepare(x)
         return x @ (x if y is None else self.prepare(y)).T
 

@@ -27,7 +27,7 @@ def _image_shape(name: str, in_shape: Sequence[int]) -> tuple[int, int, int]:
     shape = tuple(int(s) for s in in_shape)
     if len(shape) != 3 or min(shape) < 1:
         raise BenchError(f"trunk {name!r} needs images (C, H, W), got input shape {shape}")
-    return shape  # type: ignore[return-value]
+    return shape[0], shape[1], shape[2]
 
 
 def _embedding_dim(name: str, embedding_dim: int) -> int:
@@ -65,6 +65,7 @@ class Conv4(nn.Module):
         self.embed = nn.Linear(channels * h * w, _embedding_dim("conv4", embedding_dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) images to (B, embedding_dim) raw embeddings; the protocol decides on normalising."""
         return self.embed(self.features(x))
 
 
@@ -95,6 +96,7 @@ class LeCun2006(nn.Module):
         self.embed = nn.Linear(30 * h * w, _embedding_dim("lecun2006", embedding_dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) images, zero-padded to ``pad_to`` when smaller, to (B, embedding_dim)."""
         if any(self._pad):
             x = F.pad(x, self._pad)
         return self.embed(self.features(x))
@@ -131,6 +133,7 @@ class OmniglotEncoder(nn.Module):
         self.embed = nn.Linear(2048, _embedding_dim("omniglot_encoder", embedding_dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Unit-length embeddings, as Craeymeersch's encoder ends with an L2 normalisation."""
         return F.normalize(self.embed(self.features(x)), p=2, dim=1)
 
 
@@ -158,4 +161,5 @@ class MLP(nn.Module):
         self.net = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, ...) inputs, flattened by the first layer, to (B, embedding_dim)."""
         return self.net(x)

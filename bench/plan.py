@@ -101,6 +101,8 @@ class Cell:
 
 @dataclass(frozen=True)
 class Dropped:
+    """A grid cell left out of the plan, and why (an incompatible pair, or not selected)."""
+
     cell: str
     reason: str
 
@@ -139,6 +141,8 @@ class Budget:
 
 @dataclass(frozen=True)
 class Estimate:
+    """A wall-clock range in seconds; ``measured`` is False when a trunk's cost was scaled, not timed."""
+
     low_s: float
     high_s: float
     measured: bool
@@ -150,6 +154,9 @@ class Estimate:
 
 @dataclass(frozen=True)
 class Plan:
+    """What a protocol will run: the cells, those dropped, the budget each cell gets and the time it
+    should take (``estimates`` per cell id)."""
+
     protocol: Protocol
     cells: tuple[Cell, ...]
     dropped: tuple[Dropped, ...]
@@ -167,6 +174,7 @@ class Plan:
                         all(e.measured for e in values))
 
     def cell(self, cell_id: str) -> Cell:
+        """The planned cell of this id; KeyError for a dropped or unknown one."""
         for c in self.cells:
             if c.id == cell_id:
                 return c
@@ -207,16 +215,21 @@ def incompatibility(loss: registry.Entry, miner: registry.Entry | None) -> str |
     produces, consumes = miner.tuples, loss.tuples
     if produces in COMPATIBLE.get(consumes, frozenset()):
         return None
-    if consumes == "proxy":
-        return f"{loss.name} is a proxy loss: it learns class proxies from labels, so {miner.name}'s {produces} " \
-               "would be ignored"
-    if consumes == "npair":
-        return f"{loss.name} takes one positive pair per class (N-pair batches); {miner.name} produces {produces}"
-    if consumes == "quadruplets":
-        return f"{loss.name} needs quadruplets; {miner.name} produces {produces} (use a quadruplet-capable miner)"
-    if produces == "quadruplets":
-        return f"{miner.name} produces quadruplets, which only a quadruplet loss consumes; {loss.name} takes {consumes}"
-    return f"{loss.name} consumes {consumes}; {miner.name} produces {produces}"
+    if consumes in _REFUSAL:
+        why = _REFUSAL[consumes]
+    elif produces == "quadruplets":
+        why = "{miner} produces quadruplets, which only a quadruplet loss consumes; {loss} takes {consumes}"
+    else:
+        why = "{loss} consumes {consumes}; {miner} produces {produces}"
+    return why.format(loss=loss.name, miner=miner.name, produces=produces, consumes=consumes)
+
+
+# why a loss that consumes these tuples cannot use a miner's other tuples (`incompatibility`)
+_REFUSAL = {
+    "proxy": "{loss} is a proxy loss: it learns class proxies from labels, so {miner}'s {produces} would be ignored",
+    "npair": "{loss} takes one positive pair per class (N-pair batches); {miner} produces {produces}",
+    "quadruplets": "{loss} needs quadruplets; {miner} produces {produces} (use a quadruplet-capable miner)",
+}
 
 
 def _cell(cell_id: str, loss_entry: registry.Entry, loss_item: dict[str, Any],

@@ -144,7 +144,9 @@ def _params(cell: Cell, key: str, value: Any, where: str) -> tuple[dict[str, Any
         if other == key:
             params[kind][name] = value
         else:
-            entry = registry.get(kind, cell.loss if kind == "loss" else cell.miner)
+            owner = cell.loss if kind == "loss" else cell.miner
+            assert owner is not None, f"{other} is searched in a cell without a miner"  # the plan never builds one
+            entry = registry.get(kind, owner)
             params[kind][name] = _other_value(dist, entry.parameters().get(name), where)
     return params["loss"], params["miner"]
 

@@ -43,16 +43,21 @@ class Progress:
     # ---- cells and runs
 
     def cell(self, cell_id: str, runs_total: int, runs_done: int) -> None:
+        """A cell begins: the runs bar restarts at ``runs_done`` of ``runs_total`` (a resumed cell keeps its
+        count)."""
         if self.runs is not None:
             self.runs.reset(total=runs_total)
             self.runs.update(runs_done)
             self.runs.set_description(cell_id)
 
     def cell_done(self, n: int = 1) -> None:
+        """``n`` cells finished (more than one when a resume skips finished cells)."""
         if self.cells is not None:
             self.cells.update(n)
 
     def run_started(self, iterations: int) -> None:
+        """A training run of ``iterations`` begins: ``iteration`` calls count into it, ``run_finished``
+        settles the rest."""
         self._run_total, self._run_done = iterations, 0
 
     def _advance(self, n: int) -> None:
@@ -93,6 +98,7 @@ class Progress:
 
     def trial(self, cell: str, slot: int, n: int, state: str, value: float | None, metric: str,
               iterations: int, wall_s: float, reason: str = "") -> None:
+        """One line for a finished trial ``slot`` of ``n``: state, score, cost, and why when it did not complete."""
         score = f" {metric}={value:.4f}" if value is not None else ""
         why = f" ({reason})" if reason and state != "COMPLETE" else ""
         self.line(f"{cell} trial {slot + 1}/{n} {state}{score} [{iterations} it, {wall_s:.1f} s]{why}"
@@ -100,11 +106,13 @@ class Progress:
 
     def final(self, cell: str, seed: int, state: str, metrics: dict[str, Any], metric: str, wall_s: float,
               reason: str = "") -> None:
+        """One line for a finished final seed: state, primary score, wall time, and why when it did not complete."""
         score = f" {metric}={metrics[metric]:.4f}" if metric in metrics else ""
         why = f" ({reason})" if reason and state != "COMPLETE" else ""
         self.line(f"{cell} final seed {seed} {state}{score} [{wall_s:.1f} s]{why} | {self.eta()}")
 
     def line(self, text: str) -> None:
+        """A timestamped line that does not break the bars (plain lines when quiet)."""
         stamp = f"[{hms(time.monotonic() - self.start)}]"
         if self.quiet:
             print(f"{stamp} {text}", file=self.stream, flush=True)
@@ -114,6 +122,7 @@ class Progress:
             tqdm.write(f"{stamp} {text}", file=self.stream)
 
     def close(self) -> None:
+        """Close the bars, so the terminal is left clean."""
         for bar in (self.iterations, self.runs, self.cells):
             if bar is not None:
                 bar.close()

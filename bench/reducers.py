@@ -49,6 +49,8 @@ class Reduction:
         return losses
 
     def divisor(self, count: int, num_positive: int) -> int:
+        """What a dense loss divides its masked sum by, given ``count`` tuples of which ``num_positive`` have
+        a positive loss; 0 means the result is the connected zero."""
         raise NotImplementedError
 
     def __call__(self, losses: torch.Tensor, embeddings: torch.Tensor | None = None) -> torch.Tensor:
@@ -70,29 +72,41 @@ class Reduction:
 
 
 class MeanReduction(Reduction):
+    """PML's ``MeanReducer``: tuples that already satisfy their margin still count, pulling the mean down."""
+
     name = "mean"
 
     def divisor(self, count: int, num_positive: int) -> int:
+        """Every tuple."""
         return count
 
 
 class AvgNonZeroReduction(Reduction):
+    """PML's ``AvgNonZeroReducer``: the mean over active tuples only, so the gradient does not fade as
+    training satisfies more of them (Hermans et al.'s batch-all average)."""
+
     name = "avg_nonzero"
 
     def kept(self, losses: torch.Tensor) -> torch.Tensor:
+        """Only the strictly positive losses."""
         return losses[losses > 0]
 
     def divisor(self, count: int, num_positive: int) -> int:
+        """The positive tuples only."""
         return num_positive
 
 
 class SumReduction(Reduction):
+    """The plain sum: the loss scales with the number of tuples (and so with the batch size)."""
+
     name = "sum"
 
     def combine(self, losses: torch.Tensor) -> torch.Tensor:
+        """The sum of the losses."""
         return losses.sum()
 
     def divisor(self, count: int, num_positive: int) -> int:
+        """Nothing to divide by."""
         return 1
 
 

@@ -70,6 +70,8 @@ class Entry:
     min_per_class: int = 2  # samples of each class a batch needs (training.K at least this)
 
     def resolve(self) -> Any:
+        """The class or function named by ``target``, imported only now, so that listing the registry
+        never imports PML or the other methods."""
         module, attr = self.target.split(":")
         return getattr(importlib.import_module(module), attr)
 

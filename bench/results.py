@@ -55,10 +55,12 @@ def metric_names(protocol_doc: dict[str, Any]) -> list[str]:
 
 
 def cell_dir(results: Path, cell: str) -> Path:
+    """Where one cell's artifacts (arrays, history) live inside a results directory."""
     return results / ARTIFACTS / cell
 
 
 def protocol_dir(results_root: str | Path, name: str) -> Path:
+    """A protocol's results directory: one folder per protocol name under ``results_root``."""
     return Path(results_root) / name
 
 
@@ -258,6 +260,7 @@ def atomic_write(path: Path, write: Any) -> None:
 
 
 def atomic_npz(path: Path, **arrays: Any) -> None:
+    """`np.savez` of ``arrays`` (by name) through a temp file and a rename: no half-written artifact."""
     with atomic_file(path, "wb") as f:
         np.savez(f, **arrays)
 
@@ -279,6 +282,7 @@ def claim_dir(results: Path, protocol_hash: str) -> str | None:
 
 
 def read_manifest(results: Path) -> dict[str, Any] | None:
+    """The manifest of a results directory, None when it has none; a BenchError when it cannot be read."""
     path = results / MANIFEST
     if not path.exists():
         return None
@@ -323,6 +327,7 @@ def audit_finished(plan: Plan, records: Records) -> dict[str, str]:
 
 
 def name_to_file(name: str) -> str:
+    """The file of a table by its name (``trials``, ``finals``, ``summary``, ``floor``)."""
     return {"trials": TRIALS, "finals": FINALS, "summary": SUMMARY, "floor": FLOOR}[name]
 
 
@@ -340,4 +345,5 @@ def read(results: str | Path) -> dict[str, Any]:
 
 
 def now() -> str:
+    """The UTC time to the second, ISO 8601: what records and manifests stamp."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")

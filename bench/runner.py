@@ -149,6 +149,8 @@ class Sweep:
     # ---- setup
 
     def setup(self) -> None:
+        """Load the data, make the results directory this protocol's (moving another version aside), open
+        the MLflow records and the Optuna studies, and discard the --redo cells: all before the first trial."""
         from bench import tracking
         from bench.metrics.geometry import geometry
 
@@ -183,6 +185,8 @@ class Sweep:
             self.line(f"results of another version of {self.protocol.name} moved to {moved}")
 
     def line(self, text: str) -> None:
+        """A status line through the progress bars when running; before them, on stderr unless quiet (redo
+        notices always)."""
         if hasattr(self, "progress"):
             self.progress.line(text)
         elif not self.options.quiet or text.startswith("redo"):
@@ -234,6 +238,8 @@ class Sweep:
     # ---- main loop
 
     def run(self) -> Outcome:
+        """The sweep to its end: every planned cell tuned and run on its final seeds (resuming what a store
+        already holds), then the tables written; returns what ran and where the tables are."""
         start = time.perf_counter()
         self.setup()
         done, finished = self._done_iterations()

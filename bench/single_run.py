@@ -44,6 +44,19 @@ def check_config(config: TrainConfig) -> None:
     config.check()
 
 
+def trained_normalized(config: TrainConfig) -> bool:
+    """Whether the loss trained on L2-normalised embeddings, so that evaluation measures in the same geometry.
+
+    The loss's ``normalize`` as given, else its default; a loss without one
+    (PML-backed) normalises, as PML's default distances do. A protocol run
+    takes the same from ``model.normalize`` (`bench.tuning.score_model`).
+    """
+    from bench import registry
+
+    default = registry.get("loss", config.loss).parameters().get("normalize", True)
+    return bool(config.loss_params.get("normalize", default))
+
+
 def split_fingerprints(train_classes: tuple[int, ...], test_classes: tuple[int, ...]) -> dict[str, str]:
     """The fingerprint of the train/test split and of each side, as the results tables name them."""
     from bench.splits import ClassSplit, fingerprint
@@ -69,6 +82,7 @@ def train_and_evaluate(config: TrainConfig, train_spec: str = DEFAULT_TRAIN, tes
 
     from bench import data as datasets
     from bench import tracking
+    from bench.metrics import geometry
     from bench.training import evaluate, train
 
     check_config(config)
@@ -98,7 +112,10 @@ def train_and_evaluate(config: TrainConfig, train_spec: str = DEFAULT_TRAIN, tes
             result = train(config, train_data, progress=progress)
         finally:
             bar.close()
-        metrics = evaluate(result.model, test_data, lake_runs=lake_runs, device=config.device, seed=config.seed)
+        normalize = trained_normalized(config)
+        metrics = evaluate(result.model, test_data, lake_runs=lake_runs, device=config.device, seed=config.seed,
+                           normalize=normalize)
+        tracking.log_params({"geometry": geometry(normalize)})
         tracking.log_metrics({**metrics, "final_loss": result.final_loss, "wall_time_s": result.wall_time_s,
                               "samples_seen": result.samples_seen, "iterations": result.iterations})
         if result.reason:

@@ -87,6 +87,7 @@ def class_folds(
     if isinstance(k, bool) or not isinstance(k, int) or k < 2:
         raise BenchError(f"k must be an integer of at least 2 folds, got {k!r}")
     unique = _unique_classes(classes, k, f"{k}-fold cross-validation")
+    members: dict[Hashable, list[int]]
     if groups is None:
         members = {c: [c] for c in unique}
     else:

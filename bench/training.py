@@ -40,6 +40,12 @@ SCHEDULES = ("constant", "cosine", "step")
 
 @dataclass
 class TrainConfig:
+    """Everything one training run depends on, so that two equal configs train the same model.
+
+    The ``*_params`` are the named method's constructor arguments (`bench.registry`); ``P`` classes x ``K``
+    samples make a batch; ``iterations`` is the budget in batches; `check` refuses bad values.
+    """
+
     trunk: str = "conv4"
     trunk_params: dict[str, Any] = field(default_factory=dict)
     embedding_dim: int = 128
@@ -111,6 +117,8 @@ class TrainConfig:
 
 @dataclass
 class TrainResult:
+    """A trained model (in eval mode) and what it cost; ``reason`` notes steps that had no valid tuple."""
+
     model: nn.Module
     loss_module: nn.Module
     iterations: int
@@ -181,14 +189,14 @@ def schedule_problem(schedule: object, iterations: int) -> str | None:
     if extra:
         return f"a {kind} schedule has no {extra[0]!r}: expected {', '.join(sorted(allowed))}"
     warmup = schedule.get("warmup", 0)
-    if isinstance(warmup, bool) or not isinstance(warmup, numbers.Integral) or not 0 <= warmup < iterations:
+    if isinstance(warmup, bool) or not isinstance(warmup, numbers.Integral) or not 0 <= int(warmup) < iterations:
         return f"warmup must be a whole number of iterations in [0, {iterations}), got {warmup!r}"
     if kind == "step":
         gamma, milestones = schedule.get("gamma"), schedule.get("milestones")
-        if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real) or not 0 < gamma <= 1:
+        if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real) or not 0 < float(gamma) <= 1:
             return f"a step schedule needs gamma in (0, 1], got {gamma!r}"
         if not isinstance(milestones, (list, tuple)) or not milestones or any(
-                isinstance(m, bool) or not isinstance(m, numbers.Real) or not 0 < m < 1 for m in milestones) \
+                isinstance(m, bool) or not isinstance(m, numbers.Real) or not 0 < float(m) < 1 for m in milestones) \
                 or list(milestones) != sorted(set(milestones)):
             return f"a step schedule needs milestones: increasing fractions of the budget in (0, 1), got {milestones!r}"
     return None
@@ -297,7 +305,8 @@ def train(config: TrainConfig, data, *, checkpoint_every: int = 0, on_checkpoint
     base_lrs = [group["lr"] for group in optimizer.param_groups]
     scaler = torch.amp.GradScaler(device.type) if config.precision == "fp16" else None
     dataset_level = bool(getattr(miner, "dataset_level", False))
-    batches = None if dataset_level else _pk_batches(labels, config)
+    # a dataset-level miner picks its own batches: the PK iterator is then empty and never read
+    batches: Iterator[torch.Tensor] = iter(()) if dataset_level else _pk_batches(labels, config)
 
     def embed_indices(indices: torch.Tensor) -> torch.Tensor:
         return embed(trunk, x[indices], device=device).to(device)

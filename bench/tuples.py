@@ -17,7 +17,7 @@ does).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple, Union
 
 import torch
 
@@ -37,6 +37,10 @@ class Quadruplets(NamedTuple):
     alpha2: torch.Tensor | float | None = None
 
 
+IndexTuple = Union[tuple[torch.Tensor, ...], Quadruplets]
+"""What a miner returns and a loss consumes: triplets, pairs, or `Quadruplets` (their own type)."""
+
+
 def same_class(labels: torch.Tensor) -> torch.Tensor:
     """(B, B) bool: same label, the diagonal excluded."""
     same = labels[:, None] == labels[None, :]
@@ -45,6 +49,7 @@ def same_class(labels: torch.Tensor) -> torch.Tensor:
 
 
 def diff_class(labels: torch.Tensor) -> torch.Tensor:
+    """(B, B) bool: different labels (the diagonal is never one)."""
     return labels[:, None] != labels[None, :]
 
 
@@ -61,11 +66,13 @@ def all_triplets(labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return torch.where(valid)
 
 
-def is_triplets(t) -> bool:
+def is_triplets(t: Any) -> bool:
+    """Whether an index tuple is ``(a, p, n)``."""
     return t is not None and not isinstance(t, Quadruplets) and len(t) == 3
 
 
-def is_pairs(t) -> bool:
+def is_pairs(t: Any) -> bool:
+    """Whether an index tuple is ``(a1, p, a2, n)``: a plain 4-tuple, Quadruplets being their own type."""
     return t is not None and not isinstance(t, Quadruplets) and len(t) == 4
 
 

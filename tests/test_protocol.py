@@ -188,3 +188,25 @@ def test_a_batch_too_small_for_a_method_is_one_line(tmp_path):
     assert f"{tmp_path / 'p.yaml'}:16: grid.losses[0].name: loss 'quadruplet' needs at least 3 classes a batch: " \
            "training.P is 2" in problems
     assert any("miner 'margohnm' needs at least 3 classes a batch" in p for p in problems)
+
+
+def test_a_schedule_that_does_not_fit_the_budget_is_refused_at_validation(tmp_path):
+    text = MINIMAL.replace("iterations: 5}", "iterations: 5, schedule: {type: cosine, warmup: 5}}")
+    problems = _problems(tmp_path, text)
+    assert any("training.schedule: warmup must be a whole number of iterations in [0, 5), got 5" in p
+               for p in problems)
+    step = MINIMAL.replace("iterations: 5}",
+                           "iterations: 5, schedule: {type: step, gamma: 0.1, milestones: [0.8, 0.5]}}")
+    assert any("training.schedule: a step schedule needs milestones" in p for p in _problems(tmp_path, step))
+    fits = MINIMAL.replace("iterations: 5}", "iterations: 5, schedule: {type: cosine, warmup: 2}}")
+    assert parse_protocol(fits).doc["training"]["schedule"] == {"type": "cosine", "warmup": 2}
+
+
+def test_fp16_on_the_cpu_is_refused_at_validation(tmp_path):
+    text = MINIMAL.replace("iterations: 5}", "iterations: 5, precision: fp16}")
+    problems = _problems(tmp_path, text)
+    assert [p for p in problems if "training.precision" in p] == [
+        f"{tmp_path / 'p.yaml'}:10: training.precision: fp16 needs a CUDA device (on the CPU float16 autocast is "
+        "slow and has no grad scaler): use bf16 or fp32"]
+    assert parse_protocol(MINIMAL.replace("iterations: 5}", "iterations: 5, precision: bf16}")).doc[
+        "training"]["precision"] == "bf16"

@@ -231,10 +231,35 @@ def test_train_command_diverged_run_exits_1_and_is_recorded_failed(tmp_path: Pat
     assert run.info.status == "FAILED"
 
 
+def test_train_command_precision_schedule_and_geometry_reach_the_run(tmp_path: Path, data_root: Path,
+                                                                      capsys: pytest.CaptureFixture) -> None:
+    uri = f"sqlite:///{tmp_path}/opts.db"
+    code = main(["train", "--data-root", str(data_root), "--trunk", "mlp", "--embedding-dim", "16",
+                 "--loss-param", "normalize=false", "--precision", "bf16", "--schedule", "cosine", "--warmup", "2",
+                 "--P", "8", "--K", "2", "--iterations", "5", "--tracking-uri", uri, "--experiment", "opts",
+                 "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    client = MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("opts").experiment_id])
+    assert run.data.params["precision"] == "bf16"
+    assert run.data.params["schedule.type"] == "cosine" and run.data.params["schedule.warmup"] == "2"
+    assert run.data.params["geometry"] == "raw"  # evaluated in the geometry the loss trained in
+
+
+def test_a_single_run_is_evaluated_in_the_geometry_its_loss_trained_in() -> None:
+    from bench.single_run import trained_normalized
+
+    assert trained_normalized(TrainConfig(loss="contrastive")) is True  # the loss's default
+    assert trained_normalized(TrainConfig(loss="triplet", loss_params={"normalize": False})) is False
+    assert trained_normalized(TrainConfig(loss="pml:arcface")) is True  # no such parameter: PML normalises
+
+
 @pytest.mark.parametrize("argv", [
     ["train", "--loss", "no_such_loss"],
     ["train", "--loss-param", "margin"],
     ["train", "--miner-param", "margin=0.1"],
+    ["train", "--precision", "fp16"],  # on the CPU
+    ["train", "--schedule", "cosine", "--warmup", "10", "--iterations", "10"],
 ])
 def test_train_command_rejects_bad_input_in_one_line(argv: list[str], capsys: pytest.CaptureFixture) -> None:
     assert main(argv) == 2

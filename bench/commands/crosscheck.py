@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 
 def text(results: list[CheckResult], tolerance: float) -> str:
+    """One aligned row per check, with the PML settings that make both sides equal."""
     lines = [f"{'check':<40} {'cases':>5} {'max rel value':>14} {'max rel grad':>13}  result  PML settings"]
     for r in results:
         ok = "ok" if r.passed else "FAIL"

@@ -27,6 +27,7 @@ def rows(kind: str | None = None) -> list[dict[str, Any]]:
 
 
 def text(table: list[dict[str, Any]]) -> str:
+    """One line per registry entry (parameters with defaults, required ones bare), then its details."""
     lines = []
     for r in table:
         params = ", ".join(n if n in r["required"] else f"{n}={d!r}" for n, d in r["parameters"].items())

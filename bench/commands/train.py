@@ -59,6 +59,11 @@ def _table(metrics: dict[str, float]) -> str:
 @click.option("--augmentation", type=click.Choice(["shift", "affine"]), default=None,
               help="training augmentation (default: none)")
 @click.option("--seed", default=0, show_default=True, help="seed of weights, batches and augmentation")
+@click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32", show_default=True,
+              help="of the trunk's forward pass (fp16 needs a CUDA device; losses always run in fp32)")
+@click.option("--schedule", type=click.Choice(["constant", "cosine"]), default="constant", show_default=True,
+              help="learning-rate schedule over the iterations")
+@click.option("--warmup", default=0, show_default=True, help="iterations of linear LR warm-up before the schedule")
 @click.option("--device", default="cpu", show_default=True, help="torch device, e.g. cuda:0")
 @click.option("--tracking-uri", default=None,
               help="MLflow URI or path (default: $MLFLOW_TRACKING_URI, else ./runs/mlflow.db)")
@@ -68,8 +73,8 @@ def _table(metrics: dict[str, float]) -> str:
 def command(train_spec: str, test_spec: str, data_root: str | None, size: int, trunk: str,
             trunk_param: tuple[str, ...], embedding_dim: int, loss: str, loss_param: tuple[str, ...],
             miner: str | None, miner_param: tuple[str, ...], P: int, K: int, iterations: int, optimizer: str,
-            lr: float, weight_decay: float, augmentation: str | None, seed: int, device: str,
-            tracking_uri: str | None, experiment: str, fmt: str, quiet: bool) -> int:
+            lr: float, weight_decay: float, augmentation: str | None, seed: int, precision: str, schedule: str,
+            warmup: int, device: str, tracking_uri: str | None, experiment: str, fmt: str, quiet: bool) -> int:
     """Train one trunk with one loss (and miner), evaluate on the test classes, log to MLflow.
 
     Exit 1 when the loss diverges (the MLflow run is recorded as failed).
@@ -85,7 +90,7 @@ def command(train_spec: str, test_spec: str, data_root: str | None, size: int, t
         loss=loss, loss_params=parse_params(loss_param, "--loss-param"), miner=miner,
         miner_params=miner_params, optimizer=optimizer, lr=lr,
         weight_decay=weight_decay, P=P, K=K, iterations=iterations, seed=seed, augmentation=augmentation,
-        device=device,
+        device=device, precision=precision, schedule={"type": schedule, "warmup": warmup},
     )
     check_config(config)  # before MLflow and the data are loaded
     from bench.cli import quiet_libraries

@@ -17,6 +17,8 @@ TOLERANCE = 1e-9
 
 @dataclass
 class CheckResult:
+    """One own method against its PML counterpart: the worst relative differences over ``cases``."""
+
     name: str  # e.g. "triplet + batch_hard"
     pml_settings: str  # the PML call that makes them equal
     cases: int

@@ -42,6 +42,7 @@ import torch
 
 from bench.crosscheck import CheckResult, rel_diff
 from bench.distances import pairwise
+from bench.losses._common import BenchLoss
 from bench.tuples import all_pairs, triplets_to_pairs
 
 REDUCTIONS = ("mean", "avg_nonzero", "sum")
@@ -51,6 +52,8 @@ TUPLE_MODES = (None, "ms_miner", "triplet_miner", "random_pairs")
 
 @dataclass(frozen=True)
 class Case:
+    """One random batch and the tuples each library receives for it."""
+
     embeddings: torch.Tensor  # float64, (B, D)
     labels: torch.Tensor
     indices_tuple: Any  # what the own loss receives
@@ -62,9 +65,11 @@ class Case:
 
 @dataclass(frozen=True)
 class Spec:
+    """One loss check: how to build the own loss and PML's for a case, and which cases apply."""
+
     name: str
     settings: str  # the PML call that makes both equal, in words
-    own: Callable[[Case], torch.nn.Module]
+    own: Callable[[Case], BenchLoss]
     pml: Callable[[Case], torch.nn.Module]
     layouts: tuple[str, ...] = LAYOUTS
     tuple_modes: tuple[Any, ...] = TUPLE_MODES
@@ -237,7 +242,7 @@ _DIST = {
 }
 
 
-def _two_margins(name: str, kind: str, own: Callable[..., torch.nn.Module], pml: Callable[..., torch.nn.Module],
+def _two_margins(name: str, kind: str, own: Callable[..., BenchLoss], pml: Callable[..., torch.nn.Module],
                  margins: Callable[[random.Random], tuple[float, float]], settings: tuple[str, str]) -> Spec:
     """A loss with two margins on a distance: ours as drawn, PML's through `_margin` (``settings``: the
     PML margin arguments in words, for cosine and for the Lp kinds)."""
@@ -334,6 +339,7 @@ def _infonce(kind: str) -> Spec:
 
 
 def specs() -> list[Spec]:
+    """Every loss check: each own loss under each distance it shares with PML."""
     kinds = ("euclidean", "squared_euclidean", "cosine")
     return (
         [_contrastive(k) for k in kinds]

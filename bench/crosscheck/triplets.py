@@ -26,6 +26,8 @@ _LOSS = ("TripletMarginLoss(margin, smooth_loss=soft, distance=LpDistance(normal
 
 @dataclass(frozen=True)
 class Combo:
+    """A triplet miner paired with its PML counterpart (``pml_build`` None: no miner, every triplet)."""
+
     name: str
     own_miner: str | None
     own_params: Callable[[float], dict[str, Any]]
@@ -59,6 +61,8 @@ REDUCTIONS = ("avg_nonzero", "mean", "sum")
 
 @dataclass
 class Case:
+    """One random triplet-loss setting: batch, distance, normalisation, reduction, soft or hinge, margin."""
+
     embeddings: torch.Tensor
     labels: torch.Tensor
     layout: str
@@ -69,6 +73,7 @@ class Case:
     margin: float
 
     def describe(self) -> str:
+        """The case's settings in one line, for a failure message."""
         return (f"B={len(self.labels)} dim={self.embeddings.shape[1]} {self.layout} {self.distance} "
                 f"normalize={self.normalize} {self.reduction} soft={self.soft} margin={self.margin:.3g}")
 
@@ -139,6 +144,7 @@ def run_case(combo: Combo, case: Case) -> tuple[float, float, bool]:
     if combo.own_miner is None:
         own_t = pml_t = None
     else:
+        assert combo.pml_build is not None, f"{combo.name}: an own miner needs its PML counterpart"
         own_t = build_miner(combo.own_miner, distance=case.distance, normalize=case.normalize,
                             **combo.own_params(case.margin))(x, y)
         pml_t = combo.pml_build(miners, case.margin, dist)(x, y)

@@ -193,7 +193,7 @@ def _digest(arrays: Mapping[str, np.ndarray]) -> np.ndarray:
     for name in sorted(arrays):
         a = np.ascontiguousarray(arrays[name])
         crc = zlib.crc32(f"{name}:{a.dtype.str}:{a.shape};".encode(), crc)
-        crc = zlib.crc32(a.reshape(-1).view(np.uint8), crc)
+        crc = zlib.crc32(a.reshape(-1).view(np.uint8).data, crc)
     return np.array([crc], dtype=np.uint32)
 
 
@@ -215,7 +215,7 @@ def read_cache(path: Path) -> dict[str, np.ndarray] | None:
 def write_cache(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     """Write atomically (temp file in the same folder, fsync, rename): a killed process leaves no half file."""
     with atomic_file(path, "wb") as f:
-        np.savez(f, __digest__=_digest(arrays), **arrays)
+        np.savez(f, allow_pickle=False, __digest__=_digest(arrays), **arrays)  # read back without pickle too
 
 
 def cached_arrays(

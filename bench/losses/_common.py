@@ -133,6 +133,8 @@ class BenchLoss(nn.Module):
         self.reducer = reducers.resolve(value)
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any = None) -> torch.Tensor:
+        """The loss of a batch, PML's calling convention: ``embeddings`` (B, D), ``labels`` (B,), and a
+        miner's ``indices_tuple`` (`bench.tuples`) or None for every tuple the batch holds."""
         self.stats = {}
         check_inputs(embeddings, labels)
         check_indices_tuple(indices_tuple, len(embeddings))
@@ -140,6 +142,7 @@ class BenchLoss(nn.Module):
         return self.compute(embeddings, labels, indices_tuple)
 
     def compute(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any) -> torch.Tensor:
+        """The formula alone, on inputs `forward` has checked; each subclass's one job."""
         raise NotImplementedError
 
     def nothing(self, embeddings: torch.Tensor) -> torch.Tensor:

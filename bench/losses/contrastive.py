@@ -49,6 +49,8 @@ class ContrastiveLoss(BenchLoss):
         self.pos_weight = check_number("pos_weight", pos_weight, low=0.0, high=1.0)
 
     def compute(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any) -> torch.Tensor:
+        """Positive and negative pair terms over the given pairs (every pair without a miner); form 'pml'
+        reduces each side apart and adds them, as PML does; the other forms reduce all pairs together."""
         a1, p, a2, n = as_pairs(indices_tuple, labels)
         dist = self.distance.matrix(embeddings)
         pos, neg = self.pair_terms(dist[a1, p], dist[a2, n])

@@ -45,6 +45,8 @@ class InfoNCELoss(BenchLoss):
         self.temperature = check_number("temperature", temperature, low=0.0, strict=True)
 
     def compute(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any) -> torch.Tensor:
+        """Per positive pair, its logit against the log-sum-exp of the anchor's negatives, all B^2 logits
+        computed once."""
         a1, p, negatives = positives_and_negatives(indices_tuple, labels, embeddings)
         if len(a1) == 0 or not negatives.any():
             return self.nothing(embeddings)

@@ -64,6 +64,8 @@ class LiftedStructureLoss(BenchLoss):
         self.scale = check_number("scale", scale, low=0.0, strict=True)
 
     def compute(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any) -> torch.Tensor:
+        """Per positive pair, the squared hinge of its distance plus the soft maximum over both ends'
+        negatives; O(B^2) through one distance matrix."""
         a1, p, negatives = positives_and_negatives(indices_tuple, labels, embeddings)
         if len(a1) == 0 or not negatives.any():
             return self.nothing(embeddings)

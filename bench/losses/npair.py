@@ -60,6 +60,8 @@ class NPairLoss(BenchLoss):
         self.temperature = check_number("temperature", temperature, low=0.0, strict=True)
 
     def compute(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any) -> torch.Tensor:
+        """Cross-entropy of each class's one anchor against every class's positive, plus ``l2_reg``
+        times the pairs' mean squared norms (anchor's plus positive's: Sohn's penalty)."""
         a1, p, _, _ = as_pairs(indices_tuple, labels)
         a, pos = one_pair_per_class(a1, p, labels)
         self.stats["num_pairs"] = float(len(a))

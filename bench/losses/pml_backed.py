@@ -55,6 +55,8 @@ class _PMLLoss(BenchLoss):
 
 
 class MultiSimilarityLoss(_PMLLoss):
+    """Wang et al. 2019: ``alpha`` weighs positive pairs, ``beta`` negative ones, around the similarity ``base``."""
+
     def __init__(self, alpha: float = 2.0, beta: float = 50.0, base: float = 0.5) -> None:
         from pytorch_metric_learning.losses import MultiSimilarityLoss as PML
 
@@ -63,6 +65,9 @@ class MultiSimilarityLoss(_PMLLoss):
 
 
 class MarginLoss(_PMLLoss):
+    """Wu et al. 2017: pairs on either side of a boundary ``beta`` by ``margin``; ``nu`` regularises a
+    learned ``beta``; ``triplets_per_anchor`` caps the triplets read ("all" or a count)."""
+
     def __init__(self, margin: float = 0.2, nu: float = 0.0, beta: float = 1.2,
                  triplets_per_anchor: int | str = "all") -> None:
         from pytorch_metric_learning.losses import MarginLoss as PML
@@ -74,6 +79,9 @@ class MarginLoss(_PMLLoss):
 
 
 class ProxyAnchorLoss(_PMLLoss):
+    """Kim et al. 2020: one learned proxy per training class (``num_classes`` x ``embedding_size``),
+    ``margin`` and ``alpha`` as in the paper; labels must be 0..num_classes-1."""
+
     def __init__(self, num_classes: int, embedding_size: int, margin: float = 0.1, alpha: float = 32.0) -> None:
         from pytorch_metric_learning.losses import ProxyAnchorLoss as PML
 
@@ -93,6 +101,8 @@ class ArcFaceLoss(_PMLLoss):
 
 
 class CosFaceLoss(_PMLLoss):
+    """Wang et al. 2018: a cosine ``margin`` subtracted from the target class's logit, times ``scale``."""
+
     def __init__(self, num_classes: int, embedding_size: int, margin: float = 0.35, scale: float = 64.0) -> None:
         from pytorch_metric_learning.losses import CosFaceLoss as PML
 
@@ -100,6 +110,8 @@ class CosFaceLoss(_PMLLoss):
 
 
 class SupConLoss(_PMLLoss):
+    """Khosla et al. 2020: supervised contrastive loss over cosine similarities at ``temperature``."""
+
     def __init__(self, temperature: float = 0.1) -> None:
         from pytorch_metric_learning.losses import SupConLoss as PML
 
@@ -107,6 +119,8 @@ class SupConLoss(_PMLLoss):
 
 
 class CircleLoss(_PMLLoss):
+    """Sun et al. 2020: relaxation ``m`` and scale ``gamma`` weigh each pair by how far it is from its optimum."""
+
     def __init__(self, m: float = 0.4, gamma: float = 80.0) -> None:
         from pytorch_metric_learning.losses import CircleLoss as PML
 

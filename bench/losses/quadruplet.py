@@ -87,6 +87,8 @@ class QuadrupletLoss(BenchLoss):
         return self.metric.matrix(F.normalize(embeddings, p=2, dim=1) if self.normalize else embeddings)
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any = None) -> torch.Tensor:
+        """Only Quadruplets (or None, every quadruplet): triplets or pairs carry no second negative pair,
+        so they are refused by name rather than misread."""
         if not isinstance(indices_tuple, Quadruplets):
             if indices_tuple is not None:
                 given = {3: "triplets", 4: "pairs"}.get(len(indices_tuple), "a tuple") if isinstance(
@@ -99,6 +101,8 @@ class QuadrupletLoss(BenchLoss):
         return self.compute(embeddings, labels.to(embeddings.device), indices_tuple)
 
     def compute(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any) -> torch.Tensor:
+        """Given Quadruplets with their own margins (MargOHNM's), or every quadruplet of the batch
+        through cumulative sums when ``indices_tuple`` is None."""
         dist = self.distance_matrix(embeddings)
         if indices_tuple is None:
             total, num, num_pos = all_quadruplet_totals(dist, labels, self.alpha1, self.alpha2)

@@ -36,7 +36,8 @@ def triplet_matrix(x: torch.Tensor, distance: Distance, y: torch.Tensor | None =
 
 def anchor_positive_pairs(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Every ordered positive pair, in (a, p) lexicographic order (PML's triplet order)."""
-    return torch.where(same_class(labels))
+    anchors, positives = torch.where(same_class(labels))
+    return anchors, positives
 
 
 def flat_gather(mat: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
@@ -54,12 +55,15 @@ class TripletLoss(BenchLoss):
         self.soft = check_bool("soft", soft)
 
     def extra_repr(self) -> str:
+        """What ``repr(loss)`` shows: every setting that changes the value."""
         return f"margin={self.margin}, distance={self.distance!r}, soft={self.soft}, reduction={self.reducer!r}"
 
     def _per_tuple(self, violation: torch.Tensor) -> torch.Tensor:
         return F.softplus(violation) if self.soft else F.relu(violation)
 
     def compute(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any) -> torch.Tensor:
+        """Given triplets (pairs are turned into every triplet they form), densely when a miner left
+        its (pairs, B) mask; every triplet of the batch when ``indices_tuple`` is None."""
         if indices_tuple is None:
             return self._all_triplets(embeddings, labels)
         if is_pairs(indices_tuple):
@@ -68,7 +72,8 @@ class TripletLoss(BenchLoss):
             raise BenchError("triplet loss needs triplets (a, p, n) or pairs (a1, p, a2, n), got quadruplets")
         mask = getattr(indices_tuple, "mask", None)
         if mask is not None and mask.device == embeddings.device and mask.shape[1:] == (len(embeddings),):
-            return self._dense(embeddings, *indices_tuple.pairs, mask)
+            anchors, positives = indices_tuple.pairs
+            return self._dense(embeddings, anchors, positives, mask)
         a, p, n = (t.to(embeddings.device) for t in indices_tuple)
         if len(a) == 0:
             return self.nothing(embeddings)

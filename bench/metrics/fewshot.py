@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
 import torch
@@ -132,11 +133,21 @@ def episode_accuracy(
     return {"mean": float(accuracies.mean()), "ci95": float(ci95), "episodes": float(episodes)}
 
 
+class LakeRunsResult(TypedDict):
+    """What `lake_runs_accuracy` returns: fractions, the percentages papers print, and the per-run detail."""
+
+    accuracy: float
+    accuracy_percent: float
+    error_percent: float
+    per_run: list[float]
+    runs: int
+
+
 def lake_runs_accuracy(
     embed_fn: Callable[[torch.Tensor], torch.Tensor],
     runs: Sequence[OneShotRun],
     distance: str = "euclidean",
-) -> dict[str, object]:
+) -> LakeRunsResult:
     """Accuracy on Lake et al.'s one-shot runs: each test image takes the class of the closest training image.
 
     ``embed_fn`` maps a batch of images ``(n, ...)`` to embeddings ``(n, D)``

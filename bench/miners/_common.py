@@ -17,6 +17,7 @@ import torch
 from bench import distances
 from bench.errors import BenchError
 from bench.losses._common import check_bool, check_choice, check_inputs, check_number
+from bench.tuples import IndexTuple
 
 __all__ = [
     "BenchMiner",
@@ -64,7 +65,7 @@ class BenchMiner:
     def normalize(self) -> bool:
         return self.distance.normalize
 
-    def __call__(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def __call__(self, embeddings: torch.Tensor, labels: torch.Tensor) -> IndexTuple:
         self.stats = {}
         check_inputs(embeddings, labels)
         labels = labels.to(embeddings.device)
@@ -73,7 +74,8 @@ class BenchMiner:
         self.stats.setdefault("num_tuples", float(len(out[0])))
         return out
 
-    def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> IndexTuple:
+        """The tuples, from checked inputs without gradient; each subclass's one job."""
         raise NotImplementedError
 
     def __repr__(self) -> str:

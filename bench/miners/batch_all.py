@@ -23,6 +23,8 @@ class BatchAllMiner(BenchMiner):
         self.margin = check_number("margin", margin)
 
     def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Every valid triplet; ``stats`` counts how many still violate ``margin`` (Hermans et al.'s
+        fraction of active triplets)."""
         a, p, tm, negative, _ = triplet_margins(embeddings, labels, self.distance)
         count = int(torch.count_nonzero(negative))
         # loss > 0  <=>  D(a,p) - D(a,n) + margin > 0, written as the loss computes it

@@ -23,6 +23,7 @@ class BatchHardMiner(BenchMiner):
         super().__init__(distance, normalize)
 
     def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """One triplet per anchor that has both: its farthest positive and its nearest negative."""
         mat = triplet_matrix(embeddings, self.distance)
         pos, neg = same_class(labels), diff_class(labels)
         inf = torch.tensor(float("inf"), dtype=mat.dtype, device=mat.device)

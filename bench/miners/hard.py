@@ -25,6 +25,7 @@ class HardMiner(BenchMiner):
         super().__init__(distance, normalize)
 
     def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The triplets whose negative is at most as far as the positive (``D(a,n) <= D(a,p)``)."""
         a, p, tm, negative, _ = triplet_margins(embeddings, labels, self.distance)
         keep = negative & (tm <= 0)
         self.stats["num_candidates"] = float(torch.count_nonzero(negative))

@@ -39,7 +39,7 @@ import torch
 
 from bench.losses.quadruplet import quadruplet_terms
 from bench.miners._common import BenchError, BenchMiner, LossMetric, check_bool, check_choice, check_int, check_number
-from bench.tuples import Quadruplets
+from bench.tuples import IndexTuple, Quadruplets
 
 KINDS = ("quadruplet", "triplet")
 Tuples = tuple[torch.Tensor, ...]
@@ -93,6 +93,8 @@ class HardestOfPoolMiner(LossMetric, BenchMiner):
         return quadruplet_terms(dist, Quadruplets(*tuples), alpha1, alpha2)
 
     def draw(self, labels: torch.Tensor, generator: torch.Generator) -> Tuples:
+        """``pool_size`` random valid tuples of ``kind`` (indices into ``labels``), drawn on the CPU so that
+        the seed gives the same pool on any device."""
         drawer = draw_quadruplets if self.kind == "quadruplet" else draw_triplets
         return drawer(labels.cpu(), self.pool_size, generator)
 
@@ -105,7 +107,8 @@ class HardestOfPoolMiner(LossMetric, BenchMiner):
                           num_tuples=float(len(keep)))
         return keep
 
-    def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> Tuples:
+    def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> IndexTuple:
+        """Batch-level use: a pool drawn among this batch's labels, its hardest tuples plus random ones."""
         pool = self.draw(labels, self._generator)
         dist = self.distances(embeddings)
         device = embeddings.device
@@ -113,7 +116,7 @@ class HardestOfPoolMiner(LossMetric, BenchMiner):
         return _wrap(self.kind, tuple(t[keep].to(device) for t in pool))
 
     def batch(self, step: int, embed: Callable[[torch.Tensor], torch.Tensor], labels: torch.Tensor,
-              generator: torch.Generator) -> tuple[torch.Tensor, Tuples]:
+              generator: torch.Generator) -> tuple[torch.Tensor, IndexTuple]:
         """Pool drawn from the whole training split; returns (sample_indices, tuples in their positions)."""
         self.stats = {}
         labels = labels.cpu()
@@ -132,7 +135,7 @@ class HardestOfPoolMiner(LossMetric, BenchMiner):
         return sample_indices, _wrap(self.kind, tuple(torch.searchsorted(sample_indices, t) for t in kept))
 
 
-def _wrap(kind: str, tuples: Tuples) -> Tuples:
+def _wrap(kind: str, tuples: Tuples) -> IndexTuple:
     return Quadruplets(*tuples) if kind == "quadruplet" else tuple(tuples)
 
 

@@ -95,6 +95,7 @@ class MargOHNMMiner(LossMetric, BenchMiner):
         return self.w1 * (mu_n - mu_p), self.w2 * (mu_n - mu_p)
 
     def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> Quadruplets:
+        """The violating quadruplets, carrying this batch's margins so that the loss applies them."""
         self._calls += 1
         warm = self._calls <= self.warmup_iterations
         dist = self.distances(embeddings)
@@ -103,7 +104,8 @@ class MargOHNMMiner(LossMetric, BenchMiner):
         self.stats.update(alpha1=alpha1, alpha2=alpha2, warmup=float(warm), num_violating=float(violating),
                           num_tuples=float(len(found[0])),
                           mean_loss=float(losses.mean()) if len(losses) else 0.0)
-        return Quadruplets(*found, alpha1=alpha1, alpha2=alpha2)
+        i, j, l, k = found  # noqa: E741 - the paper's names
+        return Quadruplets(i, j, l, k, alpha1=alpha1, alpha2=alpha2)
 
 
 def violating_quadruplets(dist: torch.Tensor, labels: torch.Tensor, alpha1: float, alpha2: float,

@@ -23,6 +23,7 @@ import torch
 from bench.losses.triplet import triplet_matrix
 from bench.miners._common import BenchError, BenchMiner, check_choice, check_int, check_number
 from bench.miners.semihard import nearest_negatives
+from bench.tuples import Quadruplets
 
 STRATEGIES = ("hard", "semihard")
 
@@ -85,7 +86,9 @@ class OfflineMiner(BenchMiner):
             indices = torch.randperm(total, generator=generator)[: self.subset_size].sort().values
         with torch.no_grad():
             embeddings = embed(indices)
-        a, p, n = self(embeddings, labels[indices.to(labels.device)].to(embeddings.device))
+        found = self(embeddings, labels[indices.to(labels.device)].to(embeddings.device))
+        assert not isinstance(found, Quadruplets)  # this miner's own mine() gives triplets
+        a, p, n = found
         indices = indices.to(a.device)
         self._pool = (indices[a], indices[p], indices[n])
         self._refreshed_at = step

@@ -23,6 +23,7 @@ class MultiSimilarityMiner(BenchMiner):
         self._pml = PML(epsilon=self.epsilon)
 
     def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """PML's pairs as they come, counted in ``stats``."""
         a1, p, a2, n = self._pml(embeddings, labels)
         self.stats.update(num_pos_pairs=float(len(a1)), num_neg_pairs=float(len(a2)),
                           num_tuples=float(len(a1) + len(a2)))

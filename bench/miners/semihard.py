@@ -70,6 +70,8 @@ class SemiHardMiner(BenchMiner):
         self.semantics = check_choice("semantics", semantics, SEMANTICS)
 
     def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``semantics='all'``: every negative within ``(D(a,p), D(a,p) + margin]``, as PML;
+        ``'nearest'``: per positive pair, the nearest such negative, as FaceNet."""
         if self.semantics == "nearest":
             mat = triplet_matrix(embeddings, self.distance)
             rows = torch.arange(len(labels), device=mat.device)

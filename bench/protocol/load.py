@@ -136,6 +136,9 @@ def load_protocol(path: str | Path) -> Protocol:
 
 
 def parse_protocol(text: str, source: str = "<protocol>") -> Protocol:
+    """A protocol from YAML text, schema-checked, defaults filled in, then registry names and cross-field
+    rules checked; every problem is one line naming ``source``, the line and the key path, all of them
+    in one ProtocolError."""
     try:
         node = yaml.compose(text, Loader=_Loader)
         raw = yaml.load(text, Loader=_Loader)
@@ -193,6 +196,7 @@ class _Reporter:
 
 
 def format_path(path: tuple) -> str:
+    """A key path as the user writes it: ``grid.losses[0].search_space``."""
     out = ""
     for part in path:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
@@ -239,6 +243,19 @@ def _with_defaults(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- meaning
+
+
+def _check_training(training: dict[str, Any], report: _Reporter) -> None:
+    """What the trainer would refuse at its first trial, refused at validation: a schedule that does not
+    fit the budget, and fp16 on the CPU (no grad scaler there, and slow)."""
+    from bench.training import schedule_problem
+
+    problem = schedule_problem(training["schedule"], training["iterations"])
+    if problem:
+        report.add(("training", "schedule"), problem)
+    if training["precision"] == "fp16" and str(training["device"]).split(":")[0] == "cpu":
+        report.add(("training", "precision"), "fp16 needs a CUDA device (on the CPU float16 autocast is slow and "
+                   "has no grad scaler): use bf16 or fp32")
 
 
 def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
@@ -293,6 +310,7 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
                 report.add(("grid", "losses", i, "miners", j),
                            f"no miner labelled {name!r} in grid.miners: expected one of {', '.join(miner_labels)}")
     _check_supplied(doc, written, report)
+    _check_training(doc["training"], report)
 
     evaluation = doc["evaluation"]
     if evaluation["primary"] not in evaluation["metrics"]:

@@ -243,7 +243,7 @@ def describe_error(error: Any) -> str:
         extra = sorted(set(value) - set(allowed))
         return f"unknown key {extra[0]!r}: expected one of {', '.join(allowed)}" if extra else error.message
     if v == "type":
-        kinds = expected if isinstance(expected, list) else [expected]
+        kinds: list[str] = expected if isinstance(expected, list) else [expected]
         return f"expected {' or '.join(_ARTICLE.get(k, k) for k in kinds)}, got {_show(value)}"
     if v == "enum":
         return f"expected one of {', '.join('null' if e is None else str(e) for e in expected)}, got {_show(value)}"

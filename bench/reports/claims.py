@@ -136,6 +136,9 @@ SCHEMA: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class ClaimsFile:
+    """A parsed claims file: which protocol (and results directory) it speaks of, the default
+    ``metric`` and ``equivalence`` margin, and its claims as written."""
+
     path: Path
     protocol: str
     results: str | None
@@ -145,7 +148,7 @@ class ClaimsFile:
 
 
 def _where(error: jsonschema.ValidationError) -> str:
-    parts = []
+    parts: list[str] = []
     for p in error.absolute_path:
         parts.append(f"[{p}]" if isinstance(p, int) else (f".{p}" if parts else str(p)))
     return "".join(parts) or "(top level)"
@@ -178,6 +181,8 @@ TUNING_CAVEAT = ("conditional on one tuning draw: the tuning stage ran once, so 
 
 @dataclass(frozen=True)
 class Verdict:
+    """One claim judged: the verdict and why, the effect with its interval, and the records it rests on."""
+
     claim: dict[str, Any]
     verdict: str  # one of VERDICTS
     reason: str
@@ -368,6 +373,7 @@ def judge(claim: dict[str, Any], res: Results, cf: ClaimsFile) -> Verdict:
 
 
 def resolve_results_dir(cf: ClaimsFile, explicit: str | Path | None) -> Path:
+    """Where the results are: the command line's choice, else the claims file's, else results/<protocol>."""
     if explicit is not None:
         return Path(explicit)
     if cf.results:
@@ -391,6 +397,7 @@ def adjust(verdicts: list[Verdict]) -> list[Verdict]:
 
 
 def evaluate(cf: ClaimsFile, res: Results) -> list[Verdict]:
+    """Every claim of the file judged on ``res``, Holm-adjusted together; refuses results of another protocol."""
     if res.protocol != cf.protocol:
         raise BenchError(f"{cf.path} is about protocol {cf.protocol!r}, but {res.root} holds results of {res.protocol!r}")
     return adjust([judge(c, res, cf) for c in cf.claims])
@@ -401,6 +408,8 @@ def _n(x: float) -> float | None:
 
 
 def to_json(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> dict[str, Any]:
+    """The verdicts with the records behind each (cells, seeds, values, file, hash), so a reader can
+    recompute any number; non-finite numbers become null."""
     return {
         "claims_file": str(cf.path),
         "protocol": res.protocol,
@@ -439,6 +448,7 @@ def _f(x: float) -> str:
 
 
 def markdown(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> str:
+    """A README-ready table of the verdicts, their reasons, and the files and fingerprints they rest on."""
     out = [
         f"## Claims checked against `{res.protocol}`", "",
         f"Effects as difference of means with a {LEVEL:.0%} interval over final seeds (paired t where both cells "
@@ -467,6 +477,7 @@ def markdown(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> str:
 
 
 def text_table(verdicts: list[Verdict]) -> str:
+    """One aligned line per claim for the terminal."""
     rows = [("claim", "verdict", "effect [95% CI]", "p (Holm)", "seeds", "cells")]
     for v in verdicts:
         rows.append((v.claim["id"], v.verdict, f"{_f(v.effect)} [{_f(v.low)}, {_f(v.high)}]", _p(v.p_adjusted),

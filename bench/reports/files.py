@@ -21,4 +21,5 @@ def write_text(path: Path, text: str) -> None:
 
 
 def write_json(path: Path, data: Any) -> None:
+    """Indented JSON, atomically; NaN is refused (strict JSON), other objects are written as strings."""
     write_text(path, json.dumps(data, indent=2, sort_keys=False, allow_nan=False, default=str) + "\n")

@@ -51,6 +51,6 @@ def check(res: Results, cell: str, metric: str | None = None) -> FloorCheck | No
     floor, floor_seeds = res.floor_values(metric)
     if len(floor) == 0:
         return None
-    values = res.values(cell, metric) if cell in res.cells else []
-    d = compare(list(values), list(floor), res.seeds(cell) if cell in res.cells else [], floor_seeds)
+    values: list[float] = list(res.values(cell, metric)) if cell in res.cells else []
+    d = compare(values, list(floor), res.seeds(cell) if cell in res.cells else [], floor_seeds)
     return FloorCheck(cell, metric, d)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from html import escape
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -35,7 +36,7 @@ class Artifacts:
     history: dict[str, pd.DataFrame] = field(default_factory=dict)
 
 
-def _npz(path, keys: tuple[str, str]) -> tuple[np.ndarray, np.ndarray]:
+def _npz(path: Path, keys: tuple[str, str]) -> tuple[np.ndarray, np.ndarray]:
     try:
         with np.load(path) as z:
             return tuple(np.asarray(z[k]) for k in keys)  # type: ignore[return-value]
@@ -60,7 +61,9 @@ def collect(res: Results, board: Board) -> Artifacts:
     from bench import results as tables
 
     best = [r.cell for r in board.rows[:BEST_CELLS]]
-    pairs, embs, hist = {}, {}, {}
+    pairs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    embs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    hist: dict[str, pd.DataFrame] = {}
     for cell in best:
         p = res.artifact(cell, tables.PAIR_DISTANCES)
         if p is not None:
@@ -130,6 +133,7 @@ def _cell(text: str, value: object) -> str:
 
 
 def table(board: Board) -> str:
+    """The leaderboard as a sortable HTML table (each cell keeps its raw value for sorting), floor row last."""
     heads: list[tuple[str, str, str]] = [("rank", "rank", "num"), ("cell", "cell", "text"), ("seeds", "seeds", "num")]
     heads += [(m, m, "num") for m in board.metrics]
     heads += [(f"val_{board.primary}", f"val_{board.primary}", "num"), ("budget", "budget", "num"),
@@ -160,6 +164,7 @@ def _section(title: str, svgs: list[str], note: str = "") -> str:
 
 
 def plots(board: Board, art: Artifacts) -> str:
+    """The page's figures as inline SVG sections: intervals per metric, and what the artifacts allow."""
     rows = board.rows
     labels = [r.cell for r in rows]
     per_metric = [

@@ -177,6 +177,7 @@ NOTES = ("Notes: a cell not significantly above the floor (the untrained trunk) 
 
 
 def fmt(x: float, digits: int = 3) -> str:
+    """A number to ``digits`` decimals, ``-`` for a missing or non-finite one."""
     return "-" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
 
 
@@ -190,6 +191,7 @@ def fmt_interval(iv: Interval, digits: int = 3) -> str:
 
 
 def fmt_params(params: dict[str, Any]) -> str:
+    """Tuned hyperparameters as sorted ``name=value`` (floats to 4 significant digits), ``-`` when none."""
     parts = []
     for k, v in sorted(params.items()):
         parts.append(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}")
@@ -242,6 +244,7 @@ def floor_cells(board: Board, digits: int = 3) -> list[str]:
 
 
 def notes(row: Row) -> str:
+    """A row's notes in one cell, ``-`` when none."""
     return "; ".join(row.notes) or "-"
 
 

@@ -39,6 +39,8 @@ FAILING = ("worse", "missing")
 
 @dataclass(frozen=True)
 class CellChange:
+    """One cell compared: its status (the module docstring lists them) and the change behind it."""
+
     cell: str
     status: str
     baseline: Interval | None
@@ -52,6 +54,9 @@ class CellChange:
 
 @dataclass(frozen=True)
 class Comparison:
+    """A regression check of ``current`` against ``baseline`` on ``metric``: a drop beyond ``tolerance``
+    at level ``alpha`` fails; ``allow_missing`` lets cells absent from one side pass."""
+
     baseline: Results
     current: Results
     metric: str
@@ -167,6 +172,7 @@ def to_json(cmp: Comparison) -> dict:
 
 
 def text_table(cmp: Comparison) -> str:
+    """One aligned line per cell for the terminal."""
     from bench.reports.leaderboard import fmt, fmt_interval
 
     head = ("cell", "status", f"baseline {cmp.metric}", f"current {cmp.metric}", "change [95% CI]", "p(drop)")

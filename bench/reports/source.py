@@ -118,6 +118,7 @@ class Results:
         return rows.sort_values("seed") if "seed" in rows else rows
 
     def seeds(self, cell: str) -> list[int]:
+        """The final seeds of a cell, in the order `values` returns their values."""
         rows = self.rows(cell)
         return [int(s) for s in rows["seed"]] if "seed" in rows else []
 
@@ -181,6 +182,7 @@ class Results:
         return path if path.is_file() else None
 
     def require_cell(self, cell: str, what: str = "") -> None:
+        """A BenchError naming the cells there are when ``cell`` is not one; ``what`` prefixes the message."""
         if cell not in self.cells:
             where = f"{what}: " if what else ""
             raise BenchError(

@@ -157,8 +157,8 @@ def paired(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, lev
     return _from_scipy(_st.ttest_rel(x, y), diff, float(_st.sem(x - y)), level, n, n, "paired")
 
 
-def compare(a: Sequence[float], b: Sequence[float], seeds_a: Sequence[int], seeds_b: Sequence[int],
-            level: float = LEVEL) -> Difference:
+def compare(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray,
+            seeds_a: Sequence[int], seeds_b: Sequence[int], level: float = LEVEL) -> Difference:
     """`a - b`: paired when both were run with the same set of final seeds (values in seed order), else Welch."""
     if len(seeds_a) >= 2 and list(seeds_a) == list(seeds_b):
         return paired(a, b, level)

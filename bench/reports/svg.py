@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from html import escape
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -38,7 +38,7 @@ def ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return out
 
 
-def _span(values: Sequence[float], pad: float = 0.05) -> tuple[float, float]:
+def _span(values: Iterable[float | None], pad: float = 0.05) -> tuple[float, float]:
     a = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     if a.size == 0:
         return 0.0, 1.0
@@ -61,12 +61,15 @@ class Frame:
         self.l, self.r, self.t, self.b = left, right, top, bottom
 
     def px(self, x: float) -> float:
+        """The pixel column of data value ``x``."""
         return self.l + (x - self.x0) / (self.x1 - self.x0) * (self.w - self.l - self.r)
 
     def py(self, y: float) -> float:
+        """The pixel row of data value ``y`` (SVG rows grow downwards)."""
         return self.h - self.b - (y - self.y0) / (self.y1 - self.y0) * (self.h - self.t - self.b)
 
     def axes(self, xlabel: str, ylabel: str, xticks: bool = True, yticks: bool = True) -> list[str]:
+        """The plot area, tick marks with values, and the axis labels, as SVG elements."""
         parts = [
             f'<rect x="{self.l}" y="{self.t}" width="{self.w - self.l - self.r}" '
             f'height="{self.h - self.t - self.b}" fill="#fff" stroke="#999"/>'

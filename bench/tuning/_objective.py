@@ -58,12 +58,15 @@ class Hooks:
     """What the runner observes of a trial: fold starts and ends (MLflow records, progress)."""
 
     def fold_started(self, slot: int, fold: int, seed: int, train_split: ClassSplit, val_split: ClassSplit) -> None:
+        """A fold of trial ``slot`` begins, with its training seed and class splits."""
         pass
 
     def fold_finished(self, slot: int, fold: int, result: RunResult) -> None:
+        """A fold of trial ``slot`` ended, whatever its state."""
         pass
 
     def iteration(self, it: int, total: int, loss: float) -> None:
+        """The training loop's progress callback (``it`` of ``total``, the latest loss)."""
         pass
 
 

@@ -179,6 +179,7 @@ class SlotStudy:
     # ---- reading
 
     def trials(self) -> list[Any]:
+        """Every trial of the study, stale and surplus ones included."""
         return self.study.get_trials(deepcopy=False)
 
     def counted(self) -> dict[int, Any]:
@@ -186,6 +187,7 @@ class SlotStudy:
         return held(self.trials(), self.n)
 
     def finished(self) -> bool:
+        """Whether every slot holds a finished trial: the cell's tuning is over."""
         counted = self.counted()
         return len(counted) == self.n and all(t.state.is_finished() for t in counted.values())
 
