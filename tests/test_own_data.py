@@ -7,15 +7,19 @@ protocol is parsed and validated, and one tiny sweep runs to a leaderboard.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from PIL import Image
 
+from _sweeps import sweep, sweep_base, sweep_copy  # noqa: F401  (fixtures)
 from bench import data as datasets
 from bench.cli import main
 from bench.protocol import parse_protocol
+from bench.reports.stats import t_interval, within
 from bench.splits import split_pool
 from bench.tuning import prepare
 
@@ -302,3 +306,47 @@ def test_a_run_on_a_folder_pool_split_by_fraction_gives_a_leaderboard(
     board = (results / "own-data" / "leaderboard.md").read_text()
     assert "contrastive+none" in board
     assert "> **Warning:** only 2 final seed(s)" in board
+
+
+# --------------------------------------------------------------------------- leaderboard warnings and ranges
+
+
+def test_within_clips_bounded_metrics_and_marks_them() -> None:
+    iv = t_interval([0.99, 0.999, 0.9])
+    assert iv.high > 1.0  # a symmetric t interval near the top of the range
+    clipped = within(iv, "map_at_r")
+    assert (clipped.mean, clipped.low, clipped.high, clipped.clipped) == (iv.mean, iv.low, 1.0, True)
+    assert within(iv, "recall_at_4").high == 1.0
+    low = t_interval([-0.05, 0.01, 0.02])
+    assert within(low, "ami").low == low.low and within(low, "nmi").low == 0.0
+    inside = t_interval([0.4, 0.5, 0.6])
+    assert within(inside, "map_at_r") == inside and not inside.clipped
+
+
+def test_the_leaderboard_warns_and_never_prints_beyond_the_range(sweep_copy: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Seeds near 1.0 and validation scores that rank cells in reverse: clipped with a footnote, two warnings."""
+    finals = pd.read_csv(sweep_copy / "finals.csv")
+    cells = sorted(finals["cell"].unique())
+    for rank, cell in enumerate(cells):  # test order = cells order, validation order reversed
+        mask = finals["cell"] == cell
+        finals.loc[mask, "map_at_r"] = [0.9 + 0.03 * rank + d for d in (0.0, 0.009, -0.09)][: int(mask.sum())]
+        finals.loc[mask, "val_map_at_r"] = 0.5 - 0.1 * rank
+    finals.to_csv(sweep_copy / "finals.csv", index=False)
+    assert main(["leaderboard", str(sweep_copy), "--quiet"]) == 0
+    md = (sweep_copy / "leaderboard.md").read_text()
+    bounds = [float(b) for b in re.findall(r"\[(-?\d\.\d+), (-?\d\.\d+)\]", md) for b in b]
+    assert bounds and max(bounds) <= 1.0 and min(bounds) >= 0.0
+    assert "1.000]*" in md and "interval clipped to the metric's range" in md
+    assert "> **Warning:** validation/test rank correlation (Spearman) of map_at_r is -1.00, below 0.5" in md
+    html_page = (sweep_copy / "leaderboard.html").read_text()
+    assert '<p class="warning"><strong>Warning:</strong> validation/test rank correlation' in html_page
+
+
+def test_fewer_than_three_seeds_warn_on_markdown_and_html(sweep_copy: Path) -> None:
+    finals = pd.read_csv(sweep_copy / "finals.csv")
+    finals[finals["seed"] != finals["seed"].max()].to_csv(sweep_copy / "finals.csv", index=False)
+    assert main(["leaderboard", str(sweep_copy), "--quiet"]) == 0
+    md = (sweep_copy / "leaderboard.md").read_text()
+    assert "> **Warning:** only 2 final seed(s) in some cells (fewer than 3)" in md
+    assert "only 2 final seed(s)" in (sweep_copy / "leaderboard.html").read_text()

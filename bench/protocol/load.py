@@ -328,7 +328,7 @@ def _check_data_sources(data: dict[str, Any], report: _Reporter) -> None:
         return
     for key in ("train", "test"):
         if key not in data:
-            report.add(("data", key), "missing: a required key (or give data.pool and data.split)")
+            report.add(("data", key), "missing: a required key")
 
 
 def _normalise_data(data: dict[str, Any], seed: int) -> None:

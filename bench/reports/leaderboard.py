@@ -293,8 +293,6 @@ def markdown(board: Board) -> str:
         f"Cells ranked by mean test `{board.primary}` over final seeds; "
         "each metric as mean [95% t-interval over seeds]. " + NOTES,
         "",
-        *(f"> **Warning:** {w}" for w in board.warnings),
-        *([""] if board.warnings else []),
         "| " + " | ".join(head) + " |",
         "| " + " | ".join("---:" if h in ("rank", "seeds") else "---" for h in head) + " |",
     ]
@@ -310,6 +308,7 @@ def markdown(board: Board) -> str:
         n = max(iv.n for iv in board.floor.values())
         out.append("| " + " | ".join(["floor", "untrained trunk", str(n), *floor_cells(board), "-", "-", "-",
                                        "the same trunk before training"]) + " |")
+    out += [line for w in board.warnings for line in ("", f"> **Warning:** {w}")]  # right under the table
     out += ["", "---", ""]
     out += [f"- {line}" for line in footer_lines(board)]
     out.append(f"- validation/test rank correlation (Spearman) of `{board.primary}`: {fmt(board.transfer, 2)}")
