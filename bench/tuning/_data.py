@@ -39,12 +39,17 @@ class TestClassGuard:
     def __init__(self, test: ClassSplit, test_keys: Mapping[int, Hashable] | None = None,
                  train_keys: Mapping[int, Hashable] | None = None) -> None:
         self.test = test
-        self._train_keys = train_keys
-        self._classes = frozenset(test.classes if test_keys is None else (test_keys[c] for c in test.classes))
+        self._test_keys = dict(test_keys or {})
+        self._train_keys = dict(train_keys or {})
+        self._classes = frozenset(self._test_keys.get(c, c) for c in test.classes)
+
+    def _key(self, c: int) -> Hashable:
+        """A training class's identity; an id the training data does not hold is taken as the test data's id
+        (data that mixed in test samples is refused, not waved through as an unknown class)."""
+        return self._train_keys.get(c, self._test_keys.get(c, c))
 
     def check(self, classes: Sequence[int], role: str) -> ClassSplit:
-        keys = self._train_keys
-        shared = {int(c) for c in classes if (int(c) if keys is None else keys.get(int(c), int(c))) in self._classes}
+        shared = {int(c) for c in classes if self._key(int(c)) in self._classes}
         if shared:
             shown = ", ".join(map(str, sorted(shared)[:5]))
             raise TestLeakError(f"{role} data contains {len(shared)} test class(es) ({shown}): "
