@@ -106,15 +106,16 @@ def _select(classes: Sequence[int], wanted: Any, seed: int, side: str, spec: str
 def class_ids(wanted: Sequence[int | str], classes: Sequence[int], names: Mapping[int, str], where: str,
               spec: str) -> list[int]:
     """Class ids from a list of ids or class names (a folder's sub-folder names are its class names)."""
-    by_name = {str(n): int(c) for c, n in names.items() if int(c) in set(classes)}
+    present = set(classes)
+    by_name = {str(n): int(c) for c, n in names.items() if int(c) in present}
     out = []
     for item in wanted:
-        if isinstance(item, str) and not isinstance(item, bool):
+        if isinstance(item, str):
             if item not in by_name:
                 known = ", ".join(sorted(by_name)[:5]) or "none: its classes have no names, give ids"
                 raise BenchError(f"{where}: {spec} has no class named {item!r} (names: {known})")
             out.append(by_name[item])
-        elif int(item) not in set(classes):
+        elif int(item) not in present:
             raise BenchError(f"{where}: {spec} has no class {item}")
         else:
             out.append(int(item))
