@@ -113,7 +113,9 @@ def command(train_spec: str, test_spec: str, train_classes: str | None, test_cla
             tracking_uri: str | None, experiment: str, fmt: str, quiet: bool) -> int:
     """Train one trunk with one loss (and miner), evaluate on the test classes, log to MLflow.
 
-    Exit 1 when the loss diverges (the MLflow run is recorded as failed).
+    Exit 1 when the loss diverges (the MLflow run is recorded as failed);
+    2 on bad input; 3 when a test class is also a training class (compared
+    by dataset and class name, so two folders that both number from 0 are fine).
     """
     from bench.protocol.schema import CHANNELS
     from bench.single_run import DataChoice, check_config, train_and_evaluate
