@@ -320,10 +320,13 @@ def format_plan(p: Plan) -> str:
         known = DATASET_SIZES.get(spec)
         return f"all {known[0]} classes" if known else "all classes"
 
+    split = data.get("split")
+    sides = (f"train {data['train']} ({classes(data['train'], data['train_classes'])}), "
+             f"test {data['test']} ({classes(data['test'], data['test_classes'])}), " if split is None else
+             f"pool {data['train']} split {split['test_classes']} of the classes for test (seed {split['seed']}), ")
     lines = [
         f"protocol {p.protocol.name} (hash {p.protocol.hash12}) from {p.protocol.source}",
-        f"data: train {data['train']} ({classes(data['train'], data['train_classes'])}), "
-        f"test {data['test']} ({classes(data['test'], data['test_classes'])}), "
+        f"data: {sides}"
         f"{data['image_size']}x{data['image_size']}, augmentation {data['augmentation'] or 'none'}",
         f"validation: {val['folds']} class-disjoint folds of the training classes"
         f"{' by ' + val['group_by'] if val['group_by'] else ''}, {val['use']} used per trial",

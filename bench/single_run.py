@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 from bench.errors import BenchError
 from bench.training import TrainConfig
@@ -65,9 +66,40 @@ def split_fingerprints(train_classes: tuple[int, ...], test_classes: tuple[int, 
     return {"split": fingerprint(train, test), "train": train.fingerprint, "test": test.fingerprint}
 
 
+@dataclass(frozen=True)
+class DataChoice:
+    """Which classes of which data, as a protocol's data section says it (`bench.protocol.schema`).
+
+    `train_classes`/`test_classes`: None (all), a count (a seeded sample) or
+    a list of ids or folder names; `split`: a count or fraction of test
+    classes cut from the one training dataset (then `test_spec` is ignored);
+    `resize` and `channels` as ``data.resize`` and ``data.channels``.
+    """
+
+    train_classes: int | list[int | str] | None = None
+    test_classes: int | list[int | str] | None = None
+    split: float | None = None
+    split_seed: int = 0
+    resize: str = "stretch"
+    channels: int | None = None
+
+    def section(self, train_spec: str, test_spec: str, size: int) -> dict[str, Any]:
+        """The equivalent ``data`` section, so `train` selects classes exactly as `run` does."""
+        split = None if self.split is None else {"test_classes": self.split, "seed": self.split_seed}
+        test = train_spec if split is not None else test_spec
+        if split is None and train_spec == test_spec and not (isinstance(self.train_classes, list)
+                                                              and isinstance(self.test_classes, list)):
+            raise BenchError("train and test name the same dataset: give disjoint --train-classes and "
+                             "--test-classes lists, or --split")
+        return {"train": train_spec, "test": test, "image_size": size, "resize": self.resize,
+                "channels": self.channels, "train_classes": self.train_classes, "test_classes": self.test_classes,
+                "split": split}
+
+
 def train_and_evaluate(config: TrainConfig, train_spec: str = DEFAULT_TRAIN, test_spec: str = DEFAULT_TEST,
                        data_root: str | None = None, size: int = 28, tracking_uri: str | None = None,
-                       experiment: str = "dmlbench-train", progress_bar: bool = False) -> SingleRun:
+                       experiment: str = "dmlbench-train", progress_bar: bool = False,
+                       choice: DataChoice | None = None) -> SingleRun:
     """Load, train, evaluate and record one run.
 
     `train_spec` and `test_spec` are dataset specs (`omniglot:background`);
@@ -76,7 +108,8 @@ def train_and_evaluate(config: TrainConfig, train_spec: str = DEFAULT_TRAIN, tes
     MLflow store (default: $MLFLOW_TRACKING_URI, then ./runs/mlflow.db);
     `progress_bar` draws a tqdm bar on stderr. A `BenchError` names a bad
     name, parameter or overlapping class sets; a diverged loss raises
-    `DivergedError`.
+    `DivergedError`. `choice` selects classes, splits one dataset, and sets
+    the resize mode and channels (default: every class, stretched, as stored).
     """
     from tqdm import tqdm
 
@@ -84,14 +117,16 @@ def train_and_evaluate(config: TrainConfig, train_spec: str = DEFAULT_TRAIN, tes
     from bench import tracking
     from bench.metrics import geometry
     from bench.training import evaluate, train
+    from bench.tuning._data import load_sides, make_guard, select_sides
 
     check_config(config)
-    train_data = datasets.load(train_spec, data_root, size)
-    test_data = datasets.load(test_spec, data_root, size)
-    shared = set(train_data.classes) & set(test_data.classes)
-    if shared:
-        raise BenchError(f"{train_spec} and {test_spec} share {len(shared)} classes: the test classes must be unseen")
-    lake_runs = datasets.load_lake_runs(data_root, size) if test_spec == DEFAULT_TEST else None
+    d = (choice or DataChoice()).section(train_spec, test_spec, size)
+    test_spec = d["test"]
+    train_all, test_all = load_sides(d, data_root)
+    train_split, test_split = select_sides(d, train_all, test_all, config.seed)
+    make_guard(d, train_all, test_all, test_split).check(train_split.classes, "train")
+    train_data, test_data = train_all.subset(train_split.classes), test_all.subset(test_split.classes)
+    lake_runs = datasets.load_lake_runs(data_root, size) if d["split"] is None and test_spec == DEFAULT_TEST else None
 
     uri = tracking.resolve_tracking_uri(tracking_uri)
     prints = split_fingerprints(train_data.classes, test_data.classes)
@@ -100,7 +135,9 @@ def train_and_evaluate(config: TrainConfig, train_spec: str = DEFAULT_TRAIN, tes
                                   command="train")
     run_name = f"{config.loss}+{config.miner or 'none'}/{config.trunk}/seed{config.seed}"
     with tracking.start_run(experiment, run_name, tags, tracking_uri=uri) as run_id:
-        tracking.log_params({**config.to_dict(), "train_data": train_spec, "test_data": test_spec, "size": size})
+        chosen = {k: d[k] for k in ("train_classes", "test_classes", "split", "channels") if d[k] is not None}
+        tracking.log_params({**config.to_dict(), "train_data": train_spec, "test_data": test_spec, "size": size,
+                             "resize": d["resize"], **{k: str(v) for k, v in chosen.items()}})
         bar = tqdm(total=config.iterations, desc="train", unit="it", file=sys.stderr, disable=not progress_bar,
                    leave=False)
 

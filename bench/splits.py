@@ -68,9 +68,29 @@ def split_classes(classes: Iterable[int], test_fraction: float, seed: int) -> tu
     if not 0.0 < float(test_fraction) < 1.0:
         raise BenchError(f"test_fraction must lie strictly between 0 and 1, got {test_fraction!r}")
     unique = _unique_classes(classes, 2, "a train/test split")
-    n_test = min(max(round(test_fraction * len(unique)), 1), len(unique) - 1)
+    return _cut(unique, min(max(round(test_fraction * len(unique)), 1), len(unique) - 1), seed)
+
+
+def _cut(unique: list[int], n_test: int, seed: int) -> tuple[ClassSplit, ClassSplit]:
     order = _shuffled(unique, seed)
     return ClassSplit("train", tuple(order[n_test:])), ClassSplit("test", tuple(order[:n_test]))
+
+
+def split_pool(classes: Iterable[int], test_classes: float, seed: int) -> tuple[ClassSplit, ClassSplit]:
+    """(train, test) of one pool: `test_classes` is a count (an integer >= 1) or a fraction in (0, 1).
+
+    What ``data.split`` of a protocol asks for; a count must leave at least
+    one training class, like a fraction.
+    """
+    if isinstance(test_classes, bool) or not isinstance(test_classes, (int, float)):
+        raise BenchError(f"data.split.test_classes: expected a count or a fraction, got {test_classes!r}")
+    if 0 < test_classes < 1:
+        return split_classes(classes, float(test_classes), seed)
+    unique = _unique_classes(classes, 2, "a train/test split")
+    if float(test_classes) != int(test_classes) or not 1 <= test_classes < len(unique):
+        raise BenchError(f"data.split.test_classes: expected a fraction in (0, 1) or a count from 1 to "
+                         f"{len(unique) - 1} (the pool has {len(unique)} classes), got {test_classes}")
+    return _cut(unique, int(test_classes), seed)
 
 
 def class_folds(

@@ -13,7 +13,7 @@ import torch
 from bench.data import load
 from bench.errors import BenchError
 from bench.samplers import PKSampler
-from bench.splits import ClassSplit, class_folds, fingerprint, split_classes
+from bench.splits import ClassSplit, class_folds, fingerprint, split_classes, split_pool
 
 # --------------------------------------------------------------------------- splits
 
@@ -201,3 +201,14 @@ def test_pk_replacement_only_where_a_class_is_too_small() -> None:
     assert repeats[0] == repeats[1] == 300  # 4 draws from 2 or 3 members (pigeonhole)
     assert repeats[2] == repeats[3] == repeats[4] == 0
     assert len(seen_large) > 600 and max(seen_large) > sum(sizes) - 20  # the whole large class is reachable
+
+
+def test_split_pool_takes_a_fraction_or_a_count() -> None:
+    assert split_pool(range(10), 0.3, 5) == split_classes(range(10), 0.3, 5)
+    train, test = split_pool(range(10), 4, 5)
+    assert len(test) == 4 and len(train) == 6 and not set(train.classes) & set(test.classes)
+    assert split_pool(range(10), 4, 5) == (train, test) and split_pool(range(10), 4, 6) != (train, test)
+    assert split_pool(range(10), 4.0, 5) == (train, test)
+    for bad in (10, 0, 2.5, True):
+        with pytest.raises(BenchError):
+            split_pool(range(10), bad, 5)

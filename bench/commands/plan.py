@@ -37,11 +37,15 @@ def rows(p: Plan) -> list[dict[str, Any]]:
 @quiet_option
 def command(file: str, fmt: str, quiet: bool) -> int:
     """Expand protocol FILE into cells (loss x miner), print dropped pairs, budget and time estimate."""
+    from bench.data import check_path
     from bench.plan import format_plan, plan
     from bench.probe import check_live
     from bench.protocol import load_protocol
 
-    p = plan(load_protocol(file))
+    protocol = load_protocol(file)
+    for side in ("train", "test"):
+        check_path(protocol.doc["data"][side])  # no class count for data that does not exist
+    p = plan(protocol)
     check_live(p)  # a dead search parameter would waste the budget: refuse before the sweep
     emit(fmt, lambda: format_plan(p), lambda: rows(p))
     return 0

@@ -31,6 +31,34 @@ def parse_params(pairs: tuple[str, ...], option: str) -> dict[str, Any]:
     return params
 
 
+def parse_classes(text: str | None, option: str) -> int | list[int | str] | None:
+    """``12`` (a seeded sample of 12 classes) or ``a,b,3`` (those classes: folder names or ids), as in a protocol."""
+    if text is None:
+        return None
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if len(items) == 1 and items[0].isdigit() and "," not in text:
+        count = int(items[0])
+        if count < 2:
+            raise BenchError(f"{option}: expected a count of at least 2 classes or a list, got {text!r}")
+        return count
+    if len(items) < 2 or len(set(items)) != len(items):
+        raise BenchError(f"{option}: expected at least 2 distinct classes separated by commas, got {text!r}")
+    return [int(item) if item.lstrip("-").isdigit() else item for item in items]
+
+
+def parse_split(text: str | None) -> float | None:
+    """``0.5`` (a fraction of the classes) or ``10`` (a count) held out as test classes."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise BenchError(f"--split: expected a fraction in (0, 1) or a count of test classes, got {text!r}") from None
+    if not (0 < value < 1 or (value >= 1 and value.is_integer())):
+        raise BenchError(f"--split: expected a fraction in (0, 1) or a count of test classes, got {text!r}")
+    return value if value < 1 else int(value)
+
+
 def _table(metrics: dict[str, float]) -> str:
     width = max(map(len, metrics))
     return "\n".join(f"{name:<{width}}  {value:.4f}" for name, value in metrics.items())
@@ -40,6 +68,18 @@ def _table(metrics: dict[str, float]) -> str:
 @click.option("--data", "train_spec", default=DEFAULT_TRAIN, show_default=True, help="training classes (dataset spec)")
 @click.option("--test-data", "test_spec", default=DEFAULT_TEST, show_default=True,
               help="test classes (dataset spec), disjoint from the training classes")
+@click.option("--train-classes", default=None, metavar="N|A,B,...",
+              help="training classes: a count (seeded sample) or a comma list of ids or folder names")
+@click.option("--test-classes", default=None, metavar="N|A,B,...",
+              help="test classes: a count (seeded sample) or a comma list of ids or folder names")
+@click.option("--split", default=None, metavar="FRACTION|COUNT",
+              help="hold out this fraction or count of --data's classes as test classes (seeded by --seed)")
+@click.option("--resize", type=click.Choice(["stretch", "pad", "center_crop"]), default="stretch",
+              show_default=True, help="how a non-square image becomes square")
+@click.option("--channels", type=click.Choice(["1", "3", "grey", "rgb"]), default=None,
+              help="image channels given to the trunk (default: as stored)")
+@click.option("--threads", default=None, type=click.IntRange(min=1),
+              help="torch CPU threads (default: torch's, one per core)")
 @click.option("--data-root", default=None, help="folder holding the datasets (default: $DMLBENCH_DATA, ../shared/data)")
 @click.option("--size", default=28, show_default=True, help="image side in pixels")
 @click.option("--trunk", default="conv4", show_default=True, help="trunk name (see `dmlbench list --kind trunk`)")
@@ -70,17 +110,24 @@ def _table(metrics: dict[str, float]) -> str:
 @click.option("--experiment", default="dmlbench-train", show_default=True, help="MLflow experiment")
 @format_option
 @quiet_option
-def command(train_spec: str, test_spec: str, data_root: str | None, size: int, trunk: str,
+def command(train_spec: str, test_spec: str, train_classes: str | None, test_classes: str | None,
+            split: str | None, resize: str, channels: str | None, threads: int | None, data_root: str | None, size: int, trunk: str,
             trunk_param: tuple[str, ...], embedding_dim: int, loss: str, loss_param: tuple[str, ...],
             miner: str | None, miner_param: tuple[str, ...], P: int, K: int, iterations: int, optimizer: str,
             lr: float, weight_decay: float, augmentation: str | None, seed: int, precision: str, schedule: str,
             warmup: int, device: str, tracking_uri: str | None, experiment: str, fmt: str, quiet: bool) -> int:
     """Train one trunk with one loss (and miner), evaluate on the test classes, log to MLflow.
 
-    Exit 1 when the loss diverges (the MLflow run is recorded as failed).
+    Exit 1 when the loss diverges (the MLflow run is recorded as failed);
+    2 on bad input; 3 when a test class is also a training class (compared
+    by dataset and class name, so two folders that both number from 0 are fine).
     """
-    from bench.single_run import check_config, train_and_evaluate
+    from bench.protocol.schema import CHANNELS
+    from bench.single_run import DataChoice, check_config, train_and_evaluate
     from bench.training import TrainConfig
+
+    choice = DataChoice(parse_classes(train_classes, "--train-classes"), parse_classes(test_classes, "--test-classes"),
+                        parse_split(split), seed, resize, None if channels is None else CHANNELS[channels])
 
     miner_params = parse_params(miner_param, "--miner-param")
     if miner is None and miner_params:
@@ -96,8 +143,12 @@ def command(train_spec: str, test_spec: str, data_root: str | None, size: int, t
     from bench.cli import quiet_libraries
 
     quiet_libraries()
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
     run = train_and_evaluate(config, train_spec, test_spec, data_root, size, tracking_uri, experiment,
-                             progress_bar=not quiet)
+                             progress_bar=not quiet, choice=choice)
     emit(fmt, lambda: _table(run.metrics), lambda: [{"metric": k, "value": v} for k, v in run.metrics.items()],
          lambda: {"metrics": run.metrics, "run_id": run.run_id, "tracking_uri": run.tracking_uri})
     log.info(f"MLflow run {run.run_id} in {run.tracking_uri}")

@@ -6,17 +6,50 @@ expected``; the exit status is 2 when any file has one, so CI can gate on it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import click
 
 from bench.commands._output import quiet_option
 from bench.errors import BenchError
 
+if TYPE_CHECKING:
+    from bench.protocol import Protocol
+
+
+def data_lines(protocol: Protocol, data_root: str | None) -> list[str]:
+    """Load and split the protocol's data as `run` would; one line per split with its class and sample counts.
+
+    Missing or unreadable paths, unknown class names, a channel mismatch
+    between train and test, too few samples or classes for P x K: all
+    surface here as a BenchError, before a sweep.
+    """
+    from bench.data import check_path
+    from bench.tuning import prepare
+
+    d = protocol.doc["data"]
+    for side in ("train", "test"):
+        check_path(d[side])
+    prepared = prepare(protocol, data_root)
+
+    def counts(data: Any) -> str:
+        return f"{len(data.classes)} classes, {len(data)} samples, inputs {'x'.join(map(str, data.x.shape[1:]))}"
+
+    lines = [f"  train {d['train']}: {counts(prepared.train)}", f"  test {d['test']}: {counts(prepared.test)}"]
+    for i in range(len(prepared.folds)):
+        fold_train, fold_val = prepared.fold(i)
+        lines.append(f"  fold {i}: train {counts(fold_train)}; validation {counts(fold_val)}")
+    return lines
+
 
 @click.command("validate")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--data-root", default=None, help="folder holding the datasets (default: $DMLBENCH_DATA, ../shared/data)")
+@click.option("--no-data", is_flag=True, help="check the files only: do not load the data")
 @quiet_option
-def command(files: tuple[str, ...], quiet: bool) -> int:
-    """Check protocol FILES against the schema and the registry; print each one's hash.
+def command(files: tuple[str, ...], data_root: str | None, no_data: bool, quiet: bool) -> int:
+    """Check protocol FILES against the schema and the registry, then load and split their data; print each one's hash
+    and the class and sample counts of every split.
 
     Exit 0 when every file is valid, 2 when any has a problem (all are listed).
     """
@@ -29,6 +62,7 @@ def command(files: tuple[str, ...], quiet: bool) -> int:
         try:
             protocol = load_protocol(path)
             check_live(plan(protocol))
+            found = [] if no_data else data_lines(protocol, data_root)
         except ProtocolError as e:
             problems += e.problems
             continue
@@ -36,6 +70,8 @@ def command(files: tuple[str, ...], quiet: bool) -> int:
             problems.append(str(e))
             continue
         click.echo(f"{path}: ok, protocol {protocol.name}, hash {protocol.hash12}")
+        for line in found:
+            click.echo(line)
     if problems:
         for line in problems[:-1]:
             click.echo(f"dmlbench: error: {line}", err=True)

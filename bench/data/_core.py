@@ -257,6 +257,48 @@ def _area_matrix(n_in: int, n_out: int) -> np.ndarray:
     return (overlap / scale).astype(np.float32)
 
 
+def fit_square(images: np.ndarray, mode: str) -> np.ndarray:
+    """(N, C, H, W) made square before resizing, as the protocol's ``data.resize`` says.
+
+    ``stretch`` keeps every pixel and changes the aspect ratio; ``pad`` keeps
+    the aspect ratio and adds zeros (black) around the short side, centred;
+    ``center_crop`` keeps the aspect ratio and drops the ends of the long side.
+    """
+    h, w = images.shape[-2:]
+    if mode == "stretch" or h == w:
+        return images
+    if mode == "pad":
+        side = max(h, w)
+        top, left = (side - h) // 2, (side - w) // 2
+        out = np.zeros((*images.shape[:-2], side, side), dtype=images.dtype)
+        out[..., top : top + h, left : left + w] = images
+        return out
+    if mode == "center_crop":
+        side = min(h, w)
+        top, left = (h - side) // 2, (w - side) // 2
+        return images[..., top : top + side, left : left + side]
+    raise BenchError(f"data.resize: expected one of stretch, pad, center_crop, got {mode!r}")
+
+
+def with_channels(data: LabeledData, channels: int | None) -> LabeledData:
+    """Images with `channels` channels: grey repeated to RGB, RGB to grey by ITU-R 601 luma; None keeps them.
+
+    Applied the same way to train and test, so a colour train set and a grey
+    test set meet the trunk with one shape instead of crashing after training.
+    """
+    if channels is None or data.x.dim() != 4 or data.x.shape[1] == channels:
+        return data
+    have = int(data.x.shape[1])
+    if channels == 3 and have == 1:
+        x = data.x.repeat(1, 3, 1, 1)
+    elif channels == 1 and have == 3:
+        weights = torch.tensor([0.299, 0.587, 0.114], dtype=torch.float32).view(1, 3, 1, 1)
+        x = (data.x * weights).sum(dim=1, keepdim=True).clamp_(0.0, 1.0)
+    else:
+        raise BenchError(f"{data.name}: cannot turn {have}-channel images into {channels} channels")
+    return LabeledData(x.contiguous(), data.y, data.name, dict(data.meta))
+
+
 def resize_area(
     images: np.ndarray, size: int, convert: Callable[[np.ndarray], np.ndarray] | None = None, chunk: int = 1024
 ) -> np.ndarray:

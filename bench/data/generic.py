@@ -3,7 +3,8 @@
 Both go through the same checks as the built-in datasets, so a protocol
 can swap Omniglot for its own data without surprises: images become
 float32 in [0, 1] at ``size x size`` (area resampling; a non-square image
-is stretched), labels int64, at least two classes.
+is stretched, padded or centre-cropped as ``data.resize`` says), labels
+int64, at least two classes.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from bench.data._core import LabeledData, resize_area
+from bench.data._core import LabeledData, fit_square, resize_area
 from bench.errors import BenchError
 
 _GRAY_MODES = {"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "F", "La"}
 
 
-def load_folder(path: str | Path, size: int = 28) -> LabeledData:
+def load_folder(path: str | Path, size: int = 28, resize: str = "stretch") -> LabeledData:
     """Images under ``path/<class>/``, class ids 0.. in sorted folder-name order.
 
     Channels are decided for the whole set: one colour image makes every
@@ -45,7 +46,7 @@ def load_folder(path: str | Path, size: int = 28) -> LabeledData:
             images.append(_read_image(file))
             labels.append(label)
     channels = 3 if any(im.shape[0] == 3 for im in images) else 1
-    x = np.concatenate([resize_area(_to_channels(im, channels)[None], size) for im in images])
+    x = np.concatenate([resize_area(fit_square(_to_channels(im, channels)[None], resize), size) for im in images])
     meta = {"class_names": {i: d.name for i, d in enumerate(class_dirs)}, "source": str(root)}
     return LabeledData(torch.from_numpy(x), torch.tensor(labels, dtype=torch.int64), f"folder:{root}", meta)
 
@@ -78,7 +79,7 @@ def _to_channels(image: np.ndarray, channels: int) -> np.ndarray:
     return np.repeat(image, channels, axis=0) if image.shape[0] != channels else image
 
 
-def load_npz(path: str | Path, size: int = 28) -> LabeledData:
+def load_npz(path: str | Path, size: int = 28, resize: str = "stretch") -> LabeledData:
     """``x`` of shape (N, H, W), (N, C, H, W) or (N, D) and ``y`` of shape (N,).
 
     Images (3-D or 4-D ``x``) are uint8 (0..255), bool, or floats in [0, 1],
@@ -111,7 +112,7 @@ def load_npz(path: str | Path, size: int = 28) -> LabeledData:
         xs = x.astype(np.float32)
     else:
         images = x[:, None] if x.ndim == 3 else x
-        xs = resize_area(images, size, convert=lambda b: _image_values(b, file))
+        xs = resize_area(fit_square(images, resize), size, convert=lambda b: _image_values(b, file))
     return LabeledData(torch.from_numpy(xs), torch.from_numpy(y.astype(np.int64)), f"npz:{file}", {"source": str(file)})
 
 

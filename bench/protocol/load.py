@@ -155,6 +155,8 @@ def parse_protocol(text: str, source: str = "<protocol>") -> Protocol:
         report.raise_if_any()
     _check_schema(raw, report)
     report.raise_if_any()
+    _check_data_sources(raw["data"], report)
+    report.raise_if_any()
     doc = _with_defaults(raw)
     _check_semantics(doc, report)
     report.raise_if_any()
@@ -214,6 +216,7 @@ def _check_schema(raw: dict[str, Any], report: _Reporter) -> None:
 
 def _with_defaults(raw: dict[str, Any]) -> dict[str, Any]:
     doc = copy.deepcopy(raw)
+    _normalise_data(doc["data"], raw.get("seed", DEFAULTS["seed"]))
     for dotted, value in DEFAULTS.items():
         *parents, key = dotted.split(".")
         target = doc
@@ -322,18 +325,73 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
     if validation["use"] > validation["folds"]:
         report.add(("data", "validation", "use"), f"expected at most folds={validation['folds']}, "
                    f"got {validation['use']}")
-    train_c, test_c = doc["data"]["train_classes"], doc["data"]["test_classes"]
-    if isinstance(train_c, list) and isinstance(test_c, list) and set(train_c) & set(test_c):
-        shared = sorted(set(train_c) & set(test_c))
-        report.add(("data", "test_classes"), f"test classes must be unseen in training; shared with "
-                   f"train_classes: {', '.join(map(str, shared[:5]))}")
-    if doc["data"]["train"] == doc["data"]["test"] and not (isinstance(train_c, list) and isinstance(test_c, list)):
-        report.add(("data", "test"), "train and test name the same dataset: give disjoint class lists in "
-                   "train_classes and test_classes")
+    _check_data_classes(doc["data"], report)
     pruner = doc["tuning"]["pruner"]
     if pruner["type"] != "none" and pruner["check_every"] > doc["training"]["iterations"]:
         report.add(("tuning", "pruner", "check_every"),
                    f"expected at most training.iterations={doc['training']['iterations']}, got {pruner['check_every']}")
+
+
+# --------------------------------------------------------------------------- data and split
+
+
+def _check_data_sources(data: dict[str, Any], report: _Reporter) -> None:
+    """Either one `pool` split for the user, or `train` and `test` (before the pool is normalised away)."""
+    if "pool" in data:
+        for key in ("train", "test", "train_classes", "test_classes"):
+            if key in data:
+                report.add(("data", key), f"data.pool is split by data.split: remove data.{key}")
+        if "split" not in data:
+            report.add(("data", "split"), "data.pool needs data.split, e.g. {test_classes: 0.5, seed: 0}")
+        return
+    for key in ("train", "test"):
+        if key not in data:
+            report.add(("data", key), "missing: a required key")
+
+
+def _normalise_data(data: dict[str, Any], seed: int) -> None:
+    """One canonical form, so equal meanings hash equal: a pool is train = test = pool with a split;
+    the split's seed defaults to the protocol seed; channel names become 1 or 3; defaults of the
+    image options are dropped (their absence is the default, and old protocols keep their hash)."""
+    from bench.protocol.schema import CHANNELS
+
+    if "pool" in data:
+        data["train"] = data["test"] = data.pop("pool")
+    if "split" in data:
+        data["split"].setdefault("seed", seed)
+        count = data["split"]["test_classes"]
+        if isinstance(count, float) and count.is_integer():
+            data["split"]["test_classes"] = int(count)
+    if data.get("resize") == "stretch":
+        del data["resize"]
+    if "channels" in data:
+        channels = data.pop("channels")
+        if channels is not None:
+            data["channels"] = CHANNELS[str(channels)]
+
+
+def _check_data_classes(data: dict[str, Any], report: _Reporter) -> None:
+    """Test classes unseen in training, as far as the protocol alone can tell (the data says the rest)."""
+    train_c, test_c = data["train_classes"], data["test_classes"]
+    split = data.get("split")
+    if split is not None:
+        if data["train"] != data["test"]:
+            report.add(("data", "split"), "data.split divides one dataset: give data.pool (or the same train and test)")
+        for key in ("train_classes", "test_classes"):
+            if data[key] is not None:
+                report.add(("data", key), f"data.split chooses the classes: remove data.{key}")
+        if split["test_classes"] > 1 and not isinstance(split["test_classes"], int):
+            report.add(("data", "split", "test_classes"), "expected a count (an integer) or a fraction in (0, 1), "
+                       f"got {split['test_classes']}")
+        return
+    same = data["train"] == data["test"]  # across two datasets, class identities are compared on the data
+    if same and isinstance(train_c, list) and isinstance(test_c, list) and set(train_c) & set(test_c):
+        shared = sorted(set(train_c) & set(test_c), key=str)
+        report.add(("data", "test_classes"), f"test classes must be unseen in training; shared with "
+                   f"train_classes: {', '.join(map(str, shared[:5]))}")
+    if same and not (isinstance(train_c, list) and isinstance(test_c, list)):
+        report.add(("data", "test"), "train and test name the same dataset: give disjoint class lists in "
+                   "train_classes and test_classes, or data.split")
 
 
 def _check_param_names(entry: Any, names: dict[str, Any], path: tuple, report: _Reporter,

@@ -55,9 +55,24 @@ CLASSES = {
     "oneOf": [
         {"type": "null"},
         {"type": "integer", "minimum": 2},
-        {"type": "array", "items": {"type": "integer"}, "minItems": 2, "uniqueItems": True},
+        {"type": "array", "items": {"type": ["integer", "string"]}, "minItems": 2, "uniqueItems": True},
     ]
 }
+
+# One dataset split for the user: test_classes is a count (an integer >= 1) or a fraction in (0, 1).
+SPLIT = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["test_classes"],
+    "properties": {
+        "test_classes": {"type": "number", "exclusiveMinimum": 0},
+        "seed": {"type": "integer", "minimum": 0},
+    },
+}
+
+# How images of any size and aspect ratio become the trunk's square input, the same for train and test.
+RESIZE_MODES = ("stretch", "pad", "center_crop")
+CHANNELS = {"1": 1, "grey": 1, "gray": 1, "3": 3, "rgb": 3}
 
 # The learning-rate schedule; bench.training.schedule_problem checks what a schema cannot (warmup < budget).
 SCHEDULE = {
@@ -87,10 +102,14 @@ SCHEMA: dict[str, Any] = {
         "data": {
             "type": "object",
             "additionalProperties": False,
-            "required": ["train", "test", "image_size", "validation"],
+            "required": ["image_size", "validation"],
             "properties": {
                 "train": {"type": "string"},
                 "test": {"type": "string"},
+                "pool": {"type": "string"},
+                "split": SPLIT,
+                "resize": {"enum": list(RESIZE_MODES)},
+                "channels": {"enum": [None, 1, 3, "grey", "gray", "rgb"]},
                 "train_classes": CLASSES,
                 "test_classes": CLASSES,
                 "image_size": _POS_INT,

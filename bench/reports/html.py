@@ -115,6 +115,7 @@ STYLE = """
 body { font-family: sans-serif; margin: 1.5em; color: #222; }
 table { border-collapse: collapse; font-size: 13px; }
 th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: left; vertical-align: top; }
+.warning { background: #fff3cd; border: 1px solid #e0a800; padding: 6px 10px; }
 th { background: #f0f0f0; cursor: pointer; user-select: none; }
 th[aria-sort=ascending]::after { content: " \\25B2"; }
 th[aria-sort=descending]::after { content: " \\25BC"; }
@@ -207,6 +208,7 @@ def plots(board: Board, art: Artifacts) -> str:
 def render(board: Board, art: Artifacts) -> str:
     """The whole page as one string."""
     foot = "".join(f"<li>{escape(line).replace('`', '')}</li>" for line in footer_lines(board))
+    warns = "".join(f'<p class="warning"><strong>Warning:</strong> {escape(w)}</p>' for w in board.warnings)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>dmlbench leaderboard: {escape(board.protocol)}</title>
@@ -215,6 +217,7 @@ def render(board: Board, art: Artifacts) -> str:
 <h1>dmlbench leaderboard: {escape(board.protocol)}</h1>
 <p>Cells ranked by mean test <code>{escape(board.primary)}</code> over final seeds; each metric as mean [95% t-interval over seeds]. Click a column header to sort.</p>
 <p>{escape(NOTES)}</p>
+{warns}
 {table(board)}
 {plots(board, art)}
 <footer><ul>{foot}</ul></footer>

@@ -23,7 +23,7 @@ import pandas as pd
 
 from bench.reports import edges, floor
 from bench.reports.source import Results
-from bench.reports.stats import Interval, spearman, t_interval
+from bench.reports.stats import Interval, spearman, t_interval, within
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,37 @@ class Board:
         """Spearman correlation of validation and test primary metric across cells (tuning transfer)."""
         return spearman([r.validation for r in self.rows], [r.metrics[self.primary].mean for r in self.rows])
 
+    @property
+    def warnings(self) -> list[str]:
+        """What makes the table mean less than it seems; shown above it (Markdown, HTML and terminal).
+
+        With fewer than 3 final seeds a t interval rests on 1 or 2 degrees of
+        freedom (or is absent); a validation/test rank correlation below 0.5
+        means the tuning ranks cells differently from the test, so the tuned
+        values say little about the test ranking.
+        """
+        out = []
+        seeds = [r.n_seeds for r in self.rows]
+        if seeds and min(seeds) < MIN_SEEDS:
+            out.append(f"only {min(seeds)} final seed(s) in some cells (fewer than {MIN_SEEDS}): "
+                       "the intervals are wide or missing, and the ranking may not hold")
+        rho = self.transfer
+        if math.isfinite(rho) and rho < MIN_TRANSFER:
+            out.append(f"validation/test rank correlation (Spearman) of {self.primary} is {rho:.2f}, below "
+                       f"{MIN_TRANSFER}: the cells' validation scores do not predict their test ranking, so tuning "
+                       "results mean little here")
+        return out
+
+    @property
+    def clipped(self) -> bool:
+        """Whether any printed interval was clipped to its metric's range."""
+        rows = [iv for r in self.rows for iv in r.metrics.values()] + list(self.floor.values())
+        return any(iv.clipped for iv in rows)
+
+
+MIN_SEEDS = 3  # fewer final seeds get a warning on the leaderboard
+MIN_TRANSFER = 0.5  # a lower validation/test Spearman gets a warning
+
 
 def _params(text: Any) -> dict[str, Any]:
     if isinstance(text, dict):
@@ -131,7 +162,7 @@ def build(res: Results) -> Board:
                 rank=0,
                 cell=cell,
                 n_seeds=len(rows),
-                metrics={m: t_interval(rows[m].to_numpy(dtype=float)) for m in metrics},
+                metrics={m: within(t_interval(rows[m].to_numpy(dtype=float)), m) for m in metrics},
                 validation=_first_number(rows, f"val_{primary}"),
                 iterations=_first_number(rows, "iterations"),
                 total_iterations=total("iterations"),
@@ -152,7 +183,7 @@ def build(res: Results) -> Board:
         return (-m if math.isfinite(m) else math.inf, r.cell)
 
     ranked = [Row(**{**r.__dict__, "rank": i + 1}) for i, r in enumerate(sorted(unranked, key=key))]
-    floor_row = {m: t_interval(res.floor_values(m)[0]) for m in metrics} if res.floor is not None else {}
+    floor_row = {m: within(t_interval(res.floor_values(m)[0]), m) for m in metrics} if res.floor is not None else {}
     return Board(res.protocol, res.protocol_hash, primary, metrics, ranked, res.fingerprints, res.manifest,
                  floor_row, plan is not None)
 
@@ -187,7 +218,12 @@ def fmt_interval(iv: Interval, digits: int = 3) -> str:
         return "-"
     if not iv.defined:
         return f"{iv.mean:.{digits}f} (n={iv.n})"
-    return f"{iv.mean:.{digits}f} [{iv.low:.{digits}f}, {iv.high:.{digits}f}]"
+    return f"{iv.mean:.{digits}f} [{iv.low:.{digits}f}, {iv.high:.{digits}f}]{CLIP_MARK if iv.clipped else ''}"
+
+
+CLIP_MARK = "*"
+CLIP_NOTE = (f"{CLIP_MARK} interval clipped to the metric's range ([0, 1]; AMI only at 1): the t interval "
+             "reached beyond a value any run can take")
 
 
 def fmt_params(params: dict[str, Any]) -> str:
@@ -232,6 +268,8 @@ def footer_lines(board: Board) -> list[str]:
     else:
         lines.append("no floor row: these results have no floor.csv (the untrained trunk was not evaluated), "
                      "so no cell can be marked collapsed")
+    if board.clipped:
+        lines.append(CLIP_NOTE)
     if not board.edges_known:
         lines.append("tuned values not checked against their search ranges: the protocol file with this hash "
                      "was not found")
@@ -273,6 +311,7 @@ def markdown(board: Board) -> str:
         n = max(iv.n for iv in board.floor.values())
         out.append("| " + " | ".join(["floor", "untrained trunk", str(n), *floor_cells(board), "-", "-", "-",
                                        "the same trunk before training"]) + " |")
+    out += [line for w in board.warnings for line in ("", f"> **Warning:** {w}")]  # right under the table
     out += ["", "---", ""]
     out += [f"- {line}" for line in footer_lines(board)]
     out.append(f"- validation/test rank correlation (Spearman) of `{board.primary}`: {fmt(board.transfer, 2)}")
@@ -298,7 +337,8 @@ def text(board: Board, columns: tuple[str, ...] = ("precision_at_1", "lake_accur
     def line(cells: list[str]) -> str:
         return "  ".join(c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
 
-    out = [line(head), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+    out = [*(f"warning: {w}" for w in board.warnings), line(head), line(["-" * w for w in widths]),
+           *(line(r) for r in rows)]
     refused = board.manifest.get("refused") or {}
     out += [f"left out (budget audit): {cell}: {why}" for cell, why in refused.items()]
     out += [f"{r.cell}: {note}" for r in board.rows for note in r.notes]

@@ -48,10 +48,32 @@ class Interval:
     low: float
     high: float
     n: int
+    clipped: bool = False  # a bound was moved to the metric's range (see `within`)
 
     @property
     def defined(self) -> bool:
         return math.isfinite(self.low) and math.isfinite(self.high)
+
+
+# The range each metric can take; an interval reaching beyond it is clipped for display (`within`).
+# AMI can fall below 0 (worse than chance), so only its top is bounded.
+METRIC_RANGES: dict[str, tuple[float, float]] = {
+    "precision_at_1": (0.0, 1.0), "r_precision": (0.0, 1.0), "map_at_r": (0.0, 1.0), "recall_at_k": (0.0, 1.0),
+    "nmi": (0.0, 1.0), "ami": (-math.inf, 1.0), "lake_accuracy": (0.0, 1.0),
+}
+
+
+def within(iv: Interval, metric: str) -> Interval:
+    """The interval with its bounds clipped to the metric's range, marked `clipped` when that changed them.
+
+    A t interval is symmetric around the mean, so three seeds near 1.0 give
+    a high bound above 1: a value no run can reach. The mean is never moved.
+    """
+    key = "recall_at_k" if metric.startswith("recall_at_") else metric  # one column per k
+    bottom, top = METRIC_RANGES.get(key, (-math.inf, math.inf))
+    if not iv.defined or (bottom <= iv.low and iv.high <= top):
+        return iv
+    return Interval(iv.mean, max(iv.low, bottom), min(iv.high, top), iv.n, clipped=True)
 
 
 def t_interval(values: Sequence[float] | np.ndarray, level: float = LEVEL) -> Interval:

@@ -9,13 +9,13 @@ bug elsewhere says.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from bench.errors import BenchError
 from bench.protocol import Protocol
-from bench.splits import ClassSplit, class_folds
+from bench.splits import ClassSplit, class_folds, split_pool
 
 
 class TestLeakError(BenchError):
@@ -27,16 +27,29 @@ class TestLeakError(BenchError):
 
 
 class TestClassGuard:
-    """Refuses any data that shares a class with the test split."""
+    """Refuses any data that shares a class with the test split.
+
+    Classes are compared by identity (`bench.data.class_keys`: the dataset
+    and the class's name), not by number: two folders of one's own both
+    number from 0. Without keys, ids are identities (one dataset).
+    """
 
     __test__ = False  # not a pytest class, despite the name
 
-    def __init__(self, test: ClassSplit) -> None:
+    def __init__(self, test: ClassSplit, test_keys: Mapping[int, Hashable] | None = None,
+                 train_keys: Mapping[int, Hashable] | None = None) -> None:
         self.test = test
-        self._classes = frozenset(test.classes)
+        self._test_keys = dict(test_keys or {})
+        self._train_keys = dict(train_keys or {})
+        self._classes = frozenset(self._test_keys.get(c, c) for c in test.classes)
+
+    def _key(self, c: int) -> Hashable:
+        """A training class's identity; an id the training data does not hold is taken as the test data's id
+        (data that mixed in test samples is refused, not waved through as an unknown class)."""
+        return self._train_keys.get(c, self._test_keys.get(c, c))
 
     def check(self, classes: Sequence[int], role: str) -> ClassSplit:
-        shared = self._classes.intersection(int(c) for c in classes)
+        shared = {int(c) for c in classes if self._key(int(c)) in self._classes}
         if shared:
             shown = ", ".join(map(str, sorted(shared)[:5]))
             raise TestLeakError(f"{role} data contains {len(shared)} test class(es) ({shown}): "
@@ -77,19 +90,76 @@ class Prepared:
                 "folds": [{"train": t.fingerprint, "validation": v.fingerprint} for t, v in self.folds]}
 
 
-def _select(classes: Sequence[int], wanted: Any, seed: int, side: str, spec: str) -> tuple[int, ...]:
-    """All classes, exactly the listed ones, or a seeded sample of n (sha256 order: platform-independent)."""
+def _select(classes: Sequence[int], wanted: Any, seed: int, side: str, spec: str,
+            names: Mapping[int, str] | None = None) -> tuple[int, ...]:
+    """All classes, exactly the listed ones (ids, or folder names), or a seeded sample of n (sha256 order)."""
     if wanted is None:
         return tuple(classes)
     if isinstance(wanted, list):
-        missing = sorted(set(wanted) - set(classes))
-        if missing:
-            raise BenchError(f"data.{side}_classes: {spec} has no class {missing[0]}")
-        return tuple(sorted(wanted))
+        return tuple(sorted(class_ids(wanted, classes, names or {}, f"data.{side}_classes", spec)))
     if wanted > len(classes):
         raise BenchError(f"data.{side}_classes: asked for {wanted} classes, {spec} has {len(classes)}")
     order = sorted(classes, key=lambda c: hashlib.sha256(f"{seed}:{side}:{c}".encode()).hexdigest())
     return tuple(sorted(order[:wanted]))
+
+
+def class_ids(wanted: Sequence[int | str], classes: Sequence[int], names: Mapping[int, str], where: str,
+              spec: str) -> list[int]:
+    """Class ids from a list of ids or class names (a folder's sub-folder names are its class names)."""
+    present = set(classes)
+    by_name = {str(n): int(c) for c, n in names.items() if int(c) in present}
+    out = []
+    for item in wanted:
+        if isinstance(item, str):
+            if item not in by_name:
+                known = ", ".join(sorted(by_name)[:5]) or "none: its classes have no names, give ids"
+                raise BenchError(f"{where}: {spec} has no class named {item!r} (names: {known})")
+            out.append(by_name[item])
+        elif int(item) not in present:
+            raise BenchError(f"{where}: {spec} has no class {item}")
+        else:
+            out.append(int(item))
+    if len(set(out)) != len(out):
+        raise BenchError(f"{where}: a class is named twice (by id and by name)")
+    return out
+
+
+def load_sides(d: Mapping[str, Any], data_root: str | None) -> tuple[Any, Any]:
+    """The train and test datasets of a protocol's data section, as the trunk will see them.
+
+    A channel mismatch is refused here, before any training: the trunk is
+    built for the training images and would crash on the test images.
+    """
+    from bench import data as datasets
+
+    options = {"size": d["image_size"], "resize": d.get("resize", "stretch"), "channels": d.get("channels")}
+    train_all = datasets.load(d["train"], data_root, **options)
+    test_all = train_all if d["test"] == d["train"] else datasets.load(d["test"], data_root, **options)
+    if train_all.x.shape[1:] != test_all.x.shape[1:]:
+        hint = "set data.channels: 1 or 3" if train_all.x.dim() == test_all.x.dim() == 4 else "use one kind of input"
+        raise BenchError(f"data: train {d['train']} gives inputs of shape {tuple(train_all.x.shape[1:])}, test "
+                         f"{d['test']} {tuple(test_all.x.shape[1:])}: {hint}")
+    return train_all, test_all
+
+
+def select_sides(d: Mapping[str, Any], train_all: Any, test_all: Any, seed: int) -> tuple[ClassSplit, ClassSplit]:
+    """The (train, test) class splits: a seeded split of one pool, or each side's own selection."""
+    split = d.get("split")
+    if split is not None:
+        return split_pool(train_all.classes, split["test_classes"], split["seed"])
+    train = _select(train_all.classes, d["train_classes"], seed, "train", d["train"], train_all.meta.get("class_names"))
+    test = _select(test_all.classes, d["test_classes"], seed, "test", d["test"], test_all.meta.get("class_names"))
+    return ClassSplit("train", train), ClassSplit("test", test)
+
+
+def make_guard(d: Mapping[str, Any], train_all: Any, test_all: Any, test_split: ClassSplit) -> TestClassGuard:
+    """The guard for these two datasets: by identity when they differ, by id when they are one."""
+    if d["train"] == d["test"]:
+        return TestClassGuard(test_split)
+    from bench import data as datasets
+
+    return TestClassGuard(test_split, datasets.class_keys(d["test"], test_all),
+                          datasets.class_keys(d["train"], train_all))
 
 
 def prepare(protocol: Protocol, data_root: str | None = None) -> Prepared:
@@ -99,14 +169,11 @@ def prepare(protocol: Protocol, data_root: str | None = None) -> Prepared:
     from bench import data as datasets
 
     d, t = protocol.doc["data"], protocol.doc["training"]
-    train_all = datasets.load(d["train"], data_root, d["image_size"])
-    test_all = train_all if d["test"] == d["train"] else datasets.load(d["test"], data_root, d["image_size"])
-    train_classes = _select(train_all.classes, d["train_classes"], protocol.seed, "train", d["train"])
-    test_classes = _select(test_all.classes, d["test_classes"], protocol.seed, "test", d["test"])
-    test_split = ClassSplit("test", test_classes)
-    guard = TestClassGuard(test_split)
-    train_split = guard.check(train_classes, "train")
-    train, test = train_all.subset(train_classes), test_all.subset(test_classes)
+    train_all, test_all = load_sides(d, data_root)
+    selected, test_split = select_sides(d, train_all, test_all, protocol.seed)
+    guard = make_guard(d, train_all, test_all, test_split)
+    train_split = guard.check(selected.classes, "train")
+    train, test = train_all.subset(train_split.classes), test_all.subset(test_split.classes)
     for data, side in ((train, "train"), (test, "test")):
         _, counts = torch.unique(data.y, return_counts=True)
         low = int(counts.argmin())
