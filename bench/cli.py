@@ -11,6 +11,8 @@ exit  meaning
       `train` diverged (NaN or infinite loss)
    2  bad input: a name, file, option or parameter the command cannot use
       (one line on stderr, no traceback); also click's usage errors
+   3  a test class reached tuning or training data (`run`, `train`): the
+      split is broken, and the run stops before anything is recorded
  130  interrupted (Ctrl-C, or SIGTERM during `run`); a rerun resumes
 
 Any other exception is a bug and keeps its traceback (status 1 from Python).
@@ -54,7 +56,8 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 EPILOG = """\b
 Exit status: 0 done; 1 a check failed (regress: regression, crosscheck:
 differs from PML, train: diverged); 2 bad input (one line on stderr);
-130 interrupted (a rerun resumes).
+3 a test class reached tuning or training data; 130 interrupted (a rerun
+resumes).
 """
 
 
