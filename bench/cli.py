@@ -80,8 +80,16 @@ def _module_exists(name: str) -> bool:
 
 @click.group(cls=LazyGroup, epilog=EPILOG)
 @click.version_option(__version__, prog_name="dmlbench")
-def cli() -> None:
+@click.option("--plugin", "plugins", multiple=True, metavar="MODULE|FILE.py",
+              help="import this module (from the current directory or sys.path) or .py file first, so that the "
+                   "losses, miners and trunks it registers can be named; repeatable. Give every worker, resume "
+                   "and leaderboard of a protocol the same --plugin.")
+def cli(plugins: tuple[str, ...]) -> None:
     """dmlbench: fair, rerunnable comparisons of deep metric learning methods."""
+    from bench.plugins import load_plugin
+
+    for spec in plugins:
+        load_plugin(spec)
 
 
 def quiet_libraries() -> None:

@@ -11,6 +11,7 @@ refuse labels outside ``[0, num_classes)`` (their proxy table's rows).
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -111,6 +112,72 @@ class CircleLoss(_PMLLoss):
         from pytorch_metric_learning.losses import CircleLoss as PML
 
         super().__init__(PML(m=check_number("m", m), gamma=check_number("gamma", gamma, low=0, strict=True)))
+
+
+# ---- any other PML loss, by class name (`pml:NTXentLoss`) ---------------------------------------
+
+# What a PML loss consumes where its base class does not say: proxy losses are those built with num_classes
+_TUPLES = {"TripletMarginLoss": "triplets", "MarginLoss": "triplets", "NPairsLoss": "npair", "AngularLoss": "npair"}
+# PML constructor arguments that are objects, not numbers a protocol can give
+_OBJECTS = ("distance", "reducer", "embedding_regularizer", "embedding_reg_weight", "weight_regularizer",
+            "weight_reg_weight", "weight_init_func", "collect_stats", "loss", "miner")
+_PLAIN = (int, float, str, bool, type(None))
+
+
+def plain_signature(pml_class: Any) -> inspect.Signature:
+    """A PML constructor's parameters a protocol can set: required ones and those with a plain default."""
+    keep = [p for p in inspect.signature(pml_class).parameters.values()
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in _OBJECTS
+            and (p.default is p.empty or isinstance(p.default, _PLAIN))]
+    return inspect.Signature([p.replace(kind=p.KEYWORD_ONLY) for p in keep])
+
+
+def loss_tuples(name: str, pml_class: Any, signature: inspect.Signature) -> str:
+    """What the loss consumes: declared for the known ones, else from its base class or a proxy table."""
+    from pytorch_metric_learning.losses import GenericPairLoss
+
+    if name in _TUPLES:
+        return _TUPLES[name]
+    if "num_classes" in signature.parameters:
+        return "proxy"
+    if issubclass(pml_class, GenericPairLoss):
+        return "pairs"
+    raise BenchError(f"pml:{name}: cannot tell which tuples it consumes; register it with "
+                     "bench.registry.register('loss', ..., tuples=...) around an adapter of your own")
+
+
+def adapter(name: str) -> type:
+    """A `_PMLLoss` subclass building PML's loss ``name`` from the registry's parameters (cached)."""
+    cached = globals().get(f"PML_{name}")
+    if cached is not None:
+        return cached
+    from pytorch_metric_learning import losses
+
+    pml_class = getattr(losses, name, None)
+    if not (isinstance(pml_class, type) and issubclass(pml_class, losses.BaseMetricLossFunction)):
+        raise BenchError(f"unknown loss 'pml:{name}': pytorch_metric_learning.losses has no loss class {name!r}")
+    signature = plain_signature(pml_class)
+
+    def __init__(self: _PMLLoss, **params: Any) -> None:
+        try:
+            bound = signature.bind(**params)
+            pml = pml_class(**bound.arguments)
+        except (TypeError, ValueError, AssertionError) as e:
+            raise BenchError(f"pml:{name}: {e}") from None
+        _PMLLoss.__init__(self, pml, params.get("num_classes"))
+
+    cls = type(f"PML_{name}", (_PMLLoss,), {"__init__": __init__, "__signature__": signature, "__module__": __name__,
+                                            "__doc__": f"PML's {name} behind dmlbench's call convention.",
+                                            "tuples": loss_tuples(name, pml_class, signature)})
+    globals()[cls.__name__] = cls
+    return cls
+
+
+def __getattr__(attr: str) -> Any:
+    """``PML_<Class>`` on demand, so that a registry target (and pickle) finds a generic adapter by name."""
+    if attr.startswith("PML_"):
+        return adapter(attr[len("PML_"):])
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
 
 
 __all__ = ["MultiSimilarityLoss", "MarginLoss", "ProxyAnchorLoss", "ArcFaceLoss", "CosFaceLoss",

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
+from bench.errors import BenchError
+from bench.losses.pml_backed import plain_signature
 from bench.miners._common import BenchMiner, check_number
 
 
@@ -27,3 +31,60 @@ class MultiSimilarityMiner(BenchMiner):
         self.stats.update(num_pos_pairs=float(len(a1)), num_neg_pairs=float(len(a2)),
                           num_tuples=float(len(a1) + len(a2)))
         return a1, p, a2, n
+
+
+# ---- any other PML miner, by class name (`pml:TripletMarginMiner`) ----------------------------------
+
+# What each PML miner returns (PML's miners do not declare it): triplets (a, p, n) or pairs (a1, p, a2, n)
+_TUPLES = {"TripletMarginMiner": "triplets", "BatchHardMiner": "triplets", "AngularMiner": "triplets",
+           "PairMarginMiner": "pairs", "MultiSimilarityMiner": "pairs", "UniformHistogramMiner": "pairs",
+           "BatchEasyHardMiner": "pairs", "HDCMiner": "pairs"}
+
+
+class _GenericPMLMiner(BenchMiner):
+    """Holds a PML miner and returns its index tuple; PML measures with its own (default) distance."""
+
+    tuples = ""
+
+    def __init__(self, pml_miner: Any) -> None:
+        super().__init__()
+        self._pml = pml_miner
+
+    def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(self._pml(embeddings, labels))
+
+
+def adapter(name: str) -> type:
+    """A miner class building PML's miner ``name`` from the registry's parameters (cached)."""
+    cached = globals().get(f"PML_{name}")
+    if cached is not None:
+        return cached
+    from pytorch_metric_learning import miners
+
+    pml_class = getattr(miners, name, None)
+    if not (isinstance(pml_class, type) and issubclass(pml_class, miners.BaseMiner)):
+        raise BenchError(f"unknown miner 'pml:{name}': pytorch_metric_learning.miners has no miner class {name!r}")
+    if name not in _TUPLES:
+        raise BenchError(f"pml:{name}: cannot tell which tuples it produces (known: {', '.join(sorted(_TUPLES))}); "
+                         "register an adapter of your own with bench.registry.register('miner', ..., tuples=...)")
+    signature = plain_signature(pml_class)
+
+    def __init__(self: _GenericPMLMiner, **params: Any) -> None:
+        try:
+            pml = pml_class(**signature.bind(**params).arguments)
+        except (TypeError, ValueError, AssertionError) as e:
+            raise BenchError(f"pml:{name}: {e}") from None
+        _GenericPMLMiner.__init__(self, pml)
+
+    cls = type(f"PML_{name}", (_GenericPMLMiner,), {"__init__": __init__, "__signature__": signature,
+                                                   "__module__": __name__, "tuples": _TUPLES[name],
+                                                   "__doc__": f"PML's {name} behind dmlbench's call convention."})
+    globals()[cls.__name__] = cls
+    return cls
+
+
+def __getattr__(attr: str) -> Any:
+    """``PML_<Class>`` on demand, so that a registry target (and pickle) finds a generic adapter by name."""
+    if attr.startswith("PML_"):
+        return adapter(attr[len("PML_"):])
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
