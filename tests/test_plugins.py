@@ -7,6 +7,8 @@ on sys.path, which is what ``pip install -e`` amounts to for importlib.metadata.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import sys
 import tomllib
@@ -14,10 +16,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from bench import registry
 from bench.cli import main
 from bench.errors import BenchError
+from bench.plugins import load_plugin
+from bench.protocol import load_protocol
+from bench.protocol.load import canonical_json
 
 PKG = Path(__file__).parent / "plugin_pkg"
 FILE = str(PKG / "my_methods.py")
@@ -88,6 +94,9 @@ def test_a_plugin_file_is_listed_only_with_plugin(installed, capsys):
     assert rows["file_contrastive"]["source"] == f"--plugin {Path(FILE).resolve()}"
     assert rows["file_hardest"]["kind"] == "miner" and rows["file_hardest"]["reference"] == "pml:BatchHardMiner"
     assert registry.get("miner", "file_hardest").tuples == "triplets"
+    assert rows["file_linear"]["kind"] == "trunk" and rows["file_linear"]["parameters"]["bias"] is True
+    trunk = registry.build_trunk("file_linear", in_shape=(1, 4, 4), embedding_dim=3)
+    assert trunk(torch.zeros(2, 1, 4, 4)).shape == (2, 3)
 
 
 def test_a_plugin_that_fails_to_import_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
@@ -119,8 +128,6 @@ def test_register_refuses_a_taken_name_and_a_loss_without_tuples():
 
 
 def test_any_pml_loss_or_miner_is_reachable_by_class_name():
-    import torch
-
     ntxent = registry.get("loss", "pml:NTXentLoss")
     assert ntxent.tuples == "pairs" and ntxent.parameters() == {"temperature": 0.07}
     proxy = registry.get("loss", "pml:ProxyNCALoss")
@@ -143,10 +150,7 @@ def test_any_pml_loss_or_miner_is_reachable_by_class_name():
 
 
 def test_crosscheck_compares_plugins_with_their_reference(installed):
-    import torch
-
     from bench.crosscheck import plugins
-    from bench.plugins import load_plugin
 
     load_plugin(FILE)
     torch.set_default_dtype(torch.float64)
@@ -161,10 +165,7 @@ def test_crosscheck_compares_plugins_with_their_reference(installed):
 
 
 def test_a_changed_reference_fails_the_crosscheck(installed, tmp_path):
-    import torch
-
     from bench.crosscheck import plugins
-    from bench.plugins import load_plugin
 
     text = Path(FILE).read_text().replace('reference="pml:BatchHardMiner"', 'reference="pml:TripletMarginMiner"')
     changed = tmp_path / "changed_methods.py"
@@ -185,7 +186,6 @@ def _run(proto: Path, runs: Path, results: Path, data_root: Path, *plugin: str) 
 
 def test_plugins_run_a_sweep_survive_a_second_worker_and_reach_the_leaderboard(installed, tmp_path, data_root,
                                                                                 capsys):
-    from bench.protocol import load_protocol
 
     proto = tmp_path / "plugins-tiny.yaml"
     proto.write_text(PROTOCOL.format(second="file_contrastive"))
@@ -203,10 +203,6 @@ def test_plugins_run_a_sweep_survive_a_second_worker_and_reach_the_leaderboard(i
     assert f"sha256:{sha}" in versions["plugin.loss.file_contrastive"]
     assert versions["plugin.loss.plugin_triplet"].startswith(installed["version"])
     # the hash covers the plugin code: not the document's hash alone
-    from bench.protocol.load import canonical_json
-
-    import hashlib
-
     protocol = load_protocol(proto)
     assert manifest["protocol_hash"] == protocol.hash != hashlib.sha256(canonical_json(protocol.doc).encode()).hexdigest()
 
@@ -214,10 +210,25 @@ def test_plugins_run_a_sweep_survive_a_second_worker_and_reach_the_leaderboard(i
     _fresh_process()
     assert _run(proto, runs, results, data_root, *plugin) == 0
     assert (results / "plugins-tiny" / "finals.csv").read_bytes() == finals
+    # a resume that must rebuild the plugin methods: one cell's records discarded and trained again
+    _fresh_process()
+    args = [*plugin, "run", str(proto), "--results-dir", str(results), "--data-root", str(data_root), "--storage",
+            f"sqlite:///{runs / 'optuna.db'}", "--tracking-uri", str(runs / "mlflow.db"), "--quiet",
+            "--redo", "plugin_triplet+file_hardest"]
+    assert main(args) == 0
+    retrained = pd.read_csv(results / "plugins-tiny" / "finals.csv").drop(columns="wall_time_s")
+    first = pd.read_csv(io.BytesIO(finals)).drop(columns="wall_time_s")
+    pd.testing.assert_frame_equal(retrained, first)  # the same code and seeds, the same numbers
     table = pd.read_csv(results / "plugins-tiny" / "finals.csv")
     assert set(table["cell"]) == CELLS
 
     capsys.readouterr()
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{runs / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("dmlbench/plugins-tiny")
+    tags = [r.data.tags for r in client.search_runs([experiment.experiment_id])]
+    assert tags and all(f"sha256:{sha}" in t["dmlbench.version.plugin.loss.file_contrastive"] for t in tags)
     assert main(["leaderboard", str(results / "plugins-tiny"), "--format", "json"]) == 0
     board = json.loads(capsys.readouterr().out)
     assert {c["cell"] for c in board["cells"]} == CELLS
@@ -232,11 +243,6 @@ def test_plugins_run_a_sweep_survive_a_second_worker_and_reach_the_leaderboard(i
 
 
 def test_a_protocol_of_built_ins_and_pml_classes_keeps_the_document_hash(installed, tmp_path):
-    import hashlib
-
-    from bench.protocol import load_protocol
-    from bench.protocol.load import canonical_json
-
     for path in sorted(Path(__file__).parent.parent.glob("protocols/*.yaml")):
         p = load_protocol(path)
         assert p.hash == hashlib.sha256(canonical_json(p.doc).encode()).hexdigest(), path
@@ -249,8 +255,6 @@ def test_a_protocol_of_built_ins_and_pml_classes_keeps_the_document_hash(install
 
 
 def test_editing_the_plugin_file_changes_the_protocol_hash(installed, tmp_path):
-    from bench.plugins import load_plugin
-    from bench.protocol import load_protocol
 
     mine = tmp_path / "my_methods.py"
     mine.write_text(Path(FILE).read_text())

@@ -25,6 +25,9 @@ def _build(entry: Any) -> tuple[Any, Any, str]:
 
     from bench import registry
 
+    def call(name: str, params: dict[str, Any]) -> str:
+        return f"{name}({', '.join(f'{k}={v!r}' for k, v in params.items())})"
+
     defaults = {n: d for n, d in entry.parameters().items() if d is not inspect.Parameter.empty}
     needs = {n: _CONTEXT[n] for n in entry.needs}
     own = entry.resolve()(**defaults, **needs)
@@ -34,10 +37,9 @@ def _build(entry: Any) -> tuple[Any, Any, str]:
         accepted = ref_entry.parameters()
         params = {k: v for k, v in defaults.items() if k in accepted}
         other = registry._build(entry.kind, ref, params, _CONTEXT)
-        return own, other, f"{ref}({', '.join(f'{k}={v!r}' for k, v in params.items())})"
-    accepted = inspect.signature(ref).parameters
-    params = {k: v for k, v in defaults.items() if k in accepted}
-    return own, ref(**params, **needs), f"{getattr(ref, '__qualname__', ref)}({params})"
+        return own, other, call(ref, params)
+    params = {k: v for k, v in defaults.items() if k in inspect.signature(ref).parameters}
+    return own, ref(**params, **needs), call(getattr(ref, "__qualname__", repr(ref)), params)
 
 
 def _case(rng: random.Random) -> tuple[torch.Tensor, torch.Tensor]:

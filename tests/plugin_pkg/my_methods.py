@@ -61,3 +61,15 @@ class FileHardestMiner:
             neg = d.masked_fill(same, float("inf")).argmin(1)
             anchors = torch.where(has)[0]
             return anchors, pos[anchors], neg[anchors]
+
+
+@register("trunk", "file_linear")
+class FileLinear(torch.nn.Module):
+    """A linear embedding of the flattened input (an example trunk: built with in_shape and embedding_dim)."""
+
+    def __init__(self, in_shape: tuple[int, ...], embedding_dim: int = 64, bias: bool = True) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(int(torch.tensor(in_shape).prod()), embedding_dim, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x.flatten(1))
