@@ -266,3 +266,12 @@ def test_editing_the_plugin_file_changes_the_protocol_hash(installed, tmp_path):
     mine.write_text(Path(FILE).read_text().replace("neg_margin: float = 1.0) -> None", "neg_margin: float = 0.9) -> None"))
     load_plugin(str(mine))
     assert load_protocol(proto).hash != before
+    _fresh_process()  # the same code loaded from elsewhere (another folder, another worker): the same hash
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "my_methods.py").write_text(mine.read_text())
+    load_plugin(str(elsewhere / "my_methods.py"))
+    after = load_protocol(proto).hash
+    _fresh_process()
+    load_plugin(str(mine))
+    assert load_protocol(proto).hash == after

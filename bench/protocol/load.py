@@ -182,7 +182,8 @@ def plugin_fingerprints(doc: dict[str, Any]) -> dict[str, dict[str, str]]:
             continue
         entry = registry.get(kind, name)
         if entry.plugin:
-            out[f"{kind}:{name}"] = {"source": entry.source, "version": entry.version, "sha256": entry.source_hash}
+            # not where it was loaded from: a worker on another machine or folder must find the same hash
+            out[f"{kind}:{name}"] = {"version": entry.version, "sha256": entry.source_hash}
     return out
 
 
