@@ -15,6 +15,12 @@ exit  meaning
 
 Any other exception is a bug and keeps its traceback (status 1 from Python).
 
+The one global option, ``--plugin MODULE|FILE.py`` (repeatable), imports
+code that registers losses, miners or trunks (`bench.plugins`) before the
+command runs. A protocol naming them is re-read by every worker, resume and
+``leaderboard --mlflow-experiment``, so each must be started with the same
+``--plugin`` (installed entry-point packages need nothing: they are found).
+
 This module is also the edge where the process-wide settings live: the
 handler of the `dmlbench` logger, and the quieting of Optuna's and MLflow's
 INFO chatter (`quiet_libraries`). The library itself only logs to

@@ -275,3 +275,31 @@ def test_editing_the_plugin_file_changes_the_protocol_hash(installed, tmp_path):
     _fresh_process()
     load_plugin(str(mine))
     assert load_protocol(proto).hash == after
+
+
+class _MarginMiner:
+    """A registered miner whose tuples carry their own margins (a plugin's MargOHNM)."""
+
+    def __init__(self, w: float = 1.0) -> None:
+        self.w = w
+
+    def __call__(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return registry.build_miner("batch_hard")(embeddings, labels)
+
+
+def test_a_registered_miner_is_planned_from_its_fields(installed, tmp_path):
+    from bench.plan import plan
+
+    registry.register("miner", "reg_margins", tuples="triplets", supplies=("margin",), min_classes=3,
+                      search_space={"w": {"type": "float", "low": 0.5, "high": 2.0}})(_MarginMiner)
+    entry = registry.get("miner", "reg_margins")
+    assert entry.plugin and entry.source == f"register() in {__name__}" and len(entry.source_hash) == 64
+    proto = tmp_path / "p.yaml"
+    proto.write_text(PROTOCOL.format(second="pml:NTXentLoss").replace("file_hardest", "reg_margins"))
+    p = plan(load_protocol(proto))
+    assert set(p.cell("plugin_triplet+reg_margins").search_space) == {"miner.w"}  # its tuples supply the margin
+    assert set(p.cell("plugin_triplet+none").search_space) == {"loss.margin"}
+    small = PROTOCOL.format(second="pml:NTXentLoss").replace("file_hardest", "reg_margins").replace("P: 5", "P: 2")
+    proto.write_text(small)
+    with pytest.raises(BenchError, match="reg_margins"):
+        load_protocol(proto)  # min_classes 3: a batch of 2 classes is refused

@@ -55,7 +55,10 @@ def text(table: list[dict[str, Any]]) -> str:
 @format_option
 @quiet_option
 def command(kind: str | None, fmt: str, quiet: bool) -> int:
-    """Every loss, miner and trunk the registry knows, with parameters, defaults and PML counterpart."""
+    """Every loss, miner and trunk the registry knows, with parameters, defaults, PML counterpart and source.
+
+    Any other PML loss or miner is usable as pml:<ClassName> without being listed.
+    """
     table = rows(kind)
     emit(fmt, lambda: text(table), lambda: table)
     return 0
