@@ -12,6 +12,7 @@ refuse labels outside ``[0, num_classes)`` (their proxy table's rows).
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -146,38 +147,60 @@ def loss_tuples(name: str, pml_class: Any, signature: inspect.Signature) -> str:
                      "bench.registry.register('loss', ..., tuples=...) around an adapter of your own")
 
 
-def adapter(name: str) -> type:
-    """A `_PMLLoss` subclass building PML's loss ``name`` from the registry's parameters (cached)."""
-    cached = globals().get(f"PML_{name}")
-    if cached is not None:
-        return cached
-    from pytorch_metric_learning import losses
+def adapter_class(namespace: dict[str, Any], name: str, base: type, pml_class: type, tuples: str,
+                  init_base: Callable[[Any, Any, dict[str, Any]], None]) -> type:
+    """``PML_<name>``: a ``base`` subclass whose constructor takes ``pml_class``'s plain parameters.
 
-    pml_class = getattr(losses, name, None)
-    if not (isinstance(pml_class, type) and issubclass(pml_class, losses.BaseMetricLossFunction)):
-        raise BenchError(f"unknown loss 'pml:{name}': pytorch_metric_learning.losses has no loss class {name!r}")
+    Defined once in ``namespace`` (the adapters' module), so that the
+    registry target ``module:PML_<name>`` and pickle find it by name.
+    """
     signature = plain_signature(pml_class)
 
-    def __init__(self: _PMLLoss, **params: Any) -> None:
+    def __init__(self: Any, **params: Any) -> None:
         try:
-            bound = signature.bind(**params)
-            pml = pml_class(**bound.arguments)
+            pml = pml_class(**signature.bind(**params).arguments)
         except (TypeError, ValueError, AssertionError) as e:
             raise BenchError(f"pml:{name}: {e}") from None
-        _PMLLoss.__init__(self, pml, params.get("num_classes"))
+        init_base(self, pml, params)
 
-    cls = type(f"PML_{name}", (_PMLLoss,), {"__init__": __init__, "__signature__": signature, "__module__": __name__,
-                                            "__doc__": f"PML's {name} behind dmlbench's call convention.",
-                                            "tuples": loss_tuples(name, pml_class, signature)})
-    globals()[cls.__name__] = cls
+    cls = type(f"PML_{name}", (base,), {"__init__": __init__, "__signature__": signature, "tuples": tuples,
+                                        "__module__": namespace["__name__"],
+                                        "__doc__": f"PML's {name} behind dmlbench's call convention."})
+    namespace[cls.__name__] = cls
     return cls
 
 
-def __getattr__(attr: str) -> Any:
-    """``PML_<Class>`` on demand, so that a registry target (and pickle) finds a generic adapter by name."""
-    if attr.startswith("PML_"):
-        return adapter(attr[len("PML_"):])
-    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
+def lazy_adapters(adapter: Callable[[str], type], module: str) -> Callable[[str], Any]:
+    """A module ``__getattr__`` building ``PML_<Class>`` on its first access (PEP 562)."""
+
+    def __getattr__(attr: str) -> Any:
+        if attr.startswith("PML_"):
+            return adapter(attr[len("PML_"):])
+        raise AttributeError(f"module {module!r} has no attribute {attr!r}")
+
+    return __getattr__
+
+
+def pml_class_of(module: Any, base: type, kind: str, name: str) -> type:
+    """PML's class ``name`` of ``module`` (a subclass of ``base``), or a BenchError naming what was asked."""
+    found = getattr(module, name, None)
+    if not (isinstance(found, type) and issubclass(found, base)):
+        raise BenchError(f"unknown {kind} 'pml:{name}': {module.__name__} has no {kind} class {name!r}")
+    return found
+
+
+def adapter(name: str) -> type:
+    """A `_PMLLoss` subclass building PML's loss ``name`` from the registry's parameters (cached)."""
+    from pytorch_metric_learning import losses
+
+    if f"PML_{name}" in globals():
+        return globals()[f"PML_{name}"]
+    pml_class = pml_class_of(losses, losses.BaseMetricLossFunction, "loss", name)
+    return adapter_class(globals(), name, _PMLLoss, pml_class, loss_tuples(name, pml_class, plain_signature(pml_class)),
+                         lambda self, pml, params: _PMLLoss.__init__(self, pml, params.get("num_classes")))
+
+
+__getattr__ = lazy_adapters(adapter, __name__)
 
 
 __all__ = ["MultiSimilarityLoss", "MarginLoss", "ProxyAnchorLoss", "ArcFaceLoss", "CosFaceLoss",

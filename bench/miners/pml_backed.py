@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from bench.errors import BenchError
-from bench.losses.pml_backed import plain_signature
+from bench.losses.pml_backed import adapter_class, lazy_adapters, pml_class_of
 from bench.miners._common import BenchMiner, check_number
 
 
@@ -56,35 +56,16 @@ class _GenericPMLMiner(BenchMiner):
 
 def adapter(name: str) -> type:
     """A miner class building PML's miner ``name`` from the registry's parameters (cached)."""
-    cached = globals().get(f"PML_{name}")
-    if cached is not None:
-        return cached
     from pytorch_metric_learning import miners
 
-    pml_class = getattr(miners, name, None)
-    if not (isinstance(pml_class, type) and issubclass(pml_class, miners.BaseMiner)):
-        raise BenchError(f"unknown miner 'pml:{name}': pytorch_metric_learning.miners has no miner class {name!r}")
+    if f"PML_{name}" in globals():
+        return globals()[f"PML_{name}"]
+    pml_class = pml_class_of(miners, miners.BaseMiner, "miner", name)
     if name not in _TUPLES:
         raise BenchError(f"pml:{name}: cannot tell which tuples it produces (known: {', '.join(sorted(_TUPLES))}); "
                          "register an adapter of your own with bench.registry.register('miner', ..., tuples=...)")
-    signature = plain_signature(pml_class)
-
-    def __init__(self: _GenericPMLMiner, **params: Any) -> None:
-        try:
-            pml = pml_class(**signature.bind(**params).arguments)
-        except (TypeError, ValueError, AssertionError) as e:
-            raise BenchError(f"pml:{name}: {e}") from None
-        _GenericPMLMiner.__init__(self, pml)
-
-    cls = type(f"PML_{name}", (_GenericPMLMiner,), {"__init__": __init__, "__signature__": signature,
-                                                   "__module__": __name__, "tuples": _TUPLES[name],
-                                                   "__doc__": f"PML's {name} behind dmlbench's call convention."})
-    globals()[cls.__name__] = cls
-    return cls
+    return adapter_class(globals(), name, _GenericPMLMiner, pml_class, _TUPLES[name],
+                         lambda self, pml, params: _GenericPMLMiner.__init__(self, pml))
 
 
-def __getattr__(attr: str) -> Any:
-    """``PML_<Class>`` on demand, so that a registry target (and pickle) finds a generic adapter by name."""
-    if attr.startswith("PML_"):
-        return adapter(attr[len("PML_"):])
-    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
+__getattr__ = lazy_adapters(adapter, __name__)
