@@ -17,6 +17,12 @@ exit  meaning
 
 Any other exception is a bug and keeps its traceback (status 1 from Python).
 
+The one global option, ``--plugin MODULE|FILE.py`` (repeatable), imports
+code that registers losses, miners or trunks (`bench.plugins`) before the
+command runs. A protocol naming them is re-read by every worker, resume and
+``leaderboard --mlflow-experiment``, so each must be started with the same
+``--plugin`` (installed entry-point packages need nothing: they are found).
+
 This module is also the edge where the process-wide settings live: the
 handler of the `dmlbench` logger, and the quieting of Optuna's and MLflow's
 INFO chatter (`quiet_libraries`). The library itself only logs to
@@ -89,8 +95,16 @@ def _module_exists(name: str) -> bool:
 
 @click.group(cls=LazyGroup, epilog=EPILOG)
 @click.version_option(__version__, prog_name="dmlbench")
-def cli() -> None:
+@click.option("--plugin", "plugins", multiple=True, metavar="MODULE|FILE.py",
+              help="import this module (from the current directory or sys.path) or .py file first, so that the "
+                   "losses, miners and trunks it registers can be named; repeatable. Give every worker, resume "
+                   "and leaderboard of a protocol the same --plugin.")
+def cli(plugins: tuple[str, ...]) -> None:
     """dmlbench: fair, rerunnable comparisons of deep metric learning methods."""
+    from bench.plugins import load_plugin
+
+    for spec in plugins:
+        load_plugin(spec)
 
 
 def quiet_libraries() -> None:

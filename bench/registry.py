@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -68,6 +69,18 @@ class Entry:
     embeds_per_step: Callable[[dict[str, Any], float], float] | None = None
     min_classes: int = 2  # classes a P x K batch needs (training.P at least this)
     min_per_class: int = 2  # samples of each class a batch needs (training.K at least this)
+    # where the code came from: "built-in", "pml" (generic adapter), "entry point <package>", "--plugin <file>"
+    source: str = "built-in"
+    version: str = ""  # the plugin package's version (entry points)
+    source_hash: str = ""  # sha256 of the module file that defines it (plugins)
+    # what `dmlbench crosscheck` compares it with: a registry name ("pml:TripletMarginLoss") or a callable
+    # taking the same parameters and returning the reference module
+    reference: Any = None
+
+    @property
+    def plugin(self) -> bool:
+        """Code from outside bench/ and PML: recorded with every run and folded into the protocol hash."""
+        return self.source not in ("built-in", "pml")
 
     def resolve(self) -> Any:
         """The class or function named by ``target``, imported only now, so that listing the registry
@@ -195,17 +208,111 @@ ENTRIES: tuple[Entry, ...] = (
 _BY_KEY = {(e.kind, e.name): e for e in ENTRIES}
 
 
+KINDS = ("loss", "miner", "trunk")
+_REGISTERED: dict[tuple[str, str], Entry] = {}  # entries from `register` (plugins), by (kind, name)
+_PLUGIN_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")  # no ":" ("pml:" is PML's); safe in an MLflow tag key
+
+
+def register(kind: str, name: str, *, tuples: str = "", summary: str = "", counterpart: str = "",
+             search_space: dict[str, dict[str, Any]] | None = None, needs: tuple[str, ...] = (),
+             scope: Literal["batch", "dataset"] = "batch", supplies: tuple[str, ...] = (),
+             batch: ServedBatch | None = None,
+             embeds_per_step: Callable[[dict[str, Any], float], float] | None = None,
+             min_classes: int = 2, min_per_class: int = 2, reference: Any = None) -> Callable[[Any], Any]:
+    """Add a loss, miner or trunk to the registry without editing bench/: decorate its class or factory.
+
+    The fields are those of `Entry` (what the planner and validator need);
+    the class must be importable by its module and name, which an installed
+    package or a ``--plugin`` file is. A name taken by another entry is refused.
+    """
+    if kind not in KINDS:
+        raise BenchError(f"register: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if not isinstance(name, str) or not _PLUGIN_NAME.match(name):
+        raise BenchError(f"register: {kind} name {name!r} must be a letter then letters, digits, '_', '.' or '-'")
+    if kind != "trunk" and not tuples:
+        raise BenchError(f"register: {kind} {name!r} must declare tuples= (pairs, triplets, quadruplets, npair, proxy)")
+
+    def decorate(obj: Any) -> Any:
+        from bench import plugins
+
+        origin = plugins.current_origin(obj.__module__)
+        entry = Entry(name, kind, f"{obj.__module__}:{obj.__qualname__}", summary or (obj.__doc__ or "").strip()
+                      .split("\n")[0], counterpart, tuples, dict(search_space or {}), tuple(needs), scope=scope,
+                      supplies=tuple(supplies), batch=batch, embeds_per_step=embeds_per_step,
+                      min_classes=min_classes, min_per_class=min_per_class, source=origin.source,
+                      version=origin.version, source_hash=plugins.file_sha256(obj), reference=reference)
+        old = _BY_KEY.get((kind, name)) or _REGISTERED.get((kind, name))
+        if old is not None and old.target != entry.target:
+            raise BenchError(f"register: {kind} {name!r} is already {old.target} ({old.source}); "
+                             f"{entry.target} cannot take the name")
+        _REGISTERED[(kind, name)] = entry
+        return obj
+
+    return decorate
+
+
 def names(kind: str) -> list[str]:
-    """The registered names of one kind, in table order."""
-    return [e.name for e in ENTRIES if e.kind == kind]
+    """The known names of one kind: built-ins in table order, then registered and installed plugins."""
+    from bench import plugins
+
+    out = [e.name for e in ENTRIES if e.kind == kind]
+    out += [n for k, n in _REGISTERED if k == kind and n not in out]
+    return out + sorted(n for n in plugins.entry_points(kind) if n not in out)
+
+
+def entries(kind: str | None = None) -> list[Entry]:
+    """Every entry (of ``kind``), installed plugins imported: for listing and cross-checking."""
+    from bench import plugins
+
+    for k in [kind] if kind else KINDS:
+        for name in plugins.entry_points(k):
+            if (k, name) not in _BY_KEY:
+                get(k, name)
+    return [e for e in (*ENTRIES, *_REGISTERED.values()) if not kind or e.kind == kind]
+
+
+def loaded_plugins() -> list[Entry]:
+    """The plugin entries registered in this process so far (installed ones only once looked up)."""
+    return [e for e in _REGISTERED.values() if e.plugin]
 
 
 def get(kind: str, name: str) -> Entry:
-    """The entry of a name; an unknown name is a BenchError listing the known ones."""
-    try:
-        return _BY_KEY[(kind, name)]
-    except KeyError:
-        raise BenchError(f"unknown {kind} {name!r}: expected one of {', '.join(names(kind))}") from None
+    """The entry of a name; an unknown name is a BenchError listing the known ones.
+
+    Looked up in the built-in table, then among registered plugins, then as
+    a PML class (``pml:ClassName``), then among installed entry points, which
+    are imported here, on their first lookup.
+    """
+    entry = _BY_KEY.get((kind, name)) or _REGISTERED.get((kind, name))
+    if entry is not None:
+        return entry
+    if name.startswith("pml:") and kind in ("loss", "miner"):
+        return _pml_entry(kind, name)
+    from bench import plugins
+
+    ep = plugins.entry_points(kind).get(name) if kind in plugins.GROUPS else None
+    if ep is not None:
+        plugins.load_entry_point(kind, ep)
+        entry = _REGISTERED.get((kind, name))
+        if entry is None:
+            raise BenchError(f"plugin {ep.value!r} ({plugins.GROUPS[kind]} entry point {name!r}) registers no "
+                             f"{kind} named {name!r}: decorate it with bench.registry.register({kind!r}, {name!r}, ...)")
+        return entry
+    raise BenchError(f"unknown {kind} {name!r}: expected one of {', '.join(names(kind))}, or pml:<PML class name> "
+                     "(a plugin's name needs its package installed or `dmlbench --plugin FILE` before the command)")
+
+
+def _pml_entry(kind: str, name: str) -> Entry:
+    """Any PML loss or miner by its class name, behind the generic adapter; cached like a registered one."""
+    module = "bench.losses.pml_backed" if kind == "loss" else "bench.miners.pml_backed"
+    adapters = importlib.import_module(module)
+    cls_name = name[len("pml:"):]
+    adapter = adapters.adapter(cls_name)  # a BenchError for an unknown class or one whose tuples are unknown
+    needs = tuple(n for n in ("num_classes", "embedding_size") if n in inspect.signature(adapter).parameters)
+    entry = Entry(name, kind, f"{module}:{adapter.__name__}", f"PML's {cls_name}, through the generic adapter",
+                  f"is PML's {cls_name}", adapter.tuples, needs=needs, pml_backed=True, source="pml")
+    _REGISTERED[(kind, name)] = entry
+    return entry
 
 
 def check_params(entry: Entry, params: dict[str, Any]) -> None:

@@ -11,8 +11,8 @@ A plain path is accepted wherever a URI is: a directory gets ``mlflow.db``
 inside it, a file path is used as the SQLite file. Anything with a scheme
 (``sqlite://``, ``postgresql://``, ``http://``) is passed to MLflow as is.
 
-Every run is tagged with what is needed to rerun it: package versions, the
-git commit of the code and the fingerprint of the class split it trained on.
+Every run is tagged with what is needed to rerun it: package versions (and
+each loaded plugin's version and source hash), the git commit of the code and the fingerprint of the class split it trained on.
 MLflow is imported lazily (it costs seconds) and kept quiet: its INFO logs
 about creating tables and experiments are noise on a command line.
 """
@@ -129,14 +129,28 @@ def log_metrics(metrics: Mapping[str, Any], step: int | None = None) -> None:
 
 
 def package_versions() -> dict[str, str]:
-    """Versions of the packages a result depends on, by short name (``torch``, ``pml``, ...)."""
+    """Versions of the packages a result depends on, by short name (``torch``, ``pml``, ...).
+
+    Plugin entries loaded in this process (registered, from an entry point
+    or a ``--plugin`` file) follow as ``plugin.<kind>.<name>``: their version,
+    the sha256 of their source file and where they came from, so a result
+    from a plugin says which code made it.
+    """
     versions = {}
     for short, dist in PACKAGES.items():
         try:
             versions[short] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             versions[short] = "absent"
-    return versions
+    return {**versions, **plugin_versions()}
+
+
+def plugin_versions() -> dict[str, str]:
+    """``plugin.<kind>.<name>`` -> ``<version> sha256:<hash> (<source>)`` for every plugin entry loaded."""
+    from bench import registry
+
+    return {f"plugin.{e.kind}.{e.name}": f"{e.version or '-'} sha256:{e.source_hash or '-'} ({e.source})"
+            for e in registry.loaded_plugins()}
 
 
 def _git(args: list[str], path: str | Path | None) -> str | None:

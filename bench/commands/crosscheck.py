@@ -35,6 +35,9 @@ def text(results: list[CheckResult], tolerance: float) -> str:
 def command(cases: int, seed: int, fmt: str, quiet: bool) -> int:
     """Compare every own loss and miner with its PML counterpart on random batches, in float64.
 
+    Plugin entries that declare a reference (installed ones, and those of
+    --plugin files) are compared with it too.
+
     Exit 0 when all agree within the tolerance, 1 when any differs.
     """
     import torch

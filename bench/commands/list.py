@@ -1,4 +1,8 @@
-"""`dmlbench list`: every registered name with its parameters, defaults and counterpart."""
+"""`dmlbench list`: every registered name with its parameters, defaults, counterpart and source.
+
+Installed plugins (entry points) are imported here, so a broken one is one
+line naming it (exit 2); ``--plugin`` files are loaded by the CLI before.
+"""
 
 from __future__ import annotations
 
@@ -15,14 +19,15 @@ def rows(kind: str | None = None) -> list[dict[str, Any]]:
     from bench import registry
 
     out = []
-    for entry in registry.ENTRIES:
-        if kind and entry.kind != kind:
-            continue
+    for entry in registry.entries(kind):
         params = {n: None if d is inspect.Parameter.empty else d for n, d in entry.parameters().items()}
         required = [n for n, d in entry.parameters().items() if d is inspect.Parameter.empty]
         out.append({"kind": entry.kind, "name": entry.name, "pml_backed": entry.pml_backed, "parameters": params,
                     "required": required, "summary": entry.summary, "counterpart": entry.counterpart or None,
-                    "needs": list(entry.needs)})
+                    "needs": list(entry.needs), "source": entry.source, "version": entry.version or None,
+                    "source_sha256": entry.source_hash or None,
+                    "reference": entry.reference if entry.reference is None or isinstance(entry.reference, str)
+                    else getattr(entry.reference, "__qualname__", repr(entry.reference))})
     return out
 
 
@@ -38,6 +43,11 @@ def text(table: list[dict[str, Any]]) -> str:
             lines.append(f"       counterpart: {r['counterpart']}")
         if r["needs"]:
             lines.append(f"       built with: {', '.join(r['needs'])}")
+        if r["source"] not in ("built-in", "pml"):
+            version = f" {r['version']}" if r["version"] else ""
+            lines.append(f"       source: {r['source']}{version}, sha256 {(r['source_sha256'] or '-')[:12]}")
+        if r["reference"]:
+            lines.append(f"       cross-checked against: {r['reference']}")
     return "\n".join(lines)
 
 
@@ -46,7 +56,10 @@ def text(table: list[dict[str, Any]]) -> str:
 @format_option
 @quiet_option
 def command(kind: str | None, fmt: str, quiet: bool) -> int:
-    """Every loss, miner and trunk the registry knows, with parameters, defaults and PML counterpart."""
+    """Every loss, miner and trunk the registry knows, with parameters, defaults, PML counterpart and source.
+
+    Any other PML loss or miner is usable as pml:<ClassName> without being listed.
+    """
     table = rows(kind)
     emit(fmt, lambda: text(table), lambda: table)
     return 0

@@ -11,6 +11,8 @@ refuse labels outside ``[0, num_classes)`` (their proxy table's rows).
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -125,6 +127,94 @@ class CircleLoss(_PMLLoss):
         from pytorch_metric_learning.losses import CircleLoss as PML
 
         super().__init__(PML(m=check_number("m", m), gamma=check_number("gamma", gamma, low=0, strict=True)))
+
+
+# ---- any other PML loss, by class name (`pml:NTXentLoss`) ---------------------------------------
+
+# What a PML loss consumes where its base class does not say: proxy losses are those built with num_classes
+_TUPLES = {"TripletMarginLoss": "triplets", "MarginLoss": "triplets", "NPairsLoss": "npair", "AngularLoss": "npair"}
+# PML constructor arguments that are objects, not numbers a protocol can give
+_OBJECTS = ("distance", "reducer", "embedding_regularizer", "embedding_reg_weight", "weight_regularizer",
+            "weight_reg_weight", "weight_init_func", "collect_stats", "loss", "miner")
+_PLAIN = (int, float, str, bool, type(None))
+
+
+def plain_signature(pml_class: Any) -> inspect.Signature:
+    """A PML constructor's parameters a protocol can set: required ones and those with a plain default."""
+    keep = [p for p in inspect.signature(pml_class).parameters.values()
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in _OBJECTS
+            and (p.default is p.empty or isinstance(p.default, _PLAIN))]
+    return inspect.Signature([p.replace(kind=p.KEYWORD_ONLY) for p in keep])
+
+
+def loss_tuples(name: str, pml_class: Any, signature: inspect.Signature) -> str:
+    """What the loss consumes: declared for the known ones, else from its base class or a proxy table."""
+    from pytorch_metric_learning.losses import GenericPairLoss
+
+    if name in _TUPLES:
+        return _TUPLES[name]
+    if "num_classes" in signature.parameters:
+        return "proxy"
+    if issubclass(pml_class, GenericPairLoss):
+        return "pairs"
+    raise BenchError(f"pml:{name}: cannot tell which tuples it consumes; register it with "
+                     "bench.registry.register('loss', ..., tuples=...) around an adapter of your own")
+
+
+def adapter_class(namespace: dict[str, Any], name: str, base: type, pml_class: type, tuples: str,
+                  init_base: Callable[[Any, Any, dict[str, Any]], None]) -> type:
+    """``PML_<name>``: a ``base`` subclass whose constructor takes ``pml_class``'s plain parameters.
+
+    Defined once in ``namespace`` (the adapters' module), so that the
+    registry target ``module:PML_<name>`` and pickle find it by name.
+    """
+    signature = plain_signature(pml_class)
+
+    def __init__(self: Any, **params: Any) -> None:
+        try:
+            pml = pml_class(**signature.bind(**params).arguments)
+        except (TypeError, ValueError, AssertionError) as e:
+            raise BenchError(f"pml:{name}: {e}") from None
+        init_base(self, pml, params)
+
+    cls = type(f"PML_{name}", (base,), {"__init__": __init__, "__signature__": signature, "tuples": tuples,
+                                        "__module__": namespace["__name__"],
+                                        "__doc__": f"PML's {name} behind dmlbench's call convention."})
+    namespace[cls.__name__] = cls
+    return cls
+
+
+def lazy_adapters(adapter: Callable[[str], type], module: str) -> Callable[[str], Any]:
+    """A module ``__getattr__`` building ``PML_<Class>`` on its first access (PEP 562)."""
+
+    def __getattr__(attr: str) -> Any:
+        if attr.startswith("PML_"):
+            return adapter(attr[len("PML_"):])
+        raise AttributeError(f"module {module!r} has no attribute {attr!r}")
+
+    return __getattr__
+
+
+def pml_class_of(module: Any, base: type, kind: str, name: str) -> type:
+    """PML's class ``name`` of ``module`` (a subclass of ``base``), or a BenchError naming what was asked."""
+    found = getattr(module, name, None)
+    if not (isinstance(found, type) and issubclass(found, base)):
+        raise BenchError(f"unknown {kind} 'pml:{name}': {module.__name__} has no {kind} class {name!r}")
+    return found
+
+
+def adapter(name: str) -> type:
+    """A `_PMLLoss` subclass building PML's loss ``name`` from the registry's parameters (cached)."""
+    from pytorch_metric_learning import losses
+
+    if f"PML_{name}" in globals():
+        return globals()[f"PML_{name}"]
+    pml_class = pml_class_of(losses, losses.BaseMetricLossFunction, "loss", name)
+    return adapter_class(globals(), name, _PMLLoss, pml_class, loss_tuples(name, pml_class, plain_signature(pml_class)),
+                         lambda self, pml, params: _PMLLoss.__init__(self, pml, params.get("num_classes")))
+
+
+__getattr__ = lazy_adapters(adapter, __name__)
 
 
 __all__ = ["MultiSimilarityLoss", "MarginLoss", "ProxyAnchorLoss", "ArcFaceLoss", "CosFaceLoss",

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
+from bench.errors import BenchError
+from bench.losses.pml_backed import adapter_class, lazy_adapters, pml_class_of
 from bench.miners._common import BenchMiner, check_number
 
 
@@ -28,3 +32,41 @@ class MultiSimilarityMiner(BenchMiner):
         self.stats.update(num_pos_pairs=float(len(a1)), num_neg_pairs=float(len(a2)),
                           num_tuples=float(len(a1) + len(a2)))
         return a1, p, a2, n
+
+
+# ---- any other PML miner, by class name (`pml:TripletMarginMiner`) ----------------------------------
+
+# What each PML miner returns (PML's miners do not declare it): triplets (a, p, n) or pairs (a1, p, a2, n)
+_TUPLES = {"TripletMarginMiner": "triplets", "BatchHardMiner": "triplets", "AngularMiner": "triplets",
+           "PairMarginMiner": "pairs", "MultiSimilarityMiner": "pairs", "UniformHistogramMiner": "pairs",
+           "BatchEasyHardMiner": "pairs", "HDCMiner": "pairs"}
+
+
+class _GenericPMLMiner(BenchMiner):
+    """Holds a PML miner and returns its index tuple; PML measures with its own (default) distance."""
+
+    tuples = ""
+
+    def __init__(self, pml_miner: Any) -> None:
+        super().__init__()
+        self._pml = pml_miner
+
+    def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(self._pml(embeddings, labels))
+
+
+def adapter(name: str) -> type:
+    """A miner class building PML's miner ``name`` from the registry's parameters (cached)."""
+    from pytorch_metric_learning import miners
+
+    if f"PML_{name}" in globals():
+        return globals()[f"PML_{name}"]
+    pml_class = pml_class_of(miners, miners.BaseMiner, "miner", name)
+    if name not in _TUPLES:
+        raise BenchError(f"pml:{name}: cannot tell which tuples it produces (known: {', '.join(sorted(_TUPLES))}); "
+                         "register an adapter of your own with bench.registry.register('miner', ..., tuples=...)")
+    return adapter_class(globals(), name, _GenericPMLMiner, pml_class, _TUPLES[name],
+                         lambda self, pml, params: _GenericPMLMiner.__init__(self, pml))
+
+
+__getattr__ = lazy_adapters(adapter, __name__)

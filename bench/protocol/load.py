@@ -164,7 +164,32 @@ def parse_protocol(text: str, source: str = "<protocol>") -> Protocol:
 
 
 def protocol_hash(doc: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical_json(doc).encode()).hexdigest()
+    """sha256 of the document, and of the plugin code it uses: new plugin code is a new protocol.
+
+    A protocol naming only built-in and PML entries hashes its document
+    alone, as before plugins existed, so its hash does not change.
+    """
+    plugins = plugin_fingerprints(doc)
+    body = {"protocol": doc, "plugins": plugins} if plugins else doc
+    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+
+
+def plugin_fingerprints(doc: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """``kind:name`` -> version and source sha256 of every plugin entry the document names."""
+    from bench import registry
+
+    used = [("trunk", doc.get("model", {}).get("trunk"))]
+    used += [(kind, item.get("name")) for kind, section in (("loss", "losses"), ("miner", "miners"))
+             for item in doc.get("grid", {}).get(section, [])]
+    out = {}
+    for kind, name in used:
+        if not isinstance(name, str) or name == NO_MINER:
+            continue
+        entry = registry.get(kind, name)
+        if entry.plugin:
+            # not where it was loaded from: a worker on another machine or folder must find the same hash
+            out[f"{kind}:{name}"] = {"version": entry.version, "sha256": entry.source_hash}
+    return out
 
 
 def canonical_json(doc: Any) -> str:
