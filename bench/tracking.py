@@ -52,12 +52,28 @@ def resolve_tracking_uri(uri: str | Path | None = None) -> str:
             return default_tracking_uri()
     text = str(uri)
     if "://" in text:
-        return text
+        return with_connect_timeout(text)
     path = Path(text).expanduser().resolve()
     if path.is_dir() or not path.suffix:
         return default_tracking_uri(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path}"
+
+
+CONNECT_TIMEOUT_S = 5  # a database server that does not answer is refused in seconds, not after minutes of TCP retries
+
+
+def with_connect_timeout(url: str) -> str:
+    """A PostgreSQL or MySQL URL with ``connect_timeout`` added unless the user set one.
+
+    Both the Optuna and the MLflow stores open their database through
+    SQLAlchemy, which passes URL query arguments to the driver: this is the
+    one place both get their bound, so an unreachable port fails fast in both.
+    """
+    scheme = url.split("://", 1)[0].split("+", 1)[0].lower() if "://" in url else ""
+    if scheme not in ("postgresql", "postgres", "mysql") or "connect_timeout=" in url:
+        return url
+    return f"{url}{'&' if '?' in url else '?'}connect_timeout={CONNECT_TIMEOUT_S}"
 
 
 def _mlflow() -> Any:

@@ -87,7 +87,7 @@ def command(train_spec: str, test_spec: str, data_root: str | None, size: int, t
         weight_decay=weight_decay, P=P, K=K, iterations=iterations, seed=seed, augmentation=augmentation,
         device=device,
     )
-    check_config(config)  # before MLflow and the data are loaded
+    check_config(config, size)  # before MLflow and the data are loaded
     from bench.cli import quiet_libraries
 
     quiet_libraries()

@@ -82,13 +82,25 @@ class Protocol:
 # --------------------------------------------------------------------------- YAML
 
 
+MAX_YAML_BYTES = 1_000_000  # a protocol or claims file is a few kilobytes; more is not one we wrote
+MAX_YAML_NODES = 100_000  # after expanding aliases: an alias bomb (9 levels of 9) would be 387 million
+MAX_YAML_DEPTH = 64  # the deepest real protocol nests 5 levels
+
+
 class _Loader(yaml.SafeLoader):
-    """Safe loading, YAML 1.2 floats (``1e-3`` is a number) and no duplicate keys."""
+    """Safe loading, YAML 1.2 floats (``1e-3`` is a number), text keys only and no duplicate keys."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, yaml.Node] = {}
         for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                kind = "a list" if isinstance(key_node, yaml.SequenceNode) else "a mapping"
+                raise yaml.constructor.ConstructorError(None, None, f"a key must be text, got {kind}",
+                                                        key_node.start_mark)
             key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, str):
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"a key must be text, got {type(key).__name__} {str(key)[:40]!r}", key_node.start_mark)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {key!r} (first at line {seen[key].start_mark.line + 1})",
@@ -104,6 +116,93 @@ _Loader.add_implicit_resolver(
 )
 
 
+def read_text(path: Path, what: str) -> str:
+    """A file's text as UTF-8; a missing, unreadable or non-UTF-8 file is one line naming it."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise BenchError(f"{str(path)[:200]}: {what} is not UTF-8 text (byte {e.start})") from None
+    except OSError as e:
+        raise BenchError(f"{str(path)[:200]}: cannot read {what}: {e.strerror or e}") from None
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """Nodes after expanding every alias; a node inside itself (``&a [*a]``) is a recursive document.
+
+    Aliases share composed nodes, so the count is memoised per node: the
+    check is linear in the file while the expansion it bounds is not.
+    """
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, int]] = [(root, 0)]
+    open_nodes: set[int] = set()
+    while stack:
+        node, state = stack.pop()
+        key = id(node)
+        if state == 0:
+            if key in sizes:
+                continue
+            if key in open_nodes:
+                raise _YamlBound(node, "a recursive alias (a node that contains itself)")
+            if len(open_nodes) >= MAX_YAML_DEPTH:
+                raise _YamlBound(node, f"nested more than {MAX_YAML_DEPTH} levels deep")
+            open_nodes.add(key)
+            stack.append((node, 1))
+            for child in _children(node):
+                stack.append((child, 0))
+        else:
+            open_nodes.discard(key)
+            total = 1 + sum(sizes.get(id(c), 0) for c in _children(node))
+            if total > MAX_YAML_NODES:
+                raise _YamlBound(node, f"expands to more than {MAX_YAML_NODES} values (aliases nested too deep?)")
+            sizes[key] = total
+    return sizes[id(root)]
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+class _YamlBound(Exception):
+    def __init__(self, node: yaml.Node, problem: str) -> None:
+        super().__init__(problem)
+        self.node, self.problem = node, problem
+
+
+def load_yaml(text: str, source: str) -> tuple[Any, yaml.Node | None]:
+    """Safe, bounded YAML: the document and its node tree (for line numbers), or a ProtocolError.
+
+    Bounded in size, depth and alias expansion, so a hostile file is refused
+    in milliseconds instead of filling memory; recursive aliases, non-text
+    and unhashable keys are refused too. Used for protocol and claims files.
+    """
+    if len(text) > MAX_YAML_BYTES:
+        raise ProtocolError([f"{source}: not valid YAML: larger than {MAX_YAML_BYTES} characters"])
+    try:
+        loader = _Loader(text)  # the reader refuses NUL and control characters here
+    except yaml.YAMLError as e:
+        raise ProtocolError([f"{source}: not valid YAML: {str(e).splitlines()[-1]}"]) from None
+    try:
+        node = loader.get_single_node()
+        if node is not None:
+            _expanded_size(node)
+        return loader.construct_document(node) if node is not None else None, node
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ProtocolError([f"{where}: not valid YAML: {problem}"]) from None
+    except _YamlBound as e:
+        raise ProtocolError([f"{source}:{e.node.start_mark.line + 1}: refused YAML: {e.problem}"]) from None
+    except RecursionError:
+        raise ProtocolError([f"{source}: refused YAML: nested too deeply"]) from None
+    finally:
+        loader.dispose()
+
+
 def _lines(node: yaml.Node | None, path: tuple = (), out: dict | None = None) -> dict[tuple, int]:
     """Key path -> 1-based line of every node, so errors can point into the file."""
     out = {} if out is None else out
@@ -112,7 +211,7 @@ def _lines(node: yaml.Node | None, path: tuple = (), out: dict | None = None) ->
     out[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
-            key = (*path, key_node.value)
+            key = (*path, key_node.value if isinstance(key_node, yaml.ScalarNode) else "?")
             out[key] = key_node.start_mark.line + 1
             _lines(value_node, key, out)
             out[key] = key_node.start_mark.line + 1
@@ -128,22 +227,11 @@ def _lines(node: yaml.Node | None, path: tuple = (), out: dict | None = None) ->
 def load_protocol(path: str | Path) -> Protocol:
     """Read, validate and normalise a protocol file; a ProtocolError lists what is wrong."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise BenchError(f"{path}: cannot read protocol: {e.strerror or e}") from None
-    return parse_protocol(text, str(path))
+    return parse_protocol(read_text(path, "protocol"), str(path)[:200])
 
 
 def parse_protocol(text: str, source: str = "<protocol>") -> Protocol:
-    try:
-        node = yaml.compose(text, Loader=_Loader)
-        raw = yaml.load(text, Loader=_Loader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark is not None else source
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ProtocolError([f"{where}: not valid YAML: {problem}"]) from None
+    raw, node = load_yaml(text, source)
     lines = _lines(node)
     report = _Reporter(source, lines)
     if not isinstance(raw, dict):
@@ -255,8 +343,16 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
     model = doc["model"]
     trunk = entry_or_report("trunk", model["trunk"], ("model", "trunk"))
     if trunk is not None:
-        _check_param_names(trunk, model["trunk_params"], ("model", "trunk_params"), report,
-                           exclude=("in_shape", "embedding_dim"))
+        if _check_param_names(trunk, model["trunk_params"], ("model", "trunk_params"), report,
+                              exclude=("in_shape", "embedding_dim")):
+            from bench.models import check_size
+
+            size = doc["data"]["image_size"]
+            try:
+                check_size(model["trunk"], (1, size, size), model["embedding_dim"], model["trunk_params"])
+            except BenchError as e:
+                report.add(("model",), str(e))
+                return  # methods are built with this embedding size below: an absurd one would allocate it
 
     labels: dict[str, tuple] = {}
     written: dict[int, list[str]] = {}  # loss index -> parameters its search_space names (before the merge)
