@@ -166,3 +166,51 @@ def test_bad_input(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         for p in tmp.rglob("*"):  # a read-only case leaves folders pytest could not remove
             with contextlib.suppress(OSError):
                 p.chmod(0o700 if p.is_dir() else 0o600)
+
+
+TINY = """name: tiny
+seed: 0
+data: {train: "omniglot:background", test: "omniglot:evaluation", train_classes: 24, test_classes: 12,
+       image_size: 20, validation: {folds: 4, use: 1}}
+model: {trunk: conv4, embedding_dim: 32, normalize: true}
+training: {optimizer: adam, lr: 1.0e-3, P: 8, K: 4, iterations: 40}
+evaluation: {metrics: [precision_at_1, map_at_r], primary: map_at_r}
+tuning: {trials: 2, pruner: {type: none}}
+final: {seeds: 2}
+grid: {losses: [{name: triplet, miners: [none]}], miners: [{name: none}]}
+"""
+
+
+def test_mlflow_cell_tag_never_becomes_a_path(tmp_path: Path) -> None:
+    """A run tagged ``cell: ../../outside`` in a real MLflow store: its artifacts are not written outside --out."""
+    import numpy as np
+    from mlflow.tracking import MlflowClient
+
+    from bench.plan import plan as make_plan
+    from bench.protocol import parse_protocol
+    from bench.reports import mlflow_source
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.create_experiment("x", artifact_location=str(tmp_path / "store"))
+    np.savez(tmp_path / "pair_distances.npz", pos=np.zeros(3), neg=np.ones(3))
+    runs = []
+    for cell in ("../../outside", "/abs", "triplet+none"):
+        run = client.create_run(experiment, tags={"kind": "final", "seed": "0", "cell": cell})
+        client.log_artifact(run.info.run_id, str(tmp_path / "pair_distances.npz"))
+        runs.append(client.get_run(run.info.run_id))
+    out = tmp_path / "a" / "b" / "out"
+    mlflow_source._download(client, runs, out, make_plan(parse_protocol(TINY)))
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("pair_distances.npz")
+                     if "store" not in p.parts)
+    assert written == ["a/b/out/artifacts/triplet+none/pair_distances.npz", "pair_distances.npz"]
+
+
+def test_markdown_code_span_cannot_be_closed_by_its_text() -> None:
+    from bench.reports.leaderboard import md_code, md_text
+
+    span = md_code("t`<img src=x onerror=alert(1)>`|x\ny")
+    fence = span.split(" ", 1)[0]
+    assert fence == "``" and span.endswith(" ``") and span.count("``") == 2  # one run of 1 inside, fenced by 2
+    assert "\n" not in span and "\\|" in span
+    assert md_code("triplet+none") == "`triplet+none`"  # ordinary names are unchanged
+    assert md_text("<script>a|b`c</script>") == "&lt;script&gt;a\\|b\\`c&lt;/script&gt;"

@@ -153,7 +153,7 @@ def _where(error: jsonschema.ValidationError) -> str:
 
 def parse(path: str | Path) -> ClaimsFile:
     """Read and validate a claims file; every problem names the file and the key."""
-    from bench.protocol.load import load_yaml, read_text
+    from bench.protocol.load import ProtocolError, load_yaml, read_text
 
     path = Path(path)
     try:
@@ -162,7 +162,10 @@ def parse(path: str | Path) -> ClaimsFile:
         exists = False
     if not exists:
         raise BenchError(f"claims file {str(path)[:200]} does not exist")
-    doc, _ = load_yaml(read_text(path, "claims file"), str(path))  # the protocol's bounded, safe loader
+    try:
+        doc, _ = load_yaml(read_text(path, "claims file"), str(path))  # the protocol's bounded, safe loader
+    except ProtocolError as e:
+        raise BenchError(f"{path}: not readable YAML ({e.problems[0].removeprefix(str(path)).lstrip(':')})") from None
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(SCHEMA).iter_errors(doc))
     if error is not None:
         raise BenchError(f"{path}: {_where(error)}: {error.message}")
