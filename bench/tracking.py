@@ -76,6 +76,34 @@ def with_connect_timeout(url: str) -> str:
     return f"{url}{'&' if '?' in url else '?'}connect_timeout={CONNECT_TIMEOUT_S}"
 
 
+_REACHED: set[str] = set()
+
+
+def check_reachable(uri: str) -> None:
+    """Refuse an unreachable database server in seconds, once per URI and process.
+
+    MLflow retries a database it cannot open 10 times with exponential
+    back-off (about 100 s, a constant it does not let us set): one
+    SQLAlchemy connection with ``connect_timeout`` first turns a closed
+    PostgreSQL port into one line instead of minutes of waiting.
+    """
+    scheme = uri.split("://", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
+    if scheme not in ("postgresql", "postgres", "mysql") or uri in _REACHED:
+        return
+    import sqlalchemy
+
+    from bench.tuning._slots import redact
+
+    try:
+        engine = sqlalchemy.create_engine(with_connect_timeout(uri))
+        with engine.connect():
+            pass
+        engine.dispose()
+    except Exception as e:  # any failure to connect is the user's URI, server or driver
+        raise BenchError(f"cannot reach database {redact(uri)!r}: {str(e).strip().splitlines()[0]}") from None
+    _REACHED.add(uri)
+
+
 def _mlflow() -> Any:
     """MLflow, imported on first use: listing or planning must not pay for it. Its logging is the
     embedding program's to set (the CLI quiets it at its edge, `bench.cli.quiet_libraries`)."""
@@ -95,7 +123,9 @@ def start_run(experiment: str, run_name: str | None = None, tags: Mapping[str, A
     """
     mlflow = _mlflow()
     if not nested or tracking_uri is not None:
-        mlflow.set_tracking_uri(resolve_tracking_uri(tracking_uri))
+        uri = resolve_tracking_uri(tracking_uri)
+        check_reachable(uri)
+        mlflow.set_tracking_uri(uri)
     try:
         mlflow.set_experiment(experiment)
     except Exception as e:  # a store that cannot be opened is the user's path or URI

@@ -51,6 +51,8 @@ def _client(tracking_uri: str | None) -> Any:
         raise BenchError(f"no MLflow store at {given[len('sqlite:///'):]}")
     from mlflow.tracking import MlflowClient
 
+    given = tracking.with_connect_timeout(given)
+    tracking.check_reachable(given)
     try:
         client = MlflowClient(tracking_uri=given)
         client.search_experiments(max_results=1)  # opens the store: a file that is no database fails here
