@@ -153,7 +153,7 @@ def _where(error: jsonschema.ValidationError) -> str:
 
 def parse(path: str | Path) -> ClaimsFile:
     """Read and validate a claims file; every problem names the file and the key."""
-    from bench.protocol.load import ProtocolError, load_yaml, read_text
+    from bench.protocol.safe_yaml import YamlRefused, load_yaml, read_text
 
     path = Path(path)
     try:
@@ -164,8 +164,8 @@ def parse(path: str | Path) -> ClaimsFile:
         raise BenchError(f"claims file {str(path)[:200]} does not exist")
     try:
         doc, _ = load_yaml(read_text(path, "claims file"), str(path))  # the protocol's bounded, safe loader
-    except ProtocolError as e:
-        raise BenchError(f"{path}: not readable YAML ({e.problems[0].removeprefix(str(path)).lstrip(':')})") from None
+    except YamlRefused as e:
+        raise BenchError(f"{path}: not readable YAML ({str(e).removeprefix(str(path)).lstrip(':')})") from None
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(SCHEMA).iter_errors(doc))
     if error is not None:
         raise BenchError(f"{path}: {_where(error)}: {error.message}")
