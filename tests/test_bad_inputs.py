@@ -213,4 +213,4 @@ def test_markdown_code_span_cannot_be_closed_by_its_text() -> None:
     assert fence == "``" and span.endswith(" ``") and span.count("``") == 2  # one run of 1 inside, fenced by 2
     assert "\n" not in span and "\\|" in span
     assert md_code("triplet+none") == "`triplet+none`"  # ordinary names are unchanged
-    assert md_text("<script>a|b`c</script>") == "&lt;script&gt;a\\|b\\`c&lt;/script&gt;"
+    assert md_text("<script>a|b`c</script>\nd") == "&lt;script&gt;a\\|b`c&lt;/script&gt; d"

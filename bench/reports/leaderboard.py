@@ -221,9 +221,12 @@ def md_code(text: object) -> str:
 
 
 def md_text(text: object) -> str:
-    """Free text (a claim's statement, a refusal reason) as inert Markdown: no raw HTML, no code span, one line."""
-    body = html.escape(" ".join(str(text).splitlines()), quote=False)
-    return re.sub(r"([`|])", r"\\\1", body)
+    """Free text (a claim's statement, a refusal reason) as inert Markdown: no raw HTML, one table cell, one line.
+
+    Backticks are kept (reasons and statements quote names as code); with
+    ``<``, ``>`` and ``&`` escaped, a code span can show markup but never run it.
+    """
+    return html.escape(" ".join(str(text).splitlines()), quote=False).replace("|", "\\|")
 
 
 def footer_lines(board: Board) -> list[str]:
