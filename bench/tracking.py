@@ -88,7 +88,13 @@ def check_reachable(uri: str) -> None:
     PostgreSQL port into one line instead of minutes of waiting.
     """
     scheme = uri.split("://", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
-    if scheme not in ("postgresql", "postgres", "mysql") or uri in _REACHED:
+    if uri in _REACHED:
+        return
+    if scheme in ("http", "https"):
+        _check_http(uri)
+        _REACHED.add(uri)
+        return
+    if scheme not in ("postgresql", "postgres", "mysql"):
         return
     import sqlalchemy
 
@@ -102,6 +108,17 @@ def check_reachable(uri: str) -> None:
     except Exception as e:  # any failure to connect is the user's URI, server or driver
         raise BenchError(f"cannot reach database {redact(uri)!r}: {str(e).strip().splitlines()[0]}") from None
     _REACHED.add(uri)
+
+
+def _check_http(uri: str) -> None:
+    """Any HTTP answer (even 401 or 404) means a server listens; no answer in seconds is one line."""
+    import requests
+
+    try:
+        requests.get(uri.rstrip("/") + "/health", timeout=CONNECT_TIMEOUT_S)
+    except requests.RequestException as e:
+        raise BenchError(f"cannot reach MLflow tracking server {uri!r}: {type(e).__name__}: "
+                         f"{str(e).strip().splitlines()[0][:200]}") from None
 
 
 def _mlflow() -> Any:

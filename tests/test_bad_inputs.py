@@ -214,3 +214,22 @@ def test_markdown_code_span_cannot_be_closed_by_its_text() -> None:
     assert "\n" not in span and "\\|" in span
     assert md_code("triplet+none") == "`triplet+none`"  # ordinary names are unchanged
     assert md_text("<script>a|b`c</script>\nd") == "&lt;script&gt;a\\|b`c&lt;/script&gt; d"
+
+
+def test_a_listening_http_server_is_reachable_and_a_closed_port_is_one_line() -> None:
+    """The pre-flight check must not refuse a server that answers, whatever it answers (here 404)."""
+    import http.server
+
+    from bench.errors import BenchError
+    from bench.tracking import check_reachable
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        check_reachable(f"http://127.0.0.1:{server.server_port}")
+    finally:
+        server.shutdown()
+        server.server_close()
+    with pytest.raises(BenchError, match="cannot reach MLflow tracking server"):
+        check_reachable(f"http://127.0.0.1:{server.server_port}/closed")
