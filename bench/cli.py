@@ -10,7 +10,9 @@ exit  meaning
       `crosscheck` found a loss or miner that differs from PML,
       `train` diverged (NaN or infinite loss)
    2  bad input: a name, file, option or parameter the command cannot use
-      (one line on stderr, no traceback); also click's usage errors
+      (one line on stderr, no traceback); also click's usage errors, and a
+      file that cannot be read or written (read-only or full disk, a name
+      too long): results files are written whole or not at all
    3  a test class reached tuning or training data (`run`, `train`): the
       split is broken, and the run stops before anything is recorded
  130  interrupted (Ctrl-C, or SIGTERM during `run`); a rerun resumes
@@ -126,6 +128,19 @@ def quiet_libraries() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+def bound_connections() -> None:
+    """One retry policy for MLflow's HTTP store: an unreachable ``--tracking-uri http://...`` fails in seconds.
+
+    MLflow's defaults (7 retries, exponential backoff, 120 s a request) wait
+    for minutes on a closed port. A user's own settings win (setdefault).
+    Process-wide environment, hence set here at the edge, not in the library.
+    """
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_JITTER", "0")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+
+
 class _StderrHandler(logging.StreamHandler):
     """Writes to whatever `sys.stderr` is at the time of the record (pytest's capture, a redirection)."""
 
@@ -151,11 +166,19 @@ def _log_to_stderr() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run one command and return its exit status (see the table in this module's docstring)."""
     _log_to_stderr()
+    bound_connections()
     try:
         code = cli.main(args=argv, prog_name="dmlbench", standalone_mode=False)
     except BenchError as e:
         click.echo(f"dmlbench: error: {e}", err=True)
         return e.exit_code
+    except OSError as e:
+        if e.filename is None:  # not a file the user named or a disk we write to: a bug, keep the traceback
+            raise
+        where = str(e.filename)[:200] + (f" -> {str(e.filename2)[:200]}" if e.filename2 else "")
+        click.echo(f"dmlbench: error: {where}: {e.strerror or e} (nothing half-written: files are replaced "
+                   "whole or not at all)", err=True)
+        return EXIT_BAD_INPUT
     except click.exceptions.Abort:
         click.echo("dmlbench: interrupted", err=True)
         return EXIT_INTERRUPTED

@@ -14,6 +14,7 @@ losses (their ``normalize`` parameter), not to the trunk.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -34,6 +35,34 @@ def _embedding_dim(name: str, embedding_dim: int) -> int:
     if isinstance(embedding_dim, bool) or not isinstance(embedding_dim, int) or embedding_dim < 1:
         raise BenchError(f"trunk {name!r}: embedding_dim must be a positive integer, got {embedding_dim!r}")
     return embedding_dim
+
+
+MAX_EMBEDDING_DIM = 65_536  # far above any embedding in the literature (512-2048); 1e12 is a typo
+MAX_PARAMETERS = 500_000_000  # 2 GB of float32 weights: more is a typo here, not a trunk this benchmark trains
+
+
+def check_size(name: str, in_shape: Sequence[int], embedding_dim: int, params: dict) -> None:
+    """Refuse absurd trunk sizes before a byte is allocated: the trunk is built on PyTorch's meta device.
+
+    A negative channel count or an embedding of 1e12 would otherwise fail
+    (or exhaust memory) mid-run, after an MLflow run was opened.
+    """
+    from bench import registry
+
+    _embedding_dim(name, embedding_dim)
+    if embedding_dim > MAX_EMBEDDING_DIM:
+        raise BenchError(f"embedding_dim {embedding_dim} is absurd: expected at most {MAX_EMBEDDING_DIM}")
+    try:
+        with torch.device("meta"):
+            trunk = registry.build_trunk(name, in_shape=tuple(in_shape), embedding_dim=embedding_dim, **params)
+    except (RuntimeError, OverflowError, MemoryError) as e:
+        raise BenchError(f"trunk {name!r} cannot be built with {params}: {str(e).splitlines()[0]}") from None
+    if any(p.numel() == 0 for p in trunk.parameters()):
+        raise BenchError(f"trunk {name!r} with {params} has a layer of size 0")
+    count = sum(p.numel() for p in trunk.parameters())
+    if count > MAX_PARAMETERS:
+        raise BenchError(f"trunk {name!r} with {params or 'its defaults'} has {count:,} parameters: expected at "
+                         f"most {MAX_PARAMETERS:,} (a typo in a size?)")
 
 
 def _too_small(name: str, shape: tuple[int, int, int], needed: int, hint: str = "") -> BenchError:
@@ -153,7 +182,7 @@ class MLP(nn.Module):
             isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in hidden
         ):
             raise BenchError(f"trunk 'mlp': hidden must be a list of positive integers, got {hidden!r}")
-        sizes = [int(torch.tensor(shape).prod()), *hidden]
+        sizes = [math.prod(shape), *hidden]
         layers: list[nn.Module] = [nn.Flatten()]
         for a, b in zip(sizes, sizes[1:]):
             layers += [nn.Linear(a, b), nn.ReLU(inplace=True)]

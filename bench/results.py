@@ -54,9 +54,24 @@ def metric_names(protocol_doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def check_cell_id(cell: object) -> str:
+    """A cell id read from a file or an MLflow tag is untrusted: it must be a cell name, never a path.
+
+    Cell ids are ``loss+miner`` labels (letters, digits, ``_.:+-``); a name
+    with a separator, ``..``, a leading dot, a newline or markup (a crafted
+    ``finals.csv`` row or tag) is refused, so it can neither point outside
+    the results folder nor break out of a report's code span.
+    """
+    text = str(cell)
+    if not isinstance(cell, str) or not text or len(text) > 200 or text.startswith(".") \
+            or not all(c.isascii() and (c.isalnum() or c in "_.:+-") for c in text):
+        raise BenchError(f"cell id {text[:80]!r} is not a cell name (letters, digits, '_.:+-'): refused")
+    return text
+
+
 def cell_dir(results: Path, cell: str) -> Path:
-    """Where one cell's artifacts (arrays, history) live inside a results directory."""
-    return results / ARTIFACTS / cell
+    """A cell's artifact folder, always inside ``results/artifacts`` (see `check_cell_id`)."""
+    return results / ARTIFACTS / check_cell_id(cell)
 
 
 def protocol_dir(results_root: str | Path, name: str) -> Path:

@@ -30,7 +30,7 @@ class SingleRun:
     tracking_uri: str
 
 
-def check_config(config: TrainConfig) -> None:
+def check_config(config: TrainConfig, size: int | None = None) -> None:
     """Unknown names and parameters fail in a second, before data, models and MLflow are loaded."""
     from bench import registry
 
@@ -43,6 +43,10 @@ def check_config(config: TrainConfig) -> None:
             continue
         registry.check_params(registry.get(kind, name), params)
     config.check()
+    if size is not None:
+        from bench.models import check_size
+
+        check_size(config.trunk, (1, size, size), config.embedding_dim, config.trunk_params)
 
 
 def trained_normalized(config: TrainConfig) -> bool:

@@ -52,12 +52,73 @@ def resolve_tracking_uri(uri: str | Path | None = None) -> str:
             return default_tracking_uri()
     text = str(uri)
     if "://" in text:
-        return text
+        return with_connect_timeout(text)
     path = Path(text).expanduser().resolve()
     if path.is_dir() or not path.suffix:
         return default_tracking_uri(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path}"
+
+
+CONNECT_TIMEOUT_S = 5  # a database server that does not answer is refused in seconds, not after minutes of TCP retries
+
+
+def with_connect_timeout(url: str) -> str:
+    """A PostgreSQL or MySQL URL with ``connect_timeout`` added unless the user set one.
+
+    Both the Optuna and the MLflow stores open their database through
+    SQLAlchemy, which passes URL query arguments to the driver: this is the
+    one place both get their bound, so an unreachable port fails fast in both.
+    """
+    scheme = url.split("://", 1)[0].split("+", 1)[0].lower() if "://" in url else ""
+    if scheme not in ("postgresql", "postgres", "mysql") or "connect_timeout=" in url:
+        return url
+    return f"{url}{'&' if '?' in url else '?'}connect_timeout={CONNECT_TIMEOUT_S}"
+
+
+_REACHED: set[str] = set()
+
+
+def check_reachable(uri: str) -> None:
+    """Refuse an unreachable database server in seconds, once per URI and process.
+
+    MLflow retries a database it cannot open 10 times with exponential
+    back-off (about 100 s, a constant it does not let us set): one
+    SQLAlchemy connection with ``connect_timeout`` first turns a closed
+    PostgreSQL port into one line instead of minutes of waiting.
+    """
+    scheme = uri.split("://", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
+    if uri in _REACHED:
+        return
+    if scheme in ("http", "https"):
+        _check_http(uri)
+        _REACHED.add(uri)
+        return
+    if scheme not in ("postgresql", "postgres", "mysql"):
+        return
+    import sqlalchemy
+
+    from bench.tuning._slots import redact
+
+    try:
+        engine = sqlalchemy.create_engine(with_connect_timeout(uri))
+        with engine.connect():
+            pass
+        engine.dispose()
+    except Exception as e:  # any failure to connect is the user's URI, server or driver
+        raise BenchError(f"cannot reach database {redact(uri)!r}: {str(e).strip().splitlines()[0]}") from None
+    _REACHED.add(uri)
+
+
+def _check_http(uri: str) -> None:
+    """Any HTTP answer (even 401 or 404) means a server listens; no answer in seconds is one line."""
+    import requests
+
+    try:
+        requests.get(uri.rstrip("/") + "/health", timeout=CONNECT_TIMEOUT_S)
+    except requests.RequestException as e:
+        raise BenchError(f"cannot reach MLflow tracking server {uri!r}: {type(e).__name__}: "
+                         f"{str(e).strip().splitlines()[0][:200]}") from None
 
 
 def _mlflow() -> Any:
@@ -79,7 +140,9 @@ def start_run(experiment: str, run_name: str | None = None, tags: Mapping[str, A
     """
     mlflow = _mlflow()
     if not nested or tracking_uri is not None:
-        mlflow.set_tracking_uri(resolve_tracking_uri(tracking_uri))
+        uri = resolve_tracking_uri(tracking_uri)
+        check_reachable(uri)
+        mlflow.set_tracking_uri(uri)
     try:
         mlflow.set_experiment(experiment)
     except Exception as e:  # a store that cannot be opened is the user's path or URI

@@ -159,7 +159,7 @@ def test_two_workers_share_one_sweep_on_postgresql(postgres, tmp_path, data_root
 
     # one MLflow run per key, the same keys as one worker on SQLite
     keys = _mlflow_keys(tracking)
-    assert len(keys) == len(set(keys)) == 3 + 6 + 6 + 4
+    assert len(keys) == len(set(keys)) == 3 + 6 + 6 + 4 + 2  # with the 2 floor seeds
     assert sorted(keys) == sorted(_mlflow_keys(f"sqlite:///{single / 'mlruns' / 'mlflow.db'}"))
     # MLflow's default artifact root for a database store: ./mlruns of the worker that created the experiment
     assert len(list((tmp_path / "mlruns").rglob("tiny.yaml"))) == 3  # the protocol, once per cell run

@@ -7,6 +7,7 @@ once. See bench/runner.py for what is recorded where and how workers share.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -62,6 +63,11 @@ def command(file: str, storage: str | None, tracking_uri: str | None, results_di
 
     signal.signal(signal.SIGTERM, interrupt)
     protocol = load_protocol(file)  # a malformed file fails before storage, data or MLflow are touched
+    Path(results_dir).mkdir(parents=True, exist_ok=True)  # an unwritable results folder fails now, not after training
+    if tracking_uri and "://" in tracking_uri:  # an unreachable server fails now, not after the data are prepared
+        from bench.tracking import check_reachable, with_connect_timeout
+
+        check_reachable(with_connect_timeout(tracking_uri))
     quiet_libraries()
     result = run_protocol(protocol, Options(storage=storage, tracking_uri=tracking_uri, results_dir=results_dir,
                                             data_root=data_root, quiet=quiet, redo=redo))

@@ -139,7 +139,7 @@ def command(train_spec: str, test_spec: str, train_classes: str | None, test_cla
         weight_decay=weight_decay, P=P, K=K, iterations=iterations, seed=seed, augmentation=augmentation,
         device=device, precision=precision, schedule={"type": schedule, "warmup": warmup},
     )
-    check_config(config)  # before MLflow and the data are loaded
+    check_config(config, size)  # before MLflow and the data are loaded
     from bench.cli import quiet_libraries
 
     quiet_libraries()

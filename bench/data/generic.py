@@ -18,6 +18,7 @@ from PIL import Image, UnidentifiedImageError
 from bench.data._core import LabeledData, fit_square, resize_area
 from bench.errors import BenchError
 
+MAX_PIXELS = 40_000_000  # a 6,000 x 6,000 photo; more is decoded into gigabytes of floats before resizing
 _GRAY_MODES = {"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "F", "La"}
 
 
@@ -54,13 +55,18 @@ def load_folder(path: str | Path, size: int = 28, resize: str = "stretch") -> La
 def _read_image(file: Path) -> np.ndarray:
     """One image as float32 (C, H, W) in [0, 1], C = 1 for grey modes and 3 otherwise."""
     try:
-        with Image.open(file) as img:
+        with Image.open(file) as img:  # PIL refuses more than 2 x MAX_IMAGE_PIXELS here (DecompressionBombError)
+            if img.width * img.height > MAX_PIXELS:
+                raise BenchError(f"image {file} declares {img.width} x {img.height} pixels, more than "
+                                 f"{MAX_PIXELS:,}: refused as a possible decompression bomb")
             img.load()
             mode = img.mode
             if mode in _GRAY_MODES:
                 arr = np.asarray(img if mode.startswith(("I", "F")) else img.convert("L"))
                 return _scale(arr, mode, file)[None]
             return np.asarray(img.convert("RGB"), dtype=np.float32).transpose(2, 0, 1) / 255.0
+    except Image.DecompressionBombError as err:
+        raise BenchError(f"image {file} refused as a decompression bomb: {err}") from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
         raise BenchError(f"corrupt or unreadable image {file} ({type(err).__name__})") from err
 

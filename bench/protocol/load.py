@@ -17,7 +17,6 @@ import copy
 import hashlib
 import json
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 import yaml
 
 from bench.errors import BenchError
+from bench.protocol.safe_yaml import YamlRefused, load_yaml, read_text
 from bench.protocol.schema import DEFAULTS, METRICS, PRUNER_DEFAULTS, RETRIEVAL_METRICS, SCHEMA, describe_error, error_path
 
 NO_MINER = "none"
@@ -82,28 +82,6 @@ class Protocol:
 # --------------------------------------------------------------------------- YAML
 
 
-class _Loader(yaml.SafeLoader):
-    """Safe loading, YAML 1.2 floats (``1e-3`` is a number) and no duplicate keys."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, yaml.Node] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (first at line {seen[key].start_mark.line + 1})",
-                    key_node.start_mark)
-            seen[key] = key_node
-        return super().construct_mapping(node, deep=deep)
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:\d[\d_]*\.?[\d_]*|\.\d[\d_]*)[eE][-+]?\d+$|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$"),
-    list("-+0123456789."),
-)
-
-
 def _lines(node: yaml.Node | None, path: tuple = (), out: dict | None = None) -> dict[tuple, int]:
     """Key path -> 1-based line of every node, so errors can point into the file."""
     out = {} if out is None else out
@@ -112,7 +90,7 @@ def _lines(node: yaml.Node | None, path: tuple = (), out: dict | None = None) ->
     out[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
-            key = (*path, key_node.value)
+            key = (*path, key_node.value if isinstance(key_node, yaml.ScalarNode) else "?")
             out[key] = key_node.start_mark.line + 1
             _lines(value_node, key, out)
             out[key] = key_node.start_mark.line + 1
@@ -128,11 +106,7 @@ def _lines(node: yaml.Node | None, path: tuple = (), out: dict | None = None) ->
 def load_protocol(path: str | Path) -> Protocol:
     """Read, validate and normalise a protocol file; a ProtocolError lists what is wrong."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise BenchError(f"{path}: cannot read protocol: {e.strerror or e}") from None
-    return parse_protocol(text, str(path))
+    return parse_protocol(read_text(path, "protocol"), str(path)[:200])
 
 
 def parse_protocol(text: str, source: str = "<protocol>") -> Protocol:
@@ -140,13 +114,9 @@ def parse_protocol(text: str, source: str = "<protocol>") -> Protocol:
     rules checked; every problem is one line naming ``source``, the line and the key path, all of them
     in one ProtocolError."""
     try:
-        node = yaml.compose(text, Loader=_Loader)
-        raw = yaml.load(text, Loader=_Loader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark is not None else source
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ProtocolError([f"{where}: not valid YAML: {problem}"]) from None
+        raw, node = load_yaml(text, source)
+    except YamlRefused as e:
+        raise ProtocolError([str(e)]) from None
     lines = _lines(node)
     report = _Reporter(source, lines)
     if not isinstance(raw, dict):
@@ -300,8 +270,16 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
     model = doc["model"]
     trunk = entry_or_report("trunk", model["trunk"], ("model", "trunk"))
     if trunk is not None:
-        _check_param_names(trunk, model["trunk_params"], ("model", "trunk_params"), report,
-                           exclude=("in_shape", "embedding_dim"))
+        if _check_param_names(trunk, model["trunk_params"], ("model", "trunk_params"), report,
+                              exclude=("in_shape", "embedding_dim")):
+            from bench.models import check_size
+
+            size = doc["data"]["image_size"]
+            try:
+                check_size(model["trunk"], (1, size, size), model["embedding_dim"], model["trunk_params"])
+            except BenchError as e:
+                report.add(("model",), str(e))
+                return  # methods are built with this embedding size below: an absurd one would allocate it
 
     labels: dict[str, tuple] = {}
     written: dict[int, list[str]] = {}  # loss index -> parameters its search_space names (before the merge)

@@ -14,7 +14,9 @@ from typing import Any
 
 _NUM = {"type": "number"}
 _POS_INT = {"type": "integer", "minimum": 1}
-_NAME = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"}
+# \Z, not $: Python's $ also matches before a final newline, and "tiny\n" would pass as a name;
+# at most 100 characters, so a name stays a valid file name (results/<name>/, <name>.yaml)
+_NAME = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}\Z"}
 _PARAMS = {"type": "object"}  # names checked against the registry, values by the constructor
 
 RETRIEVAL_METRICS = ("precision_at_1", "r_precision", "map_at_r", "recall_at_k")
@@ -276,7 +278,7 @@ def describe_error(error: Any) -> str:
     if v == "uniqueItems":
         return f"expected distinct items, got {_show(value)}"
     if v == "pattern":
-        return f"expected a name of letters, digits, '_', '.', '-', got {_show(value)}"
+        return f"expected a name of at most 100 letters, digits, '_', '.', '-' (no newline), got {_show(value)}"
     if v == "oneOf":
         return _one_of(error)
     return error.message

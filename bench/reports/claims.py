@@ -67,11 +67,11 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
 from bench.errors import BenchError
 from bench.plan import Plan
 from bench.reports import floor
+from bench.reports.leaderboard import md_code, md_text
 from bench.reports.source import Results
 from bench.reports.stats import LEVEL, Difference, compare, holm, one_sample
 
@@ -102,7 +102,7 @@ SCHEMA: dict[str, Any] = {
                 "required": ["id", "source", "kind"],
                 "additionalProperties": False,
                 "properties": {
-                    "id": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]+$"},
+                    "id": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,100}\\Z"},  # \Z: no final newline
                     "source": {"type": "string", "minLength": 1},
                     "statement": {"type": "string"},
                     "note": {"type": "string"},
@@ -156,22 +156,43 @@ def _where(error: jsonschema.ValidationError) -> str:
 
 def parse(path: str | Path) -> ClaimsFile:
     """Read and validate a claims file; every problem names the file and the key."""
+    from bench.protocol.safe_yaml import YamlRefused, load_yaml, read_text
+
     path = Path(path)
     try:
-        doc = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise BenchError(f"claims file {path} does not exist") from None
-    except (OSError, yaml.YAMLError) as e:
-        raise BenchError(f"{path}: not readable YAML ({str(e).splitlines()[0]})") from None
+        exists = path.exists()
+    except OSError:  # a name too long for the file system
+        exists = False
+    if not exists:
+        raise BenchError(f"claims file {str(path)[:200]} does not exist")
+    try:
+        doc, _ = load_yaml(read_text(path, "claims file"), str(path))  # the protocol's bounded, safe loader
+    except YamlRefused as e:
+        raise BenchError(f"{path}: not readable YAML ({str(e).removeprefix(str(path)).lstrip(':')})") from None
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(SCHEMA).iter_errors(doc))
     if error is not None:
         raise BenchError(f"{path}: {_where(error)}: {error.message}")
+    bad = _non_finite(doc)
+    if bad:
+        raise BenchError(f"{path}: {bad[0]}: expected a finite number, got {bad[1]}")
     ids = [c["id"] for c in doc["claims"]]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
         raise BenchError(f"{path}: claim ids must be unique; repeated: {', '.join(dup)}")
     return ClaimsFile(path, doc["protocol"], doc.get("results"), doc.get("metric"),
                       float(doc.get("equivalence", DELTA)), doc["claims"])
+
+
+def _non_finite(value: Any, where: str = "") -> tuple[str, float] | None:
+    """The first NaN or infinite number in a claims document: JSON Schema's bounds let `.nan` through."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "(top level)", value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _non_finite(item, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else key)
+        if found:
+            return found
+    return None
 
 
 VERDICTS = ("supported", "contradicted", "inconclusive", "not testable")
@@ -450,7 +471,7 @@ def _f(x: float) -> str:
 def markdown(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> str:
     """A README-ready table of the verdicts, their reasons, and the files and fingerprints they rest on."""
     out = [
-        f"## Claims checked against `{res.protocol}`", "",
+        f"## Claims checked against {md_code(res.protocol)}", "",
         f"Effects as difference of means with a {LEVEL:.0%} interval over final seeds (paired t where both cells "
         f"ran the same seeds, else Welch); equivalence margin {cf.equivalence:g} unless a claim sets its own. "
         "Each verdict uses its Holm-adjusted p (across this file's testable claims); every interval is "
@@ -462,17 +483,19 @@ def markdown(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> str:
     for v in verdicts:
         seeds = ", ".join(str(len(s)) for s in v.values.values())
         ci = f"{_f(v.effect)} [{_f(v.low)}, {_f(v.high)}]"
-        cells = ", ".join(f"`{c}`" for c in v.cells)
-        src = v.claim["source"].replace("|", "\\|").replace("\n", " ")
+        cells = ", ".join(md_code(c) for c in v.cells)
+        src = md_text(v.claim["source"])
         out.append(f"| {v.claim['id']} | {v.claim['kind']} | **{v.verdict}** | {v.metric} | {ci} | {v.test or '-'} | "
                    f"{_p(v.p_raw)} | {_p(v.p_adjusted)} | {seeds or '-'} | {cells} | {src} |")
     out += ["", "### Reasons", ""]
-    out += [f"- **{v.claim['id']}** ({v.verdict}): {v.claim.get('statement', '').strip()} {v.reason}".replace("  ", " ")
+    out += [f"- **{v.claim['id']}** ({v.verdict}): {md_text(v.claim.get('statement', '').strip())} {md_text(v.reason)}"
+            .replace("  ", " ")
             for v in verdicts]
     out += ["", "---", "",
-            f"- results file `{res.finals_file}`, protocol `{res.protocol}` hash `{res.protocol_hash}`",
-            *(f"- {k} split fingerprint `{fp}`" for k, fp in res.fingerprints.items()),
-            f"- claims file `{cf.path}`"]
+            f"- results file {md_code(res.finals_file)}, protocol {md_code(res.protocol)} hash "
+            f"{md_code(res.protocol_hash)}",
+            *(f"- {md_text(k)} split fingerprint {md_code(fp)}" for k, fp in res.fingerprints.items()),
+            f"- claims file {md_code(cf.path)}"]
     return "\n".join(out) + "\n"
 
 

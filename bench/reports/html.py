@@ -10,6 +10,7 @@ rendered from any source of tables.
 from __future__ import annotations
 
 import math
+import zipfile
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
@@ -40,8 +41,21 @@ def _npz(path: Path, keys: tuple[str, str]) -> tuple[np.ndarray, np.ndarray]:
     try:
         with np.load(path) as z:
             return tuple(np.asarray(z[k]) for k in keys)  # type: ignore[return-value]
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
         raise BenchError(f"{path}: unreadable artifact, expected arrays {', '.join(keys)} ({e})") from None
+
+
+def _history_csv(path: Path) -> pd.DataFrame:
+    """A cell's optuna_history.csv; a file a run did not write (garbage, other columns) is one line."""
+    columns = ("trial", "value", "best_so_far")
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise BenchError(f"{path}: unreadable Optuna history ({str(e).splitlines()[0]})") from None
+    missing = [c for c in columns if c not in frame]
+    if missing:
+        raise BenchError(f"{path}: not an Optuna history: no column {', '.join(missing)}")
+    return frame
 
 
 def _history_from_trials(trials: pd.DataFrame | None, cell: str) -> pd.DataFrame | None:
@@ -73,7 +87,7 @@ def collect(res: Results, board: Board) -> Artifacts:
         if e is not None and len(embs) < MAX_EMBEDDINGS:
             embs[r.cell] = _npz(e, ("x", "y"))
         h = res.artifact(r.cell, tables.HISTORY)
-        frame = pd.read_csv(h) if h is not None else _history_from_trials(res.trials, r.cell)
+        frame = _history_csv(h) if h is not None else _history_from_trials(res.trials, r.cell)
         if frame is not None and not frame.empty:
             hist[r.cell] = frame
     return Artifacts(pairs, embs, hist)

@@ -14,8 +14,10 @@ seeds); tuned values at the edge of their search range (`bench.reports.edges`).
 
 from __future__ import annotations
 
+import html
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -241,30 +243,55 @@ def budget(row: Row) -> str:
     return f"{row.trials} trials ({row.trials_complete} complete); {it} iterations, {seen} samples"
 
 
+def md_code(text: object) -> str:
+    """`text` as a Markdown code span no content can end: cell names and paths come from files a user may not trust.
+
+    The fence is one backtick longer than the longest run inside (CommonMark),
+    so a backtick in a crafted cell name cannot close the span and let raw
+    HTML (``<img onerror=...>``) out; newlines become spaces and ``|`` is
+    escaped so a table row stays one row.
+    """
+    body = " ".join(str(text).splitlines()).replace("|", "\\|")
+    runs = [len(m) for m in re.findall(r"`+", body)]
+    fence = "`" * (max(runs, default=0) + 1)
+    pad = " " if body.startswith("`") or body.endswith("`") or runs else ""
+    return f"{fence}{pad}{body}{pad}{fence}"
+
+
+def md_text(text: object) -> str:
+    """Free text (a claim's statement, a refusal reason) as inert Markdown: no raw HTML, one table cell, one line.
+
+    Backticks are kept (reasons and statements quote names as code); with
+    ``<``, ``>`` and ``&`` escaped, a code span can show markup but never run it.
+    """
+    return html.escape(" ".join(str(text).splitlines()), quote=False).replace("|", "\\|")
+
+
 def footer_lines(board: Board) -> list[str]:
     """What makes the table rerunnable and comparable: protocol hash, split fingerprints, code."""
     m = board.manifest
-    lines = [f"protocol `{board.protocol}`, hash `{board.protocol_hash}`", f"primary metric `{board.primary}`"]
+    lines = [f"protocol {md_code(board.protocol)}, hash {md_code(board.protocol_hash)}",
+             f"primary metric {md_code(board.primary)}"]
     for name, digest in board.fingerprints.items():
-        lines.append(f"{name} fingerprint `{digest}`")
+        lines.append(f"{md_text(name)} fingerprint {md_code(digest)}")
     b = m.get("budget")
     if isinstance(b, dict) and b:
         lines.append("budget per cell: " + ", ".join(f"{k} {v}" for k, v in b.items()))
     for key, label in (("source", "read from"), ("git_commit", "git commit"), ("created", "created"),
                        ("finished", "finished")):
         if m.get(key):
-            lines.append(f"{label} {m[key]}")
+            lines.append(f"{label} {md_text(m[key])}")
     if m.get("git_dirty"):
         lines.append("the working tree had uncommitted changes")
     refused = m.get("refused") or {}
     for cell, why in (refused.items() if isinstance(refused, dict) else []):
-        lines.append(f"left out (budget audit): `{cell}`: {why}")
+        lines.append(f"left out (budget audit): {md_code(cell)}: {md_text(why)}")
     if board.floor:
         collapsed = [r.cell for r in board.rows if r.collapsed]
         lines.append(f"floor: the untrained trunk evaluated the same way, one run per final seed; a cell is marked "
-                     f"collapsed when its `{board.primary}` is not significantly above it (one-sided, "
+                     f"collapsed when its {md_code(board.primary)} is not significantly above it (one-sided, "
                      f"alpha {floor.ALPHA:g}, paired by seed when the seeds match, else Welch): "
-                     + (", ".join(f"`{c}`" for c in collapsed) or "none"))
+                     + (", ".join(md_code(c) for c in collapsed) or "none"))
     else:
         lines.append("no floor row: these results have no floor.csv (the untrained trunk was not evaluated), "
                      "so no cell can be marked collapsed")
@@ -291,9 +318,9 @@ def markdown(board: Board) -> str:
     head = ["rank", "cell", "seeds", *board.metrics, f"val_{board.primary}", "budget", "tuned hyperparameters",
             "notes"]
     out = [
-        f"## dmlbench leaderboard: {board.protocol}",
+        f"## dmlbench leaderboard: {md_text(board.protocol)}",
         "",
-        f"Cells ranked by mean test `{board.primary}` over final seeds; "
+        f"Cells ranked by mean test {md_code(board.primary)} over final seeds; "
         "each metric as mean [95% t-interval over seeds]. " + NOTES,
         "",
         "| " + " | ".join(head) + " |",
@@ -301,10 +328,9 @@ def markdown(board: Board) -> str:
     ]
     for r in board.rows:
         cells = [
-            str(r.rank), f"`{r.cell}`", str(r.n_seeds),
+            str(r.rank), md_code(r.cell), str(r.n_seeds),
             *(fmt_interval(r.metrics[m]) for m in board.metrics),
-            fmt(r.validation), budget(r), fmt_params(r.params).replace("|", "\\|"),
-            notes(r).replace("|", "\\|"),
+            fmt(r.validation), budget(r), md_text(fmt_params(r.params)), md_text(notes(r)),
         ]
         out.append("| " + " | ".join(cells) + " |")
     if board.floor:
@@ -314,7 +340,7 @@ def markdown(board: Board) -> str:
     out += [line for w in board.warnings for line in ("", f"> **Warning:** {w}")]  # right under the table
     out += ["", "---", ""]
     out += [f"- {line}" for line in footer_lines(board)]
-    out.append(f"- validation/test rank correlation (Spearman) of `{board.primary}`: {fmt(board.transfer, 2)}")
+    out.append(f"- validation/test rank correlation (Spearman) of {md_code(board.primary)}: {fmt(board.transfer, 2)}")
     return "\n".join(out) + "\n"
 
 

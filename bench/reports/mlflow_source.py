@@ -51,6 +51,8 @@ def _client(tracking_uri: str | None) -> Any:
         raise BenchError(f"no MLflow store at {given[len('sqlite:///'):]}")
     from mlflow.tracking import MlflowClient
 
+    given = tracking.with_connect_timeout(given)
+    tracking.check_reachable(given)
     try:
         client = MlflowClient(tracking_uri=given)
         client.search_experiments(max_results=1)  # opens the store: a file that is no database fails here
@@ -181,10 +183,11 @@ def _download(client: Any, runs: list[Any], root: Path, plan: Any) -> None:
     from bench import results as tables
 
     first = str(plan.protocol.final_seeds[0])
+    planned = {c.id for c in plan.cells}
     for run in runs:
         tags = run.data.tags
-        if tags.get("kind") != "final" or tags.get("seed") != first or "cell" not in tags:
-            continue
+        if tags.get("kind") != "final" or tags.get("seed") != first or tags.get("cell") not in planned:
+            continue  # a tag naming no planned cell (``../../x``) never becomes a path
         for item in client.list_artifacts(run.info.run_id):
             if item.path in (tables.PAIR_DISTANCES, tables.EMBEDDING_2D):
                 directory = tables.cell_dir(root, tags["cell"])

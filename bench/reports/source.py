@@ -202,7 +202,11 @@ def load(root: str | Path) -> Results:
     from bench import results as tables
 
     root = Path(root)
-    if not root.exists():
+    try:
+        exists = root.exists()
+    except OSError as e:  # a name too long for the file system
+        raise BenchError(f"results directory {str(root)[:200]}...: {e.strerror}") from None
+    if not exists:
         raise BenchError(f"results directory {root} does not exist")
     if not root.is_dir():
         raise BenchError(f"{root} is not a directory (expected results/<protocol>/)")
@@ -222,6 +226,7 @@ def load(root: str | Path) -> Results:
         raise BenchError(f"{finals_path}: no 'cell' column; not a dmlbench finals table")
     res = Results(root, manifest, finals, read["trials"], read["summary"], finals_path, _floor(root, read))
     _check_hashes(res)
+    _check_rows(res)
     if not res.cells:
         raise BenchError(f"{root} holds no completed, budget-audited final runs")
     return res
@@ -242,6 +247,26 @@ def _floor(root: Path, read: dict[str, Any]) -> pd.DataFrame | None:
     if expected and "protocol_hash" in floor and set(floor["protocol_hash"].astype(str)) != {expected}:
         raise BenchError(f"{root / 'floor.csv'}: rows of another protocol hash than the manifest's")
     return floor
+
+
+def _check_rows(res: Results) -> None:
+    """What the reports take on trust from the files: cell ids (they become paths), integer seeds, the primary."""
+    from bench import results as tables
+
+    for cell in res.finals["cell"].unique():
+        try:
+            tables.check_cell_id(cell)
+        except BenchError as e:
+            raise BenchError(f"{res.finals_file}: {e}") from None
+    if "seed" in res.finals:
+        seeds = pd.to_numeric(res.finals["seed"], errors="coerce")
+        if seeds.isna().any() or not (seeds == seeds.round()).all():
+            bad = res.finals["seed"][seeds.isna() | (seeds != seeds.round())].iloc[0]
+            raise BenchError(f"{res.finals_file}: seed {bad!r} is not an integer")
+    primary = _first(res.manifest, "primary_metric", "primary", default="map_at_r")
+    if not isinstance(primary, str) or primary not in res.finals:
+        raise BenchError(f"{res.root / tables.MANIFEST}: the primary metric {str(primary)[:80]!r} is not a column "
+                         f"of {tables.FINALS}")
 
 
 def _check_hashes(res: Results) -> None:

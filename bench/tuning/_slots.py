@@ -37,6 +37,9 @@ def open_storage(url: str) -> Any:
     """An Optuna RDB storage with heartbeats (SQLite waits for locks instead of failing at once)."""
     import optuna
 
+    from bench.tracking import with_connect_timeout
+
+    url = with_connect_timeout(url)
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
     if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
         Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
