@@ -156,6 +156,8 @@ class Sweep:
         problem = device_problem(protocol.doc["training"]["device"])
         if problem:
             raise BenchError(f"{protocol.name}: {problem}")
+        self.prepared: Prepared = prepare(protocol, options.data_root)  # bad data: fail before any record or move
+        _check_ks(protocol, len(self.prepared.test.y))
         store_checks.check_given(options.storage, options.tracking_uri)
         self.storage_url = options.storage or default_storage()
         self.tracking_uri = tracking.resolve_tracking_uri(self.options.tracking_uri)
@@ -174,8 +176,6 @@ class Sweep:
         from bench import tracking
         from bench.metrics.geometry import geometry
 
-        self.prepared: Prepared = prepare(self.protocol, self.options.data_root)  # bad data: fail before any move
-        _check_ks(self.protocol, len(self.prepared.test.y))
         self.code = {"git_commit": tracking.git_commit(), "git_dirty": tracking.git_dirty()}  # on every record
         moved = tables.claim_dir(self.results, self.protocol.hash)
         self.fingerprints = self.prepared.fingerprints()

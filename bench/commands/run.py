@@ -47,6 +47,7 @@ def command(file: str, storage: str | None, tracking_uri: str | None, results_di
     way to one line per finished trial.
     """
     import signal
+    import threading
 
     import torch
 
@@ -60,7 +61,8 @@ def command(file: str, storage: str | None, tracking_uri: str | None, results_di
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, interrupt)
+    if threading.current_thread() is threading.main_thread():  # only there can Python install a handler
+        signal.signal(signal.SIGTERM, interrupt)
     protocol = load_protocol(file)  # a malformed file fails before storage, data or MLflow are touched
     quiet_libraries()
     result = run_protocol(protocol, Options(storage=storage, tracking_uri=tracking_uri, results_dir=results_dir,

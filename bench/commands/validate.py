@@ -22,13 +22,16 @@ def command(files: tuple[str, ...], quiet: bool) -> int:
     """
     from bench.plan import plan
     from bench.probe import check_live
-    from bench.protocol import ProtocolError, load_protocol
+    from bench.protocol import ProtocolError, device_problem, load_protocol
 
     problems: list[str] = []
     for path in files:
         try:
             protocol = load_protocol(path)
             check_live(plan(protocol))
+            problem = device_problem(protocol.doc["training"]["device"])
+            if problem:
+                raise BenchError(f"{path}: {problem}")
         except ProtocolError as e:
             problems += e.problems
             continue

@@ -182,8 +182,10 @@ class _Reporter:
     def __init__(self, source: str, lines: dict[tuple, int]) -> None:
         self.source, self.lines = source, lines
         self.problems: list[str] = []
+        self.paths: set[tuple] = set()
 
     def add(self, path: tuple, message: str) -> None:
+        self.paths.add(path)
         line = next((self.lines[path[:n]] for n in range(len(path), -1, -1) if path[:n] in self.lines), None)
         where = f"{self.source}:{line}" if line else self.source
         self.problems.append(f"{where}: {format_path(path) or '(top level)'}: {message}")
@@ -218,7 +220,7 @@ def _check_finite(value: Any, path: tuple, report: _Reporter) -> None:
     elif isinstance(value, list):
         for i, item in enumerate(value):
             _check_finite(item, (*path, i), report)
-    elif isinstance(value, float) and not math.isfinite(value):
+    elif isinstance(value, float) and not math.isfinite(value) and path not in report.paths:
         report.add(path, f"expected a finite number, got {value}")
 
 
