@@ -173,7 +173,7 @@ def main() -> int:
     expected = tables(ref)
     print(f"uninterrupted run: {total:.0f} s; work in {root}", flush=True)
 
-    same = 0
+    same = killed_count = 0
     for i, (what, ready) in enumerate(moments(total, args.kills, rng)):
         work = root / f"kill{i}"
         work.mkdir()
@@ -181,6 +181,7 @@ def main() -> int:
         w = Watch(argv, work, work / "log.txt")
         if w.wait_for(ready, total * 3):
             killed = f"killed {w.kill():.1f} s in ({what})"
+            killed_count += 1
         else:
             w.kill()
             killed = f"not killed: the run ended before the moment ({what})"
@@ -193,7 +194,7 @@ def main() -> int:
         same += not diffs
         print(f"{i + 1}: {killed}; resumed: " + ("identical" if not diffs else "DIFFERENT: " + "; ".join(diffs[:3])),
               flush=True)
-    print(f"{same} of {args.kills} identical")
+    print(f"{same} of {args.kills} identical ({killed_count} killed mid-run; the others ended before their moment)")
     if not args.keep and same == args.kills:
         import shutil
 
