@@ -23,6 +23,7 @@ from typing import Any
 
 from bench import registry
 from bench.clock import hms
+from bench.errors import BenchError
 from bench.protocol import NO_MINER, Protocol
 from bench.protocol.load import method_params
 
@@ -201,6 +202,10 @@ def plan(protocol: Protocol) -> Plan:
                 dropped.append(Dropped(cell_id, NOT_SELECTED))
                 continue
             cells.append(_cell(cell_id, loss_entry, loss_item, miner_entry, miner_item, doc["model"]))
+    if not cells:  # a sweep of nothing would end "0 cells done", exit 0, with empty tables
+        first = dropped[0]
+        raise BenchError(f"{protocol.name}: the grid has no cell: every loss x miner pair was dropped "
+                         f"({len(dropped)}; first {first.cell}: {first.reason})")
     training, validation = doc["training"], doc["data"]["validation"]
     budget = Budget(trials=doc["tuning"]["trials"], folds=validation["use"], iterations=training["iterations"],
                     batch_size=training["P"] * training["K"], seeds=len(doc["final"]["seeds"]))

@@ -356,7 +356,47 @@ def read(results: str | Path) -> dict[str, Any]:
     for name in ("trials", "finals", "summary", "floor"):
         path = results / name_to_file(name)
         out[name] = pd.read_csv(path) if path.exists() else pd.DataFrame()
+    check_tables(results, manifest, out)
     return out
+
+
+def check_tables(results: Path, manifest: dict[str, Any], frames: dict[str, pd.DataFrame]) -> None:
+    """No row twice: a duplicated row narrowed an interval; a run never writes one (tables are rebuilt
+    whole from the records), so it is an edit or two tables concatenated."""
+    for name, key in (("finals", ("cell", "seed")), ("trials", ("cell", "trial")), ("floor", ("seed",))):
+        df = frames[name]
+        if df.empty or not set(key) <= set(df.columns):
+            continue
+        dup = df[df.duplicated(list(key), keep=False)]
+        if len(dup):
+            first = dup.iloc[0]
+            raise BenchError(f"{results / name_to_file(name)}: duplicate rows for "
+                             + ", ".join(f"{k} {first[k]}" for k in key) + ": the table was edited or "
+                             "concatenated; rerun `dmlbench run` to rewrite it from the records")
+
+
+def check_complete(results: Path, manifest: dict[str, Any], finals: pd.DataFrame, summary: pd.DataFrame) -> None:
+    """Once the sweep finished, every cell of the manifest has all its final seeds in finals.csv (a cell
+    whose every trial failed has a summary row with no seed instead). A table cut short gave a
+    leaderboard of 5 of 11 cells with no word. `regress` reads tables edited on purpose and checks
+    cells itself, so this is the leaderboard's and the claims' check, not `read`'s."""
+    if not isinstance(manifest, dict) or not manifest.get("finished"):
+        return  # mid-sweep: cells are still missing by design
+    cells, refused = manifest.get("cells"), manifest.get("refused") or {}
+    seeds = (manifest.get("budget") or {}).get("seeds")
+    if not isinstance(cells, list) or "cell" not in finals:
+        return
+    counts = finals["cell"].astype(str).value_counts().to_dict() if not finals.empty else {}
+    no_winner = set()
+    if not summary.empty and {"cell", "n_seeds"} <= set(summary.columns):
+        no_winner = set(summary.loc[summary["n_seeds"] == 0, "cell"].astype(str)) - set(counts)
+    missing = [c for c in cells if c not in counts and c not in no_winner and c not in refused]
+    short = [c for c in cells if isinstance(seeds, int) and 0 < counts.get(c, 0) < seeds and c not in refused]
+    if missing or short:
+        what = (f"no final row for {len(missing)} of the {len(cells)} cells its manifest lists (first: {missing[0]})"
+                if missing else f"{counts[short[0]]} of {seeds} final seeds for cell {short[0]}")
+        raise BenchError(f"{results / FINALS}: {what}: the table is truncated or edited; rerun `dmlbench run` "
+                         "to rewrite it from the records")
 
 
 def now() -> str:

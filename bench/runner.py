@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import results as tables
+from bench import store_checks, tracking
 from bench.artifacts import write_cell_artifacts
 from bench.errors import BenchError
 from bench.floor import update_floor
@@ -72,7 +73,7 @@ from bench.mlflow_runs import MlflowRecords
 from bench.plan import Cell, Plan, plan as make_plan
 from bench.probe import check_live
 from bench.progress import Progress
-from bench.protocol import Protocol, load_protocol
+from bench.protocol import Protocol, device_problem, load_protocol
 from bench.sweep_result import SweepResult
 from bench.tuning import (
     Heartbeat,
@@ -132,6 +133,18 @@ class Outcome:
 # --------------------------------------------------------------------------- the sweep
 
 
+def _check_ks(protocol: Protocol, test_samples: int) -> None:
+    """Recall@k looks at the k nearest of the other test samples: at k >= N - 1 it is 1 for every
+    method, a column that ranks nothing (found only once the test split's size is known)."""
+    ev = protocol.doc["evaluation"]
+    if "recall_at_k" not in ev["metrics"]:
+        return
+    absurd = [k for k in ev["ks"] if k >= test_samples - 1]
+    if absurd:
+        raise BenchError(f"{protocol.name}: evaluation.ks: k={absurd[0]} is not below the {test_samples - 1} "
+                         f"other test samples a query has: recall@{absurd[0]} would be 1 for every method")
+
+
 class Sweep:
     """One worker's pass over a protocol; any number may run against the same storage."""
 
@@ -140,9 +153,20 @@ class Sweep:
         self.options = options
         self.plan: Plan = make_plan(protocol)
         check_live(self.plan)  # a dead search parameter: refuse before any record is written
+        problem = device_problem(protocol.doc["training"]["device"])
+        if problem:
+            raise BenchError(f"{protocol.name}: {problem}")
+        self.prepared: Prepared = prepare(protocol, options.data_root)  # bad data: fail before any record or move
+        _check_ks(protocol, len(self.prepared.test.y))
+        store_checks.check_given(options.storage, options.tracking_uri)
         self.storage_url = options.storage or default_storage()
-        self.storage = open_storage(self.storage_url)
+        self.tracking_uri = tracking.resolve_tracking_uri(self.options.tracking_uri)
+        store_checks.check_separate(self.storage_url, self.tracking_uri)
         self.results = tables.protocol_dir(options.results_dir, protocol.name)
+        store_checks.check_not_emptied(tables.read_manifest(self.results), protocol.hash, self.results,
+                                       self.storage_url, redact(self.storage_url),
+                                       [study_name(protocol, c, finals=f) for c in self.plan.cells for f in (False, True)])
+        self.storage = open_storage(self.storage_url)
         self.primary = protocol.primary
         self.metrics = tables.metric_names(protocol.doc)
 
@@ -154,11 +178,9 @@ class Sweep:
         from bench import tracking
         from bench.metrics.geometry import geometry
 
-        self.prepared: Prepared = prepare(self.protocol, self.options.data_root)  # bad data: fail before any move
         self.code = {"git_commit": tracking.git_commit(), "git_dirty": tracking.git_dirty()}  # on every record
         moved = tables.claim_dir(self.results, self.protocol.hash)
         self.fingerprints = self.prepared.fingerprints()
-        self.tracking_uri = tracking.resolve_tracking_uri(self.options.tracking_uri)
         base_tags = tracking.standard_tags(self.fingerprints["split"], protocol=self.protocol.name,
                                            protocol_hash=self.protocol.hash, train_fingerprint=self.fingerprints["train"],
                                            test_fingerprint=self.fingerprints["test"])

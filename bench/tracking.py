@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -34,6 +35,8 @@ DEFAULT_DIR = "runs"
 DEFAULT_FILE = "mlflow.db"
 PACKAGES = {"torch": "torch", "pml": "pytorch-metric-learning", "optuna": "optuna", "mlflow": "mlflow",
             "dmlbench": "dmlbench"}
+TRACKING_SCHEMES = frozenset({"sqlite", "postgresql", "postgres", "mysql", "mssql", "http", "https", "file",
+                              "databricks", "databricks-uc", "uc"})
 _MAX_PARAM_CHARS = 6000  # MLflow 3 refuses longer parameter values
 
 
@@ -51,8 +54,17 @@ def resolve_tracking_uri(uri: str | Path | None = None) -> str:
         if uri is None:
             return default_tracking_uri()
     text = str(uri)
+    if not text.strip():
+        raise BenchError("tracking URI is blank: give a URI or a path, or leave the option out for ./runs/mlflow.db")
     if "://" in text:
+        scheme = text.split("://", 1)[0].split("+", 1)[0].lower()
+        if scheme not in TRACKING_SCHEMES:
+            raise BenchError(f"tracking URI {text!r}: unknown scheme {scheme!r}: expected one of "
+                             f"{', '.join(sorted(TRACKING_SCHEMES))}, or a path")
         return with_connect_timeout(text)
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:", text):  # 'sqlite:/x', 'http:host': a scheme missing its '//'
+        raise BenchError(f"tracking URI {text!r} looks like a URI without '://' (read as a folder it would "
+                         "create one named after the scheme): write scheme://..., or a path")
     path = Path(text).expanduser().resolve()
     if path.is_dir() or not path.suffix:
         return default_tracking_uri(path)

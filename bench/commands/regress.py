@@ -43,7 +43,7 @@ def command(baseline: Path, current: Path, tolerance: float, alpha: float, metri
     Exit 0: no regression; 1: at least one cell regressed (or went missing);
     2: the tables cannot be compared (other protocol hash or split fingerprints).
     """
-    cmp = regress.compare(source.load(baseline), source.load(current), metric, tolerance, alpha, allow_missing)
+    cmp = regress.compare(source.load(baseline, complete=False), source.load(current, complete=False), metric, tolerance, alpha, allow_missing)
     doc = regress.to_json(cmp)
     emit(fmt, lambda: regress.text_table(cmp), lambda: _rows(doc), lambda: doc)
     if json_path is not None:

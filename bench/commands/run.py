@@ -48,6 +48,7 @@ def command(file: str, storage: str | None, tracking_uri: str | None, results_di
     way to one line per finished trial.
     """
     import signal
+    import threading
 
     import torch
 
@@ -61,7 +62,8 @@ def command(file: str, storage: str | None, tracking_uri: str | None, results_di
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, interrupt)
+    if threading.current_thread() is threading.main_thread():  # only there can Python install a handler
+        signal.signal(signal.SIGTERM, interrupt)
     protocol = load_protocol(file)  # a malformed file fails before storage, data or MLflow are touched
     Path(results_dir).mkdir(parents=True, exist_ok=True)  # an unwritable results folder fails now, not after training
     if tracking_uri and "://" in tracking_uri:  # an unreachable server fails now, not after the data are prepared
@@ -73,9 +75,37 @@ def command(file: str, storage: str | None, tracking_uri: str | None, results_di
                                             data_root=data_root, quiet=quiet, redo=redo))
     _print_table(result, fmt)
     minutes, seconds = divmod(int(result.wall_time_s), 60)
-    log.info(f"{protocol.name} ({protocol.hash12}): {result.cells} cells done in {minutes}:{seconds:02d}; "
-             f"tables in {result.path}")
+    completed = _completed_cells(result)
+    log.info(f"{protocol.name} ({protocol.hash12}): {result.cells} cells run, {completed} with a completed final "
+             f"seed, in {minutes}:{seconds:02d}; tables in {result.path}")
+    if completed == 0:
+        log.error(f"dmlbench: no cell completed: {_first_reason(result)}")
+        return 1
     return 0
+
+
+def _completed_cells(result: SweepResult) -> int:
+    """Cells with at least one COMPLETE final seed: a sweep with none has nothing to rank and must not
+    look done (it ended with exit 0 and "1 cells done" when every trial failed)."""
+    finals = result.finals
+    if finals.empty or "state" not in finals:
+        return 0
+    return int(finals.loc[finals["state"] == "COMPLETE", "cell"].nunique())
+
+
+def _first_reason(result: SweepResult) -> str:
+    """What failed (every trial, or every final seed) and the first recorded reason."""
+    trials = result.trials
+    tuned = not trials.empty and "state" in trials and bool((trials["state"] == "COMPLETE").any())
+    what = "every final seed failed" if tuned else "every trial failed"
+    for frame, kind in ((result.finals, "final seed"), (result.trials, "trial")) if tuned else ((trials, "trial"),):
+        if frame.empty or "reason" not in frame:
+            continue
+        failed = frame[(frame["state"] != "COMPLETE") & frame["reason"].notna() & (frame["reason"] != "")]
+        if len(failed):
+            row = failed.iloc[0]
+            return f"{what}; {row['cell']} {kind}: {row['reason']}"
+    return f"{what} (see trials.csv and finals.csv in {result.path})"
 
 
 def _print_table(result: SweepResult, fmt: str) -> None:

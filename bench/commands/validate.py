@@ -55,13 +55,16 @@ def command(files: tuple[str, ...], data_root: str | None, no_data: bool, quiet:
     """
     from bench.plan import plan
     from bench.probe import check_live
-    from bench.protocol import ProtocolError, load_protocol
+    from bench.protocol import ProtocolError, device_problem, load_protocol
 
     problems: list[str] = []
     for path in files:
         try:
             protocol = load_protocol(path)
             check_live(plan(protocol))
+            problem = device_problem(protocol.doc["training"]["device"])
+            if problem:
+                raise BenchError(f"{path}: {problem}")
             found = [] if no_data else data_lines(protocol, data_root)
         except ProtocolError as e:
             problems += e.problems

@@ -34,12 +34,14 @@ def load_folder(path: str | Path, size: int = 28, resize: str = "stretch") -> La
     root = Path(path)
     if not root.is_dir():
         raise BenchError(f"image folder {root} does not exist")
+    _check_links(root)
     class_dirs = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
     if len(class_dirs) < 2:
         raise BenchError(f"image folder {root} has {len(class_dirs)} class sub-folder(s); at least 2 are needed")
     images: list[np.ndarray] = []
     labels: list[int] = []
     for label, class_dir in enumerate(class_dirs):
+        _check_links(class_dir)
         files = sorted(f for f in class_dir.iterdir() if f.is_file() and not f.name.startswith("."))
         if not files:
             raise BenchError(f"class folder {class_dir} holds no images")
@@ -50,6 +52,18 @@ def load_folder(path: str | Path, size: int = 28, resize: str = "stretch") -> La
     x = np.concatenate([resize_area(fit_square(_to_channels(im, channels)[None], resize), size) for im in images])
     meta = {"class_names": {i: d.name for i, d in enumerate(class_dirs)}, "source": str(root)}
     return LabeledData(torch.from_numpy(x), torch.tensor(labels, dtype=torch.int64), f"folder:{root}", meta)
+
+
+def _check_links(folder: Path) -> None:
+    """A symbolic link that loops or points nowhere is neither a folder nor a file, so the listing above
+    would skip it without a word (a class, or an image, silently left out): name it instead."""
+    for entry in folder.iterdir():
+        if entry.name.startswith(".") or not entry.is_symlink():
+            continue
+        try:
+            entry.resolve(strict=True)
+        except (OSError, RuntimeError):
+            raise BenchError(f"{entry}: a symbolic link that loops or points nowhere: remove or fix it") from None
 
 
 def _read_image(file: Path) -> np.ndarray:
@@ -110,6 +124,9 @@ def load_npz(path: str | Path, size: int = 28, resize: str = "stretch") -> Label
         raise BenchError(f"{file}: y must have shape (N,) = ({x.shape[0]},), got {y.shape}")
     if not (np.issubdtype(y.dtype, np.integer) or (y.dtype.kind == "f" and np.all(y == np.round(y)))):
         raise BenchError(f"{file}: y must hold integer class ids, got {y.dtype}")
+    _check_label_range(y, file)
+    if x.shape[0] == 0 or 0 in x.shape[1:]:
+        raise BenchError(f"{file}: x has zero size {x.shape}: no samples or empty images")
     if len(np.unique(y)) < 2:
         raise BenchError(f"{file}: y has {len(np.unique(y))} class(es); at least 2 are needed")
     if x.ndim == 2:
@@ -120,6 +137,19 @@ def load_npz(path: str | Path, size: int = 28, resize: str = "stretch") -> Label
         images = x[:, None] if x.ndim == 3 else x
         xs = resize_area(fit_square(images, resize), size, convert=lambda b: _image_values(b, file))
     return LabeledData(torch.from_numpy(xs), torch.from_numpy(y.astype(np.int64)), f"npz:{file}", {"source": str(file)})
+
+
+def _check_label_range(y: np.ndarray, file: Path) -> None:
+    """Class ids that become distinct int64 values: a float id of 1e30 or inf, or a uint64 beyond int64,
+    used to wrap on conversion and silently merge classes. Float ids must be exact integers (|y| < 2^53)."""
+    if y.dtype.kind == "f":
+        finite = np.isfinite(y)
+        if not finite.all() or np.abs(y).max() >= 2**53:
+            bad = y[~finite][0] if not finite.all() else y[np.abs(y) >= 2**53][0]
+            raise BenchError(f"{file}: class id {bad!r} in y is not an exact integer: use ids below 2^53 "
+                             "(int64 ids, or floats holding small integers)")
+    elif y.dtype.kind == "u" and y.size and int(y.max()) > np.iinfo(np.int64).max:
+        raise BenchError(f"{file}: class id {int(y.max())} in y does not fit in int64: renumber the classes")
 
 
 def _image_values(block: np.ndarray, file: Path) -> np.ndarray:

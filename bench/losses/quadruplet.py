@@ -53,7 +53,15 @@ import torch
 import torch.nn.functional as F
 
 from bench.errors import BenchError
-from bench.losses._common import BenchLoss, check_bool, check_indices_tuple, check_inputs, check_number
+from bench.losses._common import (
+    BenchLoss,
+    check_bool,
+    check_indices_tuple,
+    check_inputs,
+    check_number,
+    flat_gather,
+    take_rows,
+)
 from bench.losses.learned_metric import LearnedMetric
 from bench.tuples import Quadruplets
 
@@ -141,9 +149,9 @@ def check_quadruplets(q: Quadruplets, batch_size: int) -> tuple[Margin | None, M
 
 def quadruplet_terms(dist: torch.Tensor, q: Quadruplets, alpha1: Margin, alpha2: Margin) -> torch.Tensor:
     """Per-quadruplet loss: strong term plus weak term, on a (B, B) matrix of ``G`` values."""
-    positive = dist[q.i, q.j]
-    strong = torch.relu(positive - dist[q.i, q.k] + alpha1)
-    weak = torch.relu(positive - dist[q.l, q.k] + alpha2)
+    positive = flat_gather(dist, q.i, q.j)  # not dist[q.i, q.j]: see flat_gather (reproducible backward)
+    strong = torch.relu(positive - flat_gather(dist, q.i, q.k) + alpha1)
+    weak = torch.relu(positive - flat_gather(dist, q.l, q.k) + alpha2)
     return strong + weak
 
 
@@ -189,8 +197,8 @@ def all_quadruplet_totals(dist: torch.Tensor, labels: torch.Tensor, alpha1: floa
     if num == 0:
         return dist.sum() * 0, 0, 0
 
-    pos = dist[a, p]  # (Q,)
-    strong = torch.relu(pos[:, None] - dist[a] + alpha1)  # (Q, B)
+    pos = flat_gather(dist, a, p)  # (Q,)
+    strong = torch.relu(pos[:, None] - take_rows(dist, a) + alpha1)  # (Q, B)
 
     # weak term, first over every l of a class other than y_k: columns of dist sorted once
     x = pos + alpha2  # [x - G(l, k)]_+ > 0  <=>  G(l, k) < x
@@ -202,7 +210,7 @@ def all_quadruplet_totals(dist: torch.Tensor, labels: torch.Tensor, alpha1: floa
 
     # ... then without the l of class y_i (those are not valid)
     idx, ok = class_members(same)
-    g_own = dist[idx[a]]  # (Q, K_max, B): G(l, k) for l in class y_i
+    g_own = take_rows(dist, idx[a])  # (Q, K_max, B): G(l, k) for l in class y_i
     hinge_own = torch.where(ok[a][:, :, None], torch.relu(x[:, None, None] - g_own), 0)
     weak = weak_all - hinge_own.sum(1)
     weak_pos = count_all - ((hinge_own > 0).sum(1))

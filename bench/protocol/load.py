@@ -124,6 +124,7 @@ def parse_protocol(text: str, source: str = "<protocol>") -> Protocol:
                                                                          type(raw).__name__))
         report.raise_if_any()
     _check_schema(raw, report)
+    _check_finite(raw, (), report)
     report.raise_if_any()
     _check_data_sources(raw["data"], report)
     report.raise_if_any()
@@ -181,8 +182,10 @@ class _Reporter:
     def __init__(self, source: str, lines: dict[tuple, int]) -> None:
         self.source, self.lines = source, lines
         self.problems: list[str] = []
+        self.paths: set[tuple] = set()
 
     def add(self, path: tuple, message: str) -> None:
+        self.paths.add(path)
         line = next((self.lines[path[:n]] for n in range(len(path), -1, -1) if path[:n] in self.lines), None)
         where = f"{self.source}:{line}" if line else self.source
         self.problems.append(f"{where}: {format_path(path) or '(top level)'}: {message}")
@@ -207,6 +210,19 @@ def _check_schema(raw: dict[str, Any], report: _Reporter) -> None:
     errors = sorted(validator.iter_errors(raw), key=lambda e: [str(p) for p in error_path(e)])
     for error in errors:
         report.add(error_path(error), describe_error(error))
+
+
+def _check_finite(value: Any, path: tuple, report: _Reporter) -> None:
+    """No nan or inf anywhere: the schema's bounds cannot see them (``nan > 0`` and ``nan <= 0`` are both
+    false), and a learning rate, decay, step or parameter of nan or inf trains nothing while exit 0."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_finite(item, (*path, key), report)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_finite(item, (*path, i), report)
+    elif isinstance(value, float) and not math.isfinite(value) and path not in report.paths:
+        report.add(path, f"expected a finite number, got {value}")
 
 
 def _with_defaults(raw: dict[str, Any]) -> dict[str, Any]:
@@ -329,6 +345,7 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
         report.add(("data", "validation", "use"), f"expected at most folds={validation['folds']}, "
                    f"got {validation['use']}")
     _check_data_classes(doc["data"], report)
+    _check_image_size(doc, trunk, report)
     pruner = doc["tuning"]["pruner"]
     if pruner["type"] != "none" and pruner["check_every"] > doc["training"]["iterations"]:
         report.add(("tuning", "pruner", "check_every"),
@@ -397,6 +414,33 @@ def _check_data_classes(data: dict[str, Any], report: _Reporter) -> None:
                    "train_classes and test_classes, or data.split")
 
 
+MIN_IMAGE_SIZE = 4  # below this an image has no shape to learn from; a 1x1 run still "ranked" its cells
+
+
+def _check_image_size(doc: dict[str, Any], trunk: Any, report: _Reporter) -> None:
+    """An image side every trunk can take: too small for the trunk is found now (built on the meta device,
+    so nothing is allocated), not as a failure of every trial."""
+    from bench import registry
+
+    size = doc["data"]["image_size"]
+    if size < MIN_IMAGE_SIZE:
+        report.add(("data", "image_size"), f"expected at least {MIN_IMAGE_SIZE} pixels a side, got {size}")
+        return
+    if trunk is None:
+        return
+    try:
+        import torch
+
+        with torch.device("meta"):
+            registry.build_trunk(trunk.name, in_shape=(1, size, size), embedding_dim=doc["model"]["embedding_dim"],
+                                 **doc["model"]["trunk_params"])
+    except BenchError as e:
+        if "too small" in str(e):
+            report.add(("data", "image_size"), str(e))
+    except Exception:  # noqa: BLE001 - any other problem of the trunk's parameters is reported where it is built
+        pass
+
+
 def _check_param_names(entry: Any, names: dict[str, Any], path: tuple, report: _Reporter,
                        exclude: tuple[str, ...] = ()) -> bool:
     try:
@@ -453,18 +497,37 @@ def _distribution_problem(dist: dict[str, Any]) -> str | None:
 
 def _try_build(kind: str, entry: Any, item: dict[str, Any], doc: dict[str, Any], path: tuple,
                report: _Reporter) -> None:
-    """Build the method with its fixed parameters: a bad value (a misspelt choice) fails now, not mid-sweep."""
+    """Build the method with its fixed parameters: a bad value (a misspelt choice) fails now, not mid-sweep.
+    Then once with each categorical choice of its search space: an unknown choice would otherwise fail
+    every trial that draws it, and a sweep whose trials all fail still said "cells done"."""
+    problem = _build_problem(kind, entry, item["params"], doc)
+    if problem is not None:
+        report.add((*path, problem[0]), problem[1])
+        return
+    for name, dist in item["search_space"].items():
+        if not isinstance(dist, dict) or dist.get("type") != "categorical":
+            continue
+        for choice in dist["choices"]:
+            problem = _build_problem(kind, entry, {**item["params"], name: choice}, doc)
+            if problem is not None:
+                report.add((*path, "search_space", name), f"choice {choice!r} cannot be used: {problem[1]}")
+                break
+
+
+def _build_problem(kind: str, entry: Any, fixed: dict[str, Any], doc: dict[str, Any]) -> tuple[str, str] | None:
+    """Where and what, if the method cannot be built with ``fixed``."""
     from bench import registry
 
-    params = method_params(entry, item["params"], doc["model"])
+    params = method_params(entry, fixed, doc["model"])
     context = {"num_classes": doc["training"]["P"], "embedding_size": doc["model"]["embedding_dim"]}
     try:
         build = registry.build_loss if kind == "loss" else registry.build_miner
         build(entry.name, context, **params)
     except BenchError as e:
-        report.add((*path, "params"), str(e))
+        return "params", str(e)
     except ImportError as e:
-        report.add((*path, "name"), f"{kind} {entry.name!r} cannot be imported: {e}")
+        return "name", f"{kind} {entry.name!r} cannot be imported: {e}"
+    return None
 
 
 def _check_served_batch(entry: Any, item: dict[str, Any], training: dict[str, Any], path: tuple,
@@ -525,6 +588,30 @@ def _check_supplied(doc: dict[str, Any], written: dict[int, list[str]], report: 
                 report.add(("grid", "losses", i, "search_space", key),
                            f"{key!r} is supplied by the miner's tuples ({', '.join(suppliers)}) in every cell of "
                            f"{item['label']}: searching it has no effect; remove it from search_space")
+
+
+def device_problem(device: str) -> str | None:
+    """Why ``training.device`` cannot run here, or None. Not part of loading (a table made on a GPU must
+    stay readable on a laptop): `run` and `validate` ask it before a sweep, where every trial on a missing
+    device would fail and the sweep would still end with exit 0."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError) as e:
+        return f"training.device: not a torch device: {device!r} ({str(e).splitlines()[0]})"
+    if dev.type == "cpu":
+        return None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            return f"training.device: {device!r} but no CUDA device is available on this machine"
+        if dev.index is not None and dev.index >= count:
+            return f"training.device: {device!r} does not exist: this machine has {count} CUDA device(s)"
+        return None
+    if dev.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        return f"training.device: {device!r} but MPS is not available on this machine"
+    return None
 
 
 def method_params(entry: Any, fixed: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,11 @@ Statuses: `worse` (a regression: exit 1), `worse?` (drop beyond tolerance,
 not significant), `same` (change within tolerance), `better?`, `better`
 (the mirror image), `missing` (in the baseline, absent from the current
 run: fails the check unless allowed, since a cell that produced nothing has
-regressed completely), `new` (only in the current run).
+regressed completely), `new` (only in the current run), `not a number`
+(a NaN or infinite value on either side: a comparison of nothing, which
+used to read as `same`), `seeds differ` (a seed of the current run has no
+baseline row: the baseline's interval is not over the seeds it claims).
+The last two always fail.
 """
 
 from __future__ import annotations
@@ -34,7 +38,9 @@ from bench.reports.stats import Difference, Interval, t_interval, welch
 
 TOLERANCE = 0.01
 ALPHA = 0.05
-FAILING = ("worse", "missing")
+NOT_A_NUMBER, SEEDS_DIFFER = "not a number", "seeds differ"
+ALWAYS_FAILING = ("worse", NOT_A_NUMBER, SEEDS_DIFFER)
+FAILING = (*ALWAYS_FAILING, "missing")
 
 
 @dataclass(frozen=True)
@@ -67,7 +73,7 @@ class Comparison:
 
     @property
     def failures(self) -> list[CellChange]:
-        bad = ("worse",) if self.allow_missing else FAILING
+        bad = ALWAYS_FAILING if self.allow_missing else FAILING
         return [c for c in self.cells if c.status in bad]
 
     @property
@@ -129,6 +135,10 @@ def compare(baseline: Results, current: Results, metric: str | None = None, tole
             continue
         c = current.values(cell, metric).tolist()
         status, d = classify(b, c, tolerance, alpha)
+        if not all(math.isfinite(v) for v in b + c):
+            status = NOT_A_NUMBER
+        elif set(current.seeds(cell)) - set(baseline.seeds(cell)):
+            status = SEEDS_DIFFER  # a baseline row is missing: the baseline's interval is not the one it claims
         out.append(CellChange(cell, status, t_interval(b), t_interval(c), d))
     for cell in current.cells:
         if cell not in baseline.cells:

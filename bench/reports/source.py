@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
+from bench.reports.stats import metric_range
 
 if TYPE_CHECKING:
     from bench.plan import Plan
@@ -197,8 +198,11 @@ def _first(d: dict[str, Any], *keys: str, default: Any = None) -> Any:
     return default
 
 
-def load(root: str | Path) -> Results:
-    """Read (through `bench.results`) and check a results directory; any problem is one `BenchError` line."""
+def load(root: str | Path, complete: bool = True) -> Results:
+    """Read (through `bench.results`) and check a results directory; any problem is one `BenchError` line.
+
+    ``complete``: a finished sweep's tables must hold every cell's final seeds (`bench.results.check_complete`);
+    `regress` turns it off and reports missing cells and seeds itself, cell by cell."""
     from bench import results as tables
 
     root = Path(root)
@@ -224,9 +228,12 @@ def load(root: str | Path) -> Results:
         raise BenchError(f"{root} holds no final runs yet ({tables.FINALS} missing or empty)")
     if "cell" not in finals:
         raise BenchError(f"{finals_path}: no 'cell' column; not a dmlbench finals table")
+    if complete:
+        tables.check_complete(root, manifest, finals, read["summary"])
     res = Results(root, manifest, finals, read["trials"], read["summary"], finals_path, _floor(root, read))
     _check_hashes(res)
     _check_rows(res)
+    _check_ranges(res)
     if not res.cells:
         raise BenchError(f"{root} holds no completed, budget-audited final runs")
     return res
@@ -267,6 +274,23 @@ def _check_rows(res: Results) -> None:
     if not isinstance(primary, str) or primary not in res.finals:
         raise BenchError(f"{res.root / tables.MANIFEST}: the primary metric {str(primary)[:80]!r} is not a column "
                          f"of {tables.FINALS}")
+
+
+def _check_ranges(res: Results) -> None:
+    """Every metric of a completed final seed is a number inside its range (NaN is allowed: a metric
+    that could not be computed is shown as such and ranked last). A value of 1e308 or -5 is damage,
+    and one such row would rank its cell first."""
+    done = res.complete
+    for metric in res.metrics:
+        if metric not in done:
+            continue
+        low, high = metric_range(metric)
+        values = pd.to_numeric(done[metric], errors="coerce")
+        bad = done[(values < low) | (values > high) | (values.isna() & done[metric].notna())]
+        if len(bad):
+            row = bad.iloc[0]
+            raise BenchError(f"{res.finals_file}: cell {row['cell']} seed {row.get('seed', '?')}: {metric} = "
+                             f"{row[metric]!r} is not a number in [{low:g}, {high:g}]: the table was edited or damaged")
 
 
 def _check_hashes(res: Results) -> None:

@@ -59,8 +59,15 @@ class Interval:
 # AMI can fall below 0 (worse than chance), so only its top is bounded.
 METRIC_RANGES: dict[str, tuple[float, float]] = {
     "precision_at_1": (0.0, 1.0), "r_precision": (0.0, 1.0), "map_at_r": (0.0, 1.0), "recall_at_k": (0.0, 1.0),
-    "nmi": (0.0, 1.0), "ami": (-math.inf, 1.0), "lake_accuracy": (0.0, 1.0),
+    "nmi": (0.0, 1.0), "ami": (-1.0, 1.0), "lake_accuracy": (0.0, 1.0),
 }
+
+
+def metric_range(metric: str) -> tuple[float, float]:
+    """The values a metric can take (every built-in one lies in [0, 1] but AMI, which can be negative);
+    a metric not listed is unbounded."""
+    key = "recall_at_k" if metric.startswith("recall_at_") else metric  # one column per k
+    return METRIC_RANGES.get(key, (-math.inf, math.inf))
 
 
 def within(iv: Interval, metric: str) -> Interval:
@@ -69,8 +76,7 @@ def within(iv: Interval, metric: str) -> Interval:
     A t interval is symmetric around the mean, so three seeds near 1.0 give
     a high bound above 1: a value no run can reach. The mean is never moved.
     """
-    key = "recall_at_k" if metric.startswith("recall_at_") else metric  # one column per k
-    bottom, top = METRIC_RANGES.get(key, (-math.inf, math.inf))
+    bottom, top = metric_range(metric)
     if not iv.defined or (bottom <= iv.low and iv.high <= top):
         return iv
     return Interval(iv.mean, max(iv.low, bottom), min(iv.high, top), iv.n, clipped=True)

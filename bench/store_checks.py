@@ -1,0 +1,93 @@
+"""Refusals about where a sweep records, made before any record is written.
+
+A sweep keeps its state in two stores, the Optuna storage (trials, the
+truth the tables are rebuilt from) and the MLflow tracking store (a
+browsable copy). Three mistakes with them used to pass silently:
+
+* ``--storage ""``: read as "not given", so the sweep wrote to the default
+  database the user meant to avoid;
+* the two pointed at one SQLite file, or each at the other's: Optuna and
+  MLflow then create their tables side by side in one database (both have a
+  ``trials``-like schema and an ``alembic_version`` table), and the next
+  version migration of either breaks the other;
+* an emptied or replaced Optuna database beside results that say cells were
+  done: the sweep retrained everything and overwrote the tables.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from bench.errors import BenchError
+
+OPTUNA_TABLES = frozenset({"studies", "trials", "version_info"})
+MLFLOW_TABLES = frozenset({"experiments", "runs", "metrics", "params"})
+
+
+def check_given(storage: str | None, tracking_uri: str | None) -> None:
+    """An option given empty is a mistake (an unset variable in a script), not a request for the default."""
+    if storage is not None and not storage.strip():
+        raise BenchError("--storage is empty: give a database URL, or leave the option out for "
+                         "sqlite:///./runs/optuna.db")
+    if tracking_uri is not None and not str(tracking_uri).strip():
+        raise BenchError("--tracking-uri is empty: give a URI or a path, or leave the option out for "
+                         "./runs/mlflow.db")
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file behind a ``sqlite:///`` URL, resolved; None for other URLs and in-memory databases."""
+    if not url.startswith("sqlite:///") or url in ("sqlite:///", "sqlite:///:memory:"):
+        return None
+    return Path(url[len("sqlite:///"):].split("?", 1)[0]).expanduser().resolve()
+
+
+def _tables(path: Path) -> set[str]:
+    """Table names of an existing SQLite file (read only; nothing is created)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return set()
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.DatabaseError as e:
+        raise BenchError(f"{path}: not a readable SQLite database ({e})") from None
+
+
+def check_separate(storage_url: str, tracking_uri: str) -> None:
+    """The Optuna storage and the MLflow store are two databases, each holding only its own tables."""
+    optuna_db, mlflow_db = sqlite_file(storage_url), sqlite_file(tracking_uri)
+    if optuna_db is not None and optuna_db == mlflow_db:
+        raise BenchError(f"--storage and --tracking-uri name the same database {optuna_db}: give each its own file")
+    if optuna_db is not None and MLFLOW_TABLES <= _tables(optuna_db):
+        raise BenchError(f"--storage {optuna_db} is an MLflow tracking database, not an Optuna storage: "
+                         "were --storage and --tracking-uri swapped?")
+    if mlflow_db is not None and OPTUNA_TABLES <= _tables(mlflow_db):
+        raise BenchError(f"--tracking-uri {mlflow_db} is an Optuna storage, not an MLflow tracking database: "
+                         "were --storage and --tracking-uri swapped?")
+
+
+def check_not_emptied(manifest: dict[str, Any] | None, protocol_hash: str, results: Path, storage_url: str,
+                      label: str, ours: list[str]) -> None:
+    """Results of this very protocol say cells were done, yet the storage knows none of its studies:
+    the storage was emptied, replaced or mistyped, and running on would retrain every cell and then
+    overwrite those tables with new numbers. Checked before the storage is opened (opening creates it)."""
+    if not manifest or manifest.get("protocol_hash") != protocol_hash:
+        return
+    finals = results / "finals.csv"
+    if not finals.is_file() or len(finals.read_text(errors="replace").splitlines()) <= 1:
+        return  # no finals or a header only: nothing was done
+    db = sqlite_file(storage_url)
+    if db is not None and "studies" not in _tables(db):
+        known: set[str] = set()
+    else:
+        import optuna
+
+        try:
+            known = set(optuna.get_all_study_names(storage_url))
+        except Exception:  # noqa: BLE001 - unreachable storage: opening it says why, with one line
+            return
+    if not known & set(ours):
+        raise BenchError(f"{results} holds results of this protocol, but the Optuna storage {label} has none of "
+                         "its studies: point --storage at the sweep's database (manifest.json names it), or move "
+                         f"{results} aside to start afresh")
