@@ -8,7 +8,8 @@ exit  meaning
    0  done; for `regress` no cell regressed, for `crosscheck` all checks equal
    1  a check failed: `regress` found a regression (or a missing cell),
       `crosscheck` found a loss or miner that differs from PML,
-      `train` diverged (NaN or infinite loss)
+      `train` diverged (NaN or infinite loss), `run` ended with no cell
+      completed (every trial failed: the reason is printed)
    2  bad input: a name, file, option or parameter the command cannot use
       (one line on stderr, no traceback); also click's usage errors, and a
       file that cannot be read or written (read-only or full disk, a name
@@ -63,7 +64,7 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 EPILOG = """\b
 Exit status: 0 done; 1 a check failed (regress: regression, crosscheck:
-differs from PML, train: diverged); 2 bad input (one line on stderr);
+differs from PML, train: diverged, run: no cell completed); 2 bad input (one line on stderr);
 3 a test class reached tuning or training data; 130 interrupted (a rerun
 resumes).
 """

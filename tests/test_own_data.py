@@ -346,6 +346,9 @@ def test_the_leaderboard_warns_and_never_prints_beyond_the_range(sweep_copy: Pat
 def test_fewer_than_three_seeds_warn_on_markdown_and_html(sweep_copy: Path) -> None:
     finals = pd.read_csv(sweep_copy / "finals.csv")
     finals[finals["seed"] != finals["seed"].max()].to_csv(sweep_copy / "finals.csv", index=False)
+    manifest = json.loads((sweep_copy / "manifest.json").read_text())
+    manifest["budget"]["seeds"] -= 1  # a protocol of one seed fewer, not a truncated table (refused otherwise)
+    (sweep_copy / "manifest.json").write_text(json.dumps(manifest))
     assert main(["leaderboard", str(sweep_copy), "--quiet"]) == 0
     md = (sweep_copy / "leaderboard.md").read_text()
     assert "> **Warning:** only 2 final seed(s) in some cells (fewer than 3)" in md

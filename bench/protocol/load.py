@@ -294,7 +294,8 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
             try:
                 check_size(model["trunk"], (1, size, size), model["embedding_dim"], model["trunk_params"])
             except BenchError as e:
-                report.add(("model",), str(e))
+                small = "too small" in str(e)  # the image, not the trunk, is what the user sets wrong
+                report.add(("data", "image_size") if small else ("model",), str(e))
                 return  # methods are built with this embedding size below: an absurd one would allocate it
 
     labels: dict[str, tuple] = {}
