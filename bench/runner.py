@@ -59,6 +59,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,6 +144,17 @@ def _check_ks(protocol: Protocol, test_samples: int) -> None:
     if absurd:
         raise BenchError(f"{protocol.name}: evaluation.ks: k={absurd[0]} is not below the {test_samples - 1} "
                          f"other test samples a query has: recall@{absurd[0]} would be 1 for every method")
+
+
+STOP = threading.Event()
+
+
+def request_stop() -> None:
+    """Ask a running sweep to stop as after Ctrl-C: its running trial is given back, then it raises
+    KeyboardInterrupt. For signal handlers: the KeyboardInterrupt a handler raises can be lost (when it
+    lands in a garbage-collection callback Python only prints it and training runs on), so the sweep
+    also checks this flag at every progress step of a training run."""
+    STOP.set()
 
 
 class Sweep:
@@ -383,7 +395,7 @@ class Sweep:
                 self.prepared.guard.check(self.prepared.train.classes, "final training")
                 result = train_and_score(self.protocol, config, self.prepared.train, self.prepared.test,
                                          clustering=clusters_on_test(self.protocol),
-                                         lake_runs=self.prepared.lake_runs, progress=self.progress.iteration)
+                                         lake_runs=self.prepared.lake_runs, progress=self.step)
         except BaseException:
             study.abandon(slot, "interrupted")
             self.mlflow.end(run_id, "KILLED")
@@ -416,6 +428,12 @@ class Sweep:
             self.mlflow.log(run_id, metrics={m: row[m] for m in self.metrics})
             self.mlflow.end(run_id, "COMPLETE")
 
+    def step(self, it: int, total: int, loss: float) -> None:
+        """Every progress step of a training run: honour a stop request, then show progress."""
+        if STOP.is_set():
+            raise KeyboardInterrupt
+        self.progress.iteration(it, total, loss)
+
     def _artifacts(self, cell: Cell, result: RunResult, run_id: str) -> None:
         """Test pair distances (and the 2-D embedding) of the first final seed, for reports."""
         written = write_cell_artifacts(result.model, self.prepared.test, tables.cell_dir(self.results, cell.id),
@@ -444,7 +462,7 @@ class _TrialHooks(Hooks):
         s.progress.run_started(s.plan.budget.iterations)
 
     def iteration(self, it: int, total: int, loss: float) -> None:
-        self.sweep.progress.iteration(it, total, loss)
+        self.sweep.step(it, total, loss)
 
     def fold_finished(self, slot: int, fold: int, result: RunResult) -> None:
         s = self.sweep
@@ -471,6 +489,7 @@ def run_protocol(path: str | Path | Protocol, options: Options) -> SweepResult:
     sweep raises KeyboardInterrupt after giving its running trial back, and
     the same call resumes it.
     """
+    STOP.clear()  # a stop asked of an earlier sweep in this process is not this one's
     protocol = path if isinstance(path, Protocol) else load_protocol(path)
     outcome = Sweep(protocol, options).run()
     if outcome.refused:

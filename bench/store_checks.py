@@ -16,6 +16,7 @@ browsable copy). Three mistakes with them used to pass silently:
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -44,11 +45,15 @@ def sqlite_file(url: str) -> Path | None:
 
 
 def _tables(path: Path) -> set[str]:
-    """Table names of an existing SQLite file (read only; nothing is created)."""
+    """Table names of an existing SQLite file (only read; nothing is created).
+
+    Opened read-write, not with ``mode=ro``: a worker killed mid-write leaves a hot journal, which only a
+    writable connection can roll back; read-only, the resume of a killed sweep failed here ("attempt to
+    write a readonly database"), as `scripts/kill_resume.py` found."""
     if not path.is_file() or path.stat().st_size == 0:
         return set()
     try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        with contextlib.closing(sqlite3.connect(path, timeout=60)) as db:
             return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.DatabaseError as e:
         raise BenchError(f"{path}: not a readable SQLite database ({e})") from None

@@ -54,12 +54,13 @@ def command(file: str, storage: str | None, tracking_uri: str | None, results_di
 
     from bench.cli import quiet_libraries
     from bench.protocol import load_protocol
-    from bench.runner import Options, run_protocol
+    from bench.runner import Options, request_stop, run_protocol
 
     if threads is not None:
         torch.set_num_threads(threads)
 
     def interrupt(signum: int, frame: object) -> None:
+        request_stop()  # kept even when the KeyboardInterrupt below is lost in a garbage-collection callback
         raise KeyboardInterrupt
 
     if threading.current_thread() is threading.main_thread():  # only there can Python install a handler
