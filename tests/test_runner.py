@@ -466,7 +466,12 @@ def test_two_workers_share_one_sweep(tmp_path, data_root, sweep):
     shared = ["--storage", f"sqlite:///{tmp_path / 'optuna.db'}", "--tracking-uri", str(tmp_path / "mlruns"),
               "--data-root", str(data_root), "--quiet"]
     workers = [_cli(["run", str(path), "--results-dir", str(tmp_path / f"results-{w}"), *shared]) for w in "ab"]
-    outputs = [w.communicate(timeout=300)[0] for w in workers]
+    try:
+        outputs = [w.communicate(timeout=300)[0] for w in workers]
+    except subprocess.TimeoutExpired:  # a rare stall seen twice under heavy load: keep both workers' words
+        for w in workers:
+            w.kill()
+        raise AssertionError("a worker stalled; outputs:\n" + "\n---\n".join(w.communicate()[0] for w in workers))
     assert [w.returncode for w in workers] == [0, 0], outputs
     with sqlite3.connect(tmp_path / "optuna.db") as db:
         counts = db.execute("select s.study_name, count(*) from trials t join studies s using (study_id) "
