@@ -10,10 +10,13 @@ bench/tracking.py.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +26,40 @@ from bench.protocol import Protocol
 from bench.tracking import flatten, search_all
 
 
+@contextmanager
+def _creation_lock(uri: str) -> Iterator[None]:
+    """Workers on one machine open a local SQLite store one at a time. Two that create a new store at once
+    both run MLflow's schema migrations, and on SQLite those rebuild tables through temporary ones: the
+    second fails ("table _alembic_tmp_latest_metrics already exists") and leaves the store unusable for
+    both, which a retry cannot mend. A server or database URI is the server's to serialise."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    path = Path(uri[len("sqlite:///"):].split("?", 1)[0])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 class MlflowRecords:
     """Find-or-create MLflow runs by a deterministic key, so nothing is recorded twice."""
 
     def __init__(self, protocol: Protocol, uri: str, base_tags: dict[str, str]) -> None:
-        from mlflow.tracking import MlflowClient
-
         self.protocol, self.uri, self.base_tags = protocol, uri, base_tags
         name = f"dmlbench/{protocol.name}"
-        for attempt in range(4):  # workers starting at once on a new store race to create its tables
+        with _creation_lock(uri):
+            self._open(uri, name)
+        self._logged: dict[str, set[str]] = {}
+
+    def _open(self, uri: str, name: str) -> None:
+        """The client and the protocol's experiment, created if new."""
+        from mlflow.tracking import MlflowClient
+
+        for attempt in range(4):  # workers starting at once on a new server-backed store race to create it
             try:
                 self.client = MlflowClient(tracking_uri=uri)
                 experiment = self.client.get_experiment_by_name(name)
@@ -44,7 +72,6 @@ class MlflowRecords:
                 if attempt == 3:
                     raise BenchError(f"cannot open MLflow tracking store {uri!r}: {str(e).splitlines()[0]}") from e
                 time.sleep(1 + attempt)
-        self._logged: dict[str, set[str]] = {}
 
     def _create_experiment(self, name: str) -> str:
         """With a SQLite store, artifacts go beside the database, not into the current directory."""
