@@ -80,7 +80,7 @@ class Entry:
     @property
     def plugin(self) -> bool:
         """Code from outside bench/ and PML: recorded with every run and folded into the protocol hash."""
-        return self.source not in ("built-in", "pml")
+        return self.source not in ("built-in", "pml", "timm")
 
     def resolve(self) -> Any:
         """The class or function named by ``target``, imported only now, so that listing the registry
@@ -203,6 +203,10 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("lecun2006", "trunk", "bench.models:LeCun2006", "Hadsell, Chopra, LeCun 2006 MNIST network", "", ""),
     Entry("omniglot_encoder", "trunk", "bench.models:OmniglotEncoder", "Craeymeersch's Omniglot encoder", "", ""),
     Entry("mlp", "trunk", "bench.models:MLP", "linear layers with ReLU, for vector inputs", "", ""),
+    Entry("resnet18", "trunk", "bench.models.backbones:resnet18",
+          "He et al. 2016, torchvision's ResNet-18 without classifier, a linear embedding head", "", ""),
+    Entry("resnet50", "trunk", "bench.models.backbones:resnet50",
+          "He et al. 2016, torchvision's ResNet-50 without classifier, a linear embedding head", "", ""),
 )
 
 _BY_KEY = {(e.kind, e.name): e for e in ENTRIES}
@@ -288,6 +292,8 @@ def get(kind: str, name: str) -> Entry:
         return entry
     if name.startswith("pml:") and kind in ("loss", "miner"):
         return _pml_entry(kind, name)
+    if name.startswith("timm:") and kind == "trunk":
+        return _timm_entry(name)
     from bench import plugins
 
     ep = plugins.entry_points(kind).get(name) if kind in plugins.GROUPS else None
@@ -298,7 +304,8 @@ def get(kind: str, name: str) -> Entry:
             raise BenchError(f"plugin {ep.value!r} ({plugins.GROUPS[kind]} entry point {name!r}) registers no "
                              f"{kind} named {name!r}: decorate it with bench.registry.register({kind!r}, {name!r}, ...)")
         return entry
-    raise BenchError(f"unknown {kind} {name!r}: expected one of {', '.join(names(kind))}, or pml:<PML class name> "
+    dynamic = "timm:<timm model name>" if kind == "trunk" else "pml:<PML class name>"
+    raise BenchError(f"unknown {kind} {name!r}: expected one of {', '.join(names(kind))}, or {dynamic} "
                      "(a plugin's name needs its package installed or `dmlbench --plugin FILE` before the command)")
 
 
@@ -313,6 +320,17 @@ def _pml_entry(kind: str, name: str) -> Entry:
                   f"is PML's {cls_name}", adapter.tuples, needs=needs, pml_backed=True, source="pml")
     _REGISTERED[(kind, name)] = entry
     return entry
+
+
+def _timm_entry(name: str) -> Entry:
+    """Any timm model as ``timm:<model>``, without its classifier, with an embedding head. Not cached in the
+    registered entries (unlike PML's), so `names` lists the built-in trunks only, not every timm name looked up."""
+    from bench.models import backbones
+
+    model = name[len("timm:"):]
+    backbones.check_timm_name(model)  # a BenchError without timm (how to install it) or for an unknown model
+    return Entry(name, "trunk", f"bench.models.backbones:timm_{model}", f"timm's {model}, a linear embedding head",
+                 "", "", source="timm", version=backbones.timm_module().__version__)
 
 
 def check_params(entry: Entry, params: dict[str, Any]) -> None:

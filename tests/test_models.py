@@ -24,8 +24,8 @@ def test_every_trunk_embeds_28x28_images(name: str, params: dict) -> None:
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
 
 
-def test_registry_lists_the_four_trunks() -> None:
-    assert set(names("trunk")) == {"conv4", "lecun2006", "omniglot_encoder", "mlp"}
+def test_registry_lists_the_built_in_trunks() -> None:
+    assert set(names("trunk")) == {"conv4", "lecun2006", "omniglot_encoder", "mlp", "resnet18", "resnet50"}
 
 
 def test_omniglot_encoder_at_its_original_size_is_l2_normalised() -> None:

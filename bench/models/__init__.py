@@ -189,6 +189,18 @@ class MLP(nn.Module):
         layers.append(nn.Linear(sizes[-1], _embedding_dim("mlp", embedding_dim)))
         self.net = nn.Sequential(*layers)
 
+    @property
+    def embed(self) -> nn.Module:
+        """The last linear layer, the head ``training.trunk_lr`` separates (a view: state_dict keys unchanged)."""
+        return self.net[-1]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, ...) inputs, flattened by the first layer, to (B, embedding_dim)."""
         return self.net(x)
+
+
+# the trunk a run trains (weights, frozen BN, parameter groups): bench/models/trunk.py
+from bench.models.trunk import freeze_batchnorm, head_parameters, param_groups, trunk_from  # noqa: E402
+
+__all__ = ["MLP", "Conv4", "LeCun2006", "OmniglotEncoder", "check_size", "freeze_batchnorm", "head_parameters",
+           "param_groups", "trunk_from"]
