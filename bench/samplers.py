@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
+import torch.utils.data
 
 from bench.errors import BenchError
 
@@ -88,6 +89,25 @@ class PKSampler:
         if bool(small.any()):  # fewer than K members: K draws with replacement (the same u, so no extra stream)
             pos = torch.where(small[:, None], (u * n[:, None]).long().clamp(max=n[:, None] - 1), pos)
         return self._table[chosen[:, None], pos].reshape(CHUNK, self.P * self.K)
+
+
+class PKBatchSampler(torch.utils.data.Sampler):
+    """Steps ``start .. stop-1`` of a `PKSampler` as a DataLoader batch sampler.
+
+    Each item is (step, slot, sample index), so the dataset can seed a
+    sample's augmentation from where it sits in the stream rather than from
+    which worker decodes it; resuming at step s is ``start=s``.
+    """
+
+    def __init__(self, sampler: PKSampler, start: int, stop: int) -> None:
+        self.sampler, self.start, self.stop = sampler, int(start), int(stop)
+
+    def __len__(self) -> int:
+        return max(0, self.stop - self.start)
+
+    def __iter__(self) -> Iterator[list[tuple[int, int, int]]]:
+        for step in range(self.start, self.stop):
+            yield [(step, slot, i) for slot, i in enumerate(self.sampler.batch(step).tolist())]
 
 
 def _members_table(inverse: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:

@@ -10,16 +10,22 @@ current directory) and ignore the root.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Mapping, Sequence
 
+from bench.data import cars, cub, inshop, market, sop
 from bench.data._core import LabeledData, cache_dir, resolve_root, with_channels
+from bench.data._layout import Layout
+from bench.data.augment import normalise
 from bench.data.fashion_mnist import load_fashion_mnist
+from bench.data.files import FileIndex, labeled_from_index
+from bench.data.images import ImageFiles
 from bench.data.generic import load_folder, load_npz
 from bench.data.omniglot import load_lake_runs, load_omniglot
 from bench.errors import BenchError
 
-__all__ = ["LabeledData", "SPECS", "cache_dir", "check_path", "class_keys", "load", "load_lake_runs", "resolve_root"]
+__all__ = ["ImageFiles", "LabeledData", "SPECS", "cache_dir", "check_path", "class_keys", "load", "load_lake_runs", "resolve_root"]
 
 _Loader = Callable[[str, "str | Path | None", int, str], LabeledData]
 
@@ -30,6 +36,23 @@ _NAMED: dict[str, _Loader] = {
     "fashion-mnist:train": lambda _, root, size, __: load_fashion_mnist("train", root, size),
     "fashion-mnist:test": lambda _, root, size, __: load_fashion_mnist("test", root, size),
 }
+_Reader = Callable[[Path, str], FileIndex]
+
+
+def _published(layout: Layout, read: _Reader, split: str) -> _Loader:
+    """A spec's loader for one split of a published layout, found under the usual data roots."""
+    return lambda _, root, size, resize: labeled_from_index(read(layout.find(root), split), size, resize, None)
+
+
+_STANDARD: tuple[tuple[Layout, _Reader, tuple[str, ...]], ...] = (
+    (cub.LAYOUT, cub.read_cub200, tuple(cub.SPLITS)),
+    (cars.LAYOUT, cars.read_cars196, tuple(cars.SPLITS)),
+    (sop.LAYOUT, sop.read_sop, sop.SPLITS),
+    (inshop.LAYOUT, inshop.read_inshop, inshop.SPLITS),
+    (market.LAYOUT, market.read_market1501, tuple(market.SPLITS)),
+)
+_NAMED.update({f"{layout.family}:{split}": _published(layout, read, split)
+               for layout, read, splits in _STANDARD for split in splits})
 _PATHS: dict[str, _Loader] = {
     "npz": lambda path, _, size, resize: load_npz(path, size, resize),
     "folder": lambda path, _, size, resize: load_folder(path, size, resize),
@@ -37,17 +60,52 @@ _PATHS: dict[str, _Loader] = {
 SPECS = (*_NAMED, *(f"{kind}:PATH" for kind in _PATHS))
 
 
-def load(spec: str, root: str | Path | None = None, size: int = 28, resize: str = "stretch",
-         channels: int | None = None) -> LabeledData:
-    """The dataset a spec names, images at ``size x size`` made square by `resize`, with `channels` (None: as stored)."""
-    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-        raise BenchError(f"image size must be a positive integer, got {size!r}")
+def load(spec: str, root: str | Path | None = None, size: int | Sequence[int] = 28, resize: str = "stretch",
+         channels: int | None = None, augment: Mapping[str, Any] | None = None,
+         loader: Mapping[str, Any] | None = None) -> LabeledData:
+    """The dataset a spec names, images at ``size x size`` made square by `resize`, with `channels` (None: as stored).
+
+    `size` may be [height, width] for image files whose `augment` pipelines (both sides) end there.
+
+    `augment` (``data.augment``) and `loader` (``data.loader``) apply to
+    image files, read lazily; data held in memory refuses `augment`.
+    """
+    hw = _size_hw(size)
+    if hw[0] != hw[1]:  # (height, width): image files whose pipelines end at that size
+        data = load(spec, root, hw[0], resize, channels, augment, loader)
+        sides = normalise(augment)
+        if not data.lazy or not (sides.get("train") and sides.get("eval")):
+            raise BenchError(f"data.image_size {hw[0]}x{hw[1]} is not square: only image files with both "
+                             "data.augment.train and data.augment.eval, ending at that size, take it")
+        return replace(data, x=data.x.with_options(size=hw))
+    size = hw[0]
     if spec in _NAMED:
-        return with_channels(_NAMED[spec](spec, root, size, resize), channels)
-    kind, sep, path = spec.partition(":")
-    if sep and kind in _PATHS and path:
-        return with_channels(_PATHS[kind](path, root, size, resize), channels)
-    raise BenchError(f"unknown dataset spec {spec!r}: expected one of {', '.join(SPECS)}")
+        data = _NAMED[spec](spec, root, size, resize)
+    else:
+        kind, sep, path = spec.partition(":")
+        if not (sep and kind in _PATHS and path):
+            raise BenchError(f"unknown dataset spec {spec!r}: expected one of {', '.join(SPECS)}")
+        data = _PATHS[kind](path, root, size, resize)
+    return _with_pipeline(with_channels(data, channels), spec, augment, loader)
+
+
+def _size_hw(size: Any) -> tuple[int, int]:
+    """A side, or [height, width]: positive integers, or one line."""
+    parts = list(size) if isinstance(size, (list, tuple)) else [size]
+    if len(parts) not in (1, 2) or any(not isinstance(p, int) or isinstance(p, bool) or p < 1 for p in parts):
+        raise BenchError(f"image size must be a positive integer or [height, width], got {size!r}")
+    return (parts[0], parts[-1])
+
+
+def _with_pipeline(data: LabeledData, spec: str, augment: Mapping[str, Any] | None,
+                   loader: Mapping[str, Any] | None) -> LabeledData:
+    steps = normalise(augment)
+    if not data.lazy:
+        if steps:
+            raise BenchError(f"data.augment: {spec} is held in memory as tensors, not read from image files: "
+                             "use data.augmentation (shift or affine) for it")
+        return data
+    return replace(data, x=data.x.with_options(augment=steps, loader=dict(loader or {})))
 
 
 def check_path(spec: str) -> None:

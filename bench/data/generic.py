@@ -10,27 +10,32 @@ int64, at least two classes.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
 
 from bench.data._core import LabeledData, fit_square, resize_area
+from bench.data.files import FileIndex
 from bench.errors import BenchError
-
-MAX_PIXELS = 40_000_000  # a 6,000 x 6,000 photo; more is decoded into gigabytes of floats before resizing
-_GRAY_MODES = {"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "F", "La"}
 
 
 def load_folder(path: str | Path, size: int = 28, resize: str = "stretch") -> LabeledData:
-    """Images under ``path/<class>/``, class ids 0.. in sorted folder-name order.
+    """Images under ``path/<class>/``, class ids 0.. in sorted folder-name order, read lazily.
 
-    Channels are decided for the whole set: one colour image makes every
-    image RGB (grey ones repeated over three channels), else all are one
-    channel. Alpha is dropped. Every non-hidden file in a class folder must
-    be an image: a stray file is named rather than skipped, so nothing is
-    left out silently.
+    Nothing is decoded here (`bench.data.files.labeled_from_index`); each
+    file's header is read, so channels are decided for the whole set (one
+    colour image makes every image RGB, grey ones repeated over three
+    channels, else all are one channel) and a stray file in a class folder
+    is named rather than skipped, so nothing is left out silently.
     """
+    from bench.data.files import labeled_from_index
+
+    return labeled_from_index(folder_index(path), size, resize, scan_channels=True)
+
+
+def folder_index(path: str | Path) -> FileIndex:
+    """The `FileIndex` of a folder of class sub-folders (hidden entries skipped, broken links named)."""
     root = Path(path)
     if not root.is_dir():
         raise BenchError(f"image folder {root} does not exist")
@@ -38,20 +43,18 @@ def load_folder(path: str | Path, size: int = 28, resize: str = "stretch") -> La
     class_dirs = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
     if len(class_dirs) < 2:
         raise BenchError(f"image folder {root} has {len(class_dirs)} class sub-folder(s); at least 2 are needed")
-    images: list[np.ndarray] = []
+    paths: list[str] = []
     labels: list[int] = []
     for label, class_dir in enumerate(class_dirs):
         _check_links(class_dir)
-        files = sorted(f for f in class_dir.iterdir() if f.is_file() and not f.name.startswith("."))
+        files = sorted(f.name for f in class_dir.iterdir() if f.is_file() and not f.name.startswith("."))
         if not files:
             raise BenchError(f"class folder {class_dir} holds no images")
-        for file in files:
-            images.append(_read_image(file))
-            labels.append(label)
-    channels = 3 if any(im.shape[0] == 3 for im in images) else 1
-    x = np.concatenate([resize_area(fit_square(_to_channels(im, channels)[None], resize), size) for im in images])
-    meta = {"class_names": {i: d.name for i, d in enumerate(class_dirs)}, "source": str(root)}
-    return LabeledData(torch.from_numpy(x), torch.tensor(labels, dtype=torch.int64), f"folder:{root}", meta)
+        paths += [f"{class_dir.name}/{name}" for name in files]
+        labels += [label] * len(files)
+    return FileIndex(root, tuple(paths), tuple(labels), f"folder:{root}",
+                     class_names={i: d.name for i, d in enumerate(class_dirs)})
+
 
 
 def _check_links(folder: Path) -> None:
@@ -66,41 +69,8 @@ def _check_links(folder: Path) -> None:
             raise BenchError(f"{entry}: a symbolic link that loops or points nowhere: remove or fix it") from None
 
 
-def _read_image(file: Path) -> np.ndarray:
-    """One image as float32 (C, H, W) in [0, 1], C = 1 for grey modes and 3 otherwise."""
-    try:
-        with Image.open(file) as img:  # PIL refuses more than 2 x MAX_IMAGE_PIXELS here (DecompressionBombError)
-            if img.width * img.height > MAX_PIXELS:
-                raise BenchError(f"image {file} declares {img.width} x {img.height} pixels, more than "
-                                 f"{MAX_PIXELS:,}: refused as a possible decompression bomb")
-            img.load()
-            mode = img.mode
-            if mode in _GRAY_MODES:
-                arr = np.asarray(img if mode.startswith(("I", "F")) else img.convert("L"))
-                return _scale(arr, mode, file)[None]
-            return np.asarray(img.convert("RGB"), dtype=np.float32).transpose(2, 0, 1) / 255.0
-    except Image.DecompressionBombError as err:
-        raise BenchError(f"image {file} refused as a decompression bomb: {err}") from None
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
-        raise BenchError(f"corrupt or unreadable image {file} ({type(err).__name__})") from err
-
-
-def _scale(arr: np.ndarray, mode: str, file: Path) -> np.ndarray:
-    if mode.startswith("I"):  # 16-bit PGM/PNG
-        return arr.astype(np.float32) / 65535.0
-    if mode == "F":
-        if arr.min() < 0 or arr.max() > 1:
-            raise BenchError(f"{file}: float image values must lie in [0, 1], found {arr.min()}..{arr.max()}")
-        return arr.astype(np.float32)
-    return arr.astype(np.float32) / 255.0
-
-
-def _to_channels(image: np.ndarray, channels: int) -> np.ndarray:
-    return np.repeat(image, channels, axis=0) if image.shape[0] != channels else image
-
-
 def load_npz(path: str | Path, size: int = 28, resize: str = "stretch") -> LabeledData:
-    """``x`` of shape (N, H, W), (N, C, H, W) or (N, D) and ``y`` of shape (N,).
+    """``x`` of shape (N, H, W), (N, C, H, W) or (N, D) and ``y`` of shape (N,), optionally ``camera`` (N,).
 
     Images (3-D or 4-D ``x``) are uint8 (0..255), bool, or floats in [0, 1],
     and are resized to ``size``; vectors (2-D ``x``) are kept as given, since
@@ -114,6 +84,7 @@ def load_npz(path: str | Path, size: int = 28, resize: str = "stretch") -> Label
             if "x" not in f.files or "y" not in f.files:
                 raise BenchError(f"{file}: needs arrays named x and y, found {', '.join(f.files) or 'none'}")
             x, y = f["x"], f["y"]
+            camera = f["camera"] if "camera" in f.files else None
     except BenchError:
         raise
     except Exception as err:
@@ -136,7 +107,14 @@ def load_npz(path: str | Path, size: int = 28, resize: str = "stretch") -> Label
     else:
         images = x[:, None] if x.ndim == 3 else x
         xs = resize_area(fit_square(images, resize), size, convert=lambda b: _image_values(b, file))
-    return LabeledData(torch.from_numpy(xs), torch.from_numpy(y.astype(np.int64)), f"npz:{file}", {"source": str(file)})
+    meta: dict = {"source": str(file)}
+    per_sample = {}
+    if camera is not None:  # re-ID data: the camera of each sample, for the Market-1501 evaluation rules
+        if camera.shape != y.shape or not np.issubdtype(camera.dtype, np.integer):
+            raise BenchError(f"{file}: camera must hold one integer per sample, shape {y.shape}, got "
+                             f"{camera.dtype} {camera.shape}")
+        per_sample["camera"] = torch.from_numpy(camera.astype(np.int64))
+    return LabeledData(torch.from_numpy(xs), torch.from_numpy(y.astype(np.int64)), f"npz:{file}", meta, per_sample)
 
 
 def _check_label_range(y: np.ndarray, file: Path) -> None:

@@ -9,7 +9,7 @@ bug elsewhere says.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,11 +37,12 @@ class TestClassGuard:
     __test__ = False  # not a pytest class, despite the name
 
     def __init__(self, test: ClassSplit, test_keys: Mapping[int, Hashable] | None = None,
-                 train_keys: Mapping[int, Hashable] | None = None) -> None:
+                 train_keys: Mapping[int, Hashable] | None = None, also: Iterable[Hashable] = ()) -> None:
         self.test = test
         self._test_keys = dict(test_keys or {})
         self._train_keys = dict(train_keys or {})
-        self._classes = frozenset(self._test_keys.get(c, c) for c in test.classes)
+        # `also`: identities of further test data (a gallery's classes), never to be trained on either
+        self._classes = frozenset(self._test_keys.get(c, c) for c in test.classes) | frozenset(also)
 
     def _key(self, c: int) -> Hashable:
         """A training class's identity; an id the training data does not hold is taken as the test data's id
@@ -62,7 +63,7 @@ class Prepared:
     """The data of a protocol, split once: what every trial and final run reads."""
 
     train: Any  # LabeledData, all training classes
-    test: Any  # LabeledData, the test classes
+    test: Any  # LabeledData, the test classes; or a QueryGallery (bench.data.query_gallery)
     train_split: ClassSplit
     test_split: ClassSplit
     folds: list[tuple[ClassSplit, ClassSplit]]  # (fold train, fold validation), only the folds used
@@ -131,15 +132,36 @@ def load_sides(d: Mapping[str, Any], data_root: str | None) -> tuple[Any, Any]:
     built for the training images and would crash on the test images.
     """
     from bench import data as datasets
+    from bench.data.query_gallery import QueryGallery, is_query_gallery
 
-    options = {"size": d["image_size"], "resize": d.get("resize", "stretch"), "channels": d.get("channels")}
+    options = {"size": d["image_size"], "resize": d.get("resize", "stretch"), "channels": d.get("channels"),
+               "augment": d.get("augment"), "loader": d.get("loader")}
     train_all = datasets.load(d["train"], data_root, **options)
-    test_all = train_all if d["test"] == d["train"] else datasets.load(d["test"], data_root, **options)
-    if train_all.x.shape[1:] != test_all.x.shape[1:]:
-        hint = "set data.channels: 1 or 3" if train_all.x.dim() == test_all.x.dim() == 4 else "use one kind of input"
-        raise BenchError(f"data: train {d['train']} gives inputs of shape {tuple(train_all.x.shape[1:])}, test "
-                         f"{d['test']} {tuple(test_all.x.shape[1:])}: {hint}")
-    return train_all, test_all
+    loaded = {d["train"]: train_all}
+    sides = [("query", d["test"]["query"]), ("gallery", d["test"]["gallery"])] if is_query_gallery(d["test"]) \
+        else [("test", d["test"])]
+    for role, spec in sides:
+        if spec not in loaded:
+            loaded[spec] = datasets.load(spec, data_root, **options)
+        test_all = loaded[spec]
+        if train_all.x.shape[1:] != test_all.x.shape[1:]:
+            hint = "set data.channels: 1 or 3" if train_all.x.dim() == test_all.x.dim() == 4 else "use one kind of input"
+            raise BenchError(f"data: train {d['train']} gives inputs of shape {tuple(train_all.x.shape[1:])}, "
+                             f"{role} {spec} {tuple(test_all.x.shape[1:])}: {hint}")
+    if is_query_gallery(d["test"]):
+        query, gallery = d["test"]["query"], d["test"]["gallery"]
+        folders = query.startswith("folder:") and gallery.startswith("folder:")
+        return train_all, QueryGallery.of(loaded[query], loaded[gallery], same_set=_source(query) == _source(gallery),
+                                          by_name=folders)
+    return train_all, loaded[d["test"]]
+
+
+def _source(spec: str) -> str:
+    """A spec with its path resolved: ``folder:a`` and ``folder:./a`` are one set of samples."""
+    import os
+
+    kind, sep, path = spec.partition(":")
+    return f"{kind}:{os.path.realpath(path)}" if sep and kind in ("folder", "npz") else spec
 
 
 def select_sides(d: Mapping[str, Any], train_all: Any, test_all: Any, seed: int) -> tuple[ClassSplit, ClassSplit]:
@@ -157,9 +179,26 @@ def make_guard(d: Mapping[str, Any], train_all: Any, test_all: Any, test_split: 
     if d["train"] == d["test"]:
         return TestClassGuard(test_split)
     from bench import data as datasets
+    from bench.data.query_gallery import is_query_gallery
 
-    return TestClassGuard(test_split, datasets.class_keys(d["test"], test_all),
-                          datasets.class_keys(d["train"], train_all))
+    train_keys = datasets.class_keys(d["train"], train_all)
+    if is_query_gallery(d["test"]):  # the query's classes are the test classes; the gallery's are kept out too
+        gallery = datasets.class_keys(d["test"]["gallery"], test_all.gallery)
+        return TestClassGuard(test_split, datasets.class_keys(d["test"]["query"], test_all.query), train_keys,
+                              also=gallery.values())
+    return TestClassGuard(test_split, datasets.class_keys(d["test"], test_all), train_keys)
+
+
+def _check_query_gallery(protocol: Protocol, test: Any) -> None:
+    """Refuse, before any training, a query/gallery test that cannot be scored: no query with a match in
+    the gallery, or re-ID metrics on data without per-sample cameras."""
+    from bench.protocol.schema import REID_METRICS
+
+    if test.matched_queries() == 0:
+        raise BenchError(f"data.test: none of the {len(test.query)} queries ({test.query.name}) has a sample of "
+                         f"its class in the gallery ({test.gallery.name}): nothing to retrieve")
+    if set(REID_METRICS) & set(protocol.doc["evaluation"]["metrics"]):
+        test.cameras()
 
 
 def prepare(protocol: Protocol, data_root: str | None = None) -> Prepared:
@@ -167,14 +206,22 @@ def prepare(protocol: Protocol, data_root: str | None = None) -> Prepared:
     import torch
 
     from bench import data as datasets
+    from bench.data.query_gallery import is_query_gallery
 
     d, t = protocol.doc["data"], protocol.doc["training"]
     train_all, test_all = load_sides(d, data_root)
     selected, test_split = select_sides(d, train_all, test_all, protocol.seed)
     guard = make_guard(d, train_all, test_all, test_split)
     train_split = guard.check(selected.classes, "train")
-    train, test = train_all.subset(train_split.classes), test_all.subset(test_split.classes)
-    for data, side in ((train, "train"), (test, "test")):
+    train = train_all.subset(train_split.classes)
+    sides = [(train, "train")]
+    if is_query_gallery(d["test"]):  # used whole: a query needs a match in the gallery, not a class size
+        test = test_all
+        _check_query_gallery(protocol, test)
+    else:
+        test = test_all.subset(test_split.classes)
+        sides.append((test, "test"))
+    for data, side in sides:
         _, counts = torch.unique(data.y, return_counts=True)
         low = int(counts.argmin())
         if int(counts[low]) < d["min_samples_per_class"]:

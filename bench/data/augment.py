@@ -1,0 +1,118 @@
+"""Augmentation named in a protocol (``data.augment``), built with torchvision's ``transforms.v2``.
+
+A pipeline is a list of ``{ClassName: {kwargs}}`` (or a bare class name)
+from `ALLOWED`, checked once at validate time: an unknown name or keyword,
+or a value the class refuses, is one line naming it, not a failure inside a
+data-loader worker an hour later. The list is written in the protocol, so
+it is in the protocol's hash and manifest: every cell of a sweep sees the
+same images. Images enter as uint8 tensors (`ToImage`) and leave as float32
+in [0, 1] (`ToDtype`, put before the first `Normalize`, which needs floats).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bench.errors import BenchError
+
+ALLOWED = (
+    "CenterCrop", "ColorJitter", "GaussianBlur", "Grayscale", "Normalize", "Pad", "RandomAffine", "RandomCrop",
+    "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip", "RandomPerspective", "RandomResizedCrop",
+    "RandomRotation", "RandomVerticalFlip", "Resize",
+)
+SIDES = ("train", "eval")
+_NEEDS_FLOAT = ("Normalize",)
+
+Step = tuple[str, dict[str, Any]]
+
+
+def normalise(augment: Mapping[str, Any] | None) -> dict[str, list[dict[str, dict[str, Any]]]]:
+    """Each side as a list of one-key mappings ``{Name: {kwargs}}``: a bare name and ``{Name: {}}`` hash alike."""
+    if augment is None:
+        return {}
+    if not isinstance(augment, Mapping):
+        raise BenchError(f"data.augment: expected a mapping with train and/or eval lists, got {augment!r}")
+    extra = sorted(set(augment) - set(SIDES))
+    if extra:
+        raise BenchError(f"data.augment: unknown key {extra[0]!r}: expected train and/or eval")
+    out: dict[str, list[dict[str, dict[str, Any]]]] = {}
+    for side in SIDES:
+        if side in augment and augment[side] is not None:
+            out[side] = [{name: dict(kwargs)} for name, kwargs in steps(augment[side], side)]
+    return out
+
+
+def steps(items: Any, side: str) -> list[Step]:
+    """(name, kwargs) of each item of one side's list, with the shape of every item checked."""
+    if not isinstance(items, Sequence) or isinstance(items, (str, bytes)):
+        raise BenchError(f"data.augment.{side}: expected a list of transforms, got {items!r}")
+    out: list[Step] = []
+    for i, item in enumerate(items):
+        where = f"data.augment.{side}[{i}]"
+        kwargs: Any
+        if isinstance(item, str):
+            name, kwargs = item, {}
+        elif isinstance(item, Mapping) and len(item) == 1:
+            name, kwargs = next(iter(item.items()))
+            kwargs = {} if kwargs is None else kwargs
+        else:
+            raise BenchError(f"{where}: expected a transform name or {{Name: {{kwargs}}}}, got {item!r}")
+        if name not in ALLOWED:
+            raise BenchError(f"{where}: unknown transform {name!r}: expected one of {', '.join(ALLOWED)}")
+        if not isinstance(kwargs, Mapping):
+            raise BenchError(f"{where}: {name}'s arguments must be a mapping, got {kwargs!r}")
+        out.append((str(name), dict(kwargs)))
+    return out
+
+
+def check(augment: Mapping[str, Any] | None) -> None:
+    """Build every transform once, so a bad name, keyword or value is found before anything runs."""
+    for side, items in normalise(augment).items():
+        for i, item in enumerate(items):
+            name, kwargs = next(iter(item.items()))
+            _build_one(name, kwargs, f"data.augment.{side}[{i}]")
+
+
+def _build_one(name: str, kwargs: dict[str, Any], where: str) -> Any:
+    from bench.vision import torchvision
+
+    torchvision()
+    from torchvision.transforms import v2
+
+    cls = getattr(v2, name)
+    allowed = [p for p in inspect.signature(cls).parameters if p != "self"]
+    unknown = sorted(set(kwargs) - set(allowed))
+    if unknown:
+        raise BenchError(f"{where}: {name} has no parameter {unknown[0]!r} (parameters: {', '.join(allowed)})")
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as err:
+        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise BenchError(f"{where}: {name}({_show(kwargs)}) refused: {message}") from None
+
+
+def _show(kwargs: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+
+
+def build(items: Sequence[Mapping[str, Mapping[str, Any]]], side: str) -> Any:
+    """The v2 pipeline of one side: ToImage, the named transforms, ToDtype(float32) before Normalize or at the end."""
+    from bench.vision import torchvision
+
+    torchvision()
+    import torch
+    from torchvision.transforms import v2
+
+    built: list[Any] = [v2.ToImage()]
+    to_float = v2.ToDtype(torch.float32, scale=True)
+    for i, item in enumerate(items):
+        name, kwargs = next(iter(item.items()))
+        if name in _NEEDS_FLOAT and to_float is not None:
+            built.append(to_float)
+            to_float = None
+        built.append(_build_one(name, dict(kwargs), f"data.augment.{side}[{i}]"))
+    if to_float is not None:
+        built.append(to_float)
+    return v2.Compose(built)

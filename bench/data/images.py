@@ -1,0 +1,205 @@
+"""Image files read lazily: `ImageFiles` stands where a dataset's tensor of images would be.
+
+Only paths and the options to decode them are held (a numpy array of
+strings, shared copy-on-write with forked loader workers without touching
+reference counts), so memory does not grow with the number of images.
+Images are decoded with Pillow, one at a time, in `DataLoader` workers
+(`bench.data.loading`).
+
+Decoding without ``data.augment`` (a side's pipeline left out) gives the
+same tensors, bit for bit, as the in-memory loader did: float32 from
+Pillow, made square as ``data.resize`` says and area-resampled to
+``data.image_size``. With a pipeline, Pillow's RGB or L image goes through
+the protocol's ``transforms.v2`` (`bench.data.augment`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+from PIL import Image, UnidentifiedImageError
+
+from bench.data._core import fit_square, resize_area
+from bench.protocol.schema import image_hw
+from bench.errors import BenchError
+
+MAX_PIXELS = 40_000_000  # a 6,000 x 6,000 photo; more is decoded into gigabytes of floats before resizing
+GRAY_MODES = {"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "F", "La"}
+_LUMA = (0.299, 0.587, 0.114)  # ITU-R 601, as `bench.data._core.with_channels`
+
+
+@dataclass(frozen=True, eq=False)
+class ImageFiles:
+    """Image files and how to decode them: what `LabeledData.x` holds for a dataset of files.
+
+    It answers what the stages before the trunk ask of ``x``: ``len``,
+    ``shape`` (N, C, size, size), ``dim()``, and indexing by a boolean mask
+    or index tensor (a subset, still lazy). An integer index (``x[i]``,
+    ``x[i, c]``) decodes one image with the evaluation pipeline. `augment` holds the normalised
+    ``data.augment`` (`bench.data.augment.normalise`), `loader` the
+    ``data.loader`` options.
+    """
+
+    root: Path
+    paths: np.ndarray  # str array, relative to root
+    size: int | tuple[int, int]  # a side, or (height, width) when data.augment ends at a non-square size
+    resize: str = "stretch"
+    channels: int = 3
+    augment: Mapping[str, Any] = field(default_factory=dict)
+    loader: Mapping[str, Any] = field(default_factory=dict)
+    _pipelines: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.channels not in (1, 3):
+            raise BenchError(f"image files: channels must be 1 or 3, got {self.channels!r}")
+        object.__setattr__(self, "paths", np.asarray(self.paths, dtype=str).reshape(-1))
+
+    def __len__(self) -> int:
+        return int(self.paths.shape[0])
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (len(self), self.channels, *image_hw(self.size))
+
+    ndim = 4
+    dtype = torch.float32
+
+    def dim(self) -> int:
+        return 4
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, (int, np.integer)):
+            return self.decode(int(index), train=False)
+        if isinstance(index, tuple) and index and isinstance(index[0], (int, np.integer)):
+            return self.decode(int(index[0]), train=False)[index[1:]]  # x[i, c, ...] as on a tensor
+        if isinstance(index, torch.Tensor):
+            index = index.cpu().numpy()
+        return replace(self, paths=self.paths[index], _pipelines={})
+
+    def file(self, index: int) -> Path:
+        return self.root / str(self.paths[index])
+
+    def with_options(self, **changes: Any) -> "ImageFiles":
+        """The same files decoded otherwise (channels, augment, loader)."""
+        return replace(self, **changes, _pipelines={})
+
+    def decode(self, index: int, train: bool) -> torch.Tensor:
+        """Image `index` as float32 (C, size, size): the train or eval pipeline, with the global RNG as it is."""
+        side = "train" if train else "eval"
+        items = self.augment.get(side)
+        file = self.file(index)
+        if not items:
+            if not isinstance(self.size, int):
+                raise BenchError(f"data.image_size {self.size[0]}x{self.size[1]} is not square: give "
+                                 f"data.augment.{side}, ending at that size")
+            image = _square(read_image(file), self.channels, self.resize, self.size)
+        else:
+            if side not in self._pipelines:
+                from bench.data.augment import build
+
+                self._pipelines[side] = build(items, side)
+            with open_image(file) as img:
+                image = self._pipelines[side](img.convert("RGB" if self.channels == 3 else "L"))
+            image = image.as_subclass(torch.Tensor)
+        if tuple(image.shape) != (self.channels, *image_hw(self.size)):
+            raise BenchError(f"data.augment.{side} gives {'x'.join(map(str, image.shape[-2:]))} images of {file}, "
+                             f"but data.image_size is {'x'.join(map(str, image_hw(self.size)))}: end the pipeline at that size")
+        return image
+
+    def to_tensor(self) -> torch.Tensor:
+        """Every image decoded for evaluation, stacked: for small sets and tests only (what streaming avoids)."""
+        return torch.stack([self.decode(i, train=False) for i in range(len(self))])
+
+
+def sample_seed(seed: int, step: int, slot: int) -> int:
+    """The RNG seed of one sample's augmentation: a function of the run seed, the batch and the place in it,
+    so the images do not depend on which worker decoded them or how many there are."""
+    digest = hashlib.sha256(f"augment:{seed}:{step}:{slot}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+class open_image:  # noqa: N801 - used as a context manager, like open()
+    """Pillow's image of `file`, with a missing, corrupt or oversized file as one line naming it."""
+
+    def __init__(self, file: Path) -> None:
+        self.file = file
+        self.img: Image.Image | None = None
+
+    def __enter__(self) -> Image.Image:
+        try:
+            self.img = Image.open(self.file)
+            _check_pixels(self.img, self.file)
+            self.img.load()
+            return self.img
+        except BenchError:
+            self.__exit__()
+            raise
+        except FileNotFoundError:
+            raise BenchError(f"missing image file {self.file}") from None
+        except Image.DecompressionBombError as err:
+            raise BenchError(f"image {self.file} refused as a decompression bomb: {err}") from None
+        except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
+            self.__exit__()
+            raise BenchError(f"corrupt or unreadable image {self.file} ({type(err).__name__})") from err
+
+    def __exit__(self, *_: Any) -> None:
+        if self.img is not None:
+            self.img.close()
+
+
+def read_image(file: Path) -> np.ndarray:
+    """One image as float32 (C, H, W) in [0, 1], C = 1 for grey modes and 3 otherwise; alpha dropped."""
+    with open_image(file) as img:
+        mode = img.mode
+        if mode in GRAY_MODES:
+            arr = np.asarray(img if mode.startswith(("I", "F")) else img.convert("L"))
+            return _scale(arr, mode, file)[None]
+        return np.asarray(img.convert("RGB"), dtype=np.float32).transpose(2, 0, 1) / 255.0
+
+
+def _check_pixels(img: Image.Image, file: Path) -> None:
+    if img.width * img.height > MAX_PIXELS:
+        raise BenchError(f"image {file} declares {img.width} x {img.height} pixels, more "
+                         f"than {MAX_PIXELS:,}: refused as a possible decompression bomb")
+
+
+def image_channels(file: Path) -> int:
+    """1 or 3, from the file's header alone (nothing is decoded); a file that is no image, or one whose
+    header declares a decompression bomb, is named now, before a run records anything."""
+    try:
+        with Image.open(file) as img:
+            _check_pixels(img, file)
+            return 1 if img.mode in GRAY_MODES else 3
+    except FileNotFoundError:
+        raise BenchError(f"missing image file {file}") from None
+    except Image.DecompressionBombError as err:
+        raise BenchError(f"image {file} refused as a decompression bomb: {err}") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
+        raise BenchError(f"corrupt or unreadable image {file} ({type(err).__name__})") from err
+
+
+def _scale(arr: np.ndarray, mode: str, file: Path) -> np.ndarray:
+    if mode.startswith("I"):  # 16-bit PGM/PNG
+        return arr.astype(np.float32) / 65535.0
+    if mode == "F":
+        if arr.min() < 0 or arr.max() > 1:
+            raise BenchError(f"{file}: float image values must lie in [0, 1], found {arr.min()}..{arr.max()}")
+        return arr.astype(np.float32)
+    return arr.astype(np.float32) / 255.0
+
+
+def _square(image: np.ndarray, channels: int, resize: str, size: int) -> torch.Tensor:
+    """Square and area-resampled in the file's own channels, then grey repeated or RGB made grey by the
+    luma of `with_channels`, so a file gives the tensor the in-memory loader gave it."""
+    t = torch.from_numpy(resize_area(fit_square(image[None], resize), size))
+    if t.shape[1] == 1 and channels == 3:
+        t = t.repeat(1, 3, 1, 1)
+    elif t.shape[1] == 3 and channels == 1:
+        weights = torch.tensor(_LUMA, dtype=torch.float32).view(1, 3, 1, 1)
+        t = (t * weights).sum(dim=1, keepdim=True).clamp_(0.0, 1.0)
+    return t[0]

@@ -1,0 +1,120 @@
+"""Which bounds a run on image files: the loader (decode + augment) or the trunk's training step?
+
+Generates a folder of JPEGs (``--side`` px, class sub-folders), then, in
+alternation ``--repeats`` times (the machine's noise hits each alike):
+
+* the loader alone: images/s of PK batches decoded and augmented with the
+  Reality Check's training pipeline (RandomResizedCrop ``--crop`` with scale
+  0.16-1, horizontal flip) by 0 workers (in this process) and by ``--workers``;
+* the training step alone: images/s of `bench.training.train` on the same
+  batch shape from tensors already in memory (the difference of a long and
+  a short run, so start-up drops out).
+
+Medians are printed; when the loader with N workers delivers fewer images
+a second than the step consumes, the loader bounds the run.
+
+    .venv/bin/python benchmarks/bench_loader.py [--trunk conv4] [--device cuda] [--workers 8] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from bench.data import LabeledData, load
+from bench.data.loading import default_workers, stream, train_loader
+from bench.samplers import PKBatchSampler, PKSampler
+from bench.training import TrainConfig, train
+
+
+
+def write_jpegs(root: Path, images: int, classes: int, side: int) -> None:
+    rng = np.random.default_rng(0)
+    for i in range(images):
+        folder = root / f"c{i % classes:03d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        # smooth noise compresses like a photo, not like white noise (which JPEG decodes far slower)
+        small = rng.integers(0, 256, (side // 8, side // 8, 3), dtype=np.uint8)
+        Image.fromarray(small).resize((side, side), Image.BILINEAR).save(folder / f"{i:05d}.jpg", quality=90)
+
+
+def loader_rate(data: LabeledData, workers: int, batches: int, P: int, K: int, device: torch.device) -> float:
+    """Images a second delivered on `device`, after the first batch (worker start-up excluded)."""
+    files = data.x.with_options(loader={"workers": workers})
+    _, labels = torch.unique(data.y, return_inverse=True)
+    sampler = PKBatchSampler(PKSampler(labels, P, K, seed=0), 0, batches + 1)
+    it = stream(train_loader(files, sampler, seed=0, device=device), device)
+    next(it)
+    start = time.perf_counter()
+    count = sum(len(xb) for xb, _ in it)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return count / (time.perf_counter() - start)
+
+
+def step_rate(trunk: str, shape: tuple[int, ...], steps: int, P: int, K: int, device: str, precision: str) -> float:
+    """Images a second of training steps on tensors in memory: (long run - short run) / extra steps."""
+    g = torch.Generator().manual_seed(0)
+    data = LabeledData(torch.rand((P * 4, *shape), generator=g), torch.arange(P).repeat_interleave(4), "random")
+    seconds = []
+    for iterations in (2, 2 + steps):
+        config = TrainConfig(trunk=trunk, embedding_dim=128, loss="triplet", P=P, K=K, iterations=iterations,
+                             device=device, precision=precision)
+        start = time.perf_counter()
+        train(config, data)
+        seconds.append(time.perf_counter() - start)
+    return steps * P * K / max(seconds[1] - seconds[0], 1e-9)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=256)
+    parser.add_argument("--classes", type=int, default=32)
+    parser.add_argument("--side", type=int, default=256, help="side of the generated JPEGs")
+    parser.add_argument("--crop", type=int, default=227, help="RandomResizedCrop size = data.image_size")
+    parser.add_argument("--P", type=int, default=8)
+    parser.add_argument("--K", type=int, default=4)
+    parser.add_argument("--batches", type=int, default=10, help="batches timed per loader measurement")
+    parser.add_argument("--steps", type=int, default=3, help="training steps timed per step measurement")
+    parser.add_argument("--workers", type=int, default=default_workers())
+    parser.add_argument("--trunk", default="conv4", help="trunk name (any of `dmlbench list --kind trunk`)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
+    parser.add_argument("--threads", type=int, default=None, help="torch threads of this process")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    pipeline = {"train": [{"RandomResizedCrop": {"size": args.crop, "scale": [0.16, 1.0]}}, "RandomHorizontalFlip"]}
+    with tempfile.TemporaryDirectory(prefix="dmlbench-loader-") as tmp:
+        write_jpegs(Path(tmp), args.images, args.classes, args.side)
+        data = load(f"folder:{tmp}", size=args.crop, augment=pipeline)
+        rates: dict[str, list[float]] = {"loader, 0 workers": [], f"loader, {args.workers} workers": [],
+                                         f"{args.trunk} step": []}
+        for _ in range(args.repeats):
+            rates["loader, 0 workers"].append(loader_rate(data, 0, args.batches, args.P, args.K, device))
+            rates[f"loader, {args.workers} workers"].append(
+                loader_rate(data, args.workers, args.batches, args.P, args.K, device))
+            rates[f"{args.trunk} step"].append(step_rate(args.trunk, (3, args.crop, args.crop), args.steps, args.P,
+                                                         args.K, args.device, args.precision))
+    print(f"{args.images} JPEGs {args.side}x{args.side} -> RandomResizedCrop {args.crop} + flip, batch "
+          f"{args.P}x{args.K}, device {args.device}, {torch.get_num_threads()} torch thread(s), "
+          f"median of {args.repeats}")
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    for name, value in medians.items():
+        print(f"  {name:<24} {value:8.1f} images/s")
+    loader, step = medians[f"loader, {args.workers} workers"], medians[f"{args.trunk} step"]
+    bound = "the loader" if loader < step else "the training step"
+    print(f"bound by {bound}: the loader with {args.workers} workers gives {loader / step:.2f}x what the step takes")
+
+
+if __name__ == "__main__":
+    main()
