@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,14 @@ def rows(board: Board) -> list[dict[str, Any]]:
         for name in board.metrics:
             iv = r.metrics[name]
             row.update({name: iv.mean, f"{name}_ci_low": iv.low, f"{name}_ci_high": iv.high})
+        if board.budget is not None:  # the same keys in every row (a CSV has one header), NaN where unchecked
+            change = board.budget.changes.get(r.cell)
+            nan = math.nan
+            row.update({f"{board.primary}_at_multiple": change.at_multiple.mean if change else nan,
+                        "change": change.change.diff if change else nan,
+                        "change_ci_low": change.change.low if change else nan,
+                        "change_ci_high": change.change.high if change else nan,
+                        "rank_at_multiple": board.budget.ranks_at_multiple.get(r.cell, nan)})
         row.update({f"val_{board.primary}": r.validation, "trials": r.trials, "trials_complete": r.trials_complete,
                     "iterations": r.total_iterations, "samples": r.total_samples, "wall_time_s": r.wall_time_s,
                     "params": r.params})
@@ -33,7 +42,17 @@ def document(board: Board) -> dict[str, Any]:
     """The JSON form: the rows with what makes them comparable (protocol hash, fingerprints, metric)."""
     return {"protocol": board.protocol, "protocol_hash": board.protocol_hash, "primary": board.primary,
             "fingerprints": board.fingerprints, "refused": board.manifest.get("refused") or {},
-            "cells": rows(board)}
+            "cells": rows(board), "budget_check": _budget(board)}
+
+
+def _budget(board: Board) -> dict[str, Any] | None:
+    """The budget check's table-level facts: the multiple, Kendall's tau, the cells that moved or were not checked."""
+    b = board.budget
+    if b is None:
+        return None
+    return {"multiple": b.multiple, "iterations": b.iterations, "metric": b.metric,
+            "kendall_tau": b.tau if math.isfinite(b.tau) else None, "moved": b.moved, "not_checked": b.missing,
+            "stable": b.stable}
 
 
 @click.command("leaderboard")

@@ -56,6 +56,17 @@ the test metric it is then judged by (ties by cell id, never by a test score).
 With one seed no interval exists and every verdict is inconclusive; with
 two or three seeds most will be. That is the honest outcome of a small
 budget, not a fault of the rule.
+
+Where the results hold a budget check (`dmlbench budget-check`: every
+cell retrained at a multiple of the budget with the same seeds,
+`bench.reports.budget`), each claim is judged a second time on the table at
+that multiple (same rules, same Holm family), and each verdict says beside
+it whether it is *stable*. A verdict is not stable when any of these holds:
+the table's ranking moved (Kendall's tau below 1) or the check lacks a cell;
+a cell the claim names changed rank; the verdict at the multiple differs.
+The verdict itself stays the one on the table as run: the budget check says
+how far to trust it, it does not replace it (a longer budget is another
+protocol, whose own budget would need its own check).
 """
 
 from __future__ import annotations
@@ -70,7 +81,7 @@ import jsonschema
 
 from bench.errors import BenchError
 from bench.plan import Plan
-from bench.reports import floor
+from bench.reports import budget, floor
 from bench.reports.leaderboard import md_code, md_text
 from bench.reports.source import Results
 from bench.reports.stats import LEVEL, Difference, compare, holm, one_sample
@@ -218,6 +229,9 @@ class Verdict:
     p_raw: float = math.nan  # two-sided scale: the smaller one-sided p of the two rules, doubled
     p_adjusted: float = math.nan  # Holm across the file's testable claims; the verdict uses this one
     test: str = ""  # paired, Welch, one-sample
+    stable: bool | None = None  # at the budget check's multiple; None when the results hold no budget check
+    stability: str = ""  # why (not) stable, beside the verdict
+    verdict_at_multiple: str = ""
 
     @property
     def testable(self) -> bool:
@@ -421,7 +435,36 @@ def evaluate(cf: ClaimsFile, res: Results) -> list[Verdict]:
     """Every claim of the file judged on ``res``, Holm-adjusted together; refuses results of another protocol."""
     if res.protocol != cf.protocol:
         raise BenchError(f"{cf.path} is about protocol {cf.protocol!r}, but {res.root} holds results of {res.protocol!r}")
-    return adjust([judge(c, res, cf) for c in cf.claims])
+    return stability(cf, res, adjust([judge(c, res, cf) for c in cf.claims]))
+
+
+def stability(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> list[Verdict]:
+    """Each verdict with whether it holds at the budget check's multiple (the rule in the module's docstring);
+    unchanged when the results hold no budget check."""
+    check = budget.check(res)
+    if check is None:
+        return verdicts
+    at = budget.at_multiple(res, check.multiple)
+    later = adjust([judge(c, at, cf) for c in cf.claims]) if at.cells else None
+    out = []
+    m = check.multiple
+    for i, v in enumerate(verdicts):
+        problems = []
+        if not check.stable:
+            tau = f"{check.tau:.2f}" if math.isfinite(check.tau) else "undefined"
+            problems.append(f"the table's ranking moved at {m}x (Kendall's tau {tau})" if check.moved else
+                            f"the budget check lacks {', '.join(check.missing)}")
+        moved = [c for c in v.cells if c in check.moved]
+        if moved:
+            problems.append("its cells changed rank: " + ", ".join(
+                f"{c} (rank {check.ranks[c]} to {check.ranks_at_multiple[c]})" for c in moved))
+        again = later[i].verdict if later is not None else "not testable"
+        if again != v.verdict:
+            problems.append(f"at {m}x it would be {again}")
+        note = (f"not stable at {m}x the budget: " + "; ".join(problems)) if problems else \
+            f"stable at {m}x the budget: ranking unchanged, verdict the same"
+        out.append(replace(v, stable=not problems, stability=note, verdict_at_multiple=again))
+    return out
 
 
 def _n(x: float) -> float | None:
@@ -450,6 +493,7 @@ def to_json(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> dict[str, 
                 "effect": _n(v.effect), "ci_low": _n(v.low), "ci_high": _n(v.high), "reason": v.reason,
                 "test": v.test or None, "finding": v.finding or None, "p": _n(v.p_raw),
                 "p_holm": _n(v.p_adjusted),
+                "stable": v.stable, "stability": v.stability or None, "verdict_at_multiple": v.verdict_at_multiple or None,
                 "n_seeds": {c: len(s) for c, s in v.values.items()},
                 "records": {"cells": v.cells, "seeds": v.seeds, "values": v.values,
                             "results_file": str(res.finals_file), "protocol_hash": res.protocol_hash},
@@ -457,7 +501,28 @@ def to_json(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> dict[str, 
             for v in verdicts
         ],
         "counts": {k: sum(v.verdict == k for v in verdicts) for k in VERDICTS},
+        "budget_check": _budget_doc(res),
     }
+
+
+def _budget_doc(res: Results) -> dict[str, Any] | None:
+    """The table-level budget check the stability notes rest on (None: no check, stability unknown)."""
+    check = budget.check(res)
+    if check is None:
+        return None
+    return {"multiple": check.multiple, "iterations": check.iterations, "metric": check.metric,
+            "kendall_tau": _n(check.tau), "moved": check.moved, "not_checked": check.missing, "stable": check.stable}
+
+
+def _budget_line(res: Results) -> str:
+    """What the markdown says of the budget check above the verdicts."""
+    check = budget.check(res)
+    if check is None:
+        return ("No budget check (`dmlbench budget-check`): whether these verdicts hold when every cell trains "
+                "longer is unknown.")
+    head = "The table's ranking is stable" if check.stable else "**The table's ranking is not stable**"
+    return (f"{head} under the budget check: {md_text(check.summary())}. Beside each verdict: whether it holds "
+            f"at {check.multiple}x (judged again there by the same rules).")
 
 
 def _p(x: float) -> str:
@@ -477,15 +542,18 @@ def markdown(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> str:
         "Each verdict uses its Holm-adjusted p (across this file's testable claims); every interval is "
         f"{TUNING_CAVEAT}. A claim on a missing, collapsed (not above the floor) or different method is not testable.",
         "",
-        "| claim | kind | verdict | metric | effect [95% CI] | test | p | p (Holm) | seeds | cells | source |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        _budget_line(res), "",
+        "| claim | kind | verdict | budget check | metric | effect [95% CI] | test | p | p (Holm) | seeds | cells | "
+        "source |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for v in verdicts:
         seeds = ", ".join(str(len(s)) for s in v.values.values())
         ci = f"{_f(v.effect)} [{_f(v.low)}, {_f(v.high)}]"
         cells = ", ".join(md_code(c) for c in v.cells)
         src = md_text(v.claim["source"])
-        out.append(f"| {v.claim['id']} | {v.claim['kind']} | **{v.verdict}** | {v.metric} | {ci} | {v.test or '-'} | "
+        out.append(f"| {v.claim['id']} | {v.claim['kind']} | **{v.verdict}** | {md_text(v.stability or '-')} | "
+                   f"{v.metric} | {ci} | {v.test or '-'} | "
                    f"{_p(v.p_raw)} | {_p(v.p_adjusted)} | {seeds or '-'} | {cells} | {src} |")
     out += ["", "### Reasons", ""]
     out += [f"- **{v.claim['id']}** ({v.verdict}): {md_text(v.claim.get('statement', '').strip())} {md_text(v.reason)}"
@@ -501,10 +569,11 @@ def markdown(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> str:
 
 def text_table(verdicts: list[Verdict]) -> str:
     """One aligned line per claim for the terminal."""
-    rows = [("claim", "verdict", "effect [95% CI]", "p (Holm)", "seeds", "cells")]
+    rows = [("claim", "verdict", "effect [95% CI]", "p (Holm)", "seeds", "cells", "at the budget check")]
     for v in verdicts:
         rows.append((v.claim["id"], v.verdict, f"{_f(v.effect)} [{_f(v.low)}, {_f(v.high)}]", _p(v.p_adjusted),
-                     "/".join(str(len(s)) for s in v.values.values()) or "-", " vs ".join(v.cells)))
+                     "/".join(str(len(s)) for s in v.values.values()) or "-", " vs ".join(v.cells),
+                     "-" if v.stable is None else "stable" if v.stable else f"NOT STABLE ({v.verdict_at_multiple} there)"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

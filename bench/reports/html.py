@@ -20,8 +20,8 @@ import pandas as pd
 
 from bench.errors import BenchError
 from bench.reports import svg
-from bench.reports.leaderboard import (NOTES, Board, budget, floor_cells, fmt, fmt_interval, fmt_params, footer_lines,
-                                       notes)
+from bench.reports.leaderboard import (NOTES, Board, budget, budget_cells, budget_heads, floor_cells, fmt, fmt_interval,
+                                       fmt_params, footer_lines, notes)
 from bench.reports.source import Results
 
 BEST_CELLS = 3  # distance distributions are drawn for this many top cells
@@ -151,6 +151,7 @@ def table(board: Board) -> str:
     """The leaderboard as a sortable HTML table (each cell keeps its raw value for sorting), floor row last."""
     heads: list[tuple[str, str, str]] = [("rank", "rank", "num"), ("cell", "cell", "text"), ("seeds", "seeds", "num")]
     heads += [(m, m, "num") for m in board.metrics]
+    heads += [(h.replace(" ", "_"), h, "num") for h in budget_heads(board)]
     heads += [(f"val_{board.primary}", f"val_{board.primary}", "num"), ("budget", "budget", "num"),
               ("params", "tuned hyperparameters", "text"), ("notes", "notes", "text")]
     th = "".join(f'<th data-key="{escape(k)}" data-type="{t}">{escape(label)}</th>' for k, label, t in heads)
@@ -158,6 +159,7 @@ def table(board: Board) -> str:
     for r in board.rows:
         tds = [_cell(str(r.rank), r.rank), _cell(r.cell, r.cell), _cell(str(r.n_seeds), r.n_seeds)]
         tds += [_cell(fmt_interval(r.metrics[m]), r.metrics[m].mean) for m in board.metrics]
+        tds += [_cell(text, _budget_value(board, r.cell, i)) for i, text in enumerate(budget_cells(board, r))]
         tds += [_cell(fmt(r.validation), r.validation), _cell(budget(r), r.trials),
                 _cell(fmt_params(r.params), fmt_params(r.params)), _cell(notes(r), notes(r))]
         mark = ' class="collapsed"' if r.collapsed else ""
@@ -166,9 +168,19 @@ def table(board: Board) -> str:
         n = max(iv.n for iv in board.floor.values())
         tds = [_cell("floor", None), _cell("untrained trunk", "untrained trunk"), _cell(str(n), n)]
         tds += [_cell(text, board.floor[m].mean) for text, m in zip(floor_cells(board), board.metrics)]
+        tds += [_cell("-", None) for _ in budget_heads(board)]
         tds += [_cell("-", None)] * 3 + [_cell("the same trunk before training", "")]
         body.append('<tr class="floor" data-floor="yes">' + "".join(tds) + "</tr>")
     return f'<table id="leaderboard"><thead><tr>{th}</tr></thead><tbody>\n' + "\n".join(body) + "\n</tbody></table>"
+
+
+def _budget_value(board: Board, cell: str, column: int) -> float | None:
+    """The raw number a budget check column sorts by: the metric at the multiple, the change, the rank."""
+    b = board.budget
+    change = b.changes.get(cell) if b is not None else None
+    if b is None or change is None:
+        return None
+    return (change.at_multiple.mean, change.change.diff, b.ranks_at_multiple.get(cell))[column]
 
 
 def _section(title: str, svgs: list[str], note: str = "") -> str:

@@ -23,9 +23,10 @@ from typing import Any
 
 import pandas as pd
 
+from bench.reports import budget as budget_check
 from bench.reports import edges, floor
 from bench.reports.source import Results
-from bench.reports.stats import Interval, spearman, t_interval, within
+from bench.reports.stats import Difference, Interval, spearman, t_interval, within
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ class Board:
     manifest: dict[str, Any]
     floor: dict[str, Interval] = field(default_factory=dict)  # per metric; empty when no floor was run
     edges_known: bool = True  # False when the protocol could not be re-planned (no search ranges to check)
+    budget: budget_check.BudgetCheck | None = None  # the cells retrained at a multiple of the budget, if checked
 
     @property
     def transfer(self) -> float:
@@ -98,6 +100,9 @@ class Board:
         if seeds and min(seeds) < MIN_SEEDS:
             out.append(f"only {min(seeds)} final seed(s) in some cells (fewer than {MIN_SEEDS}): "
                        "the intervals are wide or missing, and the ranking may not hold")
+        if self.budget is not None and not self.budget.stable:
+            out.append("the ranking is not stable when every cell trains longer: " + self.budget.summary()
+                       + ". This ranking may not be the one the methods converge to")
         rho = self.transfer
         if math.isfinite(rho) and rho < MIN_TRANSFER:
             out.append(f"validation/test rank correlation (Spearman) of {self.primary} is {rho:.2f}, below "
@@ -187,7 +192,7 @@ def build(res: Results) -> Board:
     ranked = [Row(**{**r.__dict__, "rank": i + 1}) for i, r in enumerate(sorted(unranked, key=key))]
     floor_row = {m: within(t_interval(res.floor_values(m)[0]), m) for m in metrics} if res.floor is not None else {}
     return Board(res.protocol, res.protocol_hash, primary, metrics, ranked, res.fingerprints, res.manifest,
-                 floor_row, plan is not None)
+                 floor_row, plan is not None, budget_check.check(res))
 
 
 def _reason(value: Any) -> str:
@@ -214,13 +219,50 @@ def fmt(x: float, digits: int = 3) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
 
 
-def fmt_interval(iv: Interval, digits: int = 3) -> str:
-    """`mean [low, high]`, or the bare mean with `(n=1)` where no interval exists."""
+def fmt_interval(iv: Interval, digits: int = 3, signed: bool = False) -> str:
+    """`mean [low, high]`, or the bare mean with `(n=1)` where no interval exists; `signed`: `+mean [...]`."""
     if not math.isfinite(iv.mean):
         return "-"
+    spec = f"{'+' if signed else ''}.{digits}f"
     if not iv.defined:
-        return f"{iv.mean:.{digits}f} (n={iv.n})"
-    return f"{iv.mean:.{digits}f} [{iv.low:.{digits}f}, {iv.high:.{digits}f}]{CLIP_MARK if iv.clipped else ''}"
+        return f"{iv.mean:{spec}} (n={iv.n})"
+    return f"{iv.mean:{spec}} [{iv.low:{spec}}, {iv.high:{spec}}]{CLIP_MARK if iv.clipped else ''}"
+
+
+def fmt_change(d: Difference, digits: int = 3) -> str:
+    """A paired change as `+mean [low, high]`, or `+mean (n=1)` where no interval exists."""
+    return fmt_interval(Interval(d.diff, d.low, d.high, d.n_a), digits, signed=True)
+
+
+def budget_heads(board: Board) -> list[str]:
+    """The budget check's column heads (none without a check): the primary metric at the multiple, its change
+    from the finals, and the cell's rank at the multiple."""
+    b = board.budget
+    return [] if b is None else [f"{board.primary} at {b.multiple}x", f"change at {b.multiple}x",
+                                 f"rank at {b.multiple}x"]
+
+
+def budget_cells(board: Board, row: Row, digits: int = 3) -> list[str]:
+    """A row's budget check cells, `-` for a cell the check has no completed seed of."""
+    b = board.budget
+    if b is None:
+        return []
+    change = b.changes.get(row.cell)
+    if change is None:
+        return ["-", "-", "-"]
+    rank = b.ranks_at_multiple.get(row.cell)
+    return [fmt_interval(change.at_multiple, digits), fmt_change(change.change, digits),
+            "-" if rank is None else str(rank)]
+
+
+def budget_line(board: Board) -> str:
+    """The footer's sentence on the budget check, or on its absence."""
+    b = board.budget
+    if b is None:
+        return ("no budget check: whether this ranking holds when every cell trains longer is unknown "
+                "(`dmlbench budget-check`)")
+    return (f"budget check: {md_text(b.summary())}. Change: the mean over seeds of (the run at {b.multiple}x minus "
+            "the final of the same seed), with its paired 95% t-interval")
 
 
 CLIP_MARK = "*"
@@ -300,6 +342,7 @@ def footer_lines(board: Board) -> list[str]:
     if not board.edges_known:
         lines.append("tuned values not checked against their search ranges: the protocol file with this hash "
                      "was not found")
+    lines.append(budget_line(board))
     return lines
 
 
@@ -315,8 +358,8 @@ def notes(row: Row) -> str:
 
 def markdown(board: Board) -> str:
     """A README-ready Markdown table with the protocol footer."""
-    head = ["rank", "cell", "seeds", *board.metrics, f"val_{board.primary}", "budget", "tuned hyperparameters",
-            "notes"]
+    head = ["rank", "cell", "seeds", *board.metrics, *budget_heads(board), f"val_{board.primary}", "budget",
+            "tuned hyperparameters", "notes"]
     out = [
         f"## dmlbench leaderboard: {md_text(board.protocol)}",
         "",
@@ -329,13 +372,14 @@ def markdown(board: Board) -> str:
     for r in board.rows:
         cells = [
             str(r.rank), md_code(r.cell), str(r.n_seeds),
-            *(fmt_interval(r.metrics[m]) for m in board.metrics),
+            *(fmt_interval(r.metrics[m]) for m in board.metrics), *budget_cells(board, r),
             fmt(r.validation), budget(r), md_text(fmt_params(r.params)), md_text(notes(r)),
         ]
         out.append("| " + " | ".join(cells) + " |")
     if board.floor:
         n = max(iv.n for iv in board.floor.values())
-        out.append("| " + " | ".join(["floor", "untrained trunk", str(n), *floor_cells(board), "-", "-", "-",
+        out.append("| " + " | ".join(["floor", "untrained trunk", str(n), *floor_cells(board),
+                                       *("-" for _ in budget_heads(board)), "-", "-", "-",
                                        "the same trunk before training"]) + " |")
     out += [line for w in board.warnings for line in ("", f"> **Warning:** {w}")]  # right under the table
     out += ["", "---", ""]
@@ -351,13 +395,15 @@ def text(board: Board, columns: tuple[str, ...] = ("precision_at_1", "lake_accur
     metric and the budgets is the Markdown one (`dmlbench leaderboard`).
     """
     extra = [m for m in columns if m in board.metrics and m != board.primary]
-    head = ["rank", "cell", "seeds", f"{board.primary} [95% CI]", *extra, f"val_{board.primary}"]
+    checked = budget_heads(board)[1:2]  # the change at the multiple
+    head = ["rank", "cell", "seeds", f"{board.primary} [95% CI]", *extra, *checked, f"val_{board.primary}"]
     rows = [[str(r.rank), r.cell + (" (collapsed)" if r.collapsed else ""), str(r.n_seeds),
-             fmt_interval(r.metrics[board.primary]), *(fmt(r.metrics[m].mean) for m in extra), fmt(r.validation)]
-            for r in board.rows]
+             fmt_interval(r.metrics[board.primary]), *(fmt(r.metrics[m].mean) for m in extra),
+             *budget_cells(board, r)[1:2], fmt(r.validation)] for r in board.rows]
     if board.floor:
         rows.append(["floor", "untrained trunk", str(board.floor[board.primary].n),
-                     fmt_interval(board.floor[board.primary]), *(fmt(board.floor[m].mean) for m in extra), "-"])
+                     fmt_interval(board.floor[board.primary]), *(fmt(board.floor[m].mean) for m in extra),
+                     *("-" for _ in checked), "-"])
     widths = [max(len(line[i]) for line in [head, *rows]) for i in range(len(head))]
 
     def line(cells: list[str]) -> str:
@@ -367,5 +413,7 @@ def text(board: Board, columns: tuple[str, ...] = ("precision_at_1", "lake_accur
            *(line(r) for r in rows)]
     refused = board.manifest.get("refused") or {}
     out += [f"left out (budget audit): {cell}: {why}" for cell, why in refused.items()]
+    if board.budget is not None and board.budget.stable:  # an unstable one is the warning above the table
+        out.append(f"budget check: {board.budget.summary()}")
     out += [f"{r.cell}: {note}" for r in board.rows for note in r.notes]
     return "\n".join(out)

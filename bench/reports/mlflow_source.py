@@ -218,7 +218,7 @@ def load(experiment: str, out: str | Path, tracking_uri: str | None = None,
     tables.write_histories(root, recs.history)
     manifest = _manifest(runs, plan, refused, found.name)
     res = Results(root, manifest, frames["finals"], frames["trials"], frames["summary"], None,
-                  floor_frame(runs, plan))
+                  floor_frame(runs, plan), budget_frame(runs, plan))
     if not res.cells:
         raise BenchError(f"MLflow experiment {found.name!r}: no cell of protocol {chosen[:12]} has a completed, "
                          "budget-audited final run")
@@ -238,6 +238,32 @@ def floor_frame(runs: list[Any], plan: Any) -> pd.DataFrame:
             for r in runs if r.data.tags.get("kind") == "floor" and "seed" in r.data.tags}
     return pd.DataFrame([rows[s] for s in protocol.final_seeds if s in rows],
                         columns=["protocol_hash", "seed", *metrics])
+
+
+def budget_frame(runs: list[Any], plan: Any) -> pd.DataFrame | None:
+    """budget_check.csv's rows from the finished runs tagged ``kind: budget_check``; None when there are none."""
+    import pandas as pd
+
+    from bench.budget_check import columns
+    from bench.results import metric_names
+
+    protocol = plan.protocol
+    planned = {c.id: i for i, c in enumerate(plan.cells)}
+    rows = []
+    for run in runs:
+        tags, d = run.data.tags, run.data
+        if tags.get("kind") != "budget_check" or "state" not in tags or tags.get("cell") not in planned:
+            continue
+        rows.append({"protocol_hash": protocol.hash, "cell": tags["cell"], "seed": int(tags["seed"]),
+                     "multiple": int(tags["multiple"]), "iterations": int(_number(d, "iterations", 0)),
+                     "samples_seen": int(_number(d, "samples_seen", 0)), "wall_time_s": _number(d, "wall_time_s"),
+                     **{m: _number(d, m) for m in metric_names(protocol.doc)},
+                     "state": tags["state"], "reason": tags.get("reason", ""),
+                     "git_commit": tags.get("dmlbench.git_commit")})
+    if not rows:
+        return None
+    rows.sort(key=lambda r: (r["multiple"], planned[r["cell"]], r["seed"]))
+    return pd.DataFrame(rows, columns=columns(protocol))
 
 
 def _manifest(runs: list[Any], plan: Any, refused: dict[str, str], experiment: str) -> dict[str, Any]:

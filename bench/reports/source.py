@@ -42,6 +42,7 @@ class Results:
     summary: pd.DataFrame | None = None
     finals_file: Path | None = None
     floor: pd.DataFrame | None = None  # the untrained trunk, one row per final seed (floor.csv)
+    budget_check: pd.DataFrame | None = None  # the finals retrained at a multiple of the budget (budget_check.csv)
 
     @property
     def protocol(self) -> str:
@@ -230,7 +231,8 @@ def load(root: str | Path, complete: bool = True) -> Results:
         raise BenchError(f"{finals_path}: no 'cell' column; not a dmlbench finals table")
     if complete:
         tables.check_complete(root, manifest, finals, read["summary"])
-    res = Results(root, manifest, finals, read["trials"], read["summary"], finals_path, _floor(root, read))
+    res = Results(root, manifest, finals, read["trials"], read["summary"], finals_path, _floor(root, read),
+                  _budget_check(root, read))
     _check_hashes(res)
     _check_rows(res)
     _check_ranges(res)
@@ -254,6 +256,21 @@ def _floor(root: Path, read: dict[str, Any]) -> pd.DataFrame | None:
     if expected and "protocol_hash" in floor and set(floor["protocol_hash"].astype(str)) != {expected}:
         raise BenchError(f"{root / 'floor.csv'}: rows of another protocol hash than the manifest's")
     return floor
+
+
+def _budget_check(root: Path, read: dict[str, Any]) -> pd.DataFrame | None:
+    """budget_check.csv's rows (None when no budget check ran); rows of another protocol version are refused,
+    as the floor's are: a change measured against other finals means nothing."""
+    frame = read.get("budget_check")
+    if frame is None or frame.empty:
+        return None
+    expected = str(_first(read["manifest"], "protocol_hash", "hash", default=""))
+    if expected and "protocol_hash" in frame and set(frame["protocol_hash"].astype(str)) != {expected}:
+        raise BenchError(f"{root / 'budget_check.csv'}: rows of another protocol hash than the manifest's")
+    for column in ("cell", "seed", "multiple"):
+        if column not in frame:
+            raise BenchError(f"{root / 'budget_check.csv'}: no {column!r} column; not a budget check table")
+    return frame
 
 
 def _check_rows(res: Results) -> None:

@@ -59,14 +59,14 @@ class Interval:
 # AMI can fall below 0 (worse than chance), so only its top is bounded.
 METRIC_RANGES: dict[str, tuple[float, float]] = {
     "precision_at_1": (0.0, 1.0), "r_precision": (0.0, 1.0), "map_at_r": (0.0, 1.0), "recall_at_k": (0.0, 1.0),
-    "nmi": (0.0, 1.0), "ami": (-1.0, 1.0), "lake_accuracy": (0.0, 1.0),
+    "nmi": (0.0, 1.0), "ami": (-1.0, 1.0), "lake_accuracy": (0.0, 1.0), "reid_map": (0.0, 1.0), "cmc_at_k": (0.0, 1.0),
 }
 
 
 def metric_range(metric: str) -> tuple[float, float]:
     """The values a metric can take (every built-in one lies in [0, 1] but AMI, which can be negative);
     a metric not listed is unbounded."""
-    key = "recall_at_k" if metric.startswith("recall_at_") else metric  # one column per k
+    key = next((f"{p}k" for p in ("recall_at_", "cmc_at_") if metric.startswith(p)), metric)  # one column per k
     return METRIC_RANGES.get(key, (-math.inf, math.inf))
 
 

@@ -1,0 +1,301 @@
+"""The budget check: each cell's tuned configuration retrained at a multiple of the budget, to see whether
+the table was converged.
+
+A leaderboard ranks methods at one training budget. If a method is still
+improving when the budget ends, the ranking says which one learns fastest,
+not which one learns best, and no harness of the field says which it was.
+After a finished run, the budget check retrains every cell's final
+configuration (the best trial's parameters, exactly those the finals used)
+at ``multiple`` times ``training.iterations``, with the same final seeds
+(common random numbers: the same initial trunk and the same batch order, the
+first ``iterations`` batches identical to the finals'), and evaluates it by
+the finals' own call (`bench.tuning.train_and_score`). The reports then pair
+each seed with its final (bench.reports.budget): the change of the primary
+metric per cell and Kendall's tau between the two rankings.
+
+What scales with the multiple: the iterations, and the schedule's warm-up
+(in iterations), so the learning-rate schedule keeps its shape (its
+milestones and cosine are already fractions of the budget). What does not:
+the method's own parameters, even those counted in iterations (an offline
+miner's ``refresh_every``, MargOHNM's warm-up): they are the tuned method,
+and the check asks how that method does with more training.
+
+Records: ``budget_check.csv`` in the results directory (one row per cell,
+seed and multiple; bench.results names the file), rewritten whole through
+a temp file and a rename after every seed under a file lock, so a killed
+check leaves every finished seed recorded and no half row; and one MLflow
+run per row (kind ``budget_check``), found by its key, so a leaderboard
+rebuilt from MLflow has it too. Resume: run the same command; rows already
+in the file for this protocol version and the cell's current parameters are
+kept, the rest are trained (a cell run again with ``run --redo`` since is
+checked again).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from bench import results as tables
+from bench import store_checks, tracking
+from bench.atomic import locked
+from bench.errors import BenchError
+from bench.plan import Cell, plan as make_plan
+from bench.progress import Progress
+from bench.protocol import Protocol, device_problem
+from bench.tuning import clusters_on_test, final_config, open_storage, prepare, redact, train_and_score
+
+RUN_COLUMNS = ["protocol_hash", "cell", "seed", "multiple", "iterations", "samples_seen", "wall_time_s"]
+TAIL_COLUMNS = ["state", "reason", "params", "git_commit", "git_dirty"]
+
+
+def columns(protocol: Protocol) -> list[str]:
+    """budget_check.csv's columns: the run, the finals' validation score, every test metric, the state."""
+    return [*RUN_COLUMNS, f"val_{protocol.primary}", *tables.metric_names(protocol.doc), *TAIL_COLUMNS]
+
+
+def scaled_config(protocol: Protocol, cell: Cell, params: dict[str, Any], seed: int, multiple: int) -> Any:
+    """Final seed ``seed`` of ``cell`` with ``params``, trained ``multiple`` times as long: the finals' config
+    (`final_config`, so the same training seed) with the iterations and the schedule's warm-up scaled."""
+    config = final_config(protocol, cell, params, seed)
+    schedule = dict(config.schedule)
+    schedule["warmup"] = int(schedule.get("warmup", 0)) * multiple
+    return replace(config, iterations=config.iterations * multiple, schedule=schedule)
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """What the finals of one cell ran: the best trial's parameters and its validation score."""
+
+    cell: Cell
+    params: dict[str, Any]
+    validation: float
+
+
+def tuned_cells(protocol: Protocol, results: Path, storage_url: str) -> list[Tuned]:
+    """Every cell's final configuration, read from the Optuna storage (the records the tables are rebuilt
+    from); refused, one line, unless the run finished: its manifest says so and the storage holds every
+    cell's final seeds."""
+    manifest = tables.read_manifest(results)
+    run = f"run `dmlbench run {protocol.source or protocol.name}` to its end first"
+    if manifest is None:
+        raise BenchError(f"budget-check: {results} holds no results of {protocol.name}: {run}")
+    if manifest.get("protocol_hash") != protocol.hash:
+        raise BenchError(f"budget-check: {results} holds results of another version of {protocol.name} "
+                         f"(hash {str(manifest.get('protocol_hash'))[:12]}, the file's is {protocol.hash12}): {run}")
+    if not manifest.get("finished"):
+        raise BenchError(f"budget-check: the run of {protocol.name} in {results} has not finished: {run}")
+    db = store_checks.sqlite_file(storage_url)
+    if db is not None and not db.is_file():
+        raise BenchError(f"budget-check: the Optuna storage {db} does not exist: point --storage at the run's "
+                         "database (manifest.json names it)")
+    plan = make_plan(protocol)
+    records = tables.collect(plan, open_storage(storage_url))
+    out = []
+    for cell in plan.cells:
+        finals = [r for r in records.finals if r["cell"] == cell.id]
+        if not finals:
+            trials = [r for r in records.trials if r["cell"] == cell.id]
+            if len(trials) == plan.budget.trials and not any(r["state"] == "COMPLETE" for r in trials):
+                continue  # no trial completed: the finals retrained nothing, nor does the check
+            raise BenchError(f"budget-check: the Optuna storage {redact(storage_url)} holds no final seed of "
+                             f"{cell.id}: point --storage at the run's database, or {run}")
+        if len(finals) != plan.budget.seeds:
+            raise BenchError(f"budget-check: {cell.id} has {len(finals)} of {plan.budget.seeds} final seeds "
+                             f"recorded: {run}")
+        out.append(Tuned(cell, json.loads(finals[0]["params"]), finals[0][f"val_{protocol.primary}"]))
+    return out
+
+
+# --------------------------------------------------------------------------- the file
+
+
+def params_text(params: dict[str, Any]) -> str:
+    """Parameters as finals.csv writes them (sorted JSON): a row is about the finals only if they match."""
+    return json.dumps(params, sort_keys=True)
+
+
+def read_rows(path: Path, protocol: Protocol) -> list[dict[str, Any]]:
+    """The rows of budget_check.csv that belong to this protocol version (none when the file is absent)."""
+    if not path.exists():
+        return []
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, ValueError) as e:
+        raise BenchError(f"{path}: unreadable budget check table ({str(e).splitlines()[0]}); move it aside") from None
+    if list(frame.columns) != columns(protocol):
+        raise BenchError(f"{path}: not this protocol's budget check table (other columns); move it aside")
+    return frame[frame["protocol_hash"].astype(str) == protocol.hash].to_dict("records")
+
+
+def _key(row: dict[str, Any]) -> tuple[str, int, int]:
+    return str(row["cell"]), int(row["seed"]), int(row["multiple"])
+
+
+def record(path: Path, protocol: Protocol, row: dict[str, Any], order: list[str]) -> None:
+    """Add one finished seed to the file: read, merge (a row with the same cell, seed and multiple is
+    replaced), sort (multiple, cell in plan order, seed in protocol order), write through a rename."""
+    with locked(path.with_name(path.name + ".lock")):  # two checks on one directory merge, never overwrite
+        rows = {_key(r): r for r in read_rows(path, protocol)}
+        rows[_key(row)] = row
+
+        def rank(key: tuple[str, int, int]) -> tuple[int, int, int]:
+            cell, seed, multiple = key
+            return multiple, order.index(cell) if cell in order else len(order), protocol.final_seeds.index(seed)
+
+        frame = pd.DataFrame([rows[k] for k in sorted(rows, key=rank)], columns=columns(protocol))
+        tables.atomic_write(path, lambda f: frame.to_csv(f, index=False))
+
+
+# --------------------------------------------------------------------------- the check
+
+
+@dataclass
+class Outcome:
+    """What one budget check did: rows trained now, rows found recorded, where the file is."""
+
+    path: Path
+    trained: int
+    kept: int
+    wall_time_s: float
+
+
+def budget_check(protocol: Protocol, multiple: int = 2, *, storage: str | None = None, tracking_uri: str | None = None,
+                 results_dir: str | Path = "results", data_root: str | None = None, quiet: bool = False,
+                 shard: tuple[int, int] = (1, 1)) -> Outcome:
+    """Retrain every cell's final configuration at ``multiple`` x the budget on the final seeds, resuming.
+
+    ``shard`` (k, n) trains only the k-th of every n (cell, seed) pairs: n workers started with shards
+    1/n ... n/n share the check without training a seed twice (the CSV is written under a file lock)."""
+    from bench.runner import default_storage
+
+    if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
+        raise BenchError(f"budget-check: --multiple must be a positive integer, got {multiple!r}")
+    k, n = shard
+    if not 1 <= k <= n:
+        raise BenchError(f"budget-check: --shard must be K/N with 1 <= K <= N, got {k}/{n}")
+    start = time.perf_counter()
+    store_checks.check_given(storage, tracking_uri)
+    results = tables.protocol_dir(results_dir, protocol.name)
+    storage_url = storage or default_storage()
+    tracking_uri = tracking.resolve_tracking_uri(tracking_uri)
+    store_checks.check_separate(storage_url, tracking_uri)
+    cells = tuned_cells(protocol, results, storage_url)
+    problem = device_problem(protocol.doc["training"]["device"])
+    if problem:
+        raise BenchError(f"{protocol.name}: {problem}")
+    prepared = prepare(protocol, data_root)
+    manifest = tables.read_manifest(results) or {}
+    fingerprints = prepared.fingerprints()
+    for side in ("train", "test"):
+        ran = (manifest.get("fingerprints") or {}).get(side)
+        if ran is not None and ran != fingerprints[side]:
+            raise BenchError(f"budget-check: the {side} data differ from the run's (fingerprint {fingerprints[side]}, "
+                             f"the run's {ran}): check --data-root")
+    path = results / tables.BUDGET_CHECK
+    ran = {t.cell.id: params_text(t.params) for t in cells}
+    # a row trained with other parameters (the cell was --redo'ne since) is stale: trained again, then replaced
+    done = {_key(r) for r in read_rows(path, protocol) if r["params"] == ran.get(str(r["cell"]))}
+    pairs = [(t, s) for t in cells for s in protocol.final_seeds]
+    todo = [(t, s) for i, (t, s) in enumerate(pairs) if i % n == k - 1 and (t.cell.id, s, multiple) not in done]
+    check = _Check(protocol, multiple, prepared, path, [t.cell.id for t in cells], tracking_uri, fingerprints, quiet)
+    kept = len([i for i in range(len(pairs)) if i % n == k - 1]) - len(todo)
+    check.run(cells, todo, kept)
+    return Outcome(path, len(todo), kept, time.perf_counter() - start)
+
+
+class _Check:
+    """One pass of the budget check: training, records, progress."""
+
+    def __init__(self, protocol: Protocol, multiple: int, prepared: Any, path: Path, order: list[str],
+                 tracking_uri: str, fingerprints: dict[str, Any], quiet: bool) -> None:
+        from bench.mlflow_runs import MlflowRecords
+
+        self.protocol, self.multiple, self.prepared, self.path, self.order = protocol, multiple, prepared, path, order
+        self.iterations = protocol.doc["training"]["iterations"] * multiple
+        self.code = {"git_commit": tracking.git_commit(), "git_dirty": tracking.git_dirty()}
+        base_tags = tracking.standard_tags(fingerprints["split"], protocol=protocol.name, protocol_hash=protocol.hash,
+                                           train_fingerprint=fingerprints["train"],
+                                           test_fingerprint=fingerprints["test"])
+        self.mlflow = MlflowRecords(protocol, tracking_uri, base_tags)
+        self.quiet = quiet
+
+    def run(self, cells: list[Tuned], todo: list[tuple[Tuned, int]], kept: int) -> None:
+        """Train what is missing, cell by cell; Ctrl-C (or SIGTERM through the runner's stop flag) leaves the
+        running seed unrecorded and every finished one recorded."""
+        seeds = len(self.protocol.final_seeds)
+        total = len(cells) * seeds * self.iterations
+        self.progress = Progress(len(cells), total, kept * self.iterations, self.quiet)
+        left = {t.cell.id for t, _ in todo}
+        self.progress.cell_done(len(cells) - len(left))
+        if kept:
+            self.progress.line(f"budget check x{self.multiple}: {kept} of {len(cells) * seeds} seeds already in "
+                               f"{self.path.name}, kept")
+        try:
+            for tuned in cells:
+                mine = [s for t, s in todo if t is tuned]
+                if not mine:
+                    continue
+                self.progress.cell(f"{tuned.cell.id} x{self.multiple}", seeds, seeds - len(mine))
+                for seed in mine:
+                    self._seed(tuned, seed)
+                self.progress.cell_done()
+        finally:
+            self.progress.close()
+
+    def _seed(self, tuned: Tuned, seed: int) -> None:
+        p = self.protocol
+        key = f"budget_check/x{self.multiple}/{tuned.cell.id}/seed{seed}"
+        run_id = self.mlflow.run(key, f"budget check x{self.multiple} {tuned.cell.id} seed {seed}",
+                                 tags={"kind": "budget_check", "cell": tuned.cell.id, "seed": seed,
+                                       "multiple": self.multiple})
+        config = scaled_config(p, tuned.cell, tuned.params, seed, self.multiple)
+        self.progress.run_started(self.iterations)
+        try:
+            self.prepared.guard.check(self.prepared.train.classes, "budget check training")
+            result = train_and_score(p, config, self.prepared.train, self.prepared.test,
+                                     clustering=clusters_on_test(p), lake_runs=self.prepared.lake_runs,
+                                     progress=self._step)
+        except BaseException:
+            self.mlflow.end(run_id, "KILLED")
+            raise
+        self.progress.run_finished()
+        metrics = {m: float(result.metrics[m]) if m in result.metrics else math.nan
+                   for m in tables.metric_names(p.doc)}
+        row = {"protocol_hash": p.hash, "cell": tuned.cell.id, "seed": seed, "multiple": self.multiple,
+               "iterations": result.iterations, "samples_seen": result.samples_seen,
+               "wall_time_s": round(result.wall_time_s, 3), f"val_{p.primary}": tuned.validation, **metrics,
+               "state": result.state, "reason": result.reason,
+               "params": params_text(tuned.params), **self.code}
+        record(self.path, p, row, self.order)
+        self.mlflow.log(run_id, params={**config.to_dict(), "multiple": self.multiple},
+                        metrics={**{k: v for k, v in metrics.items() if math.isfinite(v)},
+                                 "iterations": result.iterations, "samples_seen": result.samples_seen,
+                                 "final_loss": result.final_loss, "wall_time_s": result.wall_time_s},
+                        tags={"state": result.state, "reason": result.reason[:500]})
+        self.mlflow.end(run_id, result.state)
+        score = f" {p.primary}={metrics[p.primary]:.4f}" if math.isfinite(metrics[p.primary]) else ""
+        why = f" ({result.reason})" if result.reason and result.state != "COMPLETE" else ""
+        self.progress.line(f"{tuned.cell.id} x{self.multiple} seed {seed} {result.state}{score} "
+                           f"[{result.iterations} it, {result.wall_time_s:.1f} s]{why} | {self.progress.eta()}")
+
+    def _step(self, it: int, total: int, loss: float) -> None:
+        from bench.runner import STOP
+
+        if STOP.is_set():
+            raise KeyboardInterrupt
+        self.progress.iteration(it, total, loss)
+
+
+def describe(outcome: Outcome, multiple: int) -> str:
+    """The closing line: what was trained, what was kept, where the rows are."""
+    minutes, seconds = divmod(int(outcome.wall_time_s), 60)
+    return (f"budget check x{multiple}: {outcome.trained} seed(s) trained, {outcome.kept} kept, in "
+            f"{minutes}:{seconds:02d}; rows in {outcome.path}")
+

@@ -1,0 +1,64 @@
+"""`dmlbench budget-check FILE`: retrain a finished run's cells at a multiple of the budget (bench.budget_check).
+
+The same storage, tracking, results and thread options as `dmlbench run`,
+pointing at the run being checked; rerunning the same command resumes.
+`dmlbench leaderboard` then shows the change per cell and Kendall's tau.
+"""
+
+from __future__ import annotations
+
+import click
+
+from bench.commands._output import log, quiet_option
+from bench.commands.run import sweep_options
+
+
+@click.command("budget-check")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--multiple", default=2, show_default=True, type=click.IntRange(min=1),
+              help="train for MULTIPLE x training.iterations (the schedule's warm-up scaled alike); 1 reproduces "
+                   "the finals")
+@click.option("--shard", default="1/1", show_default=True, metavar="K/N",
+              help="train only the K-th of every N (cell, seed) pairs: start N workers with 1/N ... N/N")
+@sweep_options
+@quiet_option
+def command(file: str, multiple: int, shard: str, storage: str | None, tracking_uri: str | None, results_dir: str,
+            data_root: str | None, threads: int | None, quiet: bool) -> int:
+    """Retrain every cell of FILE's finished run at MULTIPLE x its budget, on the same final seeds.
+
+    Give the run's own --storage (its tuned parameters are read there),
+    --tracking-uri and --results-dir (budget_check.csv goes beside its
+    tables), and its --threads to reproduce its float sums exactly.
+
+    Refused (exit 2) before the run has finished. SIGTERM and Ctrl-C leave
+    every finished seed recorded (exit 130); the same command resumes.
+    """
+    import signal
+    import threading
+
+    import torch
+
+    from bench.budget_check import budget_check, describe
+    from bench.cli import quiet_libraries
+    from bench.protocol import load_protocol
+    from bench.runner import STOP, request_stop
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+
+    def interrupt(signum: int, frame: object) -> None:
+        request_stop()
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)
+    STOP.clear()
+    protocol = load_protocol(file)
+    quiet_libraries()
+    k, sep, n = shard.partition("/")
+    if not (sep and k.isdigit() and n.isdigit()):
+        raise click.BadParameter(f"expected K/N, for example 1/2, got {shard!r}", param_hint="--shard")
+    outcome = budget_check(protocol, multiple, storage=storage, tracking_uri=tracking_uri, results_dir=results_dir,
+                           data_root=data_root, quiet=quiet, shard=(int(k), int(n)))
+    log.info(describe(outcome, multiple))
+    return 0
