@@ -1,0 +1,132 @@
+"""The plain PML script against the harness's triplet + batch-hard cell, at equal iterations and batch, in one run.
+
+Issue 14's rule: tuning must never leave a method worse than its defaults,
+so at the same budget the harness's tuned triplet + batch-hard cell must
+score at least what `plain_pml_script.py` (PML's defaults, no augmentation,
+no schedule, fp32) scores. Both arms train for the protocol's iterations on
+batches of P x K (the plain script: MPerClassSampler with m = K), one seed
+of each in turn (plain, harness, plain, ...), so a busy machine slows both
+alike; both are scored by bench's `evaluate` on the 659 evaluation
+characters and Lake's 20 one-shot runs. The harness arm is exactly a final
+seed of the cell: the protocol's trunk, augmentation, schedule and
+precision, final seed s's training seed, and the cell's tuned parameters
+from ``--results`` (the best trial in summary.csv) or ``--param``, else the
+cell's defaults (which are PML's).
+
+    .venv/bin/python benchmarks/compare_plain_pml.py [--protocol protocols/omniglot-standard.yaml]
+        [--results results/omniglot-standard] [--param loss.margin=0.2] [--iterations N] [--seeds 0 1 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the plain script beside this file
+
+import plain_pml_script  # noqa: E402
+
+from bench import results as result_tables  # noqa: E402
+from bench.commands.train import parse_params  # noqa: E402
+from bench.data import load, load_lake_runs  # noqa: E402
+from bench.errors import BenchError  # noqa: E402
+from bench.plan import plan  # noqa: E402
+from bench.protocol import Protocol, load_protocol  # noqa: E402
+from bench.reports.stats import t_interval, welch  # noqa: E402
+from bench.training import TrainConfig, evaluate, train  # noqa: E402
+from bench.tuning._objective import final_config  # noqa: E402
+
+CELL = "triplet+batch_hard"
+METRICS = ("lake_accuracy", "map_at_r")
+
+
+def tuned_params(results: str | None, cell: str, given: dict[str, Any]) -> dict[str, Any]:
+    """The cell's best-trial parameters from a results directory (none: the defaults), ``given`` on top."""
+    params: dict[str, Any] = {}
+    if results is not None:
+        summary = result_tables.read(results)["summary"]
+        rows = summary[summary["cell"] == cell] if "cell" in summary else summary.iloc[0:0]
+        if rows.empty:
+            raise BenchError(f"{results}: no summary row for cell {cell}")
+        params = json.loads(rows.iloc[0]["params"])
+    return {**params, **given}
+
+
+def harness_config(protocol: Protocol, cell_id: str, params: dict[str, Any], seed: int,
+                   iterations: int | None) -> TrainConfig:
+    """Final seed ``seed`` of the cell as the runner would train it, at ``iterations`` if given."""
+    cell = plan(protocol).cell(cell_id)
+    config = final_config(protocol, cell, params, seed)
+    return config if iterations is None else dataclasses.replace(config, iterations=iterations)
+
+
+def harness_run(config: TrainConfig, protocol: Protocol, lake_runs: list[Any]) -> dict[str, float]:
+    """Train on the protocol's training classes and score the test classes as a final seed is scored."""
+    data = protocol.doc["data"]
+    train_data = load(data["train"], None, data["image_size"])
+    test_data = load(data["test"], None, data["image_size"])
+    result = train(config, train_data)
+    return evaluate(result.model, test_data, lake_runs=lake_runs, clustering=False,
+                    normalize=protocol.doc["model"]["normalize"])
+
+
+def _summary(name: str, values: list[float]) -> str:
+    iv = t_interval(values)
+    return f"{name:<10} {iv.mean:.4f} [{iv.low:.4f}, {iv.high:.4f}]"
+
+
+def main() -> None:
+    """Run both arms seed by seed, print each score, then the means and the harness - plain differences."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--protocol", default="protocols/omniglot-standard.yaml")
+    parser.add_argument("--results", default=None, help="results directory whose best trial gives the parameters")
+    parser.add_argument("--cell", default=CELL)
+    parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                        help="a tuned value, e.g. loss.margin=0.2 (repeatable; over --results)")
+    parser.add_argument("--iterations", type=int, default=None, help="default: the protocol's")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    protocol = load_protocol(args.protocol)
+    training, data = protocol.doc["training"], protocol.doc["data"]
+    if (data.get("train"), data.get("test"), data["image_size"]) != ("omniglot:background", "omniglot:evaluation", 28):
+        raise BenchError(f"{args.protocol}: the plain script trains on omniglot:background and tests on "
+                         "omniglot:evaluation at 28x28; this protocol does not")
+    params = tuned_params(args.results, args.cell, parse_params(tuple(args.param), "--param"))
+    iterations = args.iterations or training["iterations"]
+    batch = training["P"] * training["K"]
+    print(f"{iterations} iterations of {training['P']} x {training['K']} = {batch}; harness cell {args.cell} "
+          f"with {params or 'its defaults'}; {args.threads} thread(s)")
+    lake_runs = load_lake_runs(None, 28)
+    scores: dict[str, dict[str, list[float]]] = {arm: {m: [] for m in METRICS} for arm in ("plain", "harness")}
+    print("seed  arm      lake_accuracy  map_at_r  seconds")
+    for seed in args.seeds:
+        for arm in ("plain", "harness"):
+            start = time.perf_counter()
+            if arm == "plain":
+                m = plain_pml_script.main(iterations, seed, batch, training["K"])
+            else:
+                m = harness_run(harness_config(protocol, args.cell, params, seed, iterations), protocol, lake_runs)
+            for name in METRICS:
+                scores[arm][name].append(float(m[name]))
+            print(f"{seed:>4}  {arm:<7}  {m['lake_accuracy']:>13.4f}  {m['map_at_r']:>8.4f}  "
+                  f"{time.perf_counter() - start:>7.0f}", flush=True)
+    for name in METRICS:
+        d = welch(scores["harness"][name], scores["plain"][name])
+        print(f"\n{name} (mean [95% t-interval over {len(args.seeds)} seeds])")
+        print(_summary("plain", scores["plain"][name]))
+        print(_summary("harness", scores["harness"][name]))
+        print(f"harness - plain: {d.diff:+.4f} [{d.low:+.4f}, {d.high:+.4f}] (Welch); "
+              f"{'harness >= plain' if d.diff >= 0 else 'HARNESS BELOW PLAIN'}")
+
+
+if __name__ == "__main__":
+    main()

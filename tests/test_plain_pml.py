@@ -1,0 +1,68 @@
+"""The plain PML script and its comparison with the harness (benchmarks/): they run, and compare like with like."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _module(name: str) -> ModuleType:
+    """A benchmarks/ script as a module (benchmarks/ is not a package)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_plain_script_trains_a_few_iterations_reproducibly() -> None:
+    plain = _module("plain_pml_script")
+    torch.set_num_threads(1)
+    a = plain.train_model(iterations=3, seed=0, batch_size=32, m=4)
+    b = plain.train_model(iterations=3, seed=0, batch_size=32, m=4)
+    torch.manual_seed(0)
+    untrained = plain.conv4()
+    for (name, pa), pb, pu in zip(a.state_dict().items(), b.state_dict().values(), untrained.state_dict().values()):
+        assert torch.equal(pa, pb), name  # seeded: the same batches and steps twice
+    moved = [name for (name, pa), pu in zip(a.state_dict().items(), untrained.state_dict().values())
+             if pa.is_floating_point() and not torch.equal(pa, pu)]
+    assert "0.weight" in moved and "13.weight" in moved  # the first conv and the linear layer were stepped
+    out = a.eval()(torch.zeros(2, 1, 28, 28))
+    assert out.shape == (2, 64)
+
+
+def test_harness_arm_is_the_protocols_cell_at_the_plain_scripts_budget() -> None:
+    compare = _module("compare_plain_pml")
+    from bench.protocol import load_protocol
+
+    protocol = load_protocol(ROOT / "protocols" / "omniglot-standard.yaml")
+    training = protocol.doc["training"]
+    config = compare.harness_config(protocol, compare.CELL, {"loss.margin": 0.3}, seed=0, iterations=7)
+    assert (config.loss, config.miner, config.iterations) == ("triplet", "batch_hard", 7)
+    assert (config.P, config.K) == (training["P"], training["K"])  # the plain script is given P*K and m=K
+    assert config.loss_params["margin"] == 0.3
+    assert config.augmentation == protocol.doc["data"]["augmentation"]
+    assert config.schedule == protocol.doc["training"]["schedule"] and config.precision == "bf16"
+    default = compare.harness_config(protocol, compare.CELL, {}, seed=0, iterations=None)
+    assert default.iterations == training["iterations"] and default.loss_params.get("margin", 0.05) == 0.05
+
+
+def test_tuned_parameters_come_from_the_results_best_trial() -> None:
+    compare = _module("compare_plain_pml")
+    params = compare.tuned_params(str(ROOT / "results" / "omniglot-quick"), compare.CELL, {})
+    assert params["loss.margin"] == pytest.approx(0.6636, abs=1e-4)
+    assert compare.tuned_params(None, compare.CELL, {"loss.margin": 0.1}) == {"loss.margin": 0.1}
+    from bench.errors import BenchError
+
+    with pytest.raises(BenchError, match="no summary row"):
+        compare.tuned_params(str(ROOT / "results" / "omniglot-quick"), "nothing+none", {})
