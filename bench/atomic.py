@@ -9,6 +9,7 @@ files readable by their owner only, so the mode is set to what a plain
 
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
 from collections.abc import Iterator
@@ -21,6 +22,20 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+@contextmanager
+def locked(path: str | Path) -> Iterator[None]:
+    """An exclusive lock on the file ``path`` (created if missing) for the block: one process at a time on one
+    machine (flock; a network file system may not honour it)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @contextmanager

@@ -58,7 +58,9 @@ COMMANDS = {
     "leaderboard": "Markdown and HTML leaderboard from a results directory",
     "regress": "compare two results tables cell by cell",
     "claims": "verdicts on published claims from a results directory",
+    "budget-check": "retrain a finished run's cells at a multiple of the budget: is the ranking converged?",
 }
+MODULES = {"budget-check": "budget"}  # a command whose module is not named after it
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -82,7 +84,7 @@ class LazyGroup(click.Group):
         """The named command, importing its module now; None for an unknown name (click's error)."""
         if cmd_name not in COMMANDS or not _module_exists(cmd_name):
             return None
-        command: click.Command = importlib.import_module(f"bench.commands.{cmd_name}").command
+        command: click.Command = importlib.import_module(f"bench.commands.{MODULES.get(cmd_name, cmd_name)}").command
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -93,7 +95,7 @@ class LazyGroup(click.Group):
 
 
 def _module_exists(name: str) -> bool:
-    return importlib.util.find_spec(f"bench.commands.{name}") is not None
+    return importlib.util.find_spec(f"bench.commands.{MODULES.get(name, name)}") is not None
 
 
 @click.group(cls=LazyGroup, epilog=EPILOG)

@@ -10,7 +10,6 @@ bench/tracking.py.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import math
 import tempfile
@@ -20,10 +19,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from bench.atomic import locked
 from bench.errors import BenchError
 from bench.plan import Cell
 from bench.protocol import Protocol
 from bench.tracking import flatten, search_all
+
+# Longer than an MLflow insert takes between the client's start-time stamp and its commit (see run()).
+SETTLE_S = 1.0
 
 
 @contextmanager
@@ -36,13 +39,8 @@ def _creation_lock(uri: str) -> Iterator[None]:
         yield
         return
     path = Path(uri[len("sqlite:///"):].split("?", 1)[0])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with locked(path.with_name(path.name + ".lock")):
+        yield
 
 
 class MlflowRecords:
@@ -86,9 +84,15 @@ class MlflowRecords:
                 raise
             return experiment.experiment_id
 
-    def run(self, key: str, name: str, parent: str | None = None, tags: dict[str, Any] | None = None) -> str:
-        """The run with this key: the existing one (reopened) or a new one. Two workers creating it at once
-        both look again afterwards; the older run is kept and the newer deleted."""
+    def run(self, key: str, name: str, parent: str | None = None, tags: dict[str, Any] | None = None,
+            shared: bool = False) -> str:
+        """The run with this key: the existing one (reopened) or a new one.
+
+        A key that several workers may create at once (``shared``: a cell's parent run, a floor seed; trial
+        and seed keys are claimed through Optuna first) is looked up again after a settle time, and every
+        worker keeps the oldest run and deletes its own if newer. The wait matters: MLflow stamps a run's
+        start time in the client before the insert, so a worker that looked at once could miss a run
+        stamped earlier but inserted later, and both would keep their own (seen on PostgreSQL)."""
         full_key = f"{self.protocol.hash12}/{key}"
         found = self._find(full_key)
         if found:
@@ -101,6 +105,8 @@ class MlflowRecords:
         if parent:
             all_tags["mlflow.parentRunId"] = parent
         run = self.client.create_run(self.experiment_id, tags=all_tags, run_name=name)
+        if shared:
+            time.sleep(SETTLE_S)
         found = self._find(full_key)
         if len(found) > 1 and found[0].info.run_id != run.info.run_id:
             self.client.delete_run(run.info.run_id)
@@ -110,7 +116,7 @@ class MlflowRecords:
     def cell_run(self, cell: Cell) -> str:
         """A cell's parent run: its methods, fixed parameters and search space, and the protocol file."""
         run_id = self.run(cell.id, cell.id, tags={"cell": cell.id, "loss": cell.loss, "miner": cell.miner or "none",
-                                                  "kind": "cell"})
+                                                  "kind": "cell"}, shared=True)
         self.log(run_id, params={"loss": cell.loss, "miner": cell.miner or "none", "loss_params": cell.loss_params,
                                  "miner_params": cell.miner_params,
                                  "search_space": json.dumps(cell.search_space, sort_keys=True)})

@@ -10,8 +10,11 @@ budget by construction; `Budget` is also what the results audit compares
 the recorded runs against.
 
 The time estimate uses the per-trunk costs in `TRUNK_COSTS`, measured on
-this project's reference machine (2 CPU cores), scaled by batch size and
-pixels. It is an estimate to decide whether a sweep fits an afternoon,
+this project's reference machine (2 CPU cores), or `GPU_TRUNK_COSTS` for a
+protocol that trains on CUDA (then it is GPU-hours), scaled by batch size
+and pixels; a step time measured on one's own device (`--step-ms`,
+from `benchmarks/bench_trunk_step.py`) replaces the table. It is an
+estimate to decide whether a sweep fits an afternoon or a GPU allocation,
 not a promise.
 """
 
@@ -26,6 +29,7 @@ from bench.clock import hms
 from bench.errors import BenchError
 from bench.protocol import NO_MINER, Protocol
 from bench.protocol.load import method_params
+from bench.protocol.schema import image_hw
 
 # Loss consumes (key) -> miner outputs it can use. Pair and triplet losses
 # convert between pairs and triplets (PML's convention, bench.tuples);
@@ -52,6 +56,7 @@ class TrunkCost:
     ref_batch: int = 128
     ref_pixels: int = 28 * 28
     measured: bool = True
+    source: str = ""  # where the figure comes from, printed beside the estimate
 
 
 # One place for the machine's speed. conv4 and mlp are measured here (Conv-4 at
@@ -65,13 +70,48 @@ TRUNK_COSTS: dict[str, TrunkCost] = {
     "omniglot_encoder": TrunkCost((0.300, 0.600), 30.0 / 13180, measured=False),
 }
 UNKNOWN_TRUNK = TrunkCost((0.075, 0.135), 8.0 / 13180, measured=False)
+# ResNets at 224x224, batch 32, bf16 + channels-last, one thread. ResNet-50 measured here by
+# benchmarks/bench_trunk_step.py (3.2 s of CPU a step at 227x227, embedding ~0.09 s an image in fp32,
+# on a loaded machine: the range allows for it); ResNet-18 scaled by multiply-adds (1.8 / 4.1 G).
+TRUNK_COSTS.update({
+    "resnet18": TrunkCost((1.3, 2.0), 0.04, ref_batch=32, ref_pixels=224 * 224, measured=False,
+                          source="not measured: scaled from ResNet-50"),
+    "resnet50": TrunkCost((3.0, 4.5), 0.09, ref_batch=32, ref_pixels=224 * 224),
+})
+# On one GPU. Conv-4 measured on an H100 (benchmarks/bench_step_time.py: 8.0-8.5 ms at batch 128,
+# 13,180 images embedded in 0.04 s). The ResNets are not measured here (no GPU was lent when
+# they were added): eager PyTorch trains a ResNet-50 at about 1,000-1,600 images/s in bf16 on
+# one A100/H100-class GPU, i.e. 20-32 ms for a batch of 32 at 224x224; pass a measured
+# `--step-ms` for a real figure.
+_GPU_GUESS = "not measured: published eager-PyTorch throughput; pass --step-ms from benchmarks/bench_trunk_step.py"
+GPU_TRUNK_COSTS: dict[str, TrunkCost] = {
+    "conv4": TrunkCost((0.0080, 0.0085), 0.04 / 13180, source="measured on an H100"),
+    "resnet18": TrunkCost((0.008, 0.014), 0.0002, ref_batch=32, ref_pixels=224 * 224, measured=False,
+                          source=_GPU_GUESS),
+    "resnet50": TrunkCost((0.020, 0.032), 0.0005, ref_batch=32, ref_pixels=224 * 224, measured=False,
+                          source=_GPU_GUESS),
+}
+UNKNOWN_GPU_TRUNK = GPU_TRUNK_COSTS["resnet50"]
 
 # Images per class and classes per named dataset: eval cost without loading data.
-DATASET_SIZES: dict[str, tuple[int, int]] = {  # spec -> (classes, images per class)
+DATASET_SIZES: dict[str, tuple[int, float]] = {  # spec -> (classes, images per class)
     "omniglot:background": (964, 20),
     "omniglot:evaluation": (659, 20),
     "fashion-mnist:train": (10, 6000),
     "fashion-mnist:test": (10, 1000),
+    # the published splits (METHODS.md): images / classes
+    "cub200:train": (100, 58.64),
+    "cub200:test": (100, 59.24),
+    "cars196:train": (98, 8054 / 98),
+    "cars196:test": (98, 8131 / 98),
+    "sop:train": (11318, 59551 / 11318),
+    "sop:test": (11316, 60502 / 11316),
+    "inshop:train": (3997, 25882 / 3997),
+    "inshop:query": (3985, 14218 / 3985),
+    "inshop:gallery": (3985, 12612 / 3985),
+    "market1501:train": (751, 12936 / 751),
+    "market1501:query": (750, 3368 / 750),
+    "market1501:gallery": (752, 19732 / 752),  # 750 test identities, distractors (0) and junk (-1)
 }
 OVERHEAD_S_PER_RUN = 0.4  # MLflow and Optuna records per training run (SQLite)
 STEP_FIXED_S = 0.005  # per step whatever the batch: optimiser, loss and miner calls (measured: small batches)
@@ -163,6 +203,8 @@ class Plan:
     dropped: tuple[Dropped, ...]
     budget: Budget
     estimates: dict[str, Estimate] = field(default_factory=dict)  # per cell id
+    cost: TrunkCost | None = None  # the trunk cost the estimates used
+    check_multiple: float = 0  # a budget check at this multiple is in the estimates (0: none)
 
     @property
     def total_iterations(self) -> int:
@@ -182,8 +224,11 @@ class Plan:
         raise KeyError(cell_id)
 
 
-def plan(protocol: Protocol) -> Plan:
-    """Cells (loss x miner) in grid order, dropped pairs with their reasons, one budget for all."""
+def plan(protocol: Protocol, step_s: float | None = None, check_multiple: float = 0) -> Plan:
+    """Cells (loss x miner) in grid order, dropped pairs with their reasons, one budget for all.
+
+    ``step_s`` is a training step time measured on one's own device (it replaces the cost table);
+    ``check_multiple`` adds a budget check at that multiple to the time estimate."""
     doc = protocol.doc
     grid = doc["grid"]
     cells: list[Cell] = []
@@ -209,8 +254,9 @@ def plan(protocol: Protocol) -> Plan:
     training, validation = doc["training"], doc["data"]["validation"]
     budget = Budget(trials=doc["tuning"]["trials"], folds=validation["use"], iterations=training["iterations"],
                     batch_size=training["P"] * training["K"], seeds=len(doc["final"]["seeds"]))
-    estimates = {c.id: estimate_cell(protocol, c, budget) for c in cells}
-    return Plan(protocol, tuple(cells), tuple(dropped), budget, estimates)
+    cost = trunk_cost(protocol, step_s)
+    estimates = {c.id: estimate_cell(protocol, c, budget, cost, check_multiple) for c in cells}
+    return Plan(protocol, tuple(cells), tuple(dropped), budget, estimates, cost, check_multiple)
 
 
 def incompatibility(loss: registry.Entry, miner: registry.Entry | None) -> str | None:
@@ -255,8 +301,15 @@ def _cell(cell_id: str, loss_entry: registry.Entry, loss_item: dict[str, Any],
 # --------------------------------------------------------------------------- time
 
 
-def _images(spec: str, classes: Any) -> tuple[int, int]:
-    """(classes, images) of a dataset side, (0, 0) for a dataset of unknown size."""
+def _images(spec: Any, classes: Any) -> tuple[float, float]:
+    """(classes, images) of a dataset side, (0, 0) for a dataset of unknown size.
+
+    A query/gallery test side counts the gallery's images (what each query is searched in) and
+    the query's classes."""
+    if isinstance(spec, dict):
+        n_classes, _ = _images(spec["query"], classes)
+        _, gallery = _images(spec["gallery"], None)
+        return n_classes, gallery
     if spec not in DATASET_SIZES:
         return 0, 0
     n_classes, per_class = DATASET_SIZES[spec]
@@ -267,20 +320,43 @@ def _images(spec: str, classes: Any) -> tuple[int, int]:
     return n_classes, n_classes * per_class
 
 
+def _sized_test(test: Any) -> str:
+    """The spec whose size stands for the test side's cost: a query/gallery side's gallery (every query ranks it)."""
+    return test["gallery"] if isinstance(test, dict) else test
+
+
 def _metrics_s(images: float, classes: float, clustering: bool) -> float:
     return RETRIEVAL_S_PER_PAIR * images**2 + (KMEANS_S_PER_POINT_CLUSTER * images * classes if clustering else 0)
 
 
-def estimate_cell(protocol: Protocol, cell: Cell, budget: Budget) -> Estimate:
-    """Seconds for one cell: training steps, evaluations (validation, pruning checks, test) and records."""
+def trunk_cost(protocol: Protocol, step_s: float | None = None) -> TrunkCost:
+    """The cost table entry of the protocol's trunk on its device, or one made of a measured step time."""
     doc = protocol.doc
-    cost = TRUNK_COSTS.get(doc["model"]["trunk"], UNKNOWN_TRUNK)
-    size = doc["data"]["image_size"]
-    pixels = size * size  # an MLP's first layer and a conv trunk both scale with the pixel count
+    trunk, gpu = doc["model"]["trunk"], str(doc["training"]["device"]).startswith("cuda")
+    table = (GPU_TRUNK_COSTS, UNKNOWN_GPU_TRUNK) if gpu else (TRUNK_COSTS, UNKNOWN_TRUNK)
+    cost = table[0].get(trunk, table[1])
+    if step_s is None:
+        return cost
+    h, w = image_hw(doc["data"]["image_size"])
+    batch = doc["training"]["P"] * doc["training"]["K"]
+    embed_s = cost.embed_s * (h * w) / cost.ref_pixels
+    return TrunkCost((step_s, step_s), embed_s, ref_batch=batch, ref_pixels=h * w, source="--step-ms")
+
+
+def estimate_cell(protocol: Protocol, cell: Cell, budget: Budget, cost: TrunkCost | None = None,
+                  check_multiple: float = 0) -> Estimate:
+    """Seconds for one cell: training steps, evaluations (validation, pruning checks, test) and records.
+
+    ``check_multiple`` > 0 adds a budget check: the finals retrained at that multiple of the budget
+    with the same seeds, and evaluated again."""
+    doc = protocol.doc
+    cost = cost or trunk_cost(protocol)
+    h, w = image_hw(doc["data"]["image_size"])
+    pixels = h * w  # an MLP's first layer and a conv trunk both scale with the pixel count
     scale = (budget.batch_size / cost.ref_batch) * (pixels / cost.ref_pixels)
     embed_one = cost.embed_s * pixels / cost.ref_pixels
     _, train_images = _images(doc["data"]["train"], doc["data"]["train_classes"])
-    test_classes, test_images = _images(doc["data"]["test"], doc["data"]["test_classes"])
+    test_classes, test_images = _images(_sized_test(doc["data"]["test"]), doc["data"]["test_classes"])
     folds = doc["data"]["validation"]["folds"]
     val_images = train_images / folds
     per_step_extra = _miner_step_extra(cell, train_images * (folds - 1) / folds, embed_one)
@@ -293,7 +369,9 @@ def estimate_cell(protocol: Protocol, cell: Cell, budget: Budget) -> Estimate:
     clustering = "nmi" in metrics or "ami" in metrics
     final_eval = budget.seeds * ((test_images + lake) * embed_one + _metrics_s(test_images, test_classes, clustering))
     fixed = tuning_eval + final_eval + (budget.tuning_runs + budget.seeds + budget.trials + 1) * OVERHEAD_S_PER_RUN
-    steps = budget.total_iterations
+    steps = budget.total_iterations + check_multiple * budget.final_iterations
+    if check_multiple:
+        fixed += final_eval + budget.seeds * OVERHEAD_S_PER_RUN
     low = steps * (cost.step_s[0] * scale + STEP_FIXED_S + per_step_extra) + fixed
     high = steps * (cost.step_s[1] * scale + STEP_FIXED_S + per_step_extra) + fixed
     return Estimate(low, high, cost.measured)
@@ -314,6 +392,8 @@ def _miner_step_extra(cell: Cell, train_images: float, embed_one: float) -> floa
 
 def format_plan(p: Plan) -> str:
     """The plan as `dmlbench plan` prints it: data, model, budget, cells, dropped pairs, time."""
+    from bench.data.query_gallery import describe
+
     doc, b = p.protocol.doc, p.budget
     data, model, training, val = doc["data"], doc["model"], doc["training"], doc["data"]["validation"]
 
@@ -327,12 +407,14 @@ def format_plan(p: Plan) -> str:
 
     split = data.get("split")
     sides = (f"train {data['train']} ({classes(data['train'], data['train_classes'])}), "
-             f"test {data['test']} ({classes(data['test'], data['test_classes'])}), " if split is None else
+             f"test {describe(data['test'])} ({classes(_sized_test(data['test']), data['test_classes'])}), "
+             if split is None else
              f"pool {data['train']} split {split['test_classes']} of the classes for test (seed {split['seed']}), ")
     lines = [
         f"protocol {p.protocol.name} (hash {p.protocol.hash12}) from {p.protocol.source}",
         f"data: {sides}"
-        f"{data['image_size']}x{data['image_size']}, augmentation {data['augmentation'] or 'none'}",
+        f"{'x'.join(map(str, image_hw(data['image_size'])))}, augmentation {data['augmentation'] or 'none'}"
+        f"{_augment_text(data.get('augment'))}",
         f"validation: {val['folds']} class-disjoint folds of the training classes"
         f"{' by ' + val['group_by'] if val['group_by'] else ''}, {val['use']} used per trial",
         f"model: {model['trunk']}, {model['embedding_dim']}-d embedding, "
@@ -361,10 +443,19 @@ def format_plan(p: Plan) -> str:
         lines += [f"  {loss}+{{{', '.join(miners)}}}: {NOT_SELECTED}" for loss, miners in unselected.items()]
     e = p.estimate
     trunk = doc["model"]["trunk"]
-    cost = TRUNK_COSTS.get(trunk, UNKNOWN_TRUNK)
-    basis = (f"{trunk} step {cost.step_s[0] * 1000:.0f}-{cost.step_s[1] * 1000:.0f} ms at "
-             f"{math.isqrt(cost.ref_pixels)}x{math.isqrt(cost.ref_pixels)}, batch {cost.ref_batch}"
-             + ("" if cost.measured else ", not measured: scaled from conv4"))
+    cost = p.cost or trunk_cost(p.protocol)
+    note = cost.source or ("" if cost.measured else "not measured: scaled from conv4")
+    step = f"{cost.step_s[0] * 1000:.3g}" + ("" if cost.step_s[0] == cost.step_s[1] else f"-{cost.step_s[1] * 1000:.3g}")
+    basis = (f"{trunk} step {step} ms at {math.isqrt(cost.ref_pixels)}x{math.isqrt(cost.ref_pixels)}, "
+             f"batch {cost.ref_batch}" + (f", {note}" if note else ""))
+    gpu = str(training["device"]).startswith("cuda")
+    span = e.high_s > e.low_s * 1.001
+    where = (f"estimated GPU time{{check}}: {e.mid_s / 3600:,.1f} GPU-hours on one GPU ("
+             + (f"{e.low_s / 3600:,.1f} to {e.high_s / 3600:,.1f}; " if span else "") if gpu else
+             f"estimated time on this machine{{check}}: {hms(e.mid_s)} ("
+             + (f"{hms(e.low_s)} to {hms(e.high_s)}; " if span else ""))
+    check = (f", with a budget check at {p.check_multiple:g}x the finals ({b.seeds} seeds x "
+             f"{round(p.check_multiple * b.iterations):,} iterations a cell)" if p.check_multiple else "")
     lines += [
         "",
         f"budget, the same for every cell: {b.trials} trials x {b.folds} fold(s) x {b.iterations:,} iterations "
@@ -372,6 +463,14 @@ def format_plan(p: Plan) -> str:
         f"(at most {b.samples_seen:,} samples)",
         f"total: {len(p.cells)} cells, {len(p.cells) * b.trials} trials, {len(p.cells) * b.tuning_runs} tuning runs, "
         f"{len(p.cells) * b.seeds} final runs, {p.total_iterations:,} iterations",
-        f"estimated time on this machine: {hms(e.mid_s)} ({hms(e.low_s)} to {hms(e.high_s)}; {basis})",
+        where.format(check=check) + f"{basis})",
     ]
     return "\n".join(lines)
+
+
+def _augment_text(augment: dict[str, Any] | None) -> str:
+    """``data.augment``'s pipelines, one name list per side (their arguments are in the protocol)."""
+    if not augment:
+        return ""
+    return "".join(f", {side} pipeline {' > '.join(next(iter(item)) for item in items)}"
+                   for side, items in augment.items())

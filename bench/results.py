@@ -34,6 +34,7 @@ TRIALS = "trials.csv"
 FINALS = "finals.csv"
 SUMMARY = "summary.csv"
 FLOOR = "floor.csv"  # the untrained trunk per final seed (bench.floor)
+BUDGET_CHECK = "budget_check.csv"  # the finals retrained at a multiple of the budget (bench.budget_check)
 ARTIFACTS = "artifacts"
 HISTORY = "optuna_history.csv"
 PAIR_DISTANCES = "pair_distances.npz"
@@ -46,11 +47,11 @@ TIMING_COLUMNS = ("wall_time_s",)  # the only columns allowed to differ between 
 
 
 def metric_names(protocol_doc: dict[str, Any]) -> list[str]:
-    """The metric columns, in order: ``recall_at_k`` expands to one column per k."""
+    """The metric columns, in order: ``recall_at_k`` and ``cmc_at_k`` expand to one column per k."""
     ev = protocol_doc["evaluation"]
     out: list[str] = []
     for m in ev["metrics"]:
-        out += [f"recall_at_{k}" for k in ev["ks"]] if m == "recall_at_k" else [m]
+        out += [f"{m[:-1]}{k}" for k in ev["ks"]] if m in ("recall_at_k", "cmc_at_k") else [m]
     return out
 
 
@@ -342,18 +343,19 @@ def audit_finished(plan: Plan, records: Records) -> dict[str, str]:
 
 
 def name_to_file(name: str) -> str:
-    """The file of a table by its name (``trials``, ``finals``, ``summary``, ``floor``)."""
-    return {"trials": TRIALS, "finals": FINALS, "summary": SUMMARY, "floor": FLOOR}[name]
+    """The file of a table by its name (``trials``, ``finals``, ``summary``, ``floor``, ``budget_check``)."""
+    return {"trials": TRIALS, "finals": FINALS, "summary": SUMMARY, "floor": FLOOR, "budget_check": BUDGET_CHECK}[name]
 
 
 def read(results: str | Path) -> dict[str, Any]:
-    """The tables of one results directory as DataFrames (``floor`` empty when absent), and its manifest."""
+    """The tables of one results directory as DataFrames (``floor``, ``budget_check`` empty when absent), and its
+    manifest."""
     results = Path(results)
     manifest = read_manifest(results)
     if manifest is None:
         raise BenchError(f"{results}: no {MANIFEST}: not a dmlbench results directory")
     out: dict[str, Any] = {"manifest": manifest}
-    for name in ("trials", "finals", "summary", "floor"):
+    for name in ("trials", "finals", "summary", "floor", "budget_check"):
         path = results / name_to_file(name)
         out[name] = pd.read_csv(path) if path.exists() else pd.DataFrame()
     check_tables(results, manifest, out)
@@ -363,7 +365,8 @@ def read(results: str | Path) -> dict[str, Any]:
 def check_tables(results: Path, manifest: dict[str, Any], frames: dict[str, pd.DataFrame]) -> None:
     """No row twice: a duplicated row narrowed an interval; a run never writes one (tables are rebuilt
     whole from the records), so it is an edit or two tables concatenated."""
-    for name, key in (("finals", ("cell", "seed")), ("trials", ("cell", "trial")), ("floor", ("seed",))):
+    for name, key in (("finals", ("cell", "seed")), ("trials", ("cell", "trial")), ("floor", ("seed",)),
+                      ("budget_check", ("cell", "seed", "multiple"))):
         df = frames[name]
         if df.empty or not set(key) <= set(df.columns):
             continue

@@ -134,6 +134,17 @@ class Outcome:
 # --------------------------------------------------------------------------- the sweep
 
 
+def _check_weights(protocol: Protocol) -> None:
+    """The pretrained weights file is there (bench.models.weights): a trial would record its absence as a
+    failed trial, and every trial would fail."""
+    from bench.models.weights import resolve
+    from bench.protocol.schema import setting
+
+    pretrained = setting(protocol.doc, "model.pretrained")
+    if pretrained is not None:
+        resolve(pretrained, protocol.doc["model"]["trunk"])
+
+
 def _check_ks(protocol: Protocol, test_samples: int) -> None:
     """Recall@k looks at the k nearest of the other test samples: at k >= N - 1 it is 1 for every
     method, a column that ranks nothing (found only once the test split's size is known)."""
@@ -168,8 +179,9 @@ class Sweep:
         problem = device_problem(protocol.doc["training"]["device"])
         if problem:
             raise BenchError(f"{protocol.name}: {problem}")
+        _check_weights(protocol)  # a missing weights file would fail every trial: refuse now, saying where it goes
         self.prepared: Prepared = prepare(protocol, options.data_root)  # bad data: fail before any record or move
-        _check_ks(protocol, len(self.prepared.test.y))
+        _check_ks(protocol, len(self.prepared.test))  # a query/gallery test: its gallery's size
         store_checks.check_given(options.storage, options.tracking_uri)
         self.storage_url = options.storage or default_storage()
         self.tracking_uri = tracking.resolve_tracking_uri(self.options.tracking_uri)
@@ -424,7 +436,8 @@ class Sweep:
         for row in floor.to_dict("records"):
             seed = int(row["seed"])
             run_id = self.mlflow.run(f"floor/{seed}", f"floor seed {seed}",
-                                     tags={"kind": "floor", "seed": seed, "state": "COMPLETE", **self.code})
+                                     tags={"kind": "floor", "seed": seed, "state": "COMPLETE", **self.code},
+                                     shared=True)
             self.mlflow.log(run_id, metrics={m: row[m] for m in self.metrics})
             self.mlflow.end(run_id, "COMPLETE")
 
@@ -436,7 +449,9 @@ class Sweep:
 
     def _artifacts(self, cell: Cell, result: RunResult, run_id: str) -> None:
         """Test pair distances (and the 2-D embedding) of the first final seed, for reports."""
-        written = write_cell_artifacts(result.model, self.prepared.test, tables.cell_dir(self.results, cell.id),
+        from bench.data.query_gallery import one_set
+
+        written = write_cell_artifacts(result.model, one_set(self.prepared.test), tables.cell_dir(self.results, cell.id),
                                        protocol_seed=self.protocol.seed,
                                        normalize=self.protocol.doc["model"]["normalize"],
                                        device=self.protocol.doc["training"]["device"])

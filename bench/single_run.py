@@ -9,6 +9,7 @@ runs are added when the test set is Omniglot's evaluation alphabets.
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -86,6 +87,8 @@ class DataChoice:
     split_seed: int = 0
     resize: str = "stretch"
     channels: int | None = None
+    augment: dict[str, Any] | None = None  # data.augment, for image files
+    loader: dict[str, Any] | None = None  # data.loader
 
     def section(self, train_spec: str, test_spec: str, size: int) -> dict[str, Any]:
         """The equivalent ``data`` section, so `train` selects classes exactly as `run` does."""
@@ -97,7 +100,7 @@ class DataChoice:
                              "--test-classes lists, or --split")
         return {"train": train_spec, "test": test, "image_size": size, "resize": self.resize,
                 "channels": self.channels, "train_classes": self.train_classes, "test_classes": self.test_classes,
-                "split": split}
+                "split": split, "augment": self.augment, "loader": self.loader}
 
 
 def train_and_evaluate(config: TrainConfig, train_spec: str = DEFAULT_TRAIN, test_spec: str = DEFAULT_TEST,
@@ -140,6 +143,10 @@ def train_and_evaluate(config: TrainConfig, train_spec: str = DEFAULT_TRAIN, tes
     run_name = f"{config.loss}+{config.miner or 'none'}/{config.trunk}/seed{config.seed}"
     with tracking.start_run(experiment, run_name, tags, tracking_uri=uri) as run_id:
         chosen = {k: d[k] for k in ("train_classes", "test_classes", "split", "channels") if d[k] is not None}
+        if d["augment"]:  # recorded as the protocol records it (bare names written out)
+            from bench.data.augment import normalise
+
+            chosen["augment"] = json.dumps(normalise(d["augment"]), sort_keys=True)
         tracking.log_params({**config.to_dict(), "train_data": train_spec, "test_data": test_spec, "size": size,
                              "resize": d["resize"], **{k: str(v) for k, v in chosen.items()}})
         bar = tqdm(total=config.iterations, desc="train", unit="it", file=sys.stderr, disable=not progress_bar,

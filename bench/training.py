@@ -10,6 +10,11 @@ The loop is kept close to a bare PyTorch loop (the harness overhead goal is
 only every ``SYNC_EVERY`` iterations, at checkpoints and at the end, which is
 also when divergence is detected. A NaN or infinite loss raises
 `DivergedError` with the first iteration where it appeared.
+
+Data held in memory is indexed on the device; image files
+(`bench.data.images.ImageFiles`) are decoded and augmented by DataLoader
+workers, the PK sampler serving as their batch sampler (`_batches`), and
+embedded by streaming them through the same loader (`embed`).
 """
 
 from __future__ import annotations
@@ -33,9 +38,9 @@ from bench.errors import BenchError, DivergedError
 SYNC_EVERY = 25  # iterations between reads of the loss buffer (progress, divergence check)
 FINAL_LOSS_WINDOW = 50  # final_loss is the mean of the last this-many losses
 AUGMENTATIONS = ("shift", "affine")
-OPTIMIZERS = ("adam", "sgd")
+OPTIMIZERS = ("adam", "sgd", "rmsprop")  # rmsprop: the Reality Check's
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-SCHEDULES = ("constant", "cosine", "step")
+SCHEDULES = ("constant", "cosine", "step", "exponential")
 
 
 @dataclass
@@ -65,6 +70,9 @@ class TrainConfig:
     precision: str = "fp32"  # of the trunk's forward (autocast); losses and miners always run in fp32
     channels_last: bool | None = None  # None: on for image data when precision is bf16 or fp16
     schedule: dict[str, Any] = field(default_factory=lambda: {"type": "constant", "warmup": 0})  # no LR change
+    pretrained: str | None = None  # weights to start from (bench.models.weights): a path, a hub file name, "hub"
+    freeze_bn: bool = False  # the trunk's BatchNorm in eval mode throughout (bench.models.trunk)
+    trunk_lr: float | None = None  # the trunk body's LR, the head (and a loss's proxies) keeping lr; None: lr
 
     def to_dict(self) -> dict[str, Any]:
         """A plain nested dict (copies), what tracking logs as parameters."""
@@ -109,10 +117,26 @@ class TrainConfig:
         problem = schedule_problem(self.schedule, self.iterations)
         if problem:
             raise BenchError(f"schedule: {problem}")
+        self._check_trunk_options()
         # numpy scalars (from a tuner) become Python numbers, so they seed and log alike
         for name in ("embedding_dim", "P", "K", "iterations", "seed"):
             setattr(self, name, int(getattr(self, name)))
         self.lr, self.weight_decay = float(self.lr), float(self.weight_decay)
+
+    def _check_trunk_options(self) -> None:
+        """trunk_lr a positive number or None, freeze_bn a bool, and the pretrained file present (one line
+        saying where to put it), all before data or MLflow are touched."""
+        if self.trunk_lr is not None:
+            if isinstance(self.trunk_lr, bool) or not isinstance(self.trunk_lr, numbers.Real) \
+                    or not math.isfinite(self.trunk_lr) or self.trunk_lr <= 0:
+                raise BenchError(f"trunk_lr must be a finite number > 0 or null, got {self.trunk_lr!r}")
+            self.trunk_lr = float(self.trunk_lr)
+        if not isinstance(self.freeze_bn, bool):
+            raise BenchError(f"freeze_bn must be true or false, got {self.freeze_bn!r}")
+        if self.pretrained is not None:
+            from bench.models.weights import resolve
+
+            resolve(self.pretrained, self.trunk)
 
 
 @dataclass
@@ -134,9 +158,12 @@ Progress = Callable[[int, int, float], None]
 
 
 def build(config: TrainConfig, in_shape: tuple[int, ...], num_classes: int, device: torch.device):
-    """Trunk, loss and miner from the registry; proxy losses get the class count and embedding size."""
-    trunk = registry.build_trunk(config.trunk, in_shape=in_shape, embedding_dim=config.embedding_dim,
-                                 **config.trunk_params).to(device)
+    """Trunk (pretrained, BN frozen, as configured), loss and miner from the registry; proxy losses get the
+    class count and embedding size."""
+    from bench.models import trunk_from
+
+    trunk = trunk_from(config.trunk, in_shape, config.embedding_dim, config.trunk_params, config.pretrained,
+                       config.freeze_bn).to(device)
     context = {"num_classes": num_classes, "embedding_size": config.embedding_dim}
     loss = registry.build_loss(config.loss, context, **config.loss_params)
     if isinstance(loss, nn.Module):
@@ -147,16 +174,17 @@ def build(config: TrainConfig, in_shape: tuple[int, ...], num_classes: int, devi
     return trunk, loss, miner
 
 
-def _optimizer(config: TrainConfig, modules: Sequence[nn.Module]) -> torch.optim.Optimizer:
-    params, seen = [], set()
-    for module in modules:
-        for p in module.parameters() if isinstance(module, nn.Module) else ():
-            if p.requires_grad and id(p) not in seen:
-                seen.add(id(p))
-                params.append(p)
+def _optimizer(config: TrainConfig, trunk: nn.Module, loss: Any) -> torch.optim.Optimizer:
+    """One parameter group at ``lr``; with ``trunk_lr``, the trunk body in its own group (bench.models)."""
+    from bench.models import param_groups
+
+    others = list(loss.parameters()) if isinstance(loss, nn.Module) else []
+    groups = param_groups(trunk, others, config.lr, config.trunk_lr)
     if config.optimizer == "adam":
-        return torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
-    return torch.optim.SGD(params, lr=config.lr, momentum=0.9, weight_decay=config.weight_decay)
+        return torch.optim.Adam(groups, lr=config.lr, weight_decay=config.weight_decay)
+    if config.optimizer == "rmsprop":
+        return torch.optim.RMSprop(groups, lr=config.lr, weight_decay=config.weight_decay)
+    return torch.optim.SGD(groups, lr=config.lr, momentum=0.9, weight_decay=config.weight_decay)
 
 
 def _check_precision(precision: object, device: torch.device) -> None:
@@ -173,10 +201,12 @@ def _check_precision(precision: object, device: torch.device) -> None:
 def schedule_problem(schedule: object, iterations: int) -> str | None:
     """What is wrong with a learning-rate schedule for a budget of ``iterations``, or None.
 
-    A schedule is ``{type: constant | cosine | step, warmup: N}``, and for
-    ``step`` also ``gamma`` (the factor, in (0, 1]) and ``milestones``
+    A schedule is ``{type: constant | cosine | step | exponential, warmup: N}``,
+    and for ``step`` also ``gamma`` (the factor, in (0, 1]) and ``milestones``
     (increasing fractions of the budget, in (0, 1), after which the LR is
-    multiplied by gamma). Fractions, not iteration numbers, so that a budget
+    multiplied by gamma); for ``exponential`` (Hermans et al. 2017's decay)
+    ``start`` (the fraction of the budget after which the LR decays) and
+    ``gamma`` (the factor reached at the end). Fractions, not iteration numbers, so that a budget
     check at twice the iterations keeps the schedule's shape.
     """
     if not isinstance(schedule, dict):
@@ -184,17 +214,23 @@ def schedule_problem(schedule: object, iterations: int) -> str | None:
     kind = schedule.get("type")
     if kind not in SCHEDULES:
         return f"unknown type {kind!r}: expected one of {', '.join(SCHEDULES)}"
-    allowed = {"type", "warmup"} | ({"gamma", "milestones"} if kind == "step" else set())
+    allowed = {"type", "warmup"} | {"step": {"gamma", "milestones"}, "exponential": {"gamma", "start"}}.get(kind, set())
     extra = sorted(set(schedule) - allowed)
     if extra:
-        return f"a {kind} schedule has no {extra[0]!r}: expected {', '.join(sorted(allowed))}"
+        return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} schedule has no {extra[0]!r}: expected {', '.join(sorted(allowed))}"
     warmup = schedule.get("warmup", 0)
     if isinstance(warmup, bool) or not isinstance(warmup, numbers.Integral) or not 0 <= int(warmup) < iterations:
         return f"warmup must be a whole number of iterations in [0, {iterations}), got {warmup!r}"
-    if kind == "step":
-        gamma, milestones = schedule.get("gamma"), schedule.get("milestones")
+    if kind in ("step", "exponential"):
+        gamma = schedule.get("gamma")
         if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real) or not 0 < float(gamma) <= 1:
-            return f"a step schedule needs gamma in (0, 1], got {gamma!r}"
+            return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} schedule needs gamma in (0, 1], got {gamma!r}"
+    if kind == "exponential":
+        start = schedule.get("start")
+        if isinstance(start, bool) or not isinstance(start, numbers.Real) or not 0 <= float(start) < 1:
+            return f"an exponential schedule needs start: the fraction of the budget in [0, 1) after which it decays, got {start!r}"
+    if kind == "step":
+        milestones = schedule.get("milestones")
         if not isinstance(milestones, (list, tuple)) or not milestones or any(
                 isinstance(m, bool) or not isinstance(m, numbers.Real) or not 0 < float(m) < 1 for m in milestones) \
                 or list(milestones) != sorted(set(milestones)):
@@ -208,7 +244,9 @@ def lr_factor(schedule: dict[str, Any], it: int, total: int) -> float:
     Warm-up is linear, ``it / warmup`` for the first ``warmup`` iterations.
     Cosine then decays over the rest, ``(1 + cos(pi * s / S)) / 2`` with
     ``s = it - 1 - warmup`` of ``S = total - warmup``; step multiplies by
-    ``gamma`` once per milestone fraction ``m`` with ``it > m * total``.
+    ``gamma`` once per milestone fraction ``m`` with ``it > m * total``;
+    exponential multiplies by ``gamma ** ((it - t0) / (total - t0))`` after
+    ``t0 = start * total`` (so ``gamma`` at the last iteration).
     """
     warmup = int(schedule.get("warmup", 0))
     factor = it / warmup if it <= warmup else 1.0
@@ -216,6 +254,10 @@ def lr_factor(schedule: dict[str, Any], it: int, total: int) -> float:
         factor *= 0.5 * (1 + math.cos(math.pi * (it - 1 - warmup) / (total - warmup)))
     elif schedule["type"] == "step":
         factor *= float(schedule["gamma"]) ** sum(it > m * total for m in schedule["milestones"])
+    elif schedule["type"] == "exponential":
+        t0 = float(schedule["start"]) * total
+        if it > t0:
+            factor *= float(schedule["gamma"]) ** ((it - t0) / (total - t0))
     return factor
 
 
@@ -269,13 +311,27 @@ def _seed_everything(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def _pk_batches(labels: torch.Tensor, config: TrainConfig) -> Iterator[torch.Tensor]:
+def _pk_sampler(labels: torch.Tensor, config: TrainConfig) -> Any:
     from bench.samplers import PKSampler
 
     num_classes = int(torch.unique(labels).numel())
     if num_classes < 2 or config.P > num_classes:
         raise BenchError(f"P={config.P} classes per batch, but the training data has {num_classes} classes")
-    return PKSampler(labels, config.P, config.K, config.seed).iterate()
+    return PKSampler(labels, config.P, config.K, config.seed)
+
+
+def _batches(x: Any, labels: torch.Tensor, config: TrainConfig, device: torch.device,
+             start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(images, sample indices) on `device` for steps start, start+1, ...: indexed from the tensor in
+    memory, or decoded from image files by loader workers with the PK sampler as their batch sampler."""
+    sampler = _pk_sampler(labels, config)
+    if isinstance(x, torch.Tensor):
+        return ((x[idx], idx) for idx in (i.to(device) for i in sampler.iterate(start)))
+    from bench.data.loading import stream, train_loader
+    from bench.samplers import PKBatchSampler
+
+    batch_sampler = PKBatchSampler(sampler, start, start + config.iterations)
+    return stream(train_loader(x, batch_sampler, config.seed, device), device)
 
 
 def train(config: TrainConfig, data, *, checkpoint_every: int = 0, on_checkpoint: Checkpoint | None = None,
@@ -294,19 +350,21 @@ def train(config: TrainConfig, data, *, checkpoint_every: int = 0, on_checkpoint
     generator = _seed_everything(config.seed)
     _, labels = torch.unique(data.y, return_inverse=True)
     num_classes = int(labels.max()) + 1
-    x = data.x.to(device)
+    files = not isinstance(data.x, torch.Tensor)  # image files, decoded by loader workers
+    x = data.x if files else data.x.to(device)
     labels_dev = labels.to(device)
     trunk, loss_fn, miner = build(config, tuple(data.x.shape[1:]), num_classes, device)
     channels_last = use_channels_last(config, x)
     if channels_last:
         trunk = trunk.to(memory_format=torch.channels_last)
-    optimizer = _optimizer(config, [trunk, loss_fn])
+    optimizer = _optimizer(config, trunk, loss_fn)
     scheduled = config.schedule["type"] != "constant" or config.schedule.get("warmup", 0) > 0
     base_lrs = [group["lr"] for group in optimizer.param_groups]
     scaler = torch.amp.GradScaler(device.type) if config.precision == "fp16" else None
     dataset_level = bool(getattr(miner, "dataset_level", False))
     # a dataset-level miner picks its own batches: the PK iterator is then empty and never read
-    batches: Iterator[torch.Tensor] = iter(()) if dataset_level else _pk_batches(labels, config)
+    batches: Iterator[tuple[torch.Tensor, torch.Tensor]] = iter(()) if dataset_level \
+        else _batches(x, labels, config, device)
 
     def embed_indices(indices: torch.Tensor) -> torch.Tensor:
         return embed(trunk, x[indices], device=device).to(device)
@@ -332,9 +390,10 @@ def train(config: TrainConfig, data, *, checkpoint_every: int = 0, on_checkpoint
         if dataset_level:
             idx, tuples = miner.batch(it - 1, embed_indices, labels_dev, generator)
             idx = torch.as_tensor(idx, dtype=torch.long, device=device)
+            xb = _decoded(x, idx, it - 1, config.seed, device) if files else x[idx]
         else:
-            idx, tuples = next(batches).to(device), None
-        xb, yb = x[idx], labels_dev[idx]
+            (xb, idx), tuples = next(batches), None
+        yb = labels_dev[idx]
         if config.augmentation:
             xb = augment(xb, config.augmentation, generator)
         if channels_last:
@@ -376,9 +435,26 @@ def train(config: TrainConfig, data, *, checkpoint_every: int = 0, on_checkpoint
     return TrainResult(trunk.eval(), loss_fn, total, samples_seen, wall, final, "ok", reason)
 
 
-def embed(model: nn.Module, x: torch.Tensor, batch_size: int = 512, device: str | torch.device = "cpu",
+def _decoded(files: Any, idx: torch.Tensor, step: int, seed: int, device: torch.device) -> torch.Tensor:
+    from bench.data.loading import decode_batch
+
+    return decode_batch(files, idx.cpu(), step, seed).to(device)
+
+
+def _inputs(x: Any, batch_size: int, device: torch.device) -> Iterator[torch.Tensor]:
+    """Batches of `x` on `device`: slices of a tensor, or image files streamed through the loader."""
+    if isinstance(x, torch.Tensor):
+        yield from (x[i:i + batch_size].to(device) for i in range(0, len(x), batch_size))
+        return
+    from bench.data.loading import eval_loader, stream
+
+    yield from (xb for xb, _ in stream(eval_loader(x, batch_size, device), device))
+
+
+def embed(model: nn.Module, x: Any, batch_size: int = 512, device: str | torch.device = "cpu",
           normalize: bool = False) -> torch.Tensor:
-    """Embeddings of ``x`` in eval mode without gradients, on the CPU; the model's mode is restored.
+    """Embeddings of ``x`` (a tensor, or `ImageFiles` streamed through the loader) in eval mode without
+    gradients, on the CPU; the model's mode is restored.
 
     Restoring the mode lets dataset-level miners embed the training set in
     the middle of training (they normalise as their own ``normalize`` says,
@@ -392,7 +468,7 @@ def embed(model: nn.Module, x: torch.Tensor, batch_size: int = 512, device: str 
     model.eval()
     try:
         with torch.no_grad():
-            out = [model(x[i:i + batch_size].to(device)).float().cpu() for i in range(0, len(x), batch_size)]
+            out = [model(xb).float().cpu() for xb in _inputs(x, batch_size, torch.device(device))]
     finally:
         model.train(was_training)
     if not out:

@@ -139,3 +139,38 @@ def test_a_method_added_to_the_registry_is_planned_from_its_fields(monkeypatch):
                                    "miner's tuples (my_margins) in every cell of quadruplet: searching it has no "
                                    "effect; remove it from search_space"]
     assert parse_protocol(searched.replace("alpha1: {", "alpha2: {"), "grid.yaml").name == "grid"
+
+
+def test_measured_step_time_and_budget_check_enter_the_estimate(grid_plan):
+    """--step-ms replaces the cost table (a flat step time: no range); a budget check at 2x adds 2x the finals' steps."""
+    protocol = grid_plan.protocol
+    slow, fast = plan(protocol, step_s=0.2), plan(protocol, step_s=0.1)
+    assert slow.estimate.low_s == slow.estimate.high_s
+    b = grid_plan.budget
+    steps = b.total_iterations * len(grid_plan.cells)
+    assert slow.estimate.mid_s - fast.estimate.mid_s == pytest.approx(0.1 * steps, rel=1e-9)
+    checked = plan(protocol, step_s=0.1, check_multiple=2)
+    extra_steps = 2 * b.final_iterations * len(grid_plan.cells)
+    assert checked.estimate.mid_s - fast.estimate.mid_s > 0.1 * extra_steps
+    assert "with a budget check at 2x the finals" in format_plan(checked)
+    assert "--step-ms" in format_plan(checked)
+
+
+def test_a_cuda_protocol_is_estimated_in_gpu_hours(grid_plan):
+    from bench.plan import GPU_TRUNK_COSTS
+
+    cuda = parse_protocol(GRID.replace("iterations: 100}", "iterations: 100, device: cuda}"))
+    assert cuda.doc["training"]["device"] == "cuda"
+    p = plan(cuda)
+    text = format_plan(p)
+    assert "GPU-hours on one GPU" in text and "measured on an H100" in text
+    assert p.cost == GPU_TRUNK_COSTS["conv4"]
+    assert p.estimate.mid_s < grid_plan.estimate.mid_s / 2  # an H100 step is ~10x a CPU's; fixed costs remain
+
+
+def test_query_gallery_sides_count_the_gallery():
+    from bench.plan import DATASET_SIZES, _images
+
+    classes, images = _images({"query": "market1501:query", "gallery": "market1501:gallery"}, None)
+    assert classes == DATASET_SIZES["market1501:query"][0]
+    assert images == pytest.approx(19732)

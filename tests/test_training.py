@@ -117,7 +117,7 @@ def test_numpy_integers_from_a_tuner_are_accepted(omniglot) -> None:
 
 @pytest.mark.parametrize("changes, message", [
     ({"P": 41}, "has 40 classes"), ({"K": 1}, "K must be at least 2"), ({"lr": -1.0}, "lr must be"),
-    ({"optimizer": "rmsprop"}, "unknown optimizer"), ({"loss": "nope"}, "unknown loss 'nope'"),
+    ({"optimizer": "lbfgs"}, "unknown optimizer"), ({"loss": "nope"}, "unknown loss 'nope'"),
     ({"augmentation": "mixup"}, "unknown augmentation"), ({"device": "gpu0"}, "unknown device"), ({"loss_params": {"margn": 1}}, "no parameter 'margn'"),
 ])
 def test_bad_configs_are_bench_errors(omniglot, changes: dict, message: str) -> None:
@@ -400,6 +400,9 @@ def test_fp32_defaults_written_out_are_the_same_run(omniglot) -> None:
     ({"type": "cosine", "warmup": 10}, {5: 0.5, 10: 1.0, 11: 1.0, 56: 0.5, 100: 0.5 * (1 + math.cos(math.pi * 89 / 90))}),
     ({"type": "step", "warmup": 0, "gamma": 0.1, "milestones": [0.5, 0.75]}, {50: 1.0, 51: 0.1, 75: 0.1, 76: 0.01}),
     ({"type": "step", "warmup": 2, "gamma": 0.5, "milestones": [0.01]}, {1: 0.5, 2: 0.5, 3: 0.5, 100: 0.5}),
+    # Hermans et al.: constant to t0 = 60, then down to gamma at the end: 0.001 ** ((t - 60) / 40)
+    ({"type": "exponential", "start": 0.6, "gamma": 0.001}, {1: 1.0, 60: 1.0, 61: 0.001 ** (1 / 40),
+                                                             80: 0.001 ** 0.5, 100: 0.001}),
 ])
 def test_lr_factor_follows_the_formula(schedule: dict, checks: dict) -> None:
     from bench.training import lr_factor, schedule_problem
@@ -443,6 +446,9 @@ def test_train_applies_the_schedule(omniglot) -> None:
     ({"schedule": {"type": "cosine", "gamma": 0.1}}, "a cosine schedule has no 'gamma'"),
     ({"schedule": {"type": "step", "gamma": 0.1, "milestones": [0.8, 0.4]}}, "increasing fractions"),
     ({"schedule": {"type": "step", "milestones": [0.5]}}, "needs gamma in"),
+    ({"schedule": {"type": "exponential", "gamma": 0.5}}, "an exponential schedule needs start"),
+    ({"schedule": {"type": "exponential", "start": 0.5, "gamma": 0.5, "milestones": [0.5]}},
+     "an exponential schedule has no 'milestones'"),
 ])
 def test_bad_precision_and_schedule_are_bench_errors(omniglot, changes: dict, message: str) -> None:
     with pytest.raises(BenchError, match=message):
@@ -464,6 +470,7 @@ def test_protocol_training_precision_and_schedule_fields() -> None:
     assert cosine.doc["training"]["schedule"] == {"type": "cosine", "warmup": 0} and cosine.hash != base.hash
     for extra, message in [(", precision: fp8", "training.precision: expected one of fp32, bf16, fp16"),
                            (", schedule: {type: step, milestones: [0.5]}", "training.schedule.gamma: missing"),
+                           (", schedule: {type: exponential, gamma: 0.1}", "training.schedule.start: missing"),
                            (", schedule: {type: step, gamma: 0.1, milestones: [1.5]}",
                             "training.schedule.milestones[0]: expected a value < 1"),
                            (", channels_last: 1", "training.channels_last: expected true or false or null")]:

@@ -33,19 +33,28 @@ def rows(p: Plan) -> list[dict[str, Any]]:
 
 @click.command("plan")
 @click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--step-ms", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="a training step's time measured on your device (benchmarks/bench_trunk_step.py), "
+                   "at the protocol's batch and image size: replaces the built-in cost table")
+@click.option("--budget-check", "check_multiple", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="add a budget check at this multiple of the budget to the estimate (dmlbench budget-check)")
 @format_option
 @quiet_option
-def command(file: str, fmt: str, quiet: bool) -> int:
-    """Expand protocol FILE into cells (loss x miner), print dropped pairs, budget and time estimate."""
+def command(file: str, step_ms: float | None, check_multiple: float, fmt: str, quiet: bool) -> int:
+    """Expand protocol FILE into cells (loss x miner), print dropped pairs, budget and time estimate.
+
+    The estimate is wall time on this machine for a CPU protocol and GPU-hours for a CUDA one."""
     from bench.data import check_path
+    from bench.data.query_gallery import test_specs
     from bench.plan import format_plan, plan
     from bench.probe import check_live
     from bench.protocol import load_protocol
 
     protocol = load_protocol(file)
-    for side in ("train", "test"):
-        check_path(protocol.doc["data"][side])  # no class count for data that does not exist
-    p = plan(protocol)
+    d = protocol.doc["data"]
+    for spec in (d["train"], *test_specs(d["test"])):
+        check_path(spec)  # no class count for data that does not exist
+    p = plan(protocol, None if step_ms is None else step_ms / 1000, check_multiple)
     check_live(p)  # a dead search parameter would waste the budget: refuse before the sweep
     emit(fmt, lambda: format_plan(p), lambda: rows(p))
     return 0

@@ -8,7 +8,8 @@ once. See bench/runner.py for what is recorded where and how workers share.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,18 +19,30 @@ if TYPE_CHECKING:
     from bench.sweep_result import SweepResult
 
 
+def sweep_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options that say where a sweep records and reads, and its threads: `run`'s, and `budget-check`'s
+    (which must point at the run it checks)."""
+    options = [
+        click.option("--storage", default=None, metavar="URL",
+                     help="Optuna storage, any RDB URL (default: sqlite:///./runs/optuna.db); share it to share the "
+                          "sweep; postgresql:// needs the `postgres` extra"),
+        click.option("--tracking-uri", default=None,
+                     help="MLflow URI or path (default: $MLFLOW_TRACKING_URI, else ./runs/mlflow.db)"),
+        click.option("--results-dir", default="results", show_default=True, type=click.Path(file_okay=False),
+                     help="tables go to RESULTS_DIR/<protocol name>/"),
+        click.option("--data-root", default=None,
+                     help="folder holding the datasets (default: $DMLBENCH_DATA, ../shared/data)"),
+        click.option("--threads", default=None, type=click.IntRange(min=1),
+                     help="torch CPU threads (default: torch's, one per core); 1 on a machine busy with other work"),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @click.command("run")
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--storage", default=None, metavar="URL",
-              help="Optuna storage, any RDB URL (default: sqlite:///./runs/optuna.db); share it to share the sweep; "
-                   "postgresql:// needs the `postgres` extra")
-@click.option("--tracking-uri", default=None,
-              help="MLflow URI or path (default: $MLFLOW_TRACKING_URI, else ./runs/mlflow.db)")
-@click.option("--results-dir", default="results", show_default=True, type=click.Path(file_okay=False),
-              help="tables go to RESULTS_DIR/<protocol name>/")
-@click.option("--data-root", default=None, help="folder holding the datasets (default: $DMLBENCH_DATA, ../shared/data)")
-@click.option("--threads", default=None, type=click.IntRange(min=1),
-              help="torch CPU threads (default: torch's, one per core); 1 on a machine busy with other work")
+@sweep_options
 @click.option("--redo", multiple=True, metavar="CELL",
               help="discard CELL's records and run it again, e.g. after a fix to its loss or miner (repeatable; "
                    "no other worker may be running)")

@@ -31,6 +31,22 @@ def parse_params(pairs: tuple[str, ...], option: str) -> dict[str, Any]:
     return params
 
 
+def parse_augment(text: str | None) -> dict[str, Any] | None:
+    """``--augment``: a YAML mapping like a protocol's ``data.augment``, every transform built once to check it."""
+    if text is None:
+        return None
+    import yaml
+
+    from bench.data.augment import check, normalise
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise BenchError(f"--augment: cannot read {text!r} as YAML") from None
+    check(value)
+    return normalise(value)
+
+
 def parse_classes(text: str | None, option: str) -> int | list[int | str] | None:
     """``12`` (a seeded sample of 12 classes) or ``a,b,3`` (those classes: folder names or ids), as in a protocol."""
     if text is None:
@@ -92,12 +108,17 @@ def _table(metrics: dict[str, float]) -> str:
 @click.option("--P", "P", default=32, show_default=True, help="classes per batch")
 @click.option("--K", "K", default=4, show_default=True, help="samples per class in a batch")
 @click.option("--iterations", default=1000, show_default=True, help="training iterations (batches)")
-@click.option("--optimizer", type=click.Choice(["adam", "sgd"]), default="adam", show_default=True,
+@click.option("--optimizer", type=click.Choice(["adam", "sgd", "rmsprop"]), default="adam", show_default=True,
               help="optimizer")
 @click.option("--lr", default=1e-3, show_default=True, help="learning rate")
 @click.option("--weight-decay", default=0.0, show_default=True, help="L2 weight decay of the optimizer")
 @click.option("--augmentation", type=click.Choice(["shift", "affine"]), default=None,
               help="training augmentation (default: none)")
+@click.option("--augment", default=None, metavar="YAML",
+              help="transforms.v2 pipelines for image files, as data.augment, e.g. "
+                   "'{train: [{RandomResizedCrop: {size: 28}}, RandomHorizontalFlip]}'")
+@click.option("--workers", default=None, type=click.IntRange(min=0),
+              help="data-loader worker processes for image files (default: one per core, at most 8)")
 @click.option("--seed", default=0, show_default=True, help="seed of weights, batches and augmentation")
 @click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32", show_default=True,
               help="of the trunk's forward pass (fp16 needs a CUDA device; losses always run in fp32)")
@@ -114,7 +135,7 @@ def command(train_spec: str, test_spec: str, train_classes: str | None, test_cla
             split: str | None, resize: str, channels: str | None, threads: int | None, data_root: str | None, size: int, trunk: str,
             trunk_param: tuple[str, ...], embedding_dim: int, loss: str, loss_param: tuple[str, ...],
             miner: str | None, miner_param: tuple[str, ...], P: int, K: int, iterations: int, optimizer: str,
-            lr: float, weight_decay: float, augmentation: str | None, seed: int, precision: str, schedule: str,
+            lr: float, weight_decay: float, augmentation: str | None, augment: str | None, workers: int | None, seed: int, precision: str, schedule: str,
             warmup: int, device: str, tracking_uri: str | None, experiment: str, fmt: str, quiet: bool) -> int:
     """Train one trunk with one loss (and miner), evaluate on the test classes, log to MLflow.
 
@@ -127,7 +148,8 @@ def command(train_spec: str, test_spec: str, train_classes: str | None, test_cla
     from bench.training import TrainConfig
 
     choice = DataChoice(parse_classes(train_classes, "--train-classes"), parse_classes(test_classes, "--test-classes"),
-                        parse_split(split), seed, resize, None if channels is None else CHANNELS[channels])
+                        parse_split(split), seed, resize, None if channels is None else CHANNELS[channels],
+                        parse_augment(augment), {"workers": workers})
 
     miner_params = parse_params(miner_param, "--miner-param")
     if miner is None and miner_params:

@@ -25,17 +25,24 @@ def data_lines(protocol: Protocol, data_root: str | None) -> list[str]:
     surface here as a BenchError, before a sweep.
     """
     from bench.data import check_path
+    from bench.data.query_gallery import QueryGallery, test_specs
     from bench.tuning import prepare
 
     d = protocol.doc["data"]
-    for side in ("train", "test"):
-        check_path(d[side])
+    for spec in (d["train"], *test_specs(d["test"])):
+        check_path(spec)
     prepared = prepare(protocol, data_root)
 
     def counts(data: Any) -> str:
         return f"{len(data.classes)} classes, {len(data)} samples, inputs {'x'.join(map(str, data.x.shape[1:]))}"
 
-    lines = [f"  train {d['train']}: {counts(prepared.train)}", f"  test {d['test']}: {counts(prepared.test)}"]
+    test = prepared.test
+    lines = [f"  train {d['train']}: {counts(prepared.train)}"]
+    if isinstance(test, QueryGallery):
+        lines += [f"  test query {d['test']['query']}: {counts(test.query)}",
+                  f"  test gallery {d['test']['gallery']}: {counts(test.gallery)}"]
+    else:
+        lines.append(f"  test {d['test']}: {counts(test)}")
     for i in range(len(prepared.folds)):
         fold_train, fold_val = prepared.fold(i)
         lines.append(f"  fold {i}: train {counts(fold_train)}; validation {counts(fold_val)}")
@@ -62,9 +69,11 @@ def command(files: tuple[str, ...], data_root: str | None, no_data: bool, quiet:
         try:
             protocol = load_protocol(path)
             check_live(plan(protocol))
-            problem = device_problem(protocol.doc["training"]["device"])
-            if problem:
-                raise BenchError(f"{path}: {problem}")
+            # a protocol for a GPU is valid on a laptop: the machine, not the file, lacks the device
+            wrong = device_problem(protocol.doc["training"]["device"], availability=False)
+            if wrong:
+                raise BenchError(f"{path}: {wrong}")
+            device = device_problem(protocol.doc["training"]["device"])
             found = [] if no_data else data_lines(protocol, data_root)
         except ProtocolError as e:
             problems += e.problems
@@ -73,6 +82,8 @@ def command(files: tuple[str, ...], data_root: str | None, no_data: bool, quiet:
             problems.append(str(e))
             continue
         click.echo(f"{path}: ok, protocol {protocol.name}, hash {protocol.hash12}")
+        if device:
+            click.echo(f"dmlbench: note: {path}: {device}: `dmlbench run` refuses it here", err=True)
         for line in found:
             click.echo(line)
     if problems:

@@ -25,7 +25,8 @@ import yaml
 
 from bench.errors import BenchError
 from bench.protocol.safe_yaml import YamlRefused, load_yaml, read_text
-from bench.protocol.schema import DEFAULTS, METRICS, PRUNER_DEFAULTS, RETRIEVAL_METRICS, SCHEMA, describe_error, error_path
+from bench.protocol.schema import DEFAULTS, image_hw, METRICS, PRUNER_DEFAULTS, REID_METRICS, RETRIEVAL_METRICS, SCHEMA, \
+    describe_error, error_path
 
 NO_MINER = "none"
 
@@ -141,6 +142,8 @@ def protocol_hash(doc: dict[str, Any]) -> str:
     alone, as before plugins existed, so its hash does not change.
     """
     plugins = plugin_fingerprints(doc)
+    if "loader" in doc.get("data", {}):  # how many workers decode the images changes no result
+        doc = {**doc, "data": {k: v for k, v in doc["data"].items() if k != "loader"}}
     body = {"protocol": doc, "plugins": plugins} if plugins else doc
     return hashlib.sha256(canonical_json(body).encode()).hexdigest()
 
@@ -228,6 +231,7 @@ def _check_finite(value: Any, path: tuple, report: _Reporter) -> None:
 def _with_defaults(raw: dict[str, Any]) -> dict[str, Any]:
     doc = copy.deepcopy(raw)
     _normalise_data(doc["data"], raw.get("seed", DEFAULTS["seed"]))
+    _drop_absent_defaults(doc)
     for dotted, value in DEFAULTS.items():
         *parents, key = dotted.split(".")
         target = doc
@@ -290,13 +294,14 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
                               exclude=("in_shape", "embedding_dim")):
             from bench.models import check_size
 
-            size = doc["data"]["image_size"]
+            h, w = image_hw(doc["data"]["image_size"])
             try:
-                check_size(model["trunk"], (1, size, size), model["embedding_dim"], model["trunk_params"])
+                check_size(model["trunk"], (1, h, w), model["embedding_dim"], model["trunk_params"])
             except BenchError as e:
                 small = "too small" in str(e)  # the image, not the trunk, is what the user sets wrong
                 report.add(("data", "image_size") if small else ("model",), str(e))
                 return  # methods are built with this embedding size below: an absurd one would allocate it
+            _check_trunk_options(doc, report)
 
     labels: dict[str, tuple] = {}
     written: dict[int, list[str]] = {}  # loss index -> parameters its search_space names (before the merge)
@@ -346,6 +351,8 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
         report.add(("data", "validation", "use"), f"expected at most folds={validation['folds']}, "
                    f"got {validation['use']}")
     _check_data_classes(doc["data"], report)
+    _check_augment(doc["data"], report)
+    _check_query_gallery(doc, report)
     _check_image_size(doc, trunk, report)
     pruner = doc["tuning"]["pruner"]
     if pruner["type"] != "none" and pruner["check_every"] > doc["training"]["iterations"]:
@@ -383,12 +390,55 @@ def _normalise_data(data: dict[str, Any], seed: int) -> None:
         count = data["split"]["test_classes"]
         if isinstance(count, float) and count.is_integer():
             data["split"]["test_classes"] = int(count)
+    size = data.get("image_size")
+    if isinstance(size, list) and len(size) == 2 and size[0] == size[1]:
+        data["image_size"] = size[0]  # [s, s] is s: one meaning, one hash
     if data.get("resize") == "stretch":
         del data["resize"]
+    if "augment" in data:  # bare names as {Name: {}}; no pipeline is the default (decode, make square, resize)
+        from bench.data.augment import normalise as normalise_augment
+
+        try:
+            data["augment"] = normalise_augment(data["augment"])
+        except BenchError:
+            pass  # reported with its place by _check_augment
+        if not data["augment"]:
+            del data["augment"]
+    if "loader" in data:  # null is each option's default, so it is left out
+        data["loader"] = {k: v for k, v in data["loader"].items() if v is not None}
+        if not data["loader"]:
+            del data["loader"]
     if "channels" in data:
         channels = data.pop("channels")
         if channels is not None:
             data["channels"] = CHANNELS[str(channels)]
+
+
+def _check_trunk_options(doc: dict[str, Any], report: _Reporter) -> None:
+    """model.pretrained, model.freeze_bn and training.trunk_lr against the trunk (bench.models.trunk)."""
+    from bench.models.trunk import option_problems
+    from bench.protocol.schema import setting
+
+    model, (h, w) = doc["model"], image_hw(doc["data"]["image_size"])
+    problems = option_problems(model["trunk"], (1, h, w), model["embedding_dim"], model["trunk_params"],
+                               setting(doc, "model.pretrained"), setting(doc, "model.freeze_bn"),
+                               setting(doc, "training.trunk_lr"))
+    for dotted, message in problems.items():
+        report.add(tuple(dotted.split(".")), message)
+
+
+def _drop_absent_defaults(doc: dict[str, Any]) -> None:
+    """Keys of ABSENT_DEFAULTS written at their default are removed (and trunk_lr equal to lr), so writing
+    a default out keeps the hash of the protocol that leaves it out."""
+    from bench.protocol.schema import ABSENT_DEFAULTS
+
+    for dotted, default in ABSENT_DEFAULTS.items():
+        section, key = dotted.split(".")
+        if key in doc[section] and doc[section][key] == default and type(doc[section][key]) is type(default):
+            del doc[section][key]
+    training = doc["training"]
+    if training.get("trunk_lr") == training["lr"]:
+        del training["trunk_lr"]
 
 
 def _check_data_classes(data: dict[str, Any], report: _Reporter) -> None:
@@ -415,6 +465,36 @@ def _check_data_classes(data: dict[str, Any], report: _Reporter) -> None:
                    "train_classes and test_classes, or data.split")
 
 
+def _check_augment(data: dict[str, Any], report: _Reporter) -> None:
+    """Every named transform built once (torchvision imported only when a protocol names one)."""
+    if "augment" not in data:
+        return
+    from bench.data.augment import check
+
+    try:
+        check(data["augment"])
+    except BenchError as e:
+        report.add(("data", "augment"), str(e))
+
+
+def _check_query_gallery(doc: dict[str, Any], report: _Reporter) -> None:
+    """What a ``data.test`` of a query and a gallery allows (whether the data has cameras is checked on the
+    data): both sets are used whole; the re-ID metrics need them; clustering and Lake's runs need one set."""
+    from bench.data.query_gallery import is_query_gallery
+
+    data, metrics = doc["data"], doc["evaluation"]["metrics"]
+    if not is_query_gallery(data["test"]):
+        for metric in (m for m in REID_METRICS if m in metrics):
+            report.add(("evaluation", "metrics"), f"{metric} ranks a query set against a gallery: give data.test "
+                       "as {query: SPEC, gallery: SPEC} (data with a per-sample camera)")
+        return
+    if data["test_classes"] is not None:
+        report.add(("data", "test_classes"), "data.test {query, gallery} is used whole: remove data.test_classes")
+    for metric in (m for m in ("nmi", "ami", "lake_accuracy") if m in metrics):
+        report.add(("evaluation", "metrics"), f"{metric} needs one test set, not a query set and a gallery: "
+                   f"remove {metric} or give data.test as one spec")
+
+
 MIN_IMAGE_SIZE = 4  # below this an image has no shape to learn from; a 1x1 run still "ranked" its cells
 
 
@@ -424,8 +504,14 @@ def _check_image_size(doc: dict[str, Any], trunk: Any, report: _Reporter) -> Non
     from bench import registry
 
     size = doc["data"]["image_size"]
-    if size < MIN_IMAGE_SIZE:
+    h, w = image_hw(size)
+    if min(h, w) < MIN_IMAGE_SIZE:
         report.add(("data", "image_size"), f"expected at least {MIN_IMAGE_SIZE} pixels a side, got {size}")
+        return
+    augment = doc["data"].get("augment") or {}
+    if h != w and not (augment.get("train") and augment.get("eval")):
+        report.add(("data", "image_size"), f"{h}x{w} is not square: only image files with both data.augment.train "
+                   "and data.augment.eval, ending at that size, take it")
         return
     if trunk is None:
         return
@@ -433,7 +519,7 @@ def _check_image_size(doc: dict[str, Any], trunk: Any, report: _Reporter) -> Non
         import torch
 
         with torch.device("meta"):
-            registry.build_trunk(trunk.name, in_shape=(1, size, size), embedding_dim=doc["model"]["embedding_dim"],
+            registry.build_trunk(trunk.name, in_shape=(1, h, w), embedding_dim=doc["model"]["embedding_dim"],
                                  **doc["model"]["trunk_params"])
     except BenchError as e:
         if "too small" in str(e):
@@ -591,17 +677,18 @@ def _check_supplied(doc: dict[str, Any], written: dict[int, list[str]], report: 
                            f"{item['label']}: searching it has no effect; remove it from search_space")
 
 
-def device_problem(device: str) -> str | None:
+def device_problem(device: str, availability: bool = True) -> str | None:
     """Why ``training.device`` cannot run here, or None. Not part of loading (a table made on a GPU must
     stay readable on a laptop): `run` and `validate` ask it before a sweep, where every trial on a missing
-    device would fail and the sweep would still end with exit 0."""
+    device would fail and the sweep would still end with exit 0. ``availability=False`` asks only whether
+    it names a torch device at all (what `validate` refuses; a device this machine lacks it only notes)."""
     import torch
 
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError) as e:
         return f"training.device: not a torch device: {device!r} ({str(e).splitlines()[0]})"
-    if dev.type == "cpu":
+    if dev.type == "cpu" or not availability:
         return None
     if dev.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -20,7 +20,17 @@ _NAME = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}\Z"}
 _PARAMS = {"type": "object"}  # names checked against the registry, values by the constructor
 
 RETRIEVAL_METRICS = ("precision_at_1", "r_precision", "map_at_r", "recall_at_k")
-METRICS = (*RETRIEVAL_METRICS, "nmi", "ami", "lake_accuracy")
+REID_METRICS = ("reid_map", "cmc_at_k")  # Market-1501's rules: need data.test {query, gallery} with cameras
+METRICS = (*RETRIEVAL_METRICS, "nmi", "ami", "lake_accuracy", *REID_METRICS)
+
+# data.test: one dataset that retrieves itself, or a query set ranked against a separate gallery.
+TEST_DATA = {
+    "oneOf": [
+        {"type": "string"},
+        {"type": "object", "additionalProperties": False, "required": ["query", "gallery"],
+         "properties": {"query": {"type": "string"}, "gallery": {"type": "string"}}},
+    ]
+}
 
 DISTRIBUTION = {
     "oneOf": [
@@ -82,14 +92,25 @@ SCHEDULE = {
     "additionalProperties": False,
     "required": ["type"],
     "properties": {
-        "type": {"enum": ["constant", "cosine", "step"]},
+        "type": {"enum": ["constant", "cosine", "step", "exponential"]},
         "warmup": {"type": "integer", "minimum": 0},
         "gamma": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
         "milestones": {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
                        "minItems": 1, "uniqueItems": True},
+        "start": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
     },
-    "if": {"properties": {"type": {"const": "step"}}},
-    "then": {"required": ["gamma", "milestones"]},
+    "allOf": [
+        {"if": {"properties": {"type": {"const": "step"}}}, "then": {"required": ["gamma", "milestones"]}},
+        {"if": {"properties": {"type": {"const": "exponential"}}}, "then": {"required": ["gamma", "start"]}},
+    ],
+}
+
+# data.augment: transforms.v2 class names (bench.data.augment.ALLOWED), bare or {Name: {kwargs}}
+AUGMENT_LIST: dict[str, Any] = {
+    "type": "array",
+    "items": {"anyOf": [{"type": "string"},
+                        {"type": "object", "minProperties": 1, "maxProperties": 1,
+                         "additionalProperties": {"type": ["object", "null"]}}]},
 }
 
 SCHEMA: dict[str, Any] = {
@@ -107,16 +128,31 @@ SCHEMA: dict[str, Any] = {
             "required": ["image_size", "validation"],
             "properties": {
                 "train": {"type": "string"},
-                "test": {"type": "string"},
+                "test": TEST_DATA,
                 "pool": {"type": "string"},
                 "split": SPLIT,
                 "resize": {"enum": list(RESIZE_MODES)},
                 "channels": {"enum": [None, 1, 3, "grey", "gray", "rgb"]},
                 "train_classes": CLASSES,
                 "test_classes": CLASSES,
-                "image_size": _POS_INT,
+                # a side, or [height, width] for image files whose data.augment pipelines end there
+                "image_size": {"anyOf": [_POS_INT, {"type": "array", "items": _POS_INT, "minItems": 2,
+                                                    "maxItems": 2}]},
                 "min_samples_per_class": {"type": "integer", "minimum": 2},
                 "augmentation": {"enum": [None, "shift", "affine"]},
+                "augment": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {"train": AUGMENT_LIST, "eval": AUGMENT_LIST},
+                },
+                "loader": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "workers": {"type": ["integer", "null"], "minimum": 0},
+                        "pin_memory": {"type": ["boolean", "null"]},
+                    },
+                },
                 "validation": {
                     "type": "object",
                     "additionalProperties": False,
@@ -139,6 +175,8 @@ SCHEMA: dict[str, Any] = {
                 "embedding_dim": _POS_INT,
                 "normalize": {"type": "boolean"},
                 "distance": {"enum": [None, "euclidean", "squared_euclidean", "cosine"]},
+                "pretrained": {"type": ["string", "null"], "minLength": 1},
+                "freeze_bn": {"type": "boolean"},
             },
         },
         "training": {
@@ -146,8 +184,9 @@ SCHEMA: dict[str, Any] = {
             "additionalProperties": False,
             "required": ["optimizer", "lr", "P", "K", "iterations"],
             "properties": {
-                "optimizer": {"enum": ["adam", "sgd"]},
+                "optimizer": {"enum": ["adam", "sgd", "rmsprop"]},
                 "lr": {"type": "number", "exclusiveMinimum": 0},
+                "trunk_lr": {"type": ["number", "null"], "exclusiveMinimum": 0},
                 "weight_decay": {"type": "number", "minimum": 0},
                 "P": {"type": "integer", "minimum": 2},
                 "K": {"type": "integer", "minimum": 2},
@@ -234,6 +273,21 @@ DEFAULTS: dict[str, Any] = {
     "tuning.pruner": {"type": "none"},
     "grid.miners": [{"name": "none"}],
 }
+
+# Keys whose default is their absence (dotted path -> default): written out at the default they are dropped
+# (bench.protocol.load), so protocols from before they existed keep their hash; read them with `setting`.
+ABSENT_DEFAULTS: dict[str, Any] = {
+    "model.pretrained": None,  # None: random initialisation
+    "model.freeze_bn": False,
+    "training.trunk_lr": None,  # None: training.lr for the whole trunk
+}
+
+
+def setting(doc: dict[str, Any], dotted: str) -> Any:
+    """A key of ``ABSENT_DEFAULTS`` in a normalised protocol document: its value, or its default."""
+    section, key = dotted.split(".")
+    return doc[section].get(key, ABSENT_DEFAULTS[dotted])
+
 
 PRUNER_DEFAULTS: dict[str, Any] = {
     "check_every": None,  # None: the training budget / 4
@@ -326,3 +380,11 @@ def _show(value: Any) -> str:
         return "a list" if len(repr(value)) > 40 else repr(value)
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def image_hw(size: Any) -> tuple[int, int]:
+    """``data.image_size`` as (height, width): a side for square images, or [height, width] (re-ID's 256 x 128)."""
+    if isinstance(size, (list, tuple)):
+        h, w = size
+        return int(h), int(w)
+    return int(size), int(size)

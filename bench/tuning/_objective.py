@@ -73,6 +73,7 @@ class Hooks:
 def train_config(protocol: Protocol, cell: Cell, loss_params: dict[str, Any], miner_params: dict[str, Any],
                  seed: int) -> TrainConfig:
     """The protocol's training settings for one run of a cell with these parameter values and seed."""
+    from bench.protocol.schema import setting
     from bench.training import TrainConfig
 
     m, t = protocol.doc["model"], protocol.doc["training"]
@@ -81,7 +82,9 @@ def train_config(protocol: Protocol, cell: Cell, loss_params: dict[str, Any], mi
                        optimizer=t["optimizer"], lr=t["lr"], weight_decay=t["weight_decay"], P=t["P"], K=t["K"],
                        iterations=t["iterations"], seed=seed, augmentation=protocol.doc["data"]["augmentation"],
                        device=t["device"], precision=t["precision"], channels_last=t["channels_last"],
-                       schedule=dict(t["schedule"]))
+                       schedule=dict(t["schedule"]), pretrained=setting(protocol.doc, "model.pretrained"),
+                       freeze_bn=setting(protocol.doc, "model.freeze_bn"),
+                       trunk_lr=setting(protocol.doc, "training.trunk_lr"))
 
 
 def final_config(protocol: Protocol, cell: Cell, params: dict[str, Any], seed: int) -> TrainConfig:
@@ -124,11 +127,42 @@ def clusters_on_test(protocol: Protocol) -> bool:
 def score_model(protocol: Protocol, model: Any, data: Any, *, clustering: bool, lake_runs: Any = None,
                 device: str = "cpu", seed: int = 0) -> dict[str, float]:
     """The protocol's evaluation of a model on ``data``: the one path final seeds and the floor share."""
+    from bench.data.query_gallery import QueryGallery
     from bench.training import evaluate
 
     ev = protocol.doc["evaluation"]
+    if isinstance(data, QueryGallery):
+        return score_query_gallery(protocol, model, data, device=device)
     return evaluate(model, data, ks=tuple(ev["ks"]), lake_runs=lake_runs, clustering=clustering, device=device,
                     seed=seed, normalize=protocol.doc["model"]["normalize"])
+
+
+def score_query_gallery(protocol: Protocol, model: Any, data: Any, *, device: str = "cpu") -> dict[str, float]:
+    """The protocol's metrics of a query set ranked against its gallery, in the protocol's geometry.
+
+    Retrieval metrics (P@1, R-Precision, MAP@R, Recall@k) rank the gallery
+    less the query itself; ``reid_map`` and ``cmc_at_{k}`` apply the
+    Market-1501 rules (`bench.metrics.query_gallery`).
+    """
+    from bench.metrics.query_gallery import RANKING_METRICS, query_gallery_metrics, reid_metrics
+    from bench.protocol.schema import REID_METRICS
+    from bench.training import embed
+
+    ev, normalize = protocol.doc["evaluation"], protocol.doc["model"]["normalize"]
+    query = embed(model, data.query.x, device=device, normalize=normalize)
+    gallery = query if data.query is data.gallery else embed(model, data.gallery.x, device=device, normalize=normalize)
+    ids = {"query_ids": data.query_ids, "gallery_ids": data.gallery_ids}
+    out: dict[str, float] = {}
+    ranking = [m for m in ev["metrics"] if m in RANKING_METRICS]
+    if ranking:
+        out.update(query_gallery_metrics(query, data.query.y, gallery, data.gallery.y, ks=tuple(ev["ks"]),
+                                         metrics=ranking, **ids))
+    if set(REID_METRICS) & set(ev["metrics"]):
+        q_cam, g_cam = data.cameras()
+        out.update(reid_metrics(query, data.query.y, q_cam, gallery, data.gallery.y, g_cam, ks=tuple(ev["ks"]), **ids))
+    out.pop("num_queries", None)
+    out.pop("skipped_queries", None)
+    return out
 
 
 def train_and_score(protocol: Protocol, config: Any, data: Any, score_on: Any, *, clustering: bool,

@@ -1,0 +1,106 @@
+"""The field's shipped protocols, each shrunk to a tiny variant, run through `dmlbench run` on a fixture in
+the publisher's layout to a leaderboard (issue 10: "a tiny variant of each runs on its fixture").
+
+The variant is derived from the shipped file, not written beside it, so what runs here is that protocol's
+data specs, pipelines (every size / 4), trunk family, BatchNorm and LR settings, loss, miner, schedule and
+metrics; only the scale changes: ResNet-18 from random weights instead of a pretrained ResNet-50, the CPU,
+two iterations, one trial, one seed, one cell.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+
+from bench.cli import main
+from datasets_fixtures import write_cars, write_cub, write_inshop, write_market, write_sop
+
+REPO = Path(__file__).resolve().parents[1]
+
+FIXTURES: dict[str, Callable[[Path], Any]] = {
+    "reality-check-cub": lambda root: write_cub(root, classes=(1, 2, 3, 4, 101, 102, 103), per_class=4),
+    "reality-check-cars": lambda root: write_cars(root, classes=(1, 2, 3, 4, 99, 100, 196), per_class=4),
+    "reality-check-sop": lambda root: write_sop(root, train_products=4, test_products=3, per_product=4),
+    "inshop": lambda root: write_inshop(root, train_items=(1, 4, 5, 6, 8), test_items=(2, 3, 7)),
+    "market1501-batch-hard": lambda root: write_market(root, train_ids=(2, 7, 11, 12, 13), test_ids=(1, 3, 5)),
+}
+
+
+def _shrink(value: Any) -> Any:
+    """Every image size in a pipeline or data.image_size divided by 4 (227 -> 56, [256, 128] -> [64, 32])."""
+    if isinstance(value, list):
+        return [_shrink(v) for v in value]
+    return max(32, int(value) // 4)  # ResNets need 32 pixels a side
+
+
+def tiny(doc: dict[str, Any]) -> dict[str, Any]:
+    """The shipped protocol at the scale of a test (see the module docstring)."""
+    doc["name"] += "-tiny"
+    data = doc["data"]
+    data["image_size"] = _shrink(data["image_size"])
+    for side in data.get("augment", {}).values():
+        for item in side:
+            for params in item.values():
+                if isinstance(params, dict) and "size" in params:
+                    params["size"] = _shrink(params["size"])
+    data["validation"] = {"folds": 2, "use": 1}
+    data["loader"] = {"workers": 0}
+    doc["model"].update(trunk="resnet18", pretrained=None, embedding_dim=8)
+    doc["training"].update(device="cpu", iterations=2, P=2, K=2)
+    doc["evaluation"]["ks"] = [1, 2]  # a fixture's few test images: Recall@1000 would be 1 for every method
+    doc["tuning"] = {"trials": 1, "startup_trials": 1, "pruner": {"type": "none"}}
+    doc["final"] = {"seeds": 1}
+    first = doc["grid"]["losses"][0]
+    first["miners"] = first.get("miners", ["none"])[:1]
+    doc["grid"]["losses"] = [first]
+    doc["grid"]["miners"] = [m for m in doc["grid"]["miners"] if m.get("label", m["name"]) in first["miners"]]
+    return doc
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", FIXTURES)
+def test_a_tiny_variant_of_each_field_protocol_runs_on_its_fixture(name: str, tmp_path: Path) -> None:
+    shipped = yaml.safe_load((REPO / "protocols" / f"{name}.yaml").read_text())
+    doc = tiny(shipped)
+    FIXTURES[name](tmp_path / "data")
+    protocol = tmp_path / "p.yaml"
+    protocol.write_text(yaml.safe_dump(doc))
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DMLBENCH_DATA", str(tmp_path / "data"))
+        patch.chdir(tmp_path)
+        assert main(["validate", str(protocol), "--quiet"]) == 0
+        assert main(["run", str(protocol), "--results-dir", str(results), "--storage",
+                     f"sqlite:///{runs / 'optuna.db'}", "--tracking-uri", str(runs / "mlflow.db"), "--threads", "1",
+                     "--quiet"]) == 0
+    folder = results / doc["name"]
+    assert main(["leaderboard", str(folder), "--quiet"]) == 0
+    board = (folder / "leaderboard.md").read_text()
+    cell = f"{doc['grid']['losses'][0].get('label', doc['grid']['losses'][0]['name'])}+{doc['grid']['losses'][0]['miners'][0]}"
+    assert re.search(rf"^\| 1 \| `{re.escape(cell)}` \| 1 \| \d\.\d{{3}} ", board, re.MULTILINE), board
+    header = next(line for line in board.splitlines() if line.startswith("| rank"))
+    for metric in doc["evaluation"]["metrics"]:
+        if metric in ("recall_at_k", "cmc_at_k"):
+            for k in doc["evaluation"]["ks"]:
+                assert f"{metric[:-2]}_{k}" in header or f"{metric[:-1]}{k}" in header, (metric, header)
+        else:
+            assert metric in header, (metric, header)
+
+
+def test_a_non_square_image_size_needs_both_pipelines() -> None:
+    """[height, width] is for image files whose pipelines end there; [s, s] is s (one meaning, one hash)."""
+    from bench.protocol.load import ProtocolError, parse_protocol
+
+    doc = tiny(yaml.safe_load((REPO / "protocols" / "market1501-batch-hard.yaml").read_text()))
+    assert doc["data"]["image_size"] == [64, 32]
+    parse_protocol(yaml.safe_dump(doc))
+    del doc["data"]["augment"]["eval"]
+    with pytest.raises(ProtocolError, match=r"data\.image_size: 64x32 is not square: only image files with both"):
+        parse_protocol(yaml.safe_dump(doc))
+    square = yaml.safe_load((REPO / "protocols" / "reality-check-cub.yaml").read_text())
+    as_list = dict(square, data=dict(square["data"], image_size=[227, 227]))
+    assert parse_protocol(yaml.safe_dump(as_list)).hash == parse_protocol(yaml.safe_dump(square)).hash
