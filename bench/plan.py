@@ -390,8 +390,31 @@ def _miner_step_extra(cell: Cell, train_images: float, embed_one: float) -> floa
 # --------------------------------------------------------------------------- text
 
 
-def format_plan(p: Plan) -> str:
-    """The plan as `dmlbench plan` prints it: data, model, budget, cells, dropped pairs, time."""
+def lacks_amx(cpuinfo: str) -> bool:
+    """Whether an x86 CPU's /proc/cpuinfo text shows no AMX bf16 units (False where it lists no flags).
+
+    The CPU step costs in `TRUNK_COSTS` are fp32's. bf16 + channels-last made a Conv-4 step 2.1-2.5x
+    faster on a CPU with AMX, but 1.18x on a Xeon with avx512_bf16 and no AMX, where fp32 + channels-last
+    gave 1.35x (`benchmarks/bench_precision.py`, batch 128, one thread: 159 / 131 / 115 ms). A bf16 sweep
+    there takes about twice what it takes with AMX, which decides whether it fits a session."""
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            return "amx_bf16" not in line.split(":", 1)[-1].split()
+    return False
+
+
+def _cpuinfo() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def format_plan(p: Plan, cpuinfo: str | None = None) -> str:
+    """The plan as `dmlbench plan` prints it: data, model, budget, cells, dropped pairs, time.
+
+    ``cpuinfo`` (default: this machine's /proc/cpuinfo) decides the note on bf16 without AMX."""
     from bench.data.query_gallery import describe
 
     doc, b = p.protocol.doc, p.budget
@@ -465,6 +488,11 @@ def format_plan(p: Plan) -> str:
         f"{len(p.cells) * b.seeds} final runs, {p.total_iterations:,} iterations",
         where.format(check=check) + f"{basis})",
     ]
+    if not gpu and training["precision"] == "bf16" and cost.source != "--step-ms":
+        amx = "has no AMX" if lacks_amx(_cpuinfo() if cpuinfo is None else cpuinfo) else "has AMX or is not x86"
+        lines.append(f"note: the step time above is fp32's; bf16 + channels-last measured 2.1-2.5x faster on a "
+                     f"CPU with AMX, 1.2x on one without (this CPU {amx}): time a step with "
+                     f"benchmarks/bench_precision.py and pass --step-ms")
     return "\n".join(lines)
 
 

@@ -174,3 +174,23 @@ def test_query_gallery_sides_count_the_gallery():
     classes, images = _images({"query": "market1501:query", "gallery": "market1501:gallery"}, None)
     assert classes == DATASET_SIZES["market1501:query"][0]
     assert images == pytest.approx(19732)
+
+
+NO_AMX = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16\n"
+AMX = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8\n"
+
+
+def test_a_bf16_estimate_says_the_table_is_fp32_and_whether_this_cpu_has_amx():
+    """The CPU step costs are fp32's; bf16 is 2.1-2.5x faster with AMX, 1.2x without: plan says which, unless
+    the step was measured (--step-ms)."""
+    from bench.plan import lacks_amx
+
+    assert lacks_amx(NO_AMX) and not lacks_amx(AMX)
+    assert not lacks_amx("Features\t: fp asimd\n")  # no x86 flags line: nothing known
+    bf16 = plan(load_protocol(REPO / "protocols" / "omniglot-standard.yaml"))
+    assert "this CPU has no AMX" in format_plan(bf16, cpuinfo=NO_AMX)
+    assert "this CPU has AMX" in format_plan(bf16, cpuinfo=AMX)
+    assert "step time above is fp32's" not in format_plan(plan(bf16.protocol, step_s=0.13), cpuinfo=NO_AMX)
+    fp32 = parse_protocol(GRID)
+    assert fp32.doc["training"]["precision"] == "fp32"
+    assert "step time above is fp32's" not in format_plan(plan(fp32), cpuinfo=NO_AMX)
