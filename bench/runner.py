@@ -134,15 +134,27 @@ class Outcome:
 # --------------------------------------------------------------------------- the sweep
 
 
-def _check_weights(protocol: Protocol) -> None:
-    """The pretrained weights file is there (bench.models.weights): a trial would record its absence as a
-    failed trial, and every trial would fail."""
+def _check_weights(protocol: Protocol, in_shape: tuple[int, ...] | None = None) -> None:
+    """The pretrained weights file is there and fits the trunk (bench.models.weights): inside a trial a bad
+    file is a failed trial, every trial fails alike, and the failed trials would spend the tuning budget, so
+    that fixing the file would not be enough to rerun. Without ``in_shape`` (the data not read yet) only the
+    file's presence is checked; with it the trunk is built and the weights loaded, then dropped."""
+    import torch
+
+    from bench.models import trunk_from
     from bench.models.weights import resolve
     from bench.protocol.schema import setting
 
+    m = protocol.doc["model"]
     pretrained = setting(protocol.doc, "model.pretrained")
-    if pretrained is not None:
-        resolve(pretrained, protocol.doc["model"]["trunk"])
+    if pretrained is None:
+        return
+    if in_shape is None:
+        resolve(pretrained, m["trunk"])
+        return
+    with torch.random.fork_rng(devices=[]):  # the build draws the head's init: leave the sweep's RNG as it was
+        trunk_from(m["trunk"], in_shape, m["embedding_dim"], dict(m["trunk_params"]), pretrained,
+                   setting(protocol.doc, "model.freeze_bn"))
 
 
 def _check_ks(protocol: Protocol, test_samples: int) -> None:
@@ -181,6 +193,7 @@ class Sweep:
             raise BenchError(f"{protocol.name}: {problem}")
         _check_weights(protocol)  # a missing weights file would fail every trial: refuse now, saying where it goes
         self.prepared: Prepared = prepare(protocol, options.data_root)  # bad data: fail before any record or move
+        _check_weights(protocol, tuple(self.prepared.train.x.shape[1:]))  # a damaged or mismatched file: refuse now
         _check_ks(protocol, len(self.prepared.test))  # a query/gallery test: its gallery's size
         store_checks.check_given(options.storage, options.tracking_uri)
         self.storage_url = options.storage or default_storage()

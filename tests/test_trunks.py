@@ -234,3 +234,43 @@ def test_protocol_checks_trunk_options_without_files(hub: Path) -> None:
 
     with pytest.raises(BenchError, match="resnet18-f37072fd.pth not found"):
         _check_weights(ok)  # a sweep refuses to start, rather than fail every trial
+
+
+def test_unreadable_weights_files_are_one_line_saying_what_to_do(tmp_path: Path, recwarn) -> None:
+    """torch's own messages suggest weights_only=False (which would run the file's code) or quote a paragraph
+    on zip archives: dmlbench says what the file is and what to save instead, without torch's warnings."""
+    good = tmp_path / "good.pth"
+    torch.save(torchvision().models.resnet18(weights=None).state_dict(), good)
+    (tmp_path / "text.pth").write_text("these are not weights\n")
+    (tmp_path / "cut.pth").write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    torch.save(torchvision().models.resnet18(weights=None), tmp_path / "module.pth")  # a whole pickled model
+    expected = {"text.pth": "cannot be read as a torch checkpoint", "cut.pth": "cannot be read as a torch checkpoint",
+                "module.pth": "save the model's state_dict() alone"}
+    for name, words in expected.items():
+        with pytest.raises(BenchError) as info:
+            trunk_from("resnet18", (3, 64, 64), 8, {}, pretrained=str(tmp_path / name))
+        message = str(info.value)
+        assert "\n" not in message and len(message) < 300 and words in message, message
+        assert "weights_only=False" not in message
+    assert not [w for w in recwarn if "weights_only" in str(w.message)]
+    with pytest.raises(BenchError, match="is a directory: give the weights file in it"):
+        trunk_from("resnet18", (3, 64, 64), 8, {}, pretrained=str(tmp_path))
+
+
+def test_a_sweep_with_a_damaged_weights_file_refuses_before_recording(tmp_path: Path, hub: Path) -> None:
+    """Inside a trial a bad file is a failed trial, and the failed trials would use up the tuning budget: the
+    sweep loads the weights into its trunk before the first trial, and records nothing."""
+    from bench.cli import main
+
+    torch.save(torchvision().models.resnet50(weights=None).state_dict(), tmp_path / "r50.pth")
+    trunk = next(line for line in PROTOCOL.splitlines() if line.strip().startswith("trunk:"))
+    text = (PROTOCOL.replace(trunk, "  trunk: resnet18")
+            .replace("\nmodel:\n", f"\nmodel:\n  pretrained: {tmp_path / 'r50.pth'}\n", 1)
+            .replace("image_size: 28", "image_size: 32"))
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    store = tmp_path / "store"
+    code = main(["run", str(path), "--storage", f"sqlite:///{store / 'optuna.db'}", "--tracking-uri",
+                 str(store / "mlflow.db"), "--results-dir", str(store / "results"), "--quiet"])
+    assert code == 2
+    assert not (store / "optuna.db").exists() and not (store / "mlflow.db").exists()

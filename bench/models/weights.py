@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -63,6 +64,8 @@ def resolve(spec: str, trunk: str) -> Path:
                              "or give a path")
         return path
     path = Path(spec).expanduser()
+    if path.is_dir():
+        raise BenchError(f"model.pretrained: {path} is a directory: give the weights file in it")
     if not path.is_file():
         raise BenchError(f"model.pretrained: {path} not found: put {_known(spec, trunk)} there or give "
                          "another path")
@@ -100,20 +103,35 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """A state_dict from a .safetensors or a torch file (``weights_only=True``), on the CPU."""
     _check_hash(path)
     try:
-        if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
+        with warnings.catch_warnings():  # torch's advice on weights_only is not the user's to act on
+            warnings.simplefilter("ignore")
+            if path.suffix == ".safetensors":
+                from safetensors.torch import load_file
 
-            state = load_file(str(path), device="cpu")
-        else:
-            state = torch.load(path, map_location="cpu", weights_only=True)
+                state = load_file(str(path), device="cpu")
+            else:
+                state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - unpickling and format errors of every kind: one line naming the file
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise BenchError(f"model.pretrained: {path} cannot be read as a state_dict: {first}") from None
+        raise BenchError(f"model.pretrained: {path} {_unreadable(e)}") from None
     if not isinstance(state, Mapping) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
                                                  for k, v in state.items()):
         raise BenchError(f"model.pretrained: {path} holds a {type(state).__name__}, not a state_dict "
                          "(names to tensors)")
     return dict(state)
+
+
+def _unreadable(e: Exception) -> str:
+    """Why a weights file did not load, in words a user can act on (torch's own messages suggest
+    ``weights_only=False``, which would run the file's code, or quote a paragraph on zip archives)."""
+    import pickle
+
+    text = str(e)
+    if isinstance(e, pickle.UnpicklingError) and "weights_only" in text.lower():
+        return ("holds Python objects besides tensors, which dmlbench does not unpickle (it loads with "
+                "weights_only=True): save the model's state_dict() alone, or as .safetensors")
+    first = (text.strip().splitlines() or [type(e).__name__])[0]
+    return (f"cannot be read as a torch checkpoint or a .safetensors file (truncated, or another format): "
+            f"{type(e).__name__}: {first[:100]}")
 
 
 def load_pretrained(trunk: nn.Module, path: Path, name: str) -> None:
