@@ -141,11 +141,16 @@ def test_missing_part_is_named(family: str, removed: str, named: str, tmp_path: 
 
 @pytest.mark.parametrize("family", ["cub200", "cars196", "sop", "inshop"])
 def test_listed_image_missing_is_named(family: str, tmp_path: Path) -> None:
+    """Any listed image, not only the first: a file missing from the middle would stop a run hours in."""
     write, read, folder, _, splits = FAMILIES[family]
     write(tmp_path)
-    first = tmp_path / folder / read(tmp_path, splits[0]).paths[0]
-    first.unlink()
-    with pytest.raises(BenchError, match=f"^{family}: image {re.escape(str(first))} listed in the index is missing"):
+    paths = read(tmp_path, splits[0]).paths
+    middle, last = tmp_path / folder / paths[len(paths) // 2], tmp_path / folder / paths[-1]
+    middle.unlink()
+    with pytest.raises(BenchError, match=f"^{family}: image {re.escape(str(middle))} listed in the index is missing:"):
+        read(tmp_path, splits[0])
+    last.unlink()
+    with pytest.raises(BenchError, match=f"is missing \\(and 1 more of {len(paths)}\\)"):
         read(tmp_path, splits[0])
 
 

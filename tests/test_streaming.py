@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from pathlib import Path
 
 import numpy as np
@@ -174,8 +175,55 @@ def test_a_missing_image_file_is_one_line_naming_it_in_workers_too(tmp_path: Pat
 def test_a_pipeline_that_ends_at_another_size_is_named(tmp_path: Path) -> None:
     root = jpeg_folder(tmp_path / "f", classes=3, per_class=2)
     data = folder_data(root, 0, augment={"eval": [{"Resize": {"size": [10, 10]}}]})
-    with pytest.raises(BenchError, match=r"data.augment.eval gives 10x10 images .* data.image_size is 12"):
+    with pytest.raises(BenchError, match=r"data.augment.eval gives 3x10x10 .* the protocol wants 3x12x12"):
         data.x[0]
+
+
+@pytest.mark.parametrize(("augment", "message"), [
+    ({"eval": [{"Normalize": {"mean": [0.5], "std": [0.2, 0.2]}}]}, r"data.augment.eval failed on .*\.jpg: "),
+    ({"eval": [{"Resize": {"size": [10, 10]}}]}, r"data.augment.eval gives 3x10x10"),
+    ({"train": [{"RandomCrop": {"size": 40}}]}, r"data.augment.train failed on .*\.jpg: ValueError: "),
+    ({"eval": [{"Resize": {"size": [12, 12]}}, "Grayscale"]}, r"data.augment.eval gives 1x12x12 .* wants 3x12x12"),
+])
+def test_a_pipeline_refused_on_an_image_is_found_by_validate_before_a_run(
+        tmp_path: Path, augment: dict, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Values torchvision accepts when it builds a transform but refuses on an image, and pipelines ending at
+    another shape: one line from `validate`, and `run` refuses before recording anything."""
+    root = jpeg_folder(tmp_path / "f", classes=6, per_class=3)
+    side = next(iter(augment))
+    other = {"train": {"eval": [{"Resize": {"size": [12, 12]}}]}, "eval": {"train": [{"RandomResizedCrop": {"size": 12}}]}}[side]
+    text = PROTOCOL.format(pool=root, workers=0).replace(
+        "  augment:\n    train: [{RandomResizedCrop: {size: 12, scale: [0.5, 1.0]}}, RandomHorizontalFlip]\n"
+        "    eval: [{Resize: {size: [12, 12]}}]\n", f"  augment: {json.dumps({**augment, **other})}\n")
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert re.search(message, err), err
+    store = tmp_path / "store"
+    assert main(["run", str(path), "--storage", f"sqlite:///{store / 'o.db'}", "--tracking-uri",
+                 str(store / "mlflow.db"), "--results-dir", str(store / "r"), "--quiet"]) == 2
+    assert not (store / "o.db").exists() and not (store / "mlflow.db").exists()
+
+
+def test_16_bit_and_float_images_are_scaled_not_clipped_by_a_pipeline(tmp_path: Path) -> None:
+    """Pillow's convert() clips 16-bit grey to white and floats in [0, 1] to black: a pipeline must see the
+    same image as the decoder without one (to 8-bit precision)."""
+    root = tmp_path / "f"
+    rng = np.random.default_rng(0)
+    for c in range(2):
+        (root / f"c{c}").mkdir(parents=True)
+        for i in range(2):
+            Image.fromarray(rng.integers(0, 65536, (12, 12)).astype(np.uint16)).save(root / f"c{c}" / f"{i}.png")
+            Image.fromarray(rng.random((12, 12)).astype(np.float32), mode="F").save(root / f"c{c}" / f"{i}.tif")
+    plain = datasets.load(f"folder:{root}", size=12, channels=1)
+    piped = datasets.load(f"folder:{root}", size=12, channels=1, augment={"eval": [{"CenterCrop": {"size": 12}}]})
+    assert len(plain) == 8
+    for i in range(len(plain)):
+        a, b = plain.x[i], piped.x[i]
+        assert 0.3 < float(a.mean()) < 0.7
+        assert float((a - b).abs().max()) <= 0.5 / 255 + 1e-6
 
 
 @pytest.mark.parametrize(("augment", "message"), [

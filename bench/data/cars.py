@@ -40,7 +40,7 @@ def read_cars196(root: Path, split: str) -> FileIndex:
             labels.append(car_class - 1)
     name = f"{LAYOUT.family}:{split}"
     nonempty(name, paths, f"classes {wanted.start}-{wanted.stop - 1} in {file}")
-    LAYOUT.check_image(root, paths[0])
+    LAYOUT.check_images(root, paths)
     present = set(labels)
     names = {i: n for i, n in enumerate(class_names) if i in present}
     return FileIndex(folder, tuple(paths), tuple(labels), name, class_names=names)

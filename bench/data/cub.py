@@ -45,7 +45,7 @@ def read_cub200(root: Path, split: str) -> FileIndex:
             names[species - 1] = path.split("/")[0]
     name = f"{LAYOUT.family}:{split}"
     nonempty(name, paths, f"classes {wanted.start}-{wanted.stop - 1} in {folder / 'image_class_labels.txt'}")
-    LAYOUT.check_image(root, paths[0])
+    LAYOUT.check_images(root, paths)
     return FileIndex(folder, tuple(paths), tuple(labels), name, class_names=names)
 
 

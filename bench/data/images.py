@@ -104,11 +104,18 @@ class ImageFiles:
 
                 self._pipelines[side] = build(items, side)
             with open_image(file) as img:
-                image = self._pipelines[side](img.convert("RGB" if self.channels == 3 else "L"))
+                pil = _eight_bit(img, self.channels, file)
+            try:
+                image = self._pipelines[side](pil)
+            except Exception as err:  # noqa: BLE001 - a value torchvision accepted when built, refused on an image
+                first = (str(err).strip().splitlines() or [""])[0][:160]
+                raise BenchError(f"data.augment.{side} failed on {file}: {type(err).__name__}: {first}") from None
             image = image.as_subclass(torch.Tensor)
-        if tuple(image.shape) != (self.channels, *image_hw(self.size)):
-            raise BenchError(f"data.augment.{side} gives {'x'.join(map(str, image.shape[-2:]))} images of {file}, "
-                             f"but data.image_size is {'x'.join(map(str, image_hw(self.size)))}: end the pipeline at that size")
+        want = (self.channels, *image_hw(self.size))
+        if tuple(image.shape) != want:
+            raise BenchError(f"data.augment.{side} gives {'x'.join(map(str, image.shape))} (channels x height x "
+                             f"width) from {file}, but the protocol wants {'x'.join(map(str, want))} (data.channels, "
+                             f"data.image_size): end the pipeline at that size and channel count")
         return image
 
     def to_tensor(self) -> torch.Tensor:
@@ -160,6 +167,16 @@ def read_image(file: Path) -> np.ndarray:
             arr = np.asarray(img if mode.startswith(("I", "F")) else img.convert("L"))
             return _scale(arr, mode, file)[None]
         return np.asarray(img.convert("RGB"), dtype=np.float32).transpose(2, 0, 1) / 255.0
+
+
+def _eight_bit(img: Image.Image, channels: int, file: Path) -> Image.Image:
+    """The image in the 8-bit mode a v2 pipeline starts from ("L" or "RGB"). Pillow's convert() clips a
+    16-bit or float image instead of scaling it (16-bit grey came out white, floats in [0, 1] black), so
+    those are scaled as `read_image` scales them, refused where it refuses them, then quantised."""
+    if img.mode.startswith(("I", "F")):
+        grey = np.rint(_scale(np.asarray(img), img.mode, file) * 255.0).astype(np.uint8)
+        img = Image.fromarray(grey, mode="L")
+    return img.convert("RGB" if channels == 3 else "L")
 
 
 def _check_pixels(img: Image.Image, file: Path) -> None:

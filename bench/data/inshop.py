@@ -55,5 +55,5 @@ def read_inshop(root: Path, split: str) -> FileIndex:
         raise malformed(LAYOUT.family, file, 1, f"says {count[0]} images but lists {listed} (truncated or edited?)")
     name = f"{LAYOUT.family}:{split}"
     nonempty(name, paths, str(file))
-    LAYOUT.check_image(root, paths[0])
+    LAYOUT.check_images(root, paths)
     return FileIndex(folder, tuple(paths), tuple(labels), name, class_names=names)

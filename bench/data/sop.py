@@ -43,5 +43,5 @@ def read_sop(root: Path, split: str) -> FileIndex:
         supers.append(super_class - 1)
     name = f"{LAYOUT.family}:{split}"
     nonempty(name, paths, str(file))
-    LAYOUT.check_image(root, paths[0])
+    LAYOUT.check_images(root, paths)
     return FileIndex(folder, tuple(paths), tuple(labels), name, per_sample={"super_class": tuple(supers)})

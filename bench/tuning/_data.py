@@ -201,6 +201,22 @@ def _check_query_gallery(protocol: Protocol, test: Any) -> None:
         test.cameras()
 
 
+def _try_pipelines(*sets: Any) -> None:
+    """Decode the first image of each set of image files with both pipelines: a transform value that
+    torchvision accepts when built but refuses on an image (a Normalize with more std values than
+    channels, a crop larger than the image) or a pipeline that ends at the wrong size is found now,
+    by `validate` and before a sweep records anything, not in the first trial."""
+    import torch
+
+    from bench.data.images import ImageFiles
+
+    with torch.random.fork_rng(devices=[]):  # random transforms draw from the global RNG: leave it as it was
+        for data in sets:
+            if isinstance(data.x, ImageFiles) and len(data.x):
+                for train in (True, False):
+                    data.x.decode(0, train=train)
+
+
 def prepare(protocol: Protocol, data_root: str | None = None) -> Prepared:
     """Load the data, select classes, make the folds and check that training can run on every fold."""
     import torch
@@ -226,8 +242,11 @@ def prepare(protocol: Protocol, data_root: str | None = None) -> Prepared:
         low = int(counts.argmin())
         if int(counts[low]) < d["min_samples_per_class"]:
             cls = int(torch.unique(data.y)[low])
-            raise BenchError(f"{data.name}: class {cls} has {int(counts[low])} sample(s); every {side} class needs "
+            named = data.meta.get("class_names", {}).get(cls)
+            label = f"class {cls}" + (f" ({named})" if named is not None and str(named) != str(cls) else "")
+            raise BenchError(f"{data.name}: {label} has {int(counts[low])} sample(s); every {side} class needs "
                              f"at least {d['min_samples_per_class']} (data.min_samples_per_class)")
+    _try_pipelines(train, *((test.query, test.gallery) if is_query_gallery(d["test"]) else (test,)))
     validation = d["validation"]
     groups = None
     if validation["group_by"]:
