@@ -299,6 +299,14 @@ def test_folder_needs_two_non_empty_classes(tmp_path: Path) -> None:
         load(f"folder:{tmp_path / 'absent'}")
 
 
+def test_folder_with_a_sub_folder_in_a_class_is_named_not_skipped(tmp_path: Path) -> None:
+    for c in "ab":
+        _write(tmp_path / c / "0.png", np.zeros((5, 5), np.uint8), "L", "PNG")
+    _write(tmp_path / "a" / "more" / "1.png", np.zeros((5, 5), np.uint8), "L", "PNG")
+    with pytest.raises(BenchError, match=f"class folder {tmp_path / 'a'} holds a sub-folder 'more'"):
+        load(f"folder:{tmp_path}")
+
+
 # --------------------------------------------------------------------------- a user's npz
 
 

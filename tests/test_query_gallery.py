@@ -289,6 +289,23 @@ def _run(tmp_path, path) -> int:
                  "--quiet"])
 
 
+@pytest.mark.parametrize(("test", "problem"), [
+    ("{query: inshop:query}", "data.test: gallery: missing"),
+    ("{query: inshop:query, galery: inshop:gallery}", "data.test: unknown key 'galery'"),
+    ("{query: 3, gallery: inshop:gallery}", "data.test: query: expected a string, got 3"),
+])
+def test_a_test_mapping_names_its_missing_or_unknown_key(test: str, problem: str) -> None:
+    from pathlib import Path
+
+    from bench.protocol import ProtocolError, parse_protocol
+
+    text = (Path(__file__).resolve().parents[1] / "protocols" / "inshop.yaml").read_text()
+    assert "  test: {query: inshop:query, gallery: inshop:gallery}\n" in text
+    with pytest.raises(ProtocolError) as info:
+        parse_protocol(text.replace("{query: inshop:query, gallery: inshop:gallery}", test))
+    assert any(problem in p for p in info.value.problems), info.value.problems
+
+
 def test_existing_protocols_keep_their_hash() -> None:
     """The query/gallery form and the new metrics add nothing to a protocol that does not use them."""
     from bench.protocol import load_protocol

@@ -47,6 +47,10 @@ def folder_index(path: str | Path) -> FileIndex:
     labels: list[int] = []
     for label, class_dir in enumerate(class_dirs):
         _check_links(class_dir)
+        nested = sorted(f.name for f in class_dir.iterdir() if f.is_dir() and not f.name.startswith("."))
+        if nested:  # its images would be left out without a word
+            raise BenchError(f"class folder {class_dir} holds a sub-folder {nested[0]!r}: a class is one folder of "
+                             "images; move its images up, or make it a class of its own")
         files = sorted(f.name for f in class_dir.iterdir() if f.is_file() and not f.name.startswith("."))
         if not files:
             raise BenchError(f"class folder {class_dir} holds no images")

@@ -351,6 +351,12 @@ def _one_of(error: Any) -> str:
                     and sub.validator != "const":
                 where = ".".join(map(str, error_path(sub)[len(error.absolute_path):]))
                 return f"{where + ': ' if where else ''}{describe_error(sub)} (in a {value['type']} distribution)"
+    objects = [i for i, b in enumerate(branches) if b.get("type") == "object"]
+    if isinstance(value, dict) and len(objects) == 1:  # a mapping where a mapping is one choice: say what is wrong in it
+        for sub in error.context or ():
+            if sub.relative_schema_path[0] == objects[0]:
+                where = ".".join(map(str, error_path(sub)[len(error.absolute_path):]))
+                return f"{where + ': ' if where else ''}{describe_error(sub)}"
     return f"expected {_alternatives(error.validator_value)}, got {_show(value)}"
 
 
