@@ -157,6 +157,16 @@ def _check_weights(protocol: Protocol, in_shape: tuple[int, ...] | None = None) 
                    setting(protocol.doc, "model.freeze_bn"))
 
 
+def _query_counts(test: Any) -> dict[str, Any]:
+    """A query/gallery test's queries and how many have a match in the gallery: the others are skipped by
+    the ranking metrics (as PML skips them), so a table says what its numbers average over."""
+    from bench.data.query_gallery import QueryGallery
+
+    if not isinstance(test, QueryGallery):
+        return {}
+    return {"test_queries": {"total": len(test.query), "with_a_match": test.matched_queries()}}
+
+
 def _check_ks(protocol: Protocol, test_samples: int) -> None:
     """Recall@k looks at the k nearest of the other test samples: at k >= N - 1 it is 1 for every
     method, a column that ranks nothing (found only once the test split's size is known)."""
@@ -232,6 +242,7 @@ class Sweep:
             "package_versions": tracking.package_versions(), **self.code, "tracking_uri": redact(self.tracking_uri),
             "storage": redact(self.storage_url), "experiment": f"dmlbench/{self.protocol.name}",
             "datasets": {"train": self.protocol.doc["data"]["train"], "test": self.protocol.doc["data"]["test"]},
+            **_query_counts(self.prepared.test),
             "budget": vars(self.plan.budget), "cells": [c.id for c in self.plan.cells],
             "dropped": {d.cell: d.reason for d in self.plan.dropped}, "created": tables.now(), "finished": None,
         }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -323,14 +324,17 @@ def test_a_query_gallery_protocol_over_two_folders_runs_to_a_leaderboard(tmp_pat
 
     train = write_folder(tmp_path / "train", ["a0", "a1", "a2", "a3"])
     # the same classes under other folder positions: matched by name, not by the folders' own numbering
-    query = write_folder(tmp_path / "query", ["b1", "b2"], per_class=2, seed=1)
+    query = write_folder(tmp_path / "query", ["b1", "b2", "b3"], per_class=2, seed=1)  # b3: nothing in the gallery
     gallery = write_folder(tmp_path / "gallery", ["b0", "b1", "b2"], per_class=3, seed=2)
     path = _protocol(tmp_path, f"folder:{train}", f"{{query: folder:{query}, gallery: folder:{gallery}}}")
-    assert main(["validate", str(path), "--quiet"]) == 0
+    assert main(["validate", str(path)]) == 0
+    assert "6 samples, inputs 1x8x8; 2 without a match in the gallery, skipped by the metrics" in capsys.readouterr().out
     assert main(["plan", str(path)]) == 0
     assert f"test query folder:{query} vs gallery folder:{gallery}" in capsys.readouterr().out
     assert _run(tmp_path, path) == 0
     capsys.readouterr()
+    manifest = json.loads((tmp_path / "results" / "qg" / "manifest.json").read_text())
+    assert manifest["test_queries"] == {"total": 6, "with_a_match": 4}
     assert main(["leaderboard", str(tmp_path / "results" / "qg")]) == 0
     board = (tmp_path / "results" / "qg" / "leaderboard.md").read_text()
     assert "contrastive+none" in board and "recall_at_1" in board and "recall_at_2" in board

@@ -39,7 +39,9 @@ def data_lines(protocol: Protocol, data_root: str | None) -> list[str]:
     test = prepared.test
     lines = [f"  train {d['train']}: {counts(prepared.train)}"]
     if isinstance(test, QueryGallery):
-        lines += [f"  test query {d['test']['query']}: {counts(test.query)}",
+        skipped = len(test.query) - test.matched_queries()
+        lines += [f"  test query {d['test']['query']}: {counts(test.query)}"
+                  + (f"; {skipped} without a match in the gallery, skipped by the metrics" if skipped else ""),
                   f"  test gallery {d['test']['gallery']}: {counts(test.gallery)}"]
     else:
         lines.append(f"  test {d['test']}: {counts(test)}")
