@@ -185,6 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("dmlbench: interrupted", err=True)
         return EXIT_INTERRUPTED
+    except click.UsageError as e:  # one line, as every other refusal; --help has the rest
+        where = f"dmlbench {e.ctx.command_path.split(' ', 1)[1]}" if e.ctx and " " in e.ctx.command_path else "dmlbench"
+        click.echo(f"dmlbench: error: {e.format_message()} (see: {where} --help)", err=True)
+        return e.exit_code
     except click.ClickException as e:
         e.show()
         return e.exit_code

@@ -55,6 +55,7 @@ class TrunkCost:
     embed_s: float  # per image at ref_pixels
     ref_batch: int = 128
     ref_pixels: int = 28 * 28
+    ref_hw: tuple[int, int] | None = None  # the measured image's height and width, when not square
     measured: bool = True
     source: str = ""  # where the figure comes from, printed beside the estimate
 
@@ -340,7 +341,7 @@ def trunk_cost(protocol: Protocol, step_s: float | None = None) -> TrunkCost:
     h, w = image_hw(doc["data"]["image_size"])
     batch = doc["training"]["P"] * doc["training"]["K"]
     embed_s = cost.embed_s * (h * w) / cost.ref_pixels
-    return TrunkCost((step_s, step_s), embed_s, ref_batch=batch, ref_pixels=h * w, source="--step-ms")
+    return TrunkCost((step_s, step_s), embed_s, ref_batch=batch, ref_pixels=h * w, ref_hw=(h, w), source="--step-ms")
 
 
 def estimate_cell(protocol: Protocol, cell: Cell, budget: Budget, cost: TrunkCost | None = None,
@@ -469,7 +470,8 @@ def format_plan(p: Plan, cpuinfo: str | None = None) -> str:
     cost = p.cost or trunk_cost(p.protocol)
     note = cost.source or ("" if cost.measured else "not measured: scaled from conv4")
     step = f"{cost.step_s[0] * 1000:.3g}" + ("" if cost.step_s[0] == cost.step_s[1] else f"-{cost.step_s[1] * 1000:.3g}")
-    basis = (f"{trunk} step {step} ms at {math.isqrt(cost.ref_pixels)}x{math.isqrt(cost.ref_pixels)}, "
+    h, w = cost.ref_hw or (math.isqrt(cost.ref_pixels),) * 2
+    basis = (f"{trunk} step {step} ms at {h}x{w}, "
              f"batch {cost.ref_batch}" + (f", {note}" if note else ""))
     gpu = str(training["device"]).startswith("cuda")
     span = e.high_s > e.low_s * 1.001

@@ -67,6 +67,22 @@ def test_usage_errors_and_bad_input_exit_2(capsys: pytest.CaptureFixture[str], t
     assert main(["--help"]) == 0
 
 
+@pytest.mark.parametrize("argv", [
+    ["no-such-command"], ["list", "--format", "xml"], ["run", str(SMOKE), "--threads", "0"],
+    ["budget-check", str(SMOKE), "--shard", "a/b"],
+    ["budget-check", str(SMOKE), "--multiple", "0"],
+    ["plan", str(SMOKE), "--step-ms", "nan"], ["plan", str(SMOKE), "--step-ms", "inf"],
+    ["plan", str(SMOKE), "--budget-check", "1.5"],
+])
+def test_a_usage_error_is_one_line_naming_the_help_to_read(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """click's own report is four lines (usage, hint, blank, error); every other refusal is one."""
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dmlbench: error: ") and lines[0].endswith("--help)"), lines
+    assert captured.out == ""
+
+
 def test_list_formats_carry_the_same_rows(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["list", "--kind", "miner", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)

@@ -31,16 +31,23 @@ def rows(p: Plan) -> list[dict[str, Any]]:
     return out
 
 
+def _not_nan(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    if value is not None and value != value:  # NaN passes every range comparison
+        raise click.BadParameter("expected a number of milliseconds, got nan")
+    return value
+
+
 @click.command("plan")
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--step-ms", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--step-ms", type=click.FloatRange(min=0, max=3.6e6, min_open=True), default=None, callback=_not_nan,
               help="a training step's time measured on your device (benchmarks/bench_trunk_step.py), "
                    "at the protocol's batch and image size: replaces the built-in cost table")
-@click.option("--budget-check", "check_multiple", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="add a budget check at this multiple of the budget to the estimate (dmlbench budget-check)")
+@click.option("--budget-check", "check_multiple", type=click.IntRange(min=0, max=1000), default=0, show_default=True,
+              help="add a budget check at this whole multiple of the budget to the estimate, as `dmlbench "
+                   "budget-check --multiple` trains it (0: none)")
 @format_option
 @quiet_option
-def command(file: str, step_ms: float | None, check_multiple: float, fmt: str, quiet: bool) -> int:
+def command(file: str, step_ms: float | None, check_multiple: int, fmt: str, quiet: bool) -> int:
     """Expand protocol FILE into cells (loss x miner), print dropped pairs, budget and time estimate.
 
     The estimate is wall time on this machine for a CPU protocol and GPU-hours for a CUDA one."""
