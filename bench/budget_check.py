@@ -230,12 +230,13 @@ class _Check:
         """Train what is missing, cell by cell; Ctrl-C (or SIGTERM through the runner's stop flag) leaves the
         running seed unrecorded and every finished one recorded."""
         seeds = len(self.protocol.final_seeds)
-        total = len(cells) * seeds * self.iterations
-        self.progress = Progress(len(cells), total, kept * self.iterations, self.quiet)
+        assigned = kept + len(todo)  # this worker's (cell, seed) pairs: all of them, or its shard's
+        self.progress = Progress(len(cells), assigned * self.iterations, kept * self.iterations, self.quiet)
         left = {t.cell.id for t, _ in todo}
         self.progress.cell_done(len(cells) - len(left))
         if kept:
-            self.progress.line(f"budget check x{self.multiple}: {kept} of {len(cells) * seeds} seeds already in "
+            self.progress.line(f"budget check x{self.multiple}: {kept} of the {assigned} seeds "
+                               f"{'this shard checks' if assigned < len(cells) * seeds else 'to check'} already in "
                                f"{self.path.name}, kept")
         try:
             for tuned in cells:

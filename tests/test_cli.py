@@ -167,3 +167,14 @@ def test_sigterm_during_run_exits_130(tmp_path: Path, data_root: Path) -> None:
     out, err = worker.communicate(timeout=120)
     assert worker.returncode == 130, err
     assert err.strip().splitlines()[-1] == "dmlbench: interrupted"
+
+
+def test_a_refused_run_leaves_no_results_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    results = tmp_path / "new" / "results"
+    assert main(["run", str(SMOKE), "--results-dir", str(results), "--data-root", str(tmp_path / "nowhere")]) == 2
+    assert "omniglot not found" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "file").write_text("")
+    assert main(["run", str(SMOKE), "--results-dir", str(tmp_path / "file" / "results")]) == 2
+    assert capsys.readouterr().err.strip() == (f"dmlbench: error: --results-dir {tmp_path / 'file' / 'results'}: "
+                                               f"{tmp_path / 'file'} is a file, not a folder")

@@ -40,6 +40,22 @@ def sweep_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+def _check_writable(folder: Path) -> None:
+    """The results folder can be made where it is asked for; created only once there is something to write,
+    so a run refused for bad data or a bad store leaves nothing behind."""
+    import os
+
+    from bench.errors import BenchError
+
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise BenchError(f"--results-dir {folder}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise BenchError(f"--results-dir {folder}: {existing} is not writable")
+
+
 @click.command("run")
 @click.argument("file", type=click.Path(dir_okay=False))
 @sweep_options
@@ -79,7 +95,7 @@ def command(file: str, storage: str | None, tracking_uri: str | None, results_di
     if threading.current_thread() is threading.main_thread():  # only there can Python install a handler
         signal.signal(signal.SIGTERM, interrupt)
     protocol = load_protocol(file)  # a malformed file fails before storage, data or MLflow are touched
-    Path(results_dir).mkdir(parents=True, exist_ok=True)  # an unwritable results folder fails now, not after training
+    _check_writable(Path(results_dir))  # an unwritable results folder fails now, not after training
     if tracking_uri and "://" in tracking_uri:  # an unreachable server fails now, not after the data are prepared
         from bench.tracking import check_reachable, with_connect_timeout
 
