@@ -70,7 +70,10 @@ def _entry(file: Path, number: int, entry: Any) -> tuple[str, int]:
     """(relative image path, class 1..196) of annotation `number`, or an error naming it."""
     try:
         path = _text(entry["relative_im_path"])
-        car_class = int(np.asarray(entry["class"]).item())
+        raw = np.asarray(entry["class"]).item()
+        car_class = int(raw)
+        if car_class != raw:  # int() would truncate 1.5 to class 1 without a word
+            raise ValueError(raw)
     except (ValueError, TypeError, IndexError):
         raise BenchError(f"cars196: {file}: annotation {number} has no single relative_im_path and class") from None
     if not path.startswith("car_ims/"):
