@@ -130,17 +130,29 @@ class MlflowRecords:
 
     def log(self, run_id: str, params: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None,
             tags: dict[str, Any] | None = None) -> None:
-        """Log what is not logged yet: a resumed run keeps one value per metric, not two."""
-        from mlflow.entities import Metric, Param, RunTag
+        """Log what is not logged yet: a resumed run keeps one value per metric, not two.
 
-        existing = self.client.get_run(run_id).data
-        stamp = int(time.time() * 1000)
-        m = [Metric(k, _finite(v), stamp, 0) for k, v in (metrics or {}).items()
-             if k not in existing.metrics and isinstance(v, (int, float)) and not isinstance(v, bool)]
-        p = [Param(k, v) for k, v in flatten(params or {}).items() if k not in existing.params]
-        t = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
-        if m or p or t:
-            self.client.log_batch(run_id, metrics=m, params=p, tags=t)
+        Two workers sharing a run (a cell's parent, after `run`'s settle time) log its parameters at about
+        the same moment; the second insert breaks MLflow's unique (run, key) and is retried once on what
+        is still missing, which is then nothing, as both log the same values."""
+        from mlflow.entities import Metric, Param, RunTag
+        from mlflow.exceptions import MlflowException
+
+        for attempt in (0, 1):
+            existing = self.client.get_run(run_id).data
+            stamp = int(time.time() * 1000)
+            m = [Metric(k, _finite(v), stamp, 0) for k, v in (metrics or {}).items()
+                 if k not in existing.metrics and isinstance(v, (int, float)) and not isinstance(v, bool)]
+            p = [Param(k, v) for k, v in flatten(params or {}).items() if k not in existing.params]
+            t = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
+            if not (m or p or t):
+                return
+            try:
+                self.client.log_batch(run_id, metrics=m, params=p, tags=t)
+                return
+            except MlflowException:
+                if attempt or not p:
+                    raise
 
     def artifact(self, run_id: str, name: str, text: str | None = None, path: Path | None = None) -> None:
         """Attach a file, or ``text`` written to a file called ``name``, to a run."""

@@ -37,3 +37,38 @@ def test_a_shared_key_stamped_first_but_inserted_last_ends_as_one_run(tmp_path, 
 
     runs = early._find(f"{protocol.hash12}/floor/0")
     assert [r.info.run_id for r in runs] == [kept["a"]] == [kept["b"]]
+
+
+def test_two_workers_logging_a_shared_runs_parameters_at_once_both_succeed(tmp_path, monkeypatch):
+    """MLflow reads a run's parameters, then inserts the new ones: worker B's insert between worker A's read
+    and A's insert breaks the unique (run, key) (seen in the two-worker test). A retries on what is missing,
+    which is nothing, as both log the same values."""
+    protocol = load_protocol(ROOT / "protocols" / "omniglot-smoke.yaml")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    a, b = MlflowRecords(protocol, uri, {}), MlflowRecords(protocol, uri, {})
+    run_id = a.run("cell", "cell")
+    params = {"loss": "triplet", "search_space": {"margin": [0.01, 1.0]}}
+    store = a.client._tracking_client.store  # one SQL store per URI, shared by both clients
+    read_run, insert_params = store._get_run, store._log_params
+    interleaved: list[bool] = []
+
+    def a_inserts(run_uuid, new):
+        def read_then_b_logs(*args, **kwargs):
+            run = read_run(*args, **kwargs)
+            if not interleaved:
+                list(run.params)  # A has seen no parameters
+                interleaved.append(True)
+                monkeypatch.setattr(store, "_get_run", read_run)
+                b.log(run_id, params=params)
+            return run
+        monkeypatch.setattr(store, "_get_run", read_then_b_logs)
+        try:
+            return insert_params(run_uuid, new)
+        finally:
+            monkeypatch.setattr(store, "_get_run", read_run)
+
+    monkeypatch.setattr(store, "_log_params", a_inserts)
+    a.log(run_id, params=params, metrics={"x": 1.0})
+    assert interleaved
+    data = b.client.get_run(run_id).data
+    assert data.params == {"loss": "triplet", "search_space.margin": "[0.01, 1.0]"} and data.metrics == {"x": 1.0}

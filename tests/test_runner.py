@@ -360,7 +360,7 @@ def test_a_class_with_too_few_samples_is_one_clear_error(tmp_path, data_root):
     results = tmp_path / "results" / "tiny"
     results.mkdir(parents=True)
     (results / "manifest.json").write_text(json.dumps({"protocol_hash": "0" * 64}))
-    with pytest.raises(BenchError, match=r"omniglot:background: class \d+ has 20 sample\(s\); every train class "
+    with pytest.raises(BenchError, match=r"omniglot:background: class \d+ \(.+\) has 20 sample\(s\); every train class "
                                          r"needs at least 21 \(data.min_samples_per_class\)"):
         run_protocol(path, _options(tmp_path, data_root))
     assert json.loads((results / "manifest.json").read_text())["protocol_hash"] == "0" * 64  # nothing moved
