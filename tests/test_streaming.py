@@ -65,6 +65,17 @@ def jpeg_folder(root: Path, classes: int = 6, per_class: int = 5, size: tuple[in
     return root
 
 
+def protocol_with_augment(tmp_path: Path, pool: Path, augment: dict) -> Path:
+    """PROTOCOL on ``pool`` with ``augment`` for its pipelines, written to tmp_path/p.yaml."""
+    text = PROTOCOL.format(pool=pool, workers=0).replace(
+        "  augment:\n    train: [{RandomResizedCrop: {size: 12, scale: [0.5, 1.0]}}, RandomHorizontalFlip]\n"
+        "    eval: [{Resize: {size: [12, 12]}}]\n", f"  augment: {json.dumps(augment)}\n")
+    assert "augment: {" in text
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    return path
+
+
 def folder_data(root: Path, workers: int, augment: dict | None = AUGMENT) -> datasets.LabeledData:
     return datasets.load(f"folder:{root}", size=12, augment=augment, loader={"workers": workers})
 
@@ -192,11 +203,7 @@ def test_a_pipeline_refused_on_an_image_is_found_by_validate_before_a_run(
     root = jpeg_folder(tmp_path / "f", classes=6, per_class=3)
     side = next(iter(augment))
     other = {"train": {"eval": [{"Resize": {"size": [12, 12]}}]}, "eval": {"train": [{"RandomResizedCrop": {"size": 12}}]}}[side]
-    text = PROTOCOL.format(pool=root, workers=0).replace(
-        "  augment:\n    train: [{RandomResizedCrop: {size: 12, scale: [0.5, 1.0]}}, RandomHorizontalFlip]\n"
-        "    eval: [{Resize: {size: [12, 12]}}]\n", f"  augment: {json.dumps({**augment, **other})}\n")
-    path = tmp_path / "p.yaml"
-    path.write_text(text)
+    path = protocol_with_augment(tmp_path, root, {**augment, **other})
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
@@ -242,11 +249,7 @@ def test_a_bad_transform_is_one_line_at_validate_time(tmp_path: Path, augment: d
         check(augment)
     assert "\n" not in str(err.value)
     root = jpeg_folder(tmp_path / "f", classes=2, per_class=2)
-    text = PROTOCOL.format(pool=root, workers=0).replace(
-        "  augment:\n    train: [{RandomResizedCrop: {size: 12, scale: [0.5, 1.0]}}, RandomHorizontalFlip]\n"
-        "    eval: [{Resize: {size: [12, 12]}}]\n", f"  augment: {json.dumps(augment)}\n")
-    path = tmp_path / "p.yaml"
-    path.write_text(text)
+    path = protocol_with_augment(tmp_path, root, augment)
     assert main(["validate", str(path)]) == 2
     assert "data.augment" in capsys.readouterr().err
 
