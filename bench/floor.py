@@ -24,15 +24,11 @@ from bench.tuning import Prepared, final_seed, score_model, clusters_on_test
 
 def initial_trunk(protocol: Protocol, seed: int, in_shape: tuple[int, ...]) -> Any:
     """The trunk final seed ``seed`` starts from: seeded and built exactly as bench.training.train does."""
-    from bench.models import trunk_from
-    from bench.protocol.schema import setting
+    from bench.models import protocol_trunk
     from bench.training import _seed_everything  # the training loop's own seeding, so the two cannot drift
 
-    m = protocol.doc["model"]
     _seed_everything(final_seed(protocol.seed, seed))
-    trunk = trunk_from(m["trunk"], in_shape, m["embedding_dim"], dict(m["trunk_params"]),
-                       setting(protocol.doc, "model.pretrained"), setting(protocol.doc, "model.freeze_bn"))
-    return trunk.to(protocol.doc["training"]["device"]).eval()
+    return protocol_trunk(protocol.doc, in_shape).to(protocol.doc["training"]["device"]).eval()
 
 
 def floor_row(protocol: Protocol, prepared: Prepared, seed: int) -> dict[str, Any]:

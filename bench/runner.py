@@ -141,20 +141,18 @@ def _check_weights(protocol: Protocol, in_shape: tuple[int, ...] | None = None) 
     file's presence is checked; with it the trunk is built and the weights loaded, then dropped."""
     import torch
 
-    from bench.models import trunk_from
+    from bench.models import protocol_trunk
     from bench.models.weights import resolve
     from bench.protocol.schema import setting
 
-    m = protocol.doc["model"]
     pretrained = setting(protocol.doc, "model.pretrained")
     if pretrained is None:
         return
     if in_shape is None:
-        resolve(pretrained, m["trunk"])
+        resolve(pretrained, protocol.doc["model"]["trunk"])
         return
     with torch.random.fork_rng(devices=[]):  # the build draws the head's init: leave the sweep's RNG as it was
-        trunk_from(m["trunk"], in_shape, m["embedding_dim"], dict(m["trunk_params"]), pretrained,
-                   setting(protocol.doc, "model.freeze_bn"))
+        protocol_trunk(protocol.doc, in_shape)
 
 
 def _query_counts(test: Any) -> dict[str, Any]:

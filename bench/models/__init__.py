@@ -200,7 +200,8 @@ class MLP(nn.Module):
 
 
 # the trunk a run trains (weights, frozen BN, parameter groups): bench/models/trunk.py
-from bench.models.trunk import freeze_batchnorm, head_parameters, param_groups, trunk_from  # noqa: E402
+from bench.models.trunk import (  # noqa: E402
+    freeze_batchnorm, head_parameters, param_groups, protocol_trunk, trunk_from)
 
 __all__ = ["MLP", "Conv4", "LeCun2006", "OmniglotEncoder", "check_size", "freeze_batchnorm", "head_parameters",
-           "param_groups", "trunk_from"]
+           "param_groups", "protocol_trunk", "trunk_from"]

@@ -43,6 +43,16 @@ def trunk_from(name: str, in_shape: tuple[int, ...], embedding_dim: int, params:
     return trunk
 
 
+def protocol_trunk(doc: dict[str, Any], in_shape: tuple[int, ...]) -> nn.Module:
+    """The trunk a protocol's ``model`` section names, as `trunk_from` builds it (the floor's trunk, and the
+    check of a sweep's weights file before its first trial)."""
+    from bench.protocol.schema import setting
+
+    m = doc["model"]
+    return trunk_from(m["trunk"], in_shape, m["embedding_dim"], dict(m["trunk_params"]),
+                      setting(doc, "model.pretrained"), setting(doc, "model.freeze_bn"))
+
+
 def _keep_eval(module: nn.Module, args: Any) -> None:
     module.training = False  # whatever train() said: frozen statistics, as PML's freeze_trunk_batchnorm
 
