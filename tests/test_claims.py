@@ -155,12 +155,13 @@ def test_results_dir_from_the_claims_file(sweep_copy: Path, tmp_path: Path) -> N
     assert len(json.loads((tmp_path / "o" / "claims.json").read_text())["verdicts"]) == 5
 
 
-def test_shipped_claims_name_planned_cells() -> None:
-    """Every cell the omniglot-quick claims name is a cell that protocol plans."""
+@pytest.mark.parametrize("path", sorted((REPO / "protocols" / "claims").glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_claims_name_planned_cells(path: Path) -> None:
+    """Every cell a shipped claims file names is a cell its protocol plans."""
     from bench.plan import plan
     from bench.protocol import load_protocol
 
-    cf = claims.parse(REPO / "protocols" / "claims" / "omniglot-quick.yaml")
+    cf = claims.parse(path)
     proto = load_protocol(REPO / "protocols" / f"{cf.protocol}.yaml")
     planned = {c.id for c in plan(proto).cells}
     named = set()
