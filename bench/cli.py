@@ -6,7 +6,8 @@ runs, so `dmlbench --help` stays fast. Commands return their exit code to
 
 exit  meaning
    0  done; for `regress` no cell regressed, for `crosscheck` all checks equal
-   1  a check failed: `regress` found a regression (or a missing cell),
+   1  a check failed: `regress` found a regression (or a missing cell, a
+      NaN value, a seed the baseline lacks),
       `crosscheck` found a loss or miner that differs from PML,
       `train` diverged (NaN or infinite loss), `run` ended with no cell
       completed (every trial failed: the reason is printed)
@@ -16,7 +17,8 @@ exit  meaning
       too long): results files are written whole or not at all
    3  a test class reached tuning or training data (`run`, `train`): the
       split is broken, and the run stops before anything is recorded
- 130  interrupted (Ctrl-C, or SIGTERM during `run`); a rerun resumes
+ 130  interrupted (Ctrl-C, or SIGTERM during `run` or `budget-check`); a
+      rerun resumes
 
 Any other exception is a bug and keeps its traceback (status 1 from Python).
 

@@ -40,7 +40,8 @@ def command(baseline: Path, current: Path, tolerance: float, alpha: float, metri
             allow_missing: bool, json_path: Path | None, fmt: str, quiet: bool) -> int:
     """Compare two results tables of the same protocol cell by cell.
 
-    Exit 0: no regression; 1: at least one cell regressed (or went missing);
+    Exit 0: no regression; 1: at least one cell regressed (or went missing, holds a NaN, or has a seed the
+    baseline lacks);
     2: the tables cannot be compared (other protocol hash or split fingerprints).
     """
     cmp = regress.compare(source.load(baseline, complete=False), source.load(current, complete=False), metric, tolerance, alpha, allow_missing)
