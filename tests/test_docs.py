@@ -1,0 +1,81 @@
+"""docs/PROTOCOL.md names every key of the protocol schema, with the schema's defaults.
+
+The schema grows with the code (a pruner option, a data field); a reference
+that silently lacks the new key is how users end up reading the source. The
+test walks `bench.protocol.schema.SCHEMA` and compares.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.protocol import schema
+
+DOC = (Path(__file__).resolve().parents[1] / "docs" / "PROTOCOL.md").read_text()
+
+
+def _rows() -> dict[str, list[str]]:
+    """First cell's key(s) -> the row's cells, for every table row of the document."""
+    rows: dict[str, list[str]] = {}
+    for line in DOC.splitlines():
+        if line.startswith("| `"):
+            cells = [c.strip() for c in line.strip("|").split(" | ")]
+            for key in re.findall(r"`([^`]+)`", cells[0]):
+                rows[key] = cells
+    return rows
+
+
+ROWS = _rows()
+
+
+def _keys(node: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted paths of every property under ``node``, through oneOf alternatives that are mappings."""
+    out = []
+    alternatives = [node, *node.get("oneOf", []), *node.get("anyOf", [])]
+    for alt in alternatives:
+        for key, sub in alt.get("properties", {}).items():
+            path = f"{prefix}{key}"
+            out.append(path)
+            out += _keys(sub, path + ".")
+    return out
+
+
+def _flow(value: Any) -> str:
+    """A default as the document writes it: YAML flow style."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return value or '""'
+    if isinstance(value, list):
+        return "[" + ", ".join(_flow(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_flow(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+def test_every_schema_key_is_documented() -> None:
+    """Protocol keys by their dotted path; a method's and a distribution's keys in their own tables."""
+    method = set(schema.METHOD["properties"])
+    distribution = {k for alt in schema.DISTRIBUTION["oneOf"] for k in alt["properties"]}
+    top = [k for k in _keys(schema.SCHEMA) if not k.startswith("grid.") or k.count(".") == 1]
+    missing = [k for k in [*top, *method, *distribution] if k not in ROWS]
+    assert not missing, f"docs/PROTOCOL.md lacks {missing}"
+    assert len(top) > 60
+
+
+DEFAULTS = {**schema.DEFAULTS, **schema.ABSENT_DEFAULTS,
+            **{f"tuning.pruner.{k}": v for k, v in schema.PRUNER_DEFAULTS.items() if v is not None}}
+
+
+@pytest.mark.parametrize("key", sorted(DEFAULTS))
+def test_documented_defaults_are_the_schemas(key: str) -> None:
+    """The default column of each key shows the value the loader fills in."""
+    assert key in ROWS, f"docs/PROTOCOL.md lacks {key}"
+    assert f"`{_flow(DEFAULTS[key])}`" == ROWS[key][2], (key, ROWS[key][2])
+
