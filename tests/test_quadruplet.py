@@ -18,7 +18,7 @@ from bench.losses.quadruplet import QuadrupletLoss, all_quadruplets
 from bench.miners.hardest_of_pool import HardestOfPoolMiner, draw_quadruplets, draw_triplets
 from bench.miners.margohnm import MargOHNMMiner
 from bench.registry import build_loss, build_miner
-from bench.tuples import Quadruplets, is_pairs, is_triplets
+from bench.tuples import Quadruplets, ViolatingQuadruplets, is_pairs, is_triplets
 
 DISTANCES = ("squared_euclidean", "euclidean", "cosine")
 REDUCTIONS = ("mean", "avg_nonzero", "sum")
@@ -361,14 +361,68 @@ def test_margohnm_bound_to_learned_metric_and_margins_reach_the_loss() -> None:
     assert miner.stats["mu_n"] == pytest.approx(mu_n, rel=1e-9)
     quads = ref_quadruplets(labels)
     want = [t for t, v in zip(quads, ref_terms(g, quads, a1, a2)) if float(v) > 0]
-    assert set(zip(*(t.tolist() for t in q[:4]))) == set(want)
-    mined = list(zip(*(t.tolist() for t in q[:4])))
+    # bound to a loss that sums them, the miner lists nothing: the margins and the count reach the loss
+    assert isinstance(q, ViolatingQuadruplets) and q.count == len(want) == miner.stats["num_tuples"]
+    assert (q.alpha1, q.alpha2) == pytest.approx((a1, a2), rel=1e-9)
     got, got_grad = value_and_grad(lambda e: loss(e, y, q), emb)
     ref, ref_grad = value_and_grad(
-        lambda e: ref_reduce(ref_terms(ref_learned(loss, e), mined, a1, a2), "mean", e), emb)
+        lambda e: ref_reduce(ref_terms(ref_learned(loss, e), want, a1, a2), "mean", e), emb)
     close(got, ref)
     close(got_grad, ref_grad)
-    assert loss.stats["fraction_positive"] == 1.0
+    assert loss.stats["fraction_positive"] == 1.0 and loss.stats["num_tuples"] == len(want)
+    # bound to the same metric through a loss that does not sum them, it lists them
+    lister = build_miner("margohnm", warmup_iterations=0)
+    lister.bind_loss(MetricOnly(loss))
+    listed = lister(emb, y)
+    assert isinstance(listed, Quadruplets) and set(zip(*(t.tolist() for t in listed[:4]))) == set(want)
+
+
+class MetricOnly:
+    """A loss's metric without its closed-form sum: what a plugin quadruplet loss may look like."""
+
+    def __init__(self, loss: QuadrupletLoss) -> None:
+        self.distance_matrix = loss.distance_matrix
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("distance", DISTANCES)
+@pytest.mark.parametrize("layout", ["pk", "uneven", "singletons_mixed", "two_classes"])
+def test_margohnm_unlisted_equals_listed(layout: str, distance: str, reduction: str) -> None:
+    """The closed-form sum over the violating quadruplets gives the loss and gradient of the listed ones,
+    in warm-up and with adaptive margins (negative ones included, where negatives sit nearer)."""
+    labels = {**LAYOUTS, **DEGENERATE}[layout]
+    y = torch.tensor(labels)
+    loss = QuadrupletLoss(distance=distance, reduction=reduction)
+    bound = MargOHNMMiner(warmup_iterations=1, distance=distance)
+    bound.bind_loss(loss)
+    listed_miner = MargOHNMMiner(warmup_iterations=1, distance=distance)
+    for call, seed in enumerate((3, 3, 5)):
+        emb = embeddings(len(labels), seed=seed)
+        if call == 2:  # negatives nearer than positives: adaptive margins below 0
+            emb = (emb.detach() * torch.tensor([1.0 if c % 2 else -1.0 for c in labels])[:, None]).requires_grad_()
+        lazy, listed = bound(emb, y), listed_miner(emb, y)
+        assert isinstance(lazy, ViolatingQuadruplets) and isinstance(listed, Quadruplets)
+        assert (lazy.alpha1, lazy.alpha2) == (listed.alpha1, listed.alpha2)
+        assert lazy.count == len(listed.i) == bound.stats["num_violating"]
+        assert bound.stats["mean_loss"] == pytest.approx(listed_miner.stats["mean_loss"], rel=1e-9, abs=1e-12)
+        got, got_grad = value_and_grad(lambda e: loss(e, y, lazy), emb)
+        ref, ref_grad = value_and_grad(lambda e: loss(e, y, listed), emb)
+        close(got, ref)
+        close(got_grad, ref_grad)
+
+
+def test_margohnm_lists_for_a_cap_or_another_loss() -> None:
+    """Only an uncapped miner bound to a loss that sums violating quadruplets leaves them unlisted."""
+    y = torch.tensor(LAYOUTS["pk"])
+    emb = embeddings(len(y)).detach()
+    capped = MargOHNMMiner(warmup_iterations=0, max_tuples=5)
+    capped.bind_loss(QuadrupletLoss())
+    assert isinstance(capped(emb, y), Quadruplets)
+    other = MargOHNMMiner(warmup_iterations=0)
+    other.bind_loss(build_loss("contrastive"))
+    assert isinstance(other(emb, y), Quadruplets)
+    with pytest.raises(BenchError, match="batch of 8"):
+        QuadrupletLoss()(emb[:6], y[:6], ViolatingQuadruplets(8, 1.0, 0.5, 3))
 
 
 def test_margohnm_without_negatives_returns_nothing() -> None:

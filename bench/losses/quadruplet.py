@@ -63,13 +63,15 @@ from bench.losses._common import (
     take_rows,
 )
 from bench.losses.learned_metric import LearnedMetric
-from bench.tuples import Quadruplets
+from bench.tuples import Quadruplets, ViolatingQuadruplets
 
 Margin = torch.Tensor | float
 
 
 class QuadrupletLoss(BenchLoss):
     """Chen et al.'s strong + weak push, on a chosen distance or a learned metric."""
+
+    sums_violating = True  # takes `ViolatingQuadruplets`: MargOHNM's selection, summed in closed form
 
     def __init__(self, alpha1: float = 1.0, alpha2: float = 0.5, distance: Any = "squared_euclidean",
                  learned_metric: bool = False, metric_hidden: int = 10, metric_layers: int = 3,
@@ -97,6 +99,13 @@ class QuadrupletLoss(BenchLoss):
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any = None) -> torch.Tensor:
         """Only Quadruplets (or None, every quadruplet): triplets or pairs carry no second negative pair,
         so they are refused by name rather than misread."""
+        if isinstance(indices_tuple, ViolatingQuadruplets):
+            self.stats = {}
+            check_inputs(embeddings, labels)
+            if indices_tuple.batch_size != len(embeddings):
+                raise BenchError(f"ViolatingQuadruplets of a batch of {indices_tuple.batch_size}, "
+                                 f"got {len(embeddings)} embeddings")
+            return self.compute(embeddings, labels.to(embeddings.device), indices_tuple)
         if not isinstance(indices_tuple, Quadruplets):
             if indices_tuple is not None:
                 given = {3: "triplets", 4: "pairs"}.get(len(indices_tuple), "a tuple") if isinstance(
@@ -109,11 +118,15 @@ class QuadrupletLoss(BenchLoss):
         return self.compute(embeddings, labels.to(embeddings.device), indices_tuple)
 
     def compute(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any) -> torch.Tensor:
-        """Given Quadruplets with their own margins (MargOHNM's), or every quadruplet of the batch
-        through cumulative sums when ``indices_tuple`` is None."""
+        """Given Quadruplets with their own margins (MargOHNM's); every quadruplet of the batch through
+        cumulative sums when ``indices_tuple`` is None; ViolatingQuadruplets the same way at the miner's
+        margins, counting the violating ones only (the others add 0 to the sum)."""
         dist = self.distance_matrix(embeddings)
-        if indices_tuple is None:
-            total, num, num_pos = all_quadruplet_totals(dist, labels, self.alpha1, self.alpha2)
+        if indices_tuple is None or isinstance(indices_tuple, ViolatingQuadruplets):
+            v = indices_tuple
+            margins = (self.alpha1, self.alpha2) if v is None else (v.alpha1, v.alpha2)
+            total, num, num_pos = all_quadruplet_totals(dist, labels, *margins)
+            num = num if v is None else num_pos
             self.stats["num_tuples"] = float(num)
             self.stats["fraction_positive"] = float(num_pos) / num if num else 0.0
             return self.reducer.divide(total, num, num_pos, embeddings)

@@ -71,7 +71,8 @@ class BenchMiner:
         labels = labels.to(embeddings.device)
         with torch.no_grad():
             out = self.mine(embeddings.detach(), labels)
-        self.stats.setdefault("num_tuples", float(len(out[0])))
+        if "num_tuples" not in self.stats:  # not setdefault: its default would be computed every call
+            self.stats["num_tuples"] = float(len(out[0]))  # type: ignore[index]
         return out
 
     def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> IndexTuple:

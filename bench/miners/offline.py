@@ -87,7 +87,7 @@ class OfflineMiner(BenchMiner):
         with torch.no_grad():
             embeddings = embed(indices)
         found = self(embeddings, labels[indices.to(labels.device)].to(embeddings.device))
-        assert not isinstance(found, Quadruplets)  # this miner's own mine() gives triplets
+        assert isinstance(found, tuple) and not isinstance(found, Quadruplets)  # its own mine() gives triplets
         a, p, n = found
         indices = indices.to(a.device)
         self._pool = (indices[a], indices[p], indices[n])
