@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from typing import Callable
 
 import torch
+from bench_triplet_mining import timed  # the script's own folder is on sys.path
 
 from bench.losses.quadruplet import QuadrupletLoss
 from bench.miners.margohnm import MargOHNMMiner
@@ -41,14 +41,6 @@ class _MetricOnly:
 
     def __init__(self, loss: QuadrupletLoss) -> None:
         self.distance_matrix = loss.distance_matrix
-
-
-def timed(step: Callable, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
-    e = x.detach().clone().requires_grad_(True)
-    start = time.perf_counter()
-    value = step(e, y)
-    value.backward()
-    return time.perf_counter() - start, float(value.detach())
 
 
 def main() -> None:
