@@ -206,6 +206,7 @@ class Plan:
     estimates: dict[str, Estimate] = field(default_factory=dict)  # per cell id
     cost: TrunkCost | None = None  # the trunk cost the estimates used
     check_multiple: float = 0  # a budget check at this multiple is in the estimates (0: none)
+    method_s: dict[str, float] = field(default_factory=dict)  # timed loss + miner seconds a step, per cell id
 
     @property
     def total_iterations(self) -> int:
@@ -225,11 +226,13 @@ class Plan:
         raise KeyError(cell_id)
 
 
-def plan(protocol: Protocol, step_s: float | None = None, check_multiple: float = 0) -> Plan:
+def plan(protocol: Protocol, step_s: float | None = None, check_multiple: float = 0,
+         time_methods: bool = False) -> Plan:
     """Cells (loss x miner) in grid order, dropped pairs with their reasons, one budget for all.
 
     ``step_s`` is a training step time measured on one's own device (it replaces the cost table);
-    ``check_multiple`` adds a budget check at that multiple to the time estimate."""
+    ``check_multiple`` adds a budget check at that multiple to the time estimate; ``time_methods``
+    times each cell's loss and miner (`bench.method_cost`) and adds them to its steps."""
     doc = protocol.doc
     grid = doc["grid"]
     cells: list[Cell] = []
@@ -256,8 +259,14 @@ def plan(protocol: Protocol, step_s: float | None = None, check_multiple: float 
     budget = Budget(trials=doc["tuning"]["trials"], folds=validation["use"], iterations=training["iterations"],
                     batch_size=training["P"] * training["K"], seeds=len(doc["final"]["seeds"]))
     cost = trunk_cost(protocol, step_s)
-    estimates = {c.id: estimate_cell(protocol, c, budget, cost, check_multiple) for c in cells}
-    return Plan(protocol, tuple(cells), tuple(dropped), budget, estimates, cost, check_multiple)
+    method_s: dict[str, float] = {}
+    if time_methods:
+        from bench.method_cost import time_cells
+
+        method_s = time_cells(protocol, tuple(cells))
+    estimates = {c.id: estimate_cell(protocol, c, budget, cost, check_multiple, method_s.get(c.id, 0.0))
+                 for c in cells}
+    return Plan(protocol, tuple(cells), tuple(dropped), budget, estimates, cost, check_multiple, method_s)
 
 
 def incompatibility(loss: registry.Entry, miner: registry.Entry | None) -> str | None:
@@ -345,11 +354,11 @@ def trunk_cost(protocol: Protocol, step_s: float | None = None) -> TrunkCost:
 
 
 def estimate_cell(protocol: Protocol, cell: Cell, budget: Budget, cost: TrunkCost | None = None,
-                  check_multiple: float = 0) -> Estimate:
+                  check_multiple: float = 0, method_s: float = 0.0) -> Estimate:
     """Seconds for one cell: training steps, evaluations (validation, pruning checks, test) and records.
 
     ``check_multiple`` > 0 adds a budget check: the finals retrained at that multiple of the budget
-    with the same seeds, and evaluated again."""
+    with the same seeds, and evaluated again. ``method_s``: the cell's loss and miner, timed, a step."""
     doc = protocol.doc
     cost = cost or trunk_cost(protocol)
     h, w = image_hw(doc["data"]["image_size"])
@@ -360,7 +369,7 @@ def estimate_cell(protocol: Protocol, cell: Cell, budget: Budget, cost: TrunkCos
     test_classes, test_images = _images(_sized_test(doc["data"]["test"]), doc["data"]["test_classes"])
     folds = doc["data"]["validation"]["folds"]
     val_images = train_images / folds
-    per_step_extra = _miner_step_extra(cell, train_images * (folds - 1) / folds, embed_one)
+    per_step_extra = _miner_step_extra(cell, train_images * (folds - 1) / folds, embed_one) + method_s
     pruner = doc["tuning"]["pruner"]
     checks = 0 if pruner["type"] == "none" else budget.iterations // pruner["check_every"]
     one_val = val_images * embed_one + _metrics_s(val_images, 0, clustering=False)
@@ -451,11 +460,15 @@ def format_plan(p: Plan, cpuinfo: str | None = None) -> str:
         f"cells ({len(p.cells)}):",
     ]
     width = max([len(c.id) for c in p.cells] + [4])
-    lines.append(f"  {'cell':<{width}}  trials  folds  iters/run  seeds  iterations  samples(max)  est. time")
+    timed = bool(p.method_s)
+    lines.append(f"  {'cell':<{width}}  trials  folds  iters/run  seeds  iterations  samples(max)  est. time"
+                 + ("  loss+miner ms" if timed else ""))
     for c in p.cells:
         e = p.estimates[c.id]
+        method = p.method_s.get(c.id)
         lines.append(f"  {c.id:<{width}}  {b.trials:>6}  {b.folds:>5}  {b.iterations:>9}  {b.seeds:>5}  "
-                     f"{b.total_iterations:>10,}  {b.samples_seen:>12,}  {hms(e.mid_s)}")
+                     f"{b.total_iterations:>10,}  {b.samples_seen:>12,}  {hms(e.mid_s)}"
+                     + (f"  {'-' if method is None else f'{method * 1000:.3g}':>13}" if timed else ""))
     if p.dropped:
         lines += ["", f"dropped ({len(p.dropped)}):"]
         lines += [f"  {d.cell}: {d.reason}" for d in p.dropped if d.reason != NOT_SELECTED]
@@ -490,6 +503,13 @@ def format_plan(p: Plan, cpuinfo: str | None = None) -> str:
         f"{len(p.cells) * b.seeds} final runs, {p.total_iterations:,} iterations",
         where.format(check=check) + f"{basis})",
     ]
+    if timed:
+        lines.append(f"loss+miner: timed here on one thread, random {b.batch_size}-sample batches (early training, "
+                     f"an upper bound where mining shrinks), added to every step of the cell")
+        step_s = cost.step_s[0] * (b.batch_size / cost.ref_batch) * (h * w / cost.ref_pixels)
+        slow = [(c, s) for c, s in p.method_s.items() if s > step_s]
+        lines += [f"note: {c}'s loss and miner take {s * 1000:.3g} ms a step, {s / step_s:.1f}x the trunk's "
+                  f"{step_s * 1000:.3g} ms: this cell costs more than the others" for c, s in slow]
     if not gpu and training["precision"] == "bf16" and cost.source != "--step-ms":
         amx = "has no AMX" if lacks_amx(_cpuinfo() if cpuinfo is None else cpuinfo) else "has AMX or is not x86"
         lines.append(f"note: the step time above is fp32's; bf16 + channels-last measured 2.1-2.5x faster on a "

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from bench.commands._output import emit, format_option, quiet_option
+from bench.errors import BenchError
 
 if TYPE_CHECKING:
     from bench.plan import Plan
@@ -26,6 +27,7 @@ def rows(p: Plan) -> list[dict[str, Any]]:
         out.append({"cell": c.id, "status": "planned", "trials": b.trials, "folds": b.folds,
                     "iterations_per_run": b.iterations, "seeds": b.seeds, "iterations": b.total_iterations,
                     "samples_max": b.samples_seen, "est_time_s": None if e is None else round(e.mid_s, 1),
+                    "method_ms": round(p.method_s[c.id] * 1000, 3) if c.id in p.method_s else None,
                     "reason": ""})
     out += [{"cell": d.cell, "status": "dropped", "reason": d.reason} for d in p.dropped]
     return out
@@ -45,9 +47,12 @@ def _not_nan(ctx: click.Context, param: click.Parameter, value: float | None) ->
 @click.option("--budget-check", "check_multiple", type=click.IntRange(min=0, max=1000), default=0, show_default=True,
               help="add a budget check at this whole multiple of the budget to the estimate, as `dmlbench "
                    "budget-check --multiple` trains it (0: none)")
+@click.option("--time-methods", is_flag=True,
+              help="time each cell's loss and miner on batches of the protocol's shape (a few seconds) and add "
+                   "them to its steps: a method that costs more than the trunk is named")
 @format_option
 @quiet_option
-def command(file: str, step_ms: float | None, check_multiple: int, fmt: str, quiet: bool) -> int:
+def command(file: str, step_ms: float | None, check_multiple: int, time_methods: bool, fmt: str, quiet: bool) -> int:
     """Expand protocol FILE into cells (loss x miner), print dropped pairs, budget and time estimate.
 
     The estimate is wall time on this machine for a CPU protocol and GPU-hours for a CUDA one."""
@@ -61,7 +66,13 @@ def command(file: str, step_ms: float | None, check_multiple: int, fmt: str, qui
     d = protocol.doc["data"]
     for spec in (d["train"], *test_specs(d["test"])):
         check_path(spec)  # no class count for data that does not exist
-    p = plan(protocol, None if step_ms is None else step_ms / 1000, check_multiple)
+    if time_methods:
+        from bench.protocol import device_problem
+
+        problem = device_problem(str(protocol.doc["training"]["device"]))
+        if problem:
+            raise BenchError(f"--time-methods times on the protocol's device: {problem}")
+    p = plan(protocol, None if step_ms is None else step_ms / 1000, check_multiple, time_methods)
     check_live(p)  # a dead search parameter would waste the budget: refuse before the sweep
     emit(fmt, lambda: format_plan(p), lambda: rows(p))
     return 0
