@@ -38,9 +38,11 @@ def time_cell(protocol: Protocol, cell: Cell, repeats: int = 3) -> float | None:
     device = torch.device(str(doc["training"]["device"]))
     labels = torch.arange(p, device=device).repeat_interleave(k)
     context = {"num_classes": p, "embedding_size": dim}
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # leaves every RNG as it was
         torch.manual_seed(0)
-        loss_fn = registry.build_loss(cell.loss, context, **cell.loss_params).to(device)
+        loss_fn = registry.build_loss(cell.loss, context, **cell.loss_params)
+        if isinstance(loss_fn, torch.nn.Module):
+            loss_fn = loss_fn.to(device)
         miner = registry.build_miner(cell.miner, context, **cell.miner_params) if cell.miner else None
         if miner is not None and hasattr(miner, "bind_loss"):
             miner.bind_loss(loss_fn)
@@ -77,5 +79,8 @@ def time_cells(protocol: Protocol, cells: tuple[Cell, ...], repeats: int = 3) ->
 
 
 def _sync(device: torch.device) -> None:
+    """Wait for queued kernels, so that a time is the work's and not its launch's."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()

@@ -506,7 +506,8 @@ def format_plan(p: Plan, cpuinfo: str | None = None) -> str:
     if timed:
         lines.append(f"loss+miner: timed here on one thread, random {b.batch_size}-sample batches (early training, "
                      f"an upper bound where mining shrinks), added to every step of the cell")
-        step_s = cost.step_s[0] * (b.batch_size / cost.ref_batch) * (h * w / cost.ref_pixels)
+        ph, pw = image_hw(data["image_size"])  # the trunk's step at the protocol's batch and image size
+        step_s = cost.step_s[0] * (b.batch_size / cost.ref_batch) * (ph * pw / cost.ref_pixels)
         slow = [(c, s) for c, s in p.method_s.items() if s > step_s]
         lines += [f"note: {c}'s loss and miner take {s * 1000:.3g} ms a step, {s / step_s:.1f}x the trunk's "
                   f"{step_s * 1000:.3g} ms: this cell costs more than the others" for c, s in slow]

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from bench.registry import build_loss, build_miner
+from bench.tuples import ViolatingQuadruplets
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -30,6 +31,7 @@ CASES = [
     ("quadruplet", {}, None, {}),
     ("quadruplet", {}, "margohnm", {}),
     ("quadruplet", {"learned_metric": True}, "margohnm", {}),
+    ("quadruplet", {}, "margohnm", {"max_tuples": 10**9}),  # listed: every violating quadruplet enumerated
     ("lifted_structure", {}, None, {}),
     ("npair", {}, None, {}),
     ("infonce", {}, None, {}),
@@ -46,11 +48,14 @@ def _value_and_grad(loss, miner, x: torch.Tensor, y: torch.Tensor) -> tuple[torc
     tuples = miner(e, y) if miner is not None else None
     value = loss(e, y, tuples)
     value.backward()
+    if isinstance(tuples, ViolatingQuadruplets):  # unlisted: how many violate is what there is to compare
+        return value.detach().cpu(), e.grad.cpu(), (torch.tensor([tuples.count]),)
     return value.detach().cpu(), e.grad.cpu(), tuple(t.cpu() for t in tuples[:4]) if tuples is not None else ()
 
 
 @pytest.mark.parametrize("loss_name,loss_params,miner_name,miner_params", CASES,
-                         ids=[f"{c[0]}{'-learned' if c[1].get('learned_metric') else ''}+{c[2]}" for c in CASES])
+                         ids=[f"{c[0]}{'-learned' if c[1].get('learned_metric') else ''}+{c[2]}"
+                              f"{'-listed' if 'max_tuples' in c[3] else ''}" for c in CASES])
 def test_losses_and_miners_give_the_cpu_values_on_cuda(loss_name, loss_params, miner_name, miner_params) -> None:
     x, y = _batch()
     loss_cpu = build_loss(loss_name, **loss_params).double()

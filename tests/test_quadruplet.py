@@ -398,9 +398,12 @@ def test_margohnm_unlisted_equals_listed(layout: str, distance: str, reduction: 
     listed_miner = MargOHNMMiner(warmup_iterations=1, distance=distance)
     for call, seed in enumerate((3, 3, 5)):
         emb = embeddings(len(labels), seed=seed)
-        if call == 2:  # negatives nearer than positives: adaptive margins below 0
-            emb = (emb.detach() * torch.tensor([1.0 if c % 2 else -1.0 for c in labels])[:, None]).requires_grad_()
+        if call == 2:  # a sample sits by the same-rank samples of other classes: negatives nearer, margins < 0
+            rank = [labels[:i].count(c) for i, c in enumerate(labels)]
+            emb = (embeddings(max(rank) + 1, seed=seed).detach()[rank] + 0.01 * emb.detach()).requires_grad_()
         lazy, listed = bound(emb, y), listed_miner(emb, y)
+        if call == 2 and layout not in DEGENERATE:
+            assert lazy.alpha1 < 0 and lazy.alpha2 < 0
         assert isinstance(lazy, ViolatingQuadruplets) and isinstance(listed, Quadruplets)
         assert (lazy.alpha1, lazy.alpha2) == (listed.alpha1, listed.alpha2)
         assert lazy.count == len(listed.i) == bound.stats["num_violating"]
@@ -409,6 +412,23 @@ def test_margohnm_unlisted_equals_listed(layout: str, distance: str, reduction: 
         ref, ref_grad = value_and_grad(lambda e: loss(e, y, listed), emb)
         close(got, ref)
         close(got_grad, ref_grad)
+
+
+def test_margohnm_with_nothing_violating_gives_no_gradient_to_the_metric() -> None:
+    """Valid quadruplets, none violating (the learned g lies in [0, 1], so fixed margins of -1 and -2 ask
+    nothing): zero loss, and the learned metric's parameters get no gradient, as when a listed miner
+    returns nothing."""
+    y = torch.tensor(LAYOUTS["pk"])
+    emb = embeddings(len(y))
+    loss = QuadrupletLoss(learned_metric=True, reduction="sum").double()
+    miner = MargOHNMMiner(warmup_iterations=5, alpha1=-1.0, alpha2=-2.0)
+    miner.bind_loss(loss)
+    q = miner(emb, y)
+    assert isinstance(q, ViolatingQuadruplets) and q.count == 0
+    value = loss(emb, y, q)
+    value.backward()
+    assert float(value.detach()) == 0.0 and loss.stats["num_tuples"] == 0
+    assert all(p.grad is None for p in loss.parameters())
 
 
 def test_margohnm_lists_for_a_cap_or_another_loss() -> None:

@@ -126,6 +126,8 @@ class QuadrupletLoss(BenchLoss):
             v = indices_tuple
             margins = (self.alpha1, self.alpha2) if v is None else (v.alpha1, v.alpha2)
             total, num, num_pos = all_quadruplet_totals(dist, labels, *margins)
+            if v is not None and num_pos == 0:  # as the listed path given no tuple: no gradient to the metric
+                return self.nothing(embeddings)
             num = num if v is None else num_pos
             self.stats["num_tuples"] = float(num)
             self.stats["fraction_positive"] = float(num_pos) / num if num else 0.0

@@ -159,7 +159,7 @@ SCHEMA: dict[str, Any] = {
                     "required": ["folds"],
                     "properties": {
                         "folds": {"type": "integer", "minimum": 2},
-                        "use": _POS_INT,
+                        "use": {"type": ["integer", "null"], "minimum": 1},  # null: every fold
                         "group_by": {"type": ["string", "null"]},
                     },
                 },
