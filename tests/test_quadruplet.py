@@ -441,6 +441,14 @@ def test_margohnm_lists_for_a_cap_or_another_loss() -> None:
     other = MargOHNMMiner(warmup_iterations=0)
     other.bind_loss(build_loss("contrastive"))
     assert isinstance(other(emb, y), Quadruplets)
+
+    class Reweighted(QuadrupletLoss):  # a plugin's variant that reads the indices itself
+        def compute(self, embeddings, labels, indices_tuple):
+            return super().compute(embeddings, labels, indices_tuple) * 2
+
+    variant = MargOHNMMiner(warmup_iterations=0)
+    variant.bind_loss(Reweighted())
+    assert isinstance(variant(emb, y), Quadruplets)
     with pytest.raises(BenchError, match="batch of 8"):
         QuadrupletLoss()(emb[:6], y[:6], ViolatingQuadruplets(8, 1.0, 0.5, 3))
 

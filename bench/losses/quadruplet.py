@@ -73,6 +73,13 @@ class QuadrupletLoss(BenchLoss):
 
     sums_violating = True  # takes `ViolatingQuadruplets`: MargOHNM's selection, summed in closed form
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass with its own ``forward`` or ``compute`` may read indices: it gets listed quadruplets
+        unless it says ``sums_violating = True`` itself."""
+        super().__init_subclass__(**kwargs)
+        if "sums_violating" not in cls.__dict__ and ({"forward", "compute"} & set(cls.__dict__)):
+            cls.sums_violating = False
+
     def __init__(self, alpha1: float = 1.0, alpha2: float = 0.5, distance: Any = "squared_euclidean",
                  learned_metric: bool = False, metric_hidden: int = 10, metric_layers: int = 3,
                  normalize: bool = True, reduction: Any = "mean") -> None:
