@@ -25,7 +25,7 @@ import time
 import torch
 
 from bench import registry
-from bench.plan import Cell, _images
+from bench.plan import Cell, dataset_size
 from bench.protocol import Protocol
 
 
@@ -37,7 +37,7 @@ def time_cell(protocol: Protocol, cell: Cell, repeats: int = 3) -> float | None:
     p, k, dim = doc["training"]["P"], doc["training"]["K"], doc["model"]["embedding_dim"]
     device = torch.device(str(doc["training"]["device"]))
     labels = torch.arange(p, device=device).repeat_interleave(k)
-    classes, _ = _images(doc["data"]["train"], doc["data"]["train_classes"])  # proxies: one per training class
+    classes, _ = dataset_size(doc["data"]["train"], doc["data"]["train_classes"])  # proxies: one per training class
     context = {"num_classes": max(p, int(classes)), "embedding_size": dim}
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # leaves every RNG as it was
         torch.manual_seed(0)

@@ -311,14 +311,14 @@ def _cell(cell_id: str, loss_entry: registry.Entry, loss_item: dict[str, Any],
 # --------------------------------------------------------------------------- time
 
 
-def _images(spec: Any, classes: Any) -> tuple[float, float]:
+def dataset_size(spec: Any, classes: Any) -> tuple[float, float]:
     """(classes, images) of a dataset side, (0, 0) for a dataset of unknown size.
 
     A query/gallery test side counts the gallery's images (what each query is searched in) and
     the query's classes."""
     if isinstance(spec, dict):
-        n_classes, _ = _images(spec["query"], classes)
-        _, gallery = _images(spec["gallery"], None)
+        n_classes, _ = dataset_size(spec["query"], classes)
+        _, gallery = dataset_size(spec["gallery"], None)
         return n_classes, gallery
     if spec not in DATASET_SIZES:
         return 0, 0
@@ -365,8 +365,8 @@ def estimate_cell(protocol: Protocol, cell: Cell, budget: Budget, cost: TrunkCos
     pixels = h * w  # an MLP's first layer and a conv trunk both scale with the pixel count
     scale = (budget.batch_size / cost.ref_batch) * (pixels / cost.ref_pixels)
     embed_one = cost.embed_s * pixels / cost.ref_pixels
-    _, train_images = _images(doc["data"]["train"], doc["data"]["train_classes"])
-    test_classes, test_images = _images(_sized_test(doc["data"]["test"]), doc["data"]["test_classes"])
+    _, train_images = dataset_size(doc["data"]["train"], doc["data"]["train_classes"])
+    test_classes, test_images = dataset_size(_sized_test(doc["data"]["test"]), doc["data"]["test_classes"])
     folds = doc["data"]["validation"]["folds"]
     val_images = train_images / folds
     per_step_extra = _miner_step_extra(cell, train_images * (folds - 1) / folds, embed_one) + method_s

@@ -200,9 +200,9 @@ def test_a_cuda_protocol_is_estimated_in_gpu_hours(grid_plan):
 
 
 def test_query_gallery_sides_count_the_gallery():
-    from bench.plan import DATASET_SIZES, _images
+    from bench.plan import DATASET_SIZES, dataset_size
 
-    classes, images = _images({"query": "market1501:query", "gallery": "market1501:gallery"}, None)
+    classes, images = dataset_size({"query": "market1501:query", "gallery": "market1501:gallery"}, None)
     assert classes == DATASET_SIZES["market1501:query"][0]
     assert images == pytest.approx(19732)
 
