@@ -6,8 +6,10 @@ gives the estimate of the time left. A resumed sweep starts the iteration
 bar at what is already recorded, so the estimate covers only what remains.
 With ``quiet`` there are no bars: one line per finished trial or final run,
 which is what a CI log can hold, ending with the share of the sweep's
-iterations done and the time left at this process's rate (other workers on
-the same storage are counted at the next resume, not live).
+iterations done and the time left. Workers sharing a storage each report
+the store's count after every finished run (``recorded``), so the share and
+the pace are the whole sweep's, not this process's alone: a worker whose
+partner did half the work would otherwise see 50% at the end.
 """
 
 from __future__ import annotations
@@ -85,8 +87,14 @@ class Progress:
         """Folds a failed or pruned trial never started still count as spent, for the time left."""
         self._advance(iterations)
 
+    def recorded(self, iterations: int) -> None:
+        """The iterations the storage holds as spent, by every worker: the count moves up to it (never down,
+        since this process's running run is not in the store yet)."""
+        self._advance(iterations - self.done)
+
     def eta(self) -> str:
-        """`37% of iterations, ~0:21:05 left`, from this process's rate since it started."""
+        """`37% of iterations, ~0:21:05 left`, at the pace of what was spent since this process started
+        (other workers' runs included once ``recorded`` has seen them)."""
         pct = 100 * self.done / self.total if self.total else 100.0
         ran = self.done - self._done_at_start
         if ran <= 0:

@@ -295,8 +295,9 @@ class Sweep:
         for cell in self.plan.cells:
             trials = [t for t in self.tuning[cell.id].counted().values() if t.state.is_finished()]
             finals = [t for t in self.finals[cell.id].counted().values() if t.state.is_finished()]
-            done += (len(trials) * b.folds + len(finals)) * b.iterations
-            if self.finals[cell.id].finished() or self._no_winner(cell):
+            no_winner = self._no_winner(cell)
+            done += (len(trials) * b.folds + (b.seeds if no_winner else len(finals))) * b.iterations
+            if no_winner or self.finals[cell.id].finished():
                 finished.add(cell.id)
         return done, finished
 
@@ -406,6 +407,7 @@ class Sweep:
                                  "wall_time_s": outcome.wall_time_s},
                         tags={"state": outcome.state, "reason": outcome.reason[:500]})
         self.mlflow.end(run_id, outcome.state)
+        self.progress.recorded(self._done_iterations()[0])
         self.progress.trial(cell.id, slot.slot, self.plan.budget.trials, outcome.state, outcome.value, self.primary,
                             outcome.iterations, outcome.wall_time_s, outcome.reason)
 
@@ -451,6 +453,7 @@ class Sweep:
                                  "samples_seen": result.samples_seen, "wall_time_s": result.wall_time_s},
                         tags={"state": result.state, "reason": result.reason[:500]})
         self.mlflow.end(run_id, result.state)
+        self.progress.recorded(self._done_iterations()[0])
         self.progress.final(cell.id, seed, result.state, metrics, self.primary, result.wall_time_s, result.reason)
 
     def _floor_records(self, floor: Any) -> None:

@@ -473,6 +473,10 @@ def test_two_workers_share_one_sweep(tmp_path, data_root, sweep):
             w.kill()
         raise AssertionError("a worker stalled; outputs:\n" + "\n---\n".join(w.communicate()[0] for w in workers))
     assert [w.returncode for w in workers] == [0, 0], outputs
+    # the share done is the sweep's across both workers: whoever records the last run sees all of it
+    shares = [[int(s) for s in re.findall(r"\| (\d+)% of iterations", out)] for out in outputs]
+    assert all(shares) and max(s[-1] for s in shares) == 100, outputs
+    assert all(s == sorted(s) for s in shares), outputs
     with sqlite3.connect(tmp_path / "optuna.db") as db:
         counts = db.execute("select s.study_name, count(*) from trials t join studies s using (study_id) "
                             "where t.state in ('COMPLETE', 'FAIL', 'PRUNED') and t.trial_id not in "
@@ -507,6 +511,23 @@ def test_quiet_lines_carry_the_share_done_and_time_left() -> None:
     p.skip(200)
     p.final("triplet+batch_hard", 0, "COMPLETE", {"map_at_r": 0.5}, "map_at_r", 1.0)
     assert out.getvalue().rstrip().endswith("| 100% of iterations, ~0:00:00 left")
+
+
+def test_runs_another_worker_recorded_count_toward_the_share_and_pace() -> None:
+    import io
+
+    from bench.progress import Progress
+
+    out = io.StringIO()
+    p = Progress(n_cells=1, total_iterations=1000, done_iterations=0, quiet=True, stream=out)
+    p.start -= 60.0
+    p.run_started(100)
+    p.run_finished()
+    p.recorded(500)  # the store: this worker's 100 and another's 400
+    p.recorded(300)  # a stale or partial read never takes the count back
+    p.trial("contrastive+none", 0, 8, "COMPLETE", 0.5, "map_at_r", 100, 60.0)
+    # 500 of 1000 spent in 60 s by the two workers together -> a minute left, not nine
+    assert out.getvalue().rstrip().endswith("| 50% of iterations, ~0:01:00 left"), out.getvalue()
 
 
 def test_redo_discards_one_cell_and_reruns_it_to_the_same_table(tmp_path, data_root):
