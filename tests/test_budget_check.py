@@ -264,6 +264,16 @@ def test_claims_say_whether_the_table_is_stable(checked: Path, tmp_path: Path) -
         assert f"| **{v['verdict']}** | not stable at 2x" in md
         if last in v["records"]["cells"]:
             assert f"{last} (rank" in v["stability"]
+    # Incomplete: a cell not yet checked (a check still running) moves nothing, so it is "not yet shown", not
+    # "not stable", on the claims and on the leaderboard.
+    shifted[shifted["cell"] != last].to_csv(results / "budget_check.csv", index=False)
+    assert main(["claims", str(cf), "--results", str(results), "--quiet"]) == 0
+    md = (results / "claims.md").read_text()
+    assert "**The table's ranking is not yet shown stable** (the check is incomplete)" in md and last in md
+    assert main(["leaderboard", str(results), "--quiet"]) == 0
+    board = (results / "leaderboard.md").read_text()
+    assert "the ranking is not yet shown stable when every cell trains longer" in board
+    assert "the ranking is not stable when" not in board
 
 
 # --------------------------------------------------------------------------- hand-computed cases

@@ -225,6 +225,22 @@ def test_collapsed_missing_or_thin_cells_make_a_claim_not_testable() -> None:
     assert _judge("beats", values, a="A", b="B").verdict == "supported"
 
 
+def test_a_barely_trained_cell_makes_a_claim_not_testable() -> None:
+    """Significantly above the floor yet with a sliver of the best cell's gain: a failed training, refused."""
+    floor = [0.020, 0.025, 0.030, 0.022, 0.028]
+    values = {"best": [0.47, 0.46, 0.47, 0.46, 0.48], "mid": [0.15, 0.16, 0.14, 0.15, 0.16],
+              "weak": [0.045, 0.052, 0.058, 0.047, 0.050]}
+    res = _results(values, floor=floor)
+    assert st.ttest_rel(values["weak"], floor, alternative="greater").pvalue < 0.05  # not collapsed
+    v = _judge("beats", values, res, a="weak", b="best")
+    share = (np.mean(values["weak"]) - np.mean(floor)) / (np.mean(values["best"]) - np.mean(floor))
+    assert share < 0.25
+    assert v.verdict == "not testable" and "weak is barely trained" in v.reason, v.reason
+    assert f"{share:.0%} of the best cell's gain" in v.reason
+    # A quarter or more of the best cell's gain ((0.152 - 0.025) / 0.443 = 29%): judged.
+    assert _judge("beats", values, res, a="mid", b="best").verdict == "contradicted"
+
+
 def test_paired_when_the_seeds_match_else_welch() -> None:
     a, b = [0.50, 0.60, 0.55], [0.47, 0.58, 0.51]  # seed effects shared: pairing removes them
     same = _judge("beats", {"A": a, "B": b}, a="A", b="B")

@@ -268,6 +268,10 @@ def test_floor_row_and_collapsed_cells(sweep_copy: Path, tmp_path: Path) -> None
         assert ("collapsed" in r[-1]) == (p >= 0.05), (cell, p, r[-1])
         if p >= 0.05:
             assert f"paired, one-sided p = {p:.3g}" in r[-1]
+        share = (x.mean() - floor["map_at_r"].mean()) / (means.max() - floor["map_at_r"].mean())
+        assert ("barely trained" in r[-1]) == (p < 0.05 and share < 0.25), (cell, p, share, r[-1])
+        if "barely trained" in r[-1]:
+            assert f"{share:.0%} of the best cell's gain" in r[-1]
     assert "collapsed" in rows[worst][-1]
     footer = md.split("\n---\n", 1)[1]
     assert "floor: the untrained trunk" in footer

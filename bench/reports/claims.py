@@ -44,7 +44,9 @@ A fourth verdict, "not testable", refuses a claim instead of
 approximating it: a cell it names is not in the results (the grid has no
 such cell, the audit refused it, every seed failed), has fewer than two
 completed seeds, is collapsed (not significantly above the floor, the
-untrained trunk: `bench.reports.floor`), or does not run the method the
+untrained trunk: `bench.reports.floor`) or barely trained (above it by
+less than a quarter of the best cell's gain: a failed training, whose
+verdict would be about the failure), or does not run the method the
 claim is about (`requires`, checked against the cell's fixed parameters in
 the re-planned protocol: e.g. `requires: {a: {miner: semihard,
 miner_params: {semantics: nearest}}}`).
@@ -311,7 +313,8 @@ def mismatch(plan: Plan, cell: str, spec: dict[str, Any]) -> str | None:
 
 
 def _untestable(res: Results, cell: str, name: str, claim: dict[str, Any]) -> str | None:
-    """Why a claim cannot rest on this cell: missing, too few seeds, collapsed, or not the method named."""
+    """Why a claim cannot rest on this cell: missing, too few seeds, collapsed or barely trained, or not the
+    method named."""
     if cell not in res.cells:
         if cell in res.refused:
             return f"cell {cell} was refused by the budget audit ({res.refused[cell]})"
@@ -322,7 +325,7 @@ def _untestable(res: Results, cell: str, name: str, claim: dict[str, Any]) -> st
     if n < 2:
         return f"cell {cell} has {n} completed final seed; a test needs 2"
     fc = floor.check(res, cell)
-    if fc is not None and fc.collapsed:
+    if fc is not None and (fc.collapsed or fc.weak):
         return f"cell {cell} is {fc.describe()}"
     roles = [r for r in ("a", "b", "cell") if claim.get(r) == name] + [name, cell]
     spec = next((claim.get("requires", {})[r] for r in roles if r in claim.get("requires", {})), None)
@@ -344,7 +347,7 @@ def judge(claim: dict[str, Any], res: Results, cf: ClaimsFile) -> Verdict:
 
     A metric the results do not have, or a claim comparing a cell with
     itself, is a user error; a cell the results cannot support (missing,
-    fewer than 2 seeds, collapsed, not the method the claim names) makes
+    fewer than 2 seeds, collapsed or barely trained, not the method the claim names) makes
     the claim "not testable", never approximated by a neighbour.
     """
     cid = claim["id"]
@@ -520,7 +523,8 @@ def _budget_line(res: Results) -> str:
     if check is None:
         return ("No budget check (`dmlbench budget-check`): whether these verdicts hold when every cell trains "
                 "longer is unknown.")
-    head = "The table's ranking is stable" if check.stable else "**The table's ranking is not stable**"
+    head = ("The table's ranking is stable" if check.stable else "**The table's ranking is not stable**"
+            if check.moved else "**The table's ranking is not yet shown stable** (the check is incomplete)")
     return (f"{head} under the budget check: {md_text(check.summary())}. Beside each verdict: whether it holds "
             f"at {check.multiple}x (judged again there by the same rules).")
 
@@ -540,7 +544,8 @@ def markdown(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> str:
         f"Effects as difference of means with a {LEVEL:.0%} interval over final seeds (paired t where both cells "
         f"ran the same seeds, else Welch); equivalence margin {cf.equivalence:g} unless a claim sets its own. "
         "Each verdict uses its Holm-adjusted p (across this file's testable claims); every interval is "
-        f"{TUNING_CAVEAT}. A claim on a missing, collapsed (not above the floor) or different method is not testable.",
+        f"{TUNING_CAVEAT}. A claim on a missing, collapsed (not above the floor), barely trained (above it by less than "
+        f"{floor.WEAK_SHARE:.0%} of the best cell's gain) or different method is not testable.",
         "",
         _budget_line(res), "",
         "| claim | kind | verdict | budget check | metric | effect [95% CI] | test | p | p (Holm) | seeds | cells | "

@@ -7,16 +7,27 @@ has collapsed, and any verdict resting on it would be evidence of nothing
 primary metric, paired by seed when the floor was evaluated with the cell's
 final seeds (each seed's own initialisation, common random numbers), else
 Welch.
+
+Significance is not enough: with five seeds a cell that gained a point of
+MAP@R over the untrained trunk, while the best cell gained forty, is
+"above the floor" and still a failed training. Its `share`, the cell's gain
+over the floor as a fraction of the best cell's, marks it *barely trained*
+below `WEAK_SHARE`; a claim resting on such a cell is refused like one on
+a collapsed cell, since its verdict would judge the failed training, not
+the method.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from bench.reports.source import Results
 from bench.reports.stats import Difference, compare
 
 ALPHA = 0.05
+WEAK_SHARE = 0.25  # of the best cell's gain over the floor
 
 
 @dataclass(frozen=True)
@@ -26,6 +37,7 @@ class FloorCheck:
     cell: str
     metric: str
     difference: Difference
+    share: float | None = None  # gain over the floor / the best cell's gain; None when no cell gained
 
     @property
     def collapsed(self) -> bool | None:
@@ -33,6 +45,11 @@ class FloorCheck:
         if not d.testable:
             return None
         return not d.p_greater < ALPHA
+
+    @property
+    def weak(self) -> bool:
+        """Above the floor, but by less than `WEAK_SHARE` of what the best cell gained."""
+        return self.collapsed is False and self.share is not None and self.share < WEAK_SHARE
 
     def describe(self) -> str:
         """The leaderboard's note: what the test found, with its p-value and kind."""
@@ -42,6 +59,9 @@ class FloorCheck:
         test = f"{d.test}, one-sided p = {d.p_greater:.3g}"
         if self.collapsed:
             return f"collapsed: not significantly above the floor on {self.metric} ({test})"
+        if self.weak:
+            return (f"barely trained: {self.share:.0%} of the best cell's gain over the floor on {self.metric} "
+                    f"(below {WEAK_SHARE:.0%}; {test})")
         return f"above the floor on {self.metric} ({test})"
 
 
@@ -53,4 +73,8 @@ def check(res: Results, cell: str, metric: str | None = None) -> FloorCheck | No
         return None
     values: list[float] = list(res.values(cell, metric)) if cell in res.cells else []
     d = compare(values, list(floor), res.seeds(cell) if cell in res.cells else [], floor_seeds)
-    return FloorCheck(cell, metric, d)
+    base = float(np.mean(floor))
+    means = [float(np.mean(v)) for c in res.cells if len(v := res.values(c, metric))]
+    best = max(means, default=base) - base
+    share = (float(np.mean(values)) - base) / best if values and best > 0 else None
+    return FloorCheck(cell, metric, d, share)

@@ -57,7 +57,7 @@ class Row:
     def notes(self) -> list[str]:
         """What the reader must see beside the numbers: collapse, failed seeds, edge values."""
         out = []
-        if self.floor_check is not None and self.floor_check.collapsed is not False:
+        if self.floor_check is not None and (self.floor_check.collapsed is not False or self.floor_check.weak):
             out.append(self.floor_check.describe())
         if self.failed:
             reasons = "; ".join(f"seed {s}: {why or 'no reason recorded'}" for s, why in sorted(self.failed.items()))
@@ -101,8 +101,10 @@ class Board:
             out.append(f"only {min(seeds)} final seed(s) in some cells (fewer than {MIN_SEEDS}): "
                        "the intervals are wide or missing, and the ranking may not hold")
         if self.budget is not None and not self.budget.stable:
-            out.append("the ranking is not stable when every cell trains longer: " + self.budget.summary()
-                       + ". This ranking may not be the one the methods converge to")
+            head = ("the ranking is not stable when every cell trains longer: " if self.budget.moved else
+                    "the ranking is not yet shown stable when every cell trains longer (the budget check is "
+                    "incomplete): ")
+            out.append(head + self.budget.summary() + ". This ranking may not be the one the methods converge to")
         rho = self.transfer
         if math.isfinite(rho) and rho < MIN_TRANSFER:
             out.append(f"validation/test rank correlation (Spearman) of {self.primary} is {rho:.2f}, below "
@@ -210,7 +212,7 @@ def _edges(plan: Any, cell: str, params: dict[str, Any]) -> list[str]:
 
 
 NOTES = ("Notes: a cell not significantly above the floor (the untrained trunk) is collapsed and evidence of "
-         "nothing; failed final seeds are counted with their reason; a tuned value within 5% of an end of its "
+         "nothing, and one above it by less than a quarter of the best cell's gain is barely trained; failed final seeds are counted with their reason; a tuned value within 5% of an end of its "
          "search range may have been cut short by the range.")
 
 
@@ -333,7 +335,10 @@ def footer_lines(board: Board) -> list[str]:
         lines.append(f"floor: the untrained trunk evaluated the same way, one run per final seed; a cell is marked "
                      f"collapsed when its {md_code(board.primary)} is not significantly above it (one-sided, "
                      f"alpha {floor.ALPHA:g}, paired by seed when the seeds match, else Welch): "
-                     + (", ".join(md_code(c) for c in collapsed) or "none"))
+                     + (", ".join(md_code(c) for c in collapsed) or "none")
+                     + f"; barely trained (above it by less than {floor.WEAK_SHARE:.0%} of the best cell's gain): "
+                     + (", ".join(md_code(r.cell) for r in board.rows
+                                  if r.floor_check is not None and r.floor_check.weak) or "none"))
     else:
         lines.append("no floor row: these results have no floor.csv (the untrained trunk was not evaluated), "
                      "so no cell can be marked collapsed")
