@@ -544,8 +544,8 @@ def markdown(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> str:
         f"Effects as difference of means with a {LEVEL:.0%} interval over final seeds (paired t where both cells "
         f"ran the same seeds, else Welch); equivalence margin {cf.equivalence:g} unless a claim sets its own. "
         "Each verdict uses its Holm-adjusted p (across this file's testable claims); every interval is "
-        f"{TUNING_CAVEAT}. A claim on a missing, collapsed (not above the floor), barely trained (above it by less than "
-        f"{floor.WEAK_SHARE:.0%} of the best cell's gain) or different method is not testable.",
+        f"{TUNING_CAVEAT}. A claim on a missing, collapsed (not above the floor), barely trained (above it by "
+        f"less than {floor.WEAK_SHARE:.0%} of the best cell's gain) or different method is not testable.",
         "",
         _budget_line(res), "",
         "| claim | kind | verdict | budget check | metric | effect [95% CI] | test | p | p (Holm) | seeds | cells | "

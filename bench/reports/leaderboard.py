@@ -212,8 +212,9 @@ def _edges(plan: Any, cell: str, params: dict[str, Any]) -> list[str]:
 
 
 NOTES = ("Notes: a cell not significantly above the floor (the untrained trunk) is collapsed and evidence of "
-         "nothing, and one above it by less than a quarter of the best cell's gain is barely trained; failed final seeds are counted with their reason; a tuned value within 5% of an end of its "
-         "search range may have been cut short by the range.")
+         "nothing, and one above it by less than a quarter of the best cell's gain is barely trained; failed "
+         "final seeds are counted with their reason; a tuned value within 5% of an end of its search range may "
+         "have been cut short by the range.")
 
 
 def fmt(x: float, digits: int = 3) -> str:
