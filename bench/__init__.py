@@ -2,7 +2,7 @@
 
 The public surface is small on purpose: `bench.registry` (names to losses,
 miners and trunks), `bench.metrics` (retrieval and clustering metrics),
-`bench.runner.run_protocol` (a whole sweep), `bench.single_run.train_and_evaluate`
+`bench.sweep.runner.run_protocol` (a whole sweep), `bench.single_run.train_and_evaluate`
 (one training run) and the `dmlbench` command line. Everything else may move
 between releases.
 

@@ -48,6 +48,7 @@ from typing import Any
 import click
 
 from bench import __version__
+
 from bench.errors import BenchError
 
 COMMANDS = {

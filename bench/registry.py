@@ -239,6 +239,8 @@ def register(kind: str, name: str, *, tuples: str = "", summary: str = "", count
     def decorate(obj: Any) -> Any:
         from bench import plugins
 
+        
+
         origin = plugins.current_origin(obj.__module__)
         entry = Entry(name, kind, f"{obj.__module__}:{obj.__qualname__}", summary or (obj.__doc__ or "").strip()
                       .split("\n")[0], counterpart, tuples, dict(search_space or {}), tuple(needs), scope=scope,
@@ -259,6 +261,8 @@ def names(kind: str) -> list[str]:
     """The known names of one kind: built-ins in table order, then registered and installed plugins."""
     from bench import plugins
 
+    
+
     out = [e.name for e in ENTRIES if e.kind == kind]
     out += [n for k, n in _REGISTERED if k == kind and n not in out]
     return out + sorted(n for n in plugins.entry_points(kind) if n not in out)
@@ -267,6 +271,8 @@ def names(kind: str) -> list[str]:
 def entries(kind: str | None = None) -> list[Entry]:
     """Every entry (of ``kind``), installed plugins imported: for listing and cross-checking."""
     from bench import plugins
+
+    
 
     for k in [kind] if kind else KINDS:
         for name in plugins.entry_points(k):
@@ -295,6 +301,8 @@ def get(kind: str, name: str) -> Entry:
     if name.startswith("timm:") and kind == "trunk":
         return _timm_entry(name)
     from bench import plugins
+
+    
 
     ep = plugins.entry_points(kind).get(name) if kind in plugins.GROUPS else None
     if ep is not None:
@@ -370,3 +378,42 @@ def build_miner(name: str, context: dict[str, Any] | None = None, **params: Any)
 def build_trunk(name: str, **params: Any) -> Any:
     """A trunk module; ``in_shape`` and ``embedding_dim`` come with ``params``."""
     return _build("trunk", name, params)
+
+
+# --------------------------------------------------------------------------- loss x miner
+
+# Loss consumes (key) -> miner outputs it can use. Pair and triplet losses
+# convert between pairs and triplets (PML's convention, bench.tuples);
+# quadruplets carry a type only the quadruplet loss reads; N-pair takes one
+# positive pair per class; proxy losses learn from labels alone.
+COMPATIBLE: dict[str, frozenset[str]] = {
+    "pairs": frozenset({"pairs", "triplets"}),
+    "triplets": frozenset({"pairs", "triplets"}),
+    "quadruplets": frozenset({"quadruplets"}),
+    "npair": frozenset({"pairs"}),
+    "proxy": frozenset(),
+}
+
+
+def incompatibility(loss: Entry, miner: Entry | None) -> str | None:
+    """Why this loss cannot use this miner's output, or None when it can."""
+    if miner is None:
+        return None
+    produces, consumes = miner.tuples, loss.tuples
+    if produces in COMPATIBLE.get(consumes, frozenset()):
+        return None
+    if consumes in _REFUSAL:
+        why = _REFUSAL[consumes]
+    elif produces == "quadruplets":
+        why = "{miner} produces quadruplets, which only a quadruplet loss consumes; {loss} takes {consumes}"
+    else:
+        why = "{loss} consumes {consumes}; {miner} produces {produces}"
+    return why.format(loss=loss.name, miner=miner.name, produces=produces, consumes=consumes)
+
+
+# why a loss that consumes these tuples cannot use a miner's other tuples (`incompatibility`)
+_REFUSAL = {
+    "proxy": "{loss} is a proxy loss: it learns class proxies from labels, so {miner}'s {produces} would be ignored",
+    "npair": "{loss} takes one positive pair per class (N-pair batches); {miner} produces {produces}",
+    "quadruplets": "{loss} needs quadruplets; {miner} produces {produces} (use a quadruplet-capable miner)",
+}

@@ -35,6 +35,8 @@ def check_config(config: TrainConfig, size: int | None = None) -> None:
     """Unknown names and parameters fail in a second, before data, models and MLflow are loaded."""
     from bench import registry
 
+    
+
     for kind, name, params in (("trunk", config.trunk, config.trunk_params),
                                ("loss", config.loss, config.loss_params),
                                ("miner", config.miner, config.miner_params)):
@@ -45,7 +47,7 @@ def check_config(config: TrainConfig, size: int | None = None) -> None:
         registry.check_params(registry.get(kind, name), params)
     config.check()
     if size is not None:
-        from bench.models import check_size
+        from bench.trunks import check_size
 
         check_size(config.trunk, (1, size, size), config.embedding_dim, config.trunk_params)
 
@@ -55,9 +57,11 @@ def trained_normalized(config: TrainConfig) -> bool:
 
     The loss's ``normalize`` as given, else its default; a loss without one
     (PML-backed) normalises, as PML's default distances do. A protocol run
-    takes the same from ``model.normalize`` (`bench.tuning.score_model`).
+    takes the same from ``model.normalize`` (`bench.sweep.tuning.score_model`).
     """
     from bench import registry
+
+    
 
     default = registry.get("loss", config.loss).parameters().get("normalize", True)
     return bool(config.loss_params.get("normalize", default))
@@ -65,7 +69,7 @@ def trained_normalized(config: TrainConfig) -> bool:
 
 def split_fingerprints(train_classes: tuple[int, ...], test_classes: tuple[int, ...]) -> dict[str, str]:
     """The fingerprint of the train/test split and of each side, as the results tables name them."""
-    from bench.splits import ClassSplit, fingerprint
+    from bench.data.splits import ClassSplit, fingerprint
 
     train, test = ClassSplit("train", train_classes), ClassSplit("test", test_classes)
     return {"split": fingerprint(train, test), "train": train.fingerprint, "test": test.fingerprint}
@@ -121,10 +125,11 @@ def train_and_evaluate(config: TrainConfig, train_spec: str = DEFAULT_TRAIN, tes
     from tqdm import tqdm
 
     from bench import data as datasets
-    from bench import tracking
+    
+    from bench.stores import tracking
     from bench.metrics import geometry
     from bench.training import evaluate, train
-    from bench.tuning._data import load_sides, make_guard, select_sides
+    from bench.sweep.tuning import load_sides, make_guard, select_sides
 
     check_config(config)
     d = (choice or DataChoice()).section(train_spec, test_spec, size)

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from bench import registry
+
 from bench.errors import BenchError, DivergedError
 
 SYNC_EVERY = 25  # iterations between reads of the loss buffer (progress, divergence check)
@@ -160,7 +161,7 @@ Progress = Callable[[int, int, float], None]
 def build(config: TrainConfig, in_shape: tuple[int, ...], num_classes: int, device: torch.device):
     """Trunk (pretrained, BN frozen, as configured), loss and miner from the registry; proxy losses get the
     class count and embedding size."""
-    from bench.models import trunk_from
+    from bench.trunks import trunk_from
 
     trunk = trunk_from(config.trunk, in_shape, config.embedding_dim, config.trunk_params, config.pretrained,
                        config.freeze_bn).to(device)
@@ -312,7 +313,7 @@ def _seed_everything(seed: int) -> torch.Generator:
 
 
 def _pk_sampler(labels: torch.Tensor, config: TrainConfig) -> Any:
-    from bench.samplers import PKSampler
+    from bench.data.samplers import PKSampler
 
     num_classes = int(torch.unique(labels).numel())
     if num_classes < 2 or config.P > num_classes:
@@ -328,7 +329,7 @@ def _batches(x: Any, labels: torch.Tensor, config: TrainConfig, device: torch.de
     if isinstance(x, torch.Tensor):
         return ((x[idx], idx) for idx in (i.to(device) for i in sampler.iterate(start)))
     from bench.data.loading import stream, train_loader
-    from bench.samplers import PKBatchSampler
+    from bench.data.samplers import PKBatchSampler
 
     batch_sampler = PKBatchSampler(sampler, start, start + config.iterations)
     return stream(train_loader(x, batch_sampler, config.seed, device), device)

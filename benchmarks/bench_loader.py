@@ -30,7 +30,7 @@ from PIL import Image
 
 from bench.data import LabeledData, load
 from bench.data.loading import default_workers, stream, train_loader
-from bench.samplers import PKBatchSampler, PKSampler
+from bench.data.samplers import PKBatchSampler, PKSampler
 from bench.training import TrainConfig, train
 
 

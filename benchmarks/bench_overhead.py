@@ -25,8 +25,9 @@ import time
 import torch
 
 from bench import registry
+
 from bench.data import load
-from bench.samplers import PKSampler
+from bench.data.samplers import PKSampler
 from bench.training import TrainConfig, train
 
 GOAL = 1.05

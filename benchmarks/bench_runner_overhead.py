@@ -51,7 +51,8 @@ grid:
 def bare_run(protocol, prepared, cell, seed: int) -> float:
     """The same training and evaluation, with nothing of the harness around it."""
     from bench import registry
-    from bench.samplers import PKSampler
+    
+    from bench.data.samplers import PKSampler
     from bench.training import evaluate
 
     t = protocol.doc["training"]
@@ -87,7 +88,7 @@ def main() -> int:
     import optuna
 
     from bench.protocol import parse_protocol
-    from bench.runner import Options, Sweep
+    from bench.sweep.runner import Options, Sweep
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -95,7 +96,7 @@ def main() -> int:
         sweep = Sweep(protocol, Options(storage=f"sqlite:///{root / 'optuna.db'}", tracking_uri=str(root / "mlruns"),
                                         results_dir=root / "results", data_root=args.data_root, quiet=True))
         sweep.setup()
-        from bench.progress import Progress
+        from bench.sweep.progress import Progress
 
         sweep.progress = Progress(1, 0, quiet=True, stream=open("/dev/null", "w"))
         cell = sweep.plan.cells[0]

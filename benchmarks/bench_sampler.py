@@ -1,6 +1,6 @@
 """PK sampling time a batch: the vectorised `PKSampler` against the loop it replaced.
 
-The loop (kept here as the reference, it was `bench.samplers` before the
+The loop (kept here as the reference, it was `bench.data.samplers` before the
 change) made one generator a step and drew each of the P classes' K samples
 with its own ``randperm``; the new sampler draws ``CHUNK`` steps at once.
 Both are timed on the same labels, alternating (loop, vectorised, loop, ...)
@@ -19,7 +19,7 @@ import time
 import torch
 
 from bench.data import load
-from bench.samplers import PKSampler
+from bench.data.samplers import PKSampler
 
 
 class LoopPKSampler:

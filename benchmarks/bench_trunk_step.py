@@ -93,7 +93,7 @@ def main() -> None:
 
 def embed_ms(data: LabeledData, trunk: str, repeats: int, device: str) -> float:
     """Wall ms an image of `bench.training.embed`, what evaluation and dataset-level miners pay."""
-    from bench.models import trunk_from
+    from bench.trunks import trunk_from
     from bench.training import embed
 
     model = trunk_from(trunk, tuple(data.x.shape[1:]), 128, {}).to(device)

@@ -33,15 +33,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the plain script bes
 
 import plain_pml_script  # noqa: E402
 
-from bench import results as result_tables  # noqa: E402
+from bench.sweep import tables as result_tables  # noqa: E402
 from bench.commands.train import parse_params  # noqa: E402
 from bench.data import load, load_lake_runs  # noqa: E402
 from bench.errors import BenchError  # noqa: E402
 from bench.plan import plan  # noqa: E402
 from bench.protocol import Protocol, load_protocol  # noqa: E402
-from bench.reports.stats import t_interval, welch  # noqa: E402
+from bench.stats import t_interval, welch  # noqa: E402
 from bench.training import TrainConfig, evaluate, train  # noqa: E402
-from bench.tuning._objective import final_config  # noqa: E402
+from bench.sweep.tuning import final_config  # noqa: E402
 
 CELL = "triplet+batch_hard"
 METRICS = ("lake_accuracy", "map_at_r")

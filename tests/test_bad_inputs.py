@@ -221,7 +221,7 @@ def test_a_listening_http_server_is_reachable_and_a_closed_port_is_one_line() ->
     import http.server
 
     from bench.errors import BenchError
-    from bench.tracking import check_reachable
+    from bench.stores.tracking import check_reachable
 
     server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

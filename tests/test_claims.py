@@ -272,7 +272,7 @@ def _holm_reference(p: list[float]) -> list[float]:
 
 
 def test_holm_against_a_hand_computation_and_its_definition() -> None:
-    from bench.reports.stats import holm
+    from bench.stats import holm
 
     # By hand: sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04 -> running max.
     assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])

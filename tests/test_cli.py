@@ -19,6 +19,7 @@ import pytest
 
 from _sweeps import CELLS, LOSSES, TINY, sweep, sweep_base, sweep_copy  # noqa: F401  (fixtures)
 from bench import __version__, registry
+
 from bench.cli import COMMANDS, cli, main
 from bench.plan import plan
 from bench.protocol import load_protocol

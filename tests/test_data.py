@@ -12,7 +12,8 @@ import torch
 from PIL import Image
 
 from bench.data import LabeledData, load, load_lake_runs, resolve_root
-from bench.data._core import cache_path, read_cache, resize_area
+from bench.data.cache import cache_path, read_cache
+from bench.data.resize import resize_area
 from bench.data.omniglot import PREPROCESS_VERSION, paper_to_ink
 from bench.errors import BenchError
 

@@ -4,7 +4,7 @@ The smoke protocol's quadruplet+margohnm cell gave three different trial-0
 values in three fresh runs: the backward of 2-D advanced indexing
 (``dist[q.i, q.j]``, an ``index_put_`` with accumulation) summed the
 gradients of repeated pairs in a thread-timing order. The gathers now go
-through ``index_select`` (`bench.losses._common.flat_gather`). These tests
+through ``index_select`` (`bench.losses.base.flat_gather`). These tests
 run every cell of the smoke protocol twice and compare whole tables, and
 train the quadruplet cells twice at two threads, where the old code differed.
 """
@@ -22,7 +22,7 @@ from bench.cli import main
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "protocols" / "omniglot-smoke.yaml"
 TABLES = ("finals.csv", "trials.csv", "summary.csv")
-TIMING = ("wall_time_s",)  # the only columns allowed to differ (bench.results.TIMING_COLUMNS)
+TIMING = ("wall_time_s",)  # the only columns allowed to differ (bench.sweep.tables.TIMING_COLUMNS)
 
 
 def _short_smoke(tmp_path: Path) -> Path:
@@ -62,7 +62,7 @@ def test_quadruplet_cells_repeat_exactly_at_two_threads(cell: str, data_root: Pa
     from bench.plan import plan
     from bench.protocol import load_protocol
     from bench.training import train
-    from bench.tuning import final_config, prepare
+    from bench.sweep.tuning import final_config, prepare
 
     protocol = load_protocol(SMOKE)
     [target] = [c for c in plan(protocol).cells if c.id == cell]

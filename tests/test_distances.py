@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from bench import distances, reducers
+
 from bench.errors import BenchError
 from bench.registry import ENTRIES, build_loss, build_miner
 

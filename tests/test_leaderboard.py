@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shutil
 import subprocess
@@ -17,7 +16,7 @@ from scipy import stats as st
 
 from _sweeps import CELLS, sweep, sweep_base, sweep_copy  # noqa: F401  (fixtures)
 from bench.cli import main
-from bench.reports.stats import t_interval
+from bench.stats import t_interval
 
 
 def _error_line(capsys: pytest.CaptureFixture[str]) -> str:

@@ -6,7 +6,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.mlflow_runs import SETTLE_S, MlflowRecords
+from bench.stores.mlflow_runs import SETTLE_S, MlflowRecords
 from bench.protocol import load_protocol
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,11 +17,12 @@ from PIL import Image
 
 from _sweeps import sweep, sweep_base, sweep_copy  # noqa: F401  (fixtures)
 from bench import data as datasets
+
 from bench.cli import main
 from bench.protocol import parse_protocol
-from bench.reports.stats import t_interval, within
-from bench.splits import split_pool
-from bench.tuning import prepare
+from bench.stats import t_interval, within
+from bench.data.splits import split_pool
+from bench.sweep.tuning import prepare
 
 PROTOCOL = """
 name: own-data

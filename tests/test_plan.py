@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.plan import TRUNK_COSTS, Cell, format_plan, plan
+from bench.commands.plan import format_plan
+from bench.plan import Cell, plan
+from bench.plan.cost import TRUNK_COSTS
 from bench.protocol import load_protocol, parse_protocol
 
 REPO = Path(__file__).resolve().parents[1]
@@ -116,6 +118,7 @@ def test_a_method_added_to_the_registry_is_planned_from_its_fields(monkeypatch):
     import dataclasses
 
     from bench import registry
+    
     from bench.protocol import ProtocolError
 
     base = registry.get("miner", "margohnm")
@@ -159,7 +162,7 @@ def test_measured_step_time_and_budget_check_enter_the_estimate(grid_plan):
 def test_timed_methods_enter_each_cells_estimate(grid_plan):
     """--time-methods times every cell's loss and miner and adds them to that cell's steps only; a method
     slower than the trunk's step is named."""
-    from bench.method_cost import time_cell
+    from bench.plan.method_cost import time_cell
 
     protocol = grid_plan.protocol
     base, timed = plan(protocol, step_s=1e-6), plan(protocol, step_s=1e-6, time_methods=True)
@@ -188,7 +191,7 @@ def test_plan_time_methods_command(capsys):
 
 
 def test_a_cuda_protocol_is_estimated_in_gpu_hours(grid_plan):
-    from bench.plan import GPU_TRUNK_COSTS
+    from bench.plan.cost import GPU_TRUNK_COSTS
 
     cuda = parse_protocol(GRID.replace("iterations: 100}", "iterations: 100, device: cuda}"))
     assert cuda.doc["training"]["device"] == "cuda"
@@ -200,7 +203,7 @@ def test_a_cuda_protocol_is_estimated_in_gpu_hours(grid_plan):
 
 
 def test_query_gallery_sides_count_the_gallery():
-    from bench.plan import DATASET_SIZES, dataset_size
+    from bench.plan.cost import DATASET_SIZES, dataset_size
 
     classes, images = dataset_size({"query": "market1501:query", "gallery": "market1501:gallery"}, None)
     assert classes == DATASET_SIZES["market1501:query"][0]
@@ -214,7 +217,7 @@ AMX = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 amx_bf16 amx
 def test_a_bf16_estimate_says_the_table_is_fp32_and_whether_this_cpu_has_amx():
     """The CPU step costs are fp32's; bf16 is 2.1-2.5x faster with AMX, 1.2x without: plan says which, unless
     the step was measured (--step-ms)."""
-    from bench.plan import lacks_amx
+    from bench.commands.plan import lacks_amx
 
     assert lacks_amx(NO_AMX) and not lacks_amx(AMX)
     assert not lacks_amx("Features\t: fp asimd\n")  # no x86 flags line: nothing known

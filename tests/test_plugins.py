@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from bench import registry
+
 from bench.cli import main
 from bench.errors import BenchError
 from bench.plugins import load_plugin

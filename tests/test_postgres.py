@@ -14,16 +14,16 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from bench.results import TIMING_COLUMNS, read
-from bench.runner import run_protocol
-from bench.tuning import ATTR_SURPLUS, held, redact
+from bench.sweep.tables import TIMING_COLUMNS, read
+from bench.sweep.runner import run_protocol
+from bench.stores.urls import redact
+from bench.sweep.tuning import ATTR_SURPLUS, held
 from test_runner import TINY, _cli, _options
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ import torch
 from bench.cli import main
 from bench.errors import BenchError
 from bench.plan import plan
-from bench.probe import check_live, dead_parameters, probe_batches, same_direction
+from bench.sweep.probe import check_live, dead_parameters, probe_batches, same_direction
 from bench.protocol import parse_protocol
 
 BASE = """\

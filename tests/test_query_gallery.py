@@ -345,8 +345,8 @@ def test_query_gallery_test_data_is_prepared_with_matching_classes_and_guarded(t
 
     from bench.data.query_gallery import QueryGallery
     from bench.protocol import load_protocol
-    from bench.tuning import prepare
-    from bench.tuning._data import TestLeakError
+    from bench.sweep.tuning import prepare
+    from bench.sweep.tuning import TestLeakError
 
     train = write_folder(tmp_path / "train", ["a0", "a1", "a2", "a3"])
     query = write_folder(tmp_path / "query", ["b1", "b2"], per_class=2, seed=1)
@@ -368,10 +368,10 @@ def test_one_set_as_query_and_gallery_never_retrieves_itself(tmp_path) -> None:
     """query = gallery: the metric sees ids, so P@1 is that of the set retrieving itself (the all-vs-all one)."""
     from bench.metrics import retrieval_metrics
     from bench.protocol import load_protocol
-    from bench.tuning import prepare
-    from bench.floor import initial_trunk
+    from bench.sweep.tuning import prepare
+    from bench.sweep.floor import initial_trunk
     from bench.training import embed
-    from bench.tuning._objective import score_model
+    from bench.sweep.tuning import score_model
 
     train = _npz(tmp_path / "train.npz", np.repeat(np.arange(4), 4))
     test = tmp_path / "test.npz"  # noise: no class structure, so only a query's own image would find its class
@@ -394,10 +394,10 @@ def test_reid_metrics_run_on_npz_with_cameras(tmp_path, capsys) -> None:
 
     import pandas as pd
 
-    from bench.floor import initial_trunk
+    from bench.sweep.floor import initial_trunk
     from bench.protocol import load_protocol
     from bench.training import embed
-    from bench.tuning import prepare
+    from bench.sweep.tuning import prepare
 
     rng = np.random.default_rng(5)
     train = _npz(tmp_path / "train.npz", np.repeat(np.arange(100, 104), 4))

@@ -14,7 +14,7 @@ from scipy import stats as st
 from _sweeps import CELLS, run_sweep, sweep, sweep_base, sweep_copy  # noqa: F401  (fixtures)
 from bench.cli import main
 from bench.reports.regress import classify
-from bench.reports.stats import welch
+from bench.stats import welch
 
 
 def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
@@ -54,7 +54,7 @@ def test_welch_is_scipy_welch() -> None:
 
 def test_nan_and_zero_variance_rules_around_scipy() -> None:
     """What scipy leaves undecided, decided once for every report: NaN seeds dropped, identical seeds certain."""
-    from bench.reports.stats import paired, t_interval
+    from bench.stats import paired, t_interval
 
     d = welch([0.30, math.nan, 0.33, 0.31], [0.36, 0.35, 0.39, 0.37])
     clean = welch([0.30, 0.33, 0.31], [0.36, 0.35, 0.39, 0.37])

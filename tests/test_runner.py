@@ -19,10 +19,10 @@ import pytest
 from bench.errors import BenchError
 from bench.plan import plan
 from bench.protocol import parse_protocol
-from bench.results import claim_dir, read
-from bench.runner import Options, run_protocol
-from bench.splits import ClassSplit
-from bench.tuning import SlotStudy, TestClassGuard, TestLeakError, derive_seed, open_storage, prepare, run_trial
+from bench.sweep.tables import claim_dir, read
+from bench.sweep.runner import Options, run_protocol
+from bench.data.splits import ClassSplit
+from bench.sweep.tuning import SlotStudy, TestClassGuard, TestLeakError, derive_seed, open_storage, prepare, run_trial
 
 pytestmark = pytest.mark.slow
 
@@ -184,8 +184,9 @@ def test_common_random_numbers_same_seed_same_start_in_every_cell(sweep, data_ro
     import torch
 
     from bench import registry, training
-    from bench.floor import initial_trunk
-    from bench.tuning import final_config
+    
+    from bench.sweep.floor import initial_trunk
+    from bench.sweep.tuning import final_config
 
     _, path, _, _ = sweep
     protocol = parse_protocol(path.read_text())
@@ -227,7 +228,7 @@ def test_common_random_numbers_same_seed_same_start_in_every_cell(sweep, data_ro
 
 
 def test_floor_is_the_untrained_trunk_scored_like_the_finals(sweep, data_root, monkeypatch):
-    from bench import floor
+    from bench.sweep import floor
 
     root, path, _, _ = sweep
     protocol = parse_protocol(path.read_text())
@@ -254,7 +255,7 @@ def test_best_trial_is_chosen_on_validation_only_and_ties_go_to_the_lower_slot()
     import optuna
     from optuna.trial import TrialState, create_trial
 
-    from bench.tuning import best_trial
+    from bench.sweep.tuning import best_trial
 
     def trial(slot: int, value: float | None, test: float) -> optuna.trial.FrozenTrial:
         state = TrialState.COMPLETE if value is not None else TrialState.FAIL
@@ -269,8 +270,8 @@ def test_best_trial_is_chosen_on_validation_only_and_ties_go_to_the_lower_slot()
 
 def test_failed_final_seed_stays_visible_and_is_counted(sweep):
     """A final seed that fails is a FAIL row with its reason in finals.csv and counts in summary.n_failed."""
-    from bench.results import collect, tables
-    from bench.tuning import open_storage
+    from bench.sweep.tables import collect, tables
+    from bench.sweep.tuning import open_storage
 
     root, path, _, _ = sweep
     protocol = parse_protocol(path.read_text())
@@ -392,7 +393,7 @@ def test_changed_protocol_never_mixes_with_old_results(tmp_path):
     assert moved == str(tmp_path / f"tiny@{'a' * 12}")
     assert (Path(moved) / "summary.csv").read_text() == "cell\nold\n" and not results.exists()
     old, new = (parse_protocol(TINY.replace("ITERATIONS", str(n))) for n in (20, 21))
-    from bench.tuning import study_name
+    from bench.sweep.tuning import study_name
 
     assert study_name(old, plan(old).cells[0]) != study_name(new, plan(new).cells[0])
 
@@ -497,7 +498,7 @@ def test_two_workers_share_one_sweep(tmp_path, data_root, sweep):
 def test_quiet_lines_carry_the_share_done_and_time_left() -> None:
     import io
 
-    from bench.progress import Progress
+    from bench.sweep.progress import Progress
 
     out = io.StringIO()
     p = Progress(n_cells=2, total_iterations=400, done_iterations=100, quiet=True, stream=out)
@@ -516,7 +517,7 @@ def test_quiet_lines_carry_the_share_done_and_time_left() -> None:
 def test_runs_another_worker_recorded_count_toward_the_share_and_pace() -> None:
     import io
 
-    from bench.progress import Progress
+    from bench.sweep.progress import Progress
 
     out = io.StringIO()
     p = Progress(n_cells=1, total_iterations=1000, done_iterations=0, quiet=True, stream=out)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bench.plan import plan
 from bench.protocol import load_protocol
-from bench.results import read
+from bench.sweep.tables import read
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "protocols" / "omniglot-smoke.yaml"

@@ -12,8 +12,8 @@ import torch
 
 from bench.data import load
 from bench.errors import BenchError
-from bench.samplers import PKSampler
-from bench.splits import ClassSplit, class_folds, fingerprint, split_classes, split_pool
+from bench.data.samplers import PKSampler
+from bench.data.splits import ClassSplit, class_folds, fingerprint, split_classes, split_pool
 
 # --------------------------------------------------------------------------- splits
 
@@ -159,7 +159,7 @@ def test_pk_errors_say_what_is_missing() -> None:
 
 def test_pk_batches_are_the_same_whatever_order_they_are_asked_in() -> None:
     """Batches are drawn in chunks; a step is still a pure function of (seed, step), across chunk boundaries."""
-    from bench.samplers import CHUNK
+    from bench.data.samplers import CHUNK
 
     labels = torch.arange(30).repeat_interleave(5)
     steps = [0, CHUNK - 1, CHUNK, 2 * CHUNK + 7, 3]

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.store_checks import check_separate
+from bench.stores.checks import check_separate
 
 
 def _killed_mid_write(db: Path) -> None:

@@ -18,6 +18,7 @@ import torch
 from PIL import Image
 
 from bench import data as datasets
+
 from bench.cli import main
 from bench.data.files import FileIndex, labeled_from_index
 from bench.data.images import ImageFiles
@@ -93,8 +94,8 @@ def test_a_folder_is_read_lazily_and_decodes_as_the_in_memory_loader_did(tmp_pat
     root = jpeg_folder(tmp_path / "f", classes=2, per_class=2)
     data = datasets.load(f"folder:{root}", size=6)
     assert isinstance(data.x, ImageFiles) and data.x.shape == (4, 3, 6, 6)
-    # the old path: Pillow's floats, area-resampled in one go (bench.data._core.resize_area)
-    from bench.data._core import resize_area
+    # the old path: Pillow's floats, area-resampled in one go (bench.data.resize.resize_area)
+    from bench.data.resize import resize_area
 
     pixels = np.asarray(Image.open(root / "c1" / "0.jpg").convert("RGB"), dtype=np.float32).transpose(2, 0, 1) / 255
     assert torch.equal(data.x[2], torch.from_numpy(resize_area(pixels[None], 6)[0]))

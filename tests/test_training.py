@@ -11,12 +11,12 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from bench import tracking
+from bench.stores import tracking
 from bench.cli import main
 from bench.data import LabeledData, load
 from bench.errors import BenchError, DivergedError
 from bench.registry import build_trunk
-from bench.splits import ClassSplit, fingerprint
+from bench.data.splits import ClassSplit, fingerprint
 from bench.training import SYNC_EVERY, TrainConfig, augment, embed, evaluate, train
 
 
@@ -321,7 +321,7 @@ def test_evaluate_in_the_normalised_geometry_when_the_protocol_normalises(omnigl
 def _batch_hard_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     """Triplet + batch-hard on fixed PK batches, in fp32 and eval mode: the yardstick for 'the loss went down'."""
     from bench.registry import build_loss, build_miner
-    from bench.samplers import PKSampler
+    from bench.data.samplers import PKSampler
 
     loss, miner = build_loss("triplet", margin=0.2), build_miner("batch_hard")
     model.eval()
@@ -363,7 +363,7 @@ def test_losses_on_bf16_embeddings_cast_to_fp32_equal_pml(omniglot) -> None:
     from pytorch_metric_learning.reducers import AvgNonZeroReducer
 
     from bench.registry import build_loss, build_miner
-    from bench.samplers import PKSampler
+    from bench.data.samplers import PKSampler
 
     train_data, _ = omniglot
     _, labels = torch.unique(train_data.y, return_inverse=True)

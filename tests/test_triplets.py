@@ -12,6 +12,7 @@ from bench.crosscheck import TOLERANCE
 from bench.crosscheck import triplets as crosscheck
 from bench.errors import BenchError
 from bench import distances
+
 from bench.losses.triplet import triplet_matrix
 from bench.registry import build_loss, build_miner
 

@@ -11,7 +11,7 @@ from torch import nn
 
 from bench.data import LabeledData
 from bench.errors import BenchError
-from bench.models import trunk_from
+from bench.trunks import trunk_from
 from bench.models.weights import hub_checkpoints
 from bench.protocol import ProtocolError, load_protocol, parse_protocol
 from bench.training import TrainConfig, _optimizer, _set_lr, build, lr_factor, train
@@ -230,7 +230,7 @@ def test_protocol_checks_trunk_options_without_files(hub: Path) -> None:
     text = "\n".join(info.value.problems)
     assert "model.pretrained: trunk 'mlp' has no published weights" in text
     assert "model.freeze_bn: the trunk has no BatchNorm layer to freeze" in text
-    from bench.runner import _check_weights
+    from bench.sweep.runner import _check_weights
 
     with pytest.raises(BenchError, match="resnet18-f37072fd.pth not found"):
         _check_weights(ok)  # a sweep refuses to start, rather than fail every trial

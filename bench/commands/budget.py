@@ -1,4 +1,4 @@
-"""`dmlbench budget-check FILE`: retrain a finished run's cells at a multiple of the budget (bench.budget_check).
+"""`dmlbench budget-check FILE`: retrain a finished run's cells at a multiple of the budget (bench.sweep.budget_check).
 
 The same storage, tracking, results and thread options as `dmlbench run`,
 pointing at the run being checked; rerunning the same command resumes.
@@ -38,10 +38,10 @@ def command(file: str, multiple: int, shard: str, storage: str | None, tracking_
 
     import torch
 
-    from bench.budget_check import budget_check, describe
+    from bench.sweep.budget_check import budget_check, describe
     from bench.cli import quiet_libraries
     from bench.protocol import load_protocol
-    from bench.runner import STOP, request_stop
+    from bench.sweep.runner import STOP, request_stop
 
     if threads is not None:
         torch.set_num_threads(threads)

@@ -18,6 +18,8 @@ def rows(kind: str | None = None) -> list[dict[str, Any]]:
     """One row per registry entry (of `kind`, if given), in registry order."""
     from bench import registry
 
+    
+
     out = []
     for entry in registry.entries(kind):
         params = {n: None if d is inspect.Parameter.empty else d for n, d in entry.parameters().items()}

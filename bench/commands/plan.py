@@ -7,12 +7,17 @@ whole sweep takes on this machine.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from bench.clock import hms
 from bench.commands._output import emit, format_option, quiet_option
 from bench.errors import BenchError
+from bench.plan import NOT_SELECTED
+from bench.plan.cost import DATASET_SIZES, sized_test, trunk_cost
+from bench.protocol.schema import image_hw
 
 if TYPE_CHECKING:
     from bench.plan import Plan
@@ -58,8 +63,8 @@ def command(file: str, step_ms: float | None, check_multiple: int, time_methods:
     The estimate is wall time on this machine for a CPU protocol and GPU-hours for a CUDA one."""
     from bench.data import check_path
     from bench.data.query_gallery import test_specs
-    from bench.plan import format_plan, plan
-    from bench.probe import check_live
+    from bench.plan import plan
+    from bench.sweep.probe import check_live
     from bench.protocol import load_protocol
 
     protocol = load_protocol(file)
@@ -76,3 +81,130 @@ def command(file: str, step_ms: float | None, check_multiple: int, time_methods:
     check_live(p)  # a dead search parameter would waste the budget: refuse before the sweep
     emit(fmt, lambda: format_plan(p), lambda: rows(p))
     return 0
+
+
+def lacks_amx(cpuinfo: str) -> bool:
+    """Whether an x86 CPU's /proc/cpuinfo text shows no AMX bf16 units (False where it lists no flags).
+
+    The CPU step costs in `TRUNK_COSTS` are fp32's. bf16 + channels-last made a Conv-4 step 2.1-2.5x
+    faster on a CPU with AMX, but 1.18x on a Xeon with avx512_bf16 and no AMX, where fp32 + channels-last
+    gave 1.35x (`benchmarks/bench_precision.py`, batch 128, one thread: 159 / 131 / 115 ms). A bf16 sweep
+    there takes about twice what it takes with AMX, which decides whether it fits a session."""
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            return "amx_bf16" not in line.split(":", 1)[-1].split()
+    return False
+
+
+def _cpuinfo() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def format_plan(p: Plan, cpuinfo: str | None = None) -> str:
+    """The plan as `dmlbench plan` prints it: data, model, budget, cells, dropped pairs, time.
+
+    ``cpuinfo`` (default: this machine's /proc/cpuinfo) decides the note on bf16 without AMX."""
+    from bench.data.query_gallery import describe
+
+    doc, b = p.protocol.doc, p.budget
+    data, model, training, val = doc["data"], doc["model"], doc["training"], doc["data"]["validation"]
+
+    def classes(spec: str, given: Any) -> str:
+        if isinstance(given, list):
+            return f"{len(given)} classes"
+        if isinstance(given, int):
+            return f"{given} classes (seeded sample)"
+        known = DATASET_SIZES.get(spec)
+        return f"all {known[0]} classes" if known else "all classes"
+
+    split = data.get("split")
+    sides = (f"train {data['train']} ({classes(data['train'], data['train_classes'])}), "
+             f"test {describe(data['test'])} ({classes(sized_test(data['test']), data['test_classes'])}), "
+             if split is None else
+             f"pool {data['train']} split {split['test_classes']} of the classes for test (seed {split['seed']}), ")
+    lines = [
+        f"protocol {p.protocol.name} (hash {p.protocol.hash12}) from {p.protocol.source}",
+        f"data: {sides}"
+        f"{'x'.join(map(str, image_hw(data['image_size'])))}, augmentation {data['augmentation'] or 'none'}"
+        f"{_augment_text(data.get('augment'))}",
+        f"validation: {val['folds']} class-disjoint folds of the training classes"
+        f"{' by ' + val['group_by'] if val['group_by'] else ''}, {val['use']} used per trial",
+        f"model: {model['trunk']}, {model['embedding_dim']}-d embedding, "
+        f"{'L2-normalised' if model['normalize'] else 'not normalised'}, distance {model['distance'] or 'per method'}",
+        f"training: {training['optimizer']} lr {training['lr']:g}, batch P x K = {training['P']} x {training['K']} = "
+        f"{b.batch_size}, {b.iterations} iterations a run",
+        f"tuning: {b.trials} Optuna trials per cell (seeded TPE), pruner {doc['tuning']['pruner']['type']}; "
+        f"final: seeds {', '.join(map(str, doc['final']['seeds']))}; primary metric {doc['evaluation']['primary']}",
+        "",
+        f"cells ({len(p.cells)}):",
+    ]
+    width = max([len(c.id) for c in p.cells] + [4])
+    timed = bool(p.method_s)
+    lines.append(f"  {'cell':<{width}}  trials  folds  iters/run  seeds  iterations  samples(max)  est. time"
+                 + ("  loss+miner ms" if timed else ""))
+    for c in p.cells:
+        e = p.estimates[c.id]
+        method = p.method_s.get(c.id)
+        lines.append(f"  {c.id:<{width}}  {b.trials:>6}  {b.folds:>5}  {b.iterations:>9}  {b.seeds:>5}  "
+                     f"{b.total_iterations:>10,}  {b.samples_seen:>12,}  {hms(e.mid_s)}"
+                     + (f"  {'-' if method is None else f'{method * 1000:.3g}':>13}" if timed else ""))
+    if p.dropped:
+        lines += ["", f"dropped ({len(p.dropped)}):"]
+        lines += [f"  {d.cell}: {d.reason}" for d in p.dropped if d.reason != NOT_SELECTED]
+        unselected: dict[str, list[str]] = {}
+        for d in p.dropped:
+            if d.reason == NOT_SELECTED:
+                loss, miner = d.cell.split("+", 1)
+                unselected.setdefault(loss, []).append(miner)
+        lines += [f"  {loss}+{{{', '.join(miners)}}}: {NOT_SELECTED}" for loss, miners in unselected.items()]
+    e = p.estimate
+    trunk = doc["model"]["trunk"]
+    cost = p.cost or trunk_cost(p.protocol)
+    note = cost.source or ("" if cost.measured else "not measured: scaled from conv4")
+    step = f"{cost.step_s[0] * 1000:.3g}" + ("" if cost.step_s[0] == cost.step_s[1] else f"-{cost.step_s[1] * 1000:.3g}")
+    h, w = cost.ref_hw or (math.isqrt(cost.ref_pixels),) * 2
+    basis = (f"{trunk} step {step} ms at {h}x{w}, "
+             f"batch {cost.ref_batch}" + (f", {note}" if note else ""))
+    gpu = str(training["device"]).startswith("cuda")
+    span = e.high_s > e.low_s * 1.001
+    where = (f"estimated GPU time{{check}}: {e.mid_s / 3600:,.1f} GPU-hours on one GPU ("
+             + (f"{e.low_s / 3600:,.1f} to {e.high_s / 3600:,.1f}; " if span else "") if gpu else
+             f"estimated time on this machine{{check}}: {hms(e.mid_s)} ("
+             + (f"{hms(e.low_s)} to {hms(e.high_s)}; " if span else ""))
+    check = (f", with a budget check at {p.check_multiple:g}x the finals ({b.seeds} seeds x "
+             f"{round(p.check_multiple * b.iterations):,} iterations a cell)" if p.check_multiple else "")
+    lines += [
+        "",
+        f"budget, the same for every cell: {b.trials} trials x {b.folds} fold(s) x {b.iterations:,} iterations "
+        f"+ {b.seeds} seeds x {b.iterations:,} iterations = {b.total_iterations:,} iterations "
+        f"(at most {b.samples_seen:,} samples)",
+        f"total: {len(p.cells)} cells, {len(p.cells) * b.trials} trials, {len(p.cells) * b.tuning_runs} tuning runs, "
+        f"{len(p.cells) * b.seeds} final runs, {p.total_iterations:,} iterations",
+        where.format(check=check) + f"{basis})",
+    ]
+    if timed:
+        lines.append(f"loss+miner: timed here on one thread, random {b.batch_size}-sample batches (early training, "
+                     f"an upper bound where mining shrinks), added to every step of the cell")
+        ph, pw = image_hw(data["image_size"])  # the trunk's step at the protocol's batch and image size
+        step_s = cost.step_s[0] * (b.batch_size / cost.ref_batch) * (ph * pw / cost.ref_pixels)
+        slow = [(c, s) for c, s in p.method_s.items() if s > step_s]
+        lines += [f"note: {c}'s loss and miner take {s * 1000:.3g} ms a step, {s / step_s:.1f}x the trunk's "
+                  f"{step_s * 1000:.3g} ms: this cell costs more than the others" for c, s in slow]
+    if not gpu and training["precision"] == "bf16" and cost.source != "--step-ms":
+        amx = "has no AMX" if lacks_amx(_cpuinfo() if cpuinfo is None else cpuinfo) else "has AMX or is not x86"
+        lines.append(f"note: the step time above is fp32's; bf16 + channels-last measured 2.1-2.5x faster on a "
+                     f"CPU with AMX, 1.2x on one without (this CPU {amx}): time a step with "
+                     f"benchmarks/bench_precision.py and pass --step-ms")
+    return "\n".join(lines)
+
+
+def _augment_text(augment: dict[str, Any] | None) -> str:
+    """``data.augment``'s pipelines, one name list per side (their arguments are in the protocol)."""
+    if not augment:
+        return ""
+    return "".join(f", {side} pipeline {' > '.join(next(iter(item)) for item in items)}"
+                   for side, items in augment.items())

@@ -2,7 +2,7 @@
 
 Rerunning the same command resumes an interrupted sweep; several processes
 (or machines, with --storage on a shared database) can work on one sweep at
-once. See bench/runner.py for what is recorded where and how workers share.
+once. See bench/sweep/runner.py for what is recorded where and how workers share.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import click
 from bench.commands._output import emit, format_option, log, quiet_option
 
 if TYPE_CHECKING:
-    from bench.sweep_result import SweepResult
+    from bench.sweep.result import SweepResult
 
 
 def sweep_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -83,7 +83,7 @@ def command(file: str, storage: str | None, tracking_uri: str | None, results_di
 
     from bench.cli import quiet_libraries
     from bench.protocol import load_protocol
-    from bench.runner import Options, request_stop, run_protocol
+    from bench.sweep.runner import Options, request_stop, run_protocol
 
     if threads is not None:
         torch.set_num_threads(threads)
@@ -97,7 +97,7 @@ def command(file: str, storage: str | None, tracking_uri: str | None, results_di
     protocol = load_protocol(file)  # a malformed file fails before storage, data or MLflow are touched
     _check_writable(Path(results_dir))  # an unwritable results folder fails now, not after training
     if tracking_uri and "://" in tracking_uri:  # an unreachable server fails now, not after the data are prepared
-        from bench.tracking import check_reachable, with_connect_timeout
+        from bench.stores.tracking import check_reachable, with_connect_timeout
 
         check_reachable(with_connect_timeout(tracking_uri))
     quiet_libraries()

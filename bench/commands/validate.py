@@ -26,7 +26,7 @@ def data_lines(protocol: Protocol, data_root: str | None) -> list[str]:
     """
     from bench.data import check_path
     from bench.data.query_gallery import QueryGallery, test_specs
-    from bench.tuning import prepare
+    from bench.sweep.tuning import prepare
 
     d = protocol.doc["data"]
     for spec in (d["train"], *test_specs(d["test"])):
@@ -63,7 +63,7 @@ def command(files: tuple[str, ...], data_root: str | None, no_data: bool, quiet:
     Exit 0 when every file is valid, 2 when any has a problem (all are listed).
     """
     from bench.plan import plan
-    from bench.probe import check_live
+    from bench.sweep.probe import check_live
     from bench.protocol import ProtocolError, device_problem, load_protocol
 
     problems: list[str] = []

@@ -40,9 +40,9 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from bench.crosscheck import CheckResult, rel_diff
+from bench.crosscheck.base import CheckResult, rel_diff
 from bench.distances import pairwise
-from bench.losses._common import BenchLoss
+from bench.losses.base import BenchLoss
 from bench.tuples import all_pairs, triplets_to_pairs
 
 REDUCTIONS = ("mean", "avg_nonzero", "sum")

@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 import torch
 
-from bench.crosscheck import CheckResult, rel_diff
+from bench.crosscheck.base import CheckResult, rel_diff
 
 _CONTEXT = {"num_classes": 8, "embedding_size": 16}
 
@@ -24,6 +24,8 @@ def _build(entry: Any) -> tuple[Any, Any, str]:
     import inspect
 
     from bench import registry
+
+    
 
     def call(name: str, params: dict[str, Any]) -> str:
         return f"{name}({', '.join(f'{k}={v!r}' for k, v in params.items())})"
@@ -90,6 +92,8 @@ def check(entry: Any, cases: int, seed: int) -> CheckResult:
 def checks(cases: int = 50, seed: int = 0) -> Iterable[CheckResult]:
     """One result per entry that declares a reference (installed plugins are imported for this)."""
     from bench import registry
+
+    
 
     for entry in registry.entries():
         if entry.reference is not None:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from bench.crosscheck import CheckResult, rel_diff
+from bench.crosscheck.base import CheckResult, rel_diff
 
 _LOSS = ("TripletMarginLoss(margin, smooth_loss=soft, distance=LpDistance(normalize_embeddings=normalize, "
          "power=1 euclidean | 2 squared_euclidean) or CosineSimilarity(), "

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from bench.data import cars, cub, inshop, market, sop
-from bench.data._core import LabeledData, cache_dir, resolve_root, with_channels
+from bench.data.cache import cache_dir
+from bench.data.labeled import LabeledData, with_channels
+from bench.data.roots import resolve_root
 from bench.data._layout import Layout
 from bench.data.augment import normalise
 from bench.data.fashion_mnist import load_fashion_mnist

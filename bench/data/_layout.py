@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Iterator, Sequence
 
-from bench.data._core import candidate_roots
+from bench.data.roots import candidate_roots
 from bench.errors import BenchError
 
 

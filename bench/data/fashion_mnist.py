@@ -14,7 +14,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.data._core import LabeledData, resize_area, resolve_root
+from bench.data.labeled import LabeledData
+from bench.data.resize import resize_area
+from bench.data.roots import resolve_root
 from bench.errors import BenchError
 
 DATASET = "fashion-mnist"

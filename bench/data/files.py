@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bench.data._core import LabeledData
+from bench.data.labeled import LabeledData
 from bench.data.images import ImageFiles, image_channels
 from bench.errors import BenchError
 

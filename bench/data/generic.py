@@ -10,12 +10,12 @@ int64, at least two classes.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
 
-from bench.data._core import LabeledData, fit_square, resize_area
+from bench.data.labeled import LabeledData
+from bench.data.resize import fit_square, resize_area
 from bench.data.files import FileIndex
 from bench.errors import BenchError
 

@@ -24,13 +24,13 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from bench.data._core import fit_square, resize_area
+from bench.data.resize import fit_square, resize_area
 from bench.protocol.schema import image_hw
 from bench.errors import BenchError
 
 MAX_PIXELS = 40_000_000  # a 6,000 x 6,000 photo; more is decoded into gigabytes of floats before resizing
 GRAY_MODES = {"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "F", "La"}
-_LUMA = (0.299, 0.587, 0.114)  # ITU-R 601, as `bench.data._core.with_channels`
+_LUMA = (0.299, 0.587, 0.114)  # ITU-R 601, as `bench.data.labeled.with_channels`
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,7 +1,7 @@
 """Image files to batches: a `Dataset` over `ImageFiles`, decoded in `DataLoader` worker processes.
 
 Training batches come from the PK sampler used as a batch sampler
-(`bench.samplers.PKBatchSampler`), whose items carry (step, slot, index):
+(`bench.data.samplers.PKBatchSampler`), whose items carry (step, slot, index):
 each sample's augmentation is seeded from (run seed, step, slot), so the
 same seed gives the same images with 0, 2 or 16 workers, and a run resumed
 at step s sees the batches it would have seen. Embedding streams the files

@@ -28,7 +28,10 @@ import numpy as np
 import torch
 from PIL import Image
 
-from bench.data._core import LabeledData, cached_arrays, check_sha256, resize_area, resolve_root
+from bench.data.cache import cached_arrays, check_sha256
+from bench.data.labeled import LabeledData
+from bench.data.resize import resize_area
+from bench.data.roots import resolve_root
 from bench.errors import BenchError
 
 if TYPE_CHECKING:

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bench.losses._common import BenchLoss, as_pairs, check_choice, check_number
+from bench.losses.base import BenchLoss, as_pairs, check_choice, check_number
 
 FORMS = ("pml", "hadsell", "hadsell_squared")
 _DEFAULT_REDUCTION = {"pml": "avg_nonzero", "hadsell": "mean", "hadsell_squared": "mean"}

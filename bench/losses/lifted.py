@@ -41,7 +41,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bench.losses._common import (
+from bench.losses.base import (
     BenchLoss,
     check_choice,
     check_number,

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.distances import SIMILARITIES
-from bench.losses._common import BenchLoss, as_pairs, check_number
+from bench.losses.base import BenchLoss, as_pairs, check_number
 
 
 def one_pair_per_class(a: torch.Tensor, p: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from bench.errors import BenchError
-from bench.losses._common import BenchLoss, as_pairs, check_number
+from bench.losses.base import BenchLoss, as_pairs, check_number
 from bench.tuples import Quadruplets
 
 

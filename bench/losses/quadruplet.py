@@ -53,7 +53,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.errors import BenchError
-from bench.losses._common import (
+from bench.losses.base import (
     BenchLoss,
     check_bool,
     check_indices_tuple,

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from bench.distances import Distance
 from bench.errors import BenchError
-from bench.losses._common import BenchLoss, check_bool, check_number, flat_gather
+from bench.losses.base import BenchLoss, check_bool, check_number, flat_gather
 from bench.tuples import is_pairs, is_triplets, pairs_to_triplets, same_class
 
 

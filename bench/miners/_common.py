@@ -15,8 +15,9 @@ from typing import Any
 import torch
 
 from bench import distances
+
 from bench.errors import BenchError
-from bench.losses._common import check_bool, check_choice, check_inputs, check_number
+from bench.losses.base import check_bool, check_choice, check_inputs, check_number
 from bench.tuples import IndexTuple
 
 __all__ = [

@@ -31,38 +31,10 @@ def _image_shape(name: str, in_shape: Sequence[int]) -> tuple[int, int, int]:
     return shape[0], shape[1], shape[2]
 
 
-def _embedding_dim(name: str, embedding_dim: int) -> int:
+def check_embedding_dim(name: str, embedding_dim: int) -> int:
     if isinstance(embedding_dim, bool) or not isinstance(embedding_dim, int) or embedding_dim < 1:
         raise BenchError(f"trunk {name!r}: embedding_dim must be a positive integer, got {embedding_dim!r}")
     return embedding_dim
-
-
-MAX_EMBEDDING_DIM = 65_536  # far above any embedding in the literature (512-2048); 1e12 is a typo
-MAX_PARAMETERS = 500_000_000  # 2 GB of float32 weights: more is a typo here, not a trunk this benchmark trains
-
-
-def check_size(name: str, in_shape: Sequence[int], embedding_dim: int, params: dict) -> None:
-    """Refuse absurd trunk sizes before a byte is allocated: the trunk is built on PyTorch's meta device.
-
-    A negative channel count or an embedding of 1e12 would otherwise fail
-    (or exhaust memory) mid-run, after an MLflow run was opened.
-    """
-    from bench import registry
-
-    _embedding_dim(name, embedding_dim)
-    if embedding_dim > MAX_EMBEDDING_DIM:
-        raise BenchError(f"embedding_dim {embedding_dim} is absurd: expected at most {MAX_EMBEDDING_DIM}")
-    try:
-        with torch.device("meta"):
-            trunk = registry.build_trunk(name, in_shape=tuple(in_shape), embedding_dim=embedding_dim, **params)
-    except (RuntimeError, OverflowError, MemoryError) as e:
-        raise BenchError(f"trunk {name!r} cannot be built with {params}: {str(e).splitlines()[0]}") from None
-    if any(p.numel() == 0 for p in trunk.parameters()):
-        raise BenchError(f"trunk {name!r} with {params} has a layer of size 0")
-    count = sum(p.numel() for p in trunk.parameters())
-    if count > MAX_PARAMETERS:
-        raise BenchError(f"trunk {name!r} with {params or 'its defaults'} has {count:,} parameters: expected at "
-                         f"most {MAX_PARAMETERS:,} (a typo in a size?)")
 
 
 def _too_small(name: str, shape: tuple[int, int, int], needed: int, hint: str = "") -> BenchError:
@@ -91,7 +63,7 @@ class Conv4(nn.Module):
                        nn.BatchNorm2d(channels), nn.ReLU(inplace=True), nn.MaxPool2d(2)]
             h, w = h // 2, w // 2
         self.features = nn.Sequential(*blocks, nn.Flatten())
-        self.embed = nn.Linear(channels * h * w, _embedding_dim("conv4", embedding_dim))
+        self.embed = nn.Linear(channels * h * w, check_embedding_dim("conv4", embedding_dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) images to (B, embedding_dim) raw embeddings; the protocol decides on normalising."""
@@ -122,7 +94,7 @@ class LeCun2006(nn.Module):
             nn.Conv2d(c, 15, 6), nn.ReLU(inplace=True), nn.AvgPool2d(3),
             nn.Conv2d(15, 30, 9), nn.ReLU(inplace=True), nn.Flatten(),
         )
-        self.embed = nn.Linear(30 * h * w, _embedding_dim("lecun2006", embedding_dim))
+        self.embed = nn.Linear(30 * h * w, check_embedding_dim("lecun2006", embedding_dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) images, zero-padded to ``pad_to`` when smaller, to (B, embedding_dim)."""
@@ -159,7 +131,7 @@ class OmniglotEncoder(nn.Module):
             nn.Conv2d(128, 64, 5, padding=padding), nn.ReLU(inplace=True), nn.Flatten(),
             nn.Linear(64 * h * w, 2048), nn.ReLU(inplace=True),
         )
-        self.embed = nn.Linear(2048, _embedding_dim("omniglot_encoder", embedding_dim))
+        self.embed = nn.Linear(2048, check_embedding_dim("omniglot_encoder", embedding_dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Unit-length embeddings, as Craeymeersch's encoder ends with an L2 normalisation."""
@@ -186,7 +158,7 @@ class MLP(nn.Module):
         layers: list[nn.Module] = [nn.Flatten()]
         for a, b in zip(sizes, sizes[1:]):
             layers += [nn.Linear(a, b), nn.ReLU(inplace=True)]
-        layers.append(nn.Linear(sizes[-1], _embedding_dim("mlp", embedding_dim)))
+        layers.append(nn.Linear(sizes[-1], check_embedding_dim("mlp", embedding_dim)))
         self.net = nn.Sequential(*layers)
 
     @property
@@ -200,8 +172,7 @@ class MLP(nn.Module):
 
 
 # the trunk a run trains (weights, frozen BN, parameter groups): bench/models/trunk.py
-from bench.models.trunk import (  # noqa: E402
-    freeze_batchnorm, head_parameters, param_groups, protocol_trunk, trunk_from)
+from bench.models.trunk import freeze_batchnorm, head_parameters, param_groups  # noqa: E402
 
-__all__ = ["MLP", "Conv4", "LeCun2006", "OmniglotEncoder", "check_size", "freeze_batchnorm", "head_parameters",
-           "param_groups", "protocol_trunk", "trunk_from"]
+__all__ = ["MLP", "Conv4", "LeCun2006", "OmniglotEncoder", "check_embedding_dim", "freeze_batchnorm",
+           "head_parameters", "param_groups"]

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from bench.errors import BenchError
-from bench.models import _embedding_dim, _image_shape, _too_small
+from bench.models import _image_shape, _too_small, check_embedding_dim
 
 RESNETS = ("resnet18", "resnet50")
 TIMM_PREFIX = "timm:"
@@ -42,7 +42,7 @@ class Backbone(nn.Module):
     def __init__(self, name: str, body: nn.Module, features: int, embedding_dim: int, classifier: str) -> None:
         super().__init__()
         self.body = body
-        self.embed = nn.Linear(features, _embedding_dim(name, embedding_dim))
+        self.embed = nn.Linear(features, check_embedding_dim(name, embedding_dim))
         self.classifier = classifier
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

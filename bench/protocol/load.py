@@ -152,6 +152,8 @@ def plugin_fingerprints(doc: dict[str, Any]) -> dict[str, dict[str, str]]:
     """``kind:name`` -> version and source sha256 of every plugin entry the document names."""
     from bench import registry
 
+    
+
     used = [("trunk", doc.get("model", {}).get("trunk"))]
     used += [(kind, item.get("name")) for kind, section in (("loss", "losses"), ("miner", "miners"))
              for item in doc.get("grid", {}).get(section, [])]
@@ -280,6 +282,8 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
     """What a schema cannot say: registry names and parameters, ranges, cross-references."""
     from bench import registry
 
+    
+
     def entry_or_report(kind: str, name: str, path: tuple) -> Any:
         try:
             return registry.get(kind, name)
@@ -292,7 +296,7 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
     if trunk is not None:
         if _check_param_names(trunk, model["trunk_params"], ("model", "trunk_params"), report,
                               exclude=("in_shape", "embedding_dim")):
-            from bench.models import check_size
+            from bench.trunks import check_size
 
             h, w = image_hw(doc["data"]["image_size"])
             try:
@@ -416,7 +420,7 @@ def _normalise_data(data: dict[str, Any], seed: int) -> None:
 
 def _check_trunk_options(doc: dict[str, Any], report: _Reporter) -> None:
     """model.pretrained, model.freeze_bn and training.trunk_lr against the trunk (bench.models.trunk)."""
-    from bench.models.trunk import option_problems
+    from bench.trunks import option_problems
     from bench.protocol.schema import setting
 
     model, (h, w) = doc["model"], image_hw(doc["data"]["image_size"])
@@ -502,6 +506,8 @@ def _check_image_size(doc: dict[str, Any], trunk: Any, report: _Reporter) -> Non
     """An image side every trunk can take: too small for the trunk is found now (built on the meta device,
     so nothing is allocated), not as a failure of every trial."""
     from bench import registry
+
+    
 
     size = doc["data"]["image_size"]
     h, w = image_hw(size)
@@ -605,6 +611,8 @@ def _build_problem(kind: str, entry: Any, fixed: dict[str, Any], doc: dict[str, 
     """Where and what, if the method cannot be built with ``fixed``."""
     from bench import registry
 
+    
+
     params = method_params(entry, fixed, doc["model"])
     context = {"num_classes": doc["training"]["P"], "embedding_size": doc["model"]["embedding_dim"]}
     try:
@@ -652,7 +660,7 @@ def _check_supplied(doc: dict[str, Any], written: dict[int, list[str]], report: 
     """A loss parameter searched in the protocol but supplied by every miner it is paired with is dead:
     the miner's tuples override it, so its search would only add noise. Refused, naming the miners."""
     from bench import registry
-    from bench.plan import incompatibility
+    
 
     miners = {m["label"]: m for m in doc["grid"]["miners"]}
     for i, item in enumerate(doc["grid"]["losses"]):
@@ -665,7 +673,7 @@ def _check_supplied(doc: dict[str, Any], written: dict[int, list[str]], report: 
             for label in item.get("miners", list(miners)):
                 name = miners[label]["name"] if label in miners else NO_MINER
                 entry = None if name == NO_MINER else registry.get("miner", name)
-                if incompatibility(loss, entry) is None:
+                if registry.incompatibility(loss, entry) is None:
                     paired.append(entry)
         except BenchError:
             continue  # an unknown name is reported where it is written

@@ -1,11 +1,11 @@
 """The budget check read back: did the ranking hold when every cell trained longer?
 
-`bench.budget_check` retrains each cell's final configuration at a multiple
+`bench.sweep.budget_check` retrains each cell's final configuration at a multiple
 of the budget with the same final seeds. Here each cell's primary metric at
 that multiple is paired seed by seed with its final (common random numbers:
 seed s started both from the same trunk and the same batches), and the
 change is the mean of the per-seed differences with its paired t interval
-(`bench.reports.stats.paired`).
+(`bench.stats.paired`).
 
 For the table, the two rankings are compared: the leaderboard's (by mean
 over seeds, ties by cell id) and the same rule at the multiple, over the
@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from bench.reports.source import Results
-from bench.reports.stats import Difference, Interval, paired, t_interval, within
+from bench.stats import Difference, Interval, paired, t_interval, within
 
 
 @dataclass(frozen=True)

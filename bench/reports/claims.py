@@ -86,7 +86,7 @@ from bench.plan import Plan
 from bench.reports import budget, floor
 from bench.reports.leaderboard import md_code, md_text
 from bench.reports.source import Results
-from bench.reports.stats import LEVEL, Difference, compare, holm, one_sample
+from bench.stats import LEVEL, Difference, compare, holm, one_sample
 
 DELTA = 0.01
 KINDS = ("beats", "no_better", "within", "reaches", "spread", "against_reference")
@@ -288,6 +288,8 @@ def mismatch(plan: Plan, cell: str, spec: dict[str, Any]) -> str | None:
     fixed value a claim is about.
     """
     from bench import registry
+
+    
 
     try:
         c = plan.cell(cell)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.reports.source import Results
-from bench.reports.stats import Difference, compare
+from bench.stats import Difference, compare
 
 ALPHA = 0.05
 WEAK_SHARE = 0.25  # of the best cell's gain over the floor

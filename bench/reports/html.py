@@ -72,7 +72,7 @@ def _history_from_trials(trials: pd.DataFrame | None, cell: str) -> pd.DataFrame
 
 def collect(res: Results, board: Board) -> Artifacts:
     """Read the artifacts the page draws: the best cells' arrays and every cell's history."""
-    from bench import results as tables
+    from bench.sweep import tables
 
     best = [r.cell for r in board.rows[:BEST_CELLS]]
     pairs: dict[str, tuple[np.ndarray, np.ndarray]] = {}

@@ -3,7 +3,7 @@
 Means and intervals are recomputed here from the per-seed rows of
 `finals.csv` rather than copied from `summary.csv`, so the leaderboard, the
 regression check and the claims all rest on the same numbers and the same
-interval (`bench.reports.stats.t_interval`).
+interval (`bench.stats.t_interval`).
 
 Beside the ranks the board states what a reader must not miss: the floor
 (the untrained trunk, `bench.reports.floor`) as its own row and each cell
@@ -26,7 +26,7 @@ import pandas as pd
 from bench.reports import budget as budget_check
 from bench.reports import edges, floor
 from bench.reports.source import Results
-from bench.reports.stats import Difference, Interval, spearman, t_interval, within
+from bench.stats import Difference, Interval, spearman, t_interval, within
 
 
 @dataclass(frozen=True)

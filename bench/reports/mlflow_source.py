@@ -6,7 +6,7 @@ records: each cell run carries the protocol file it ran, each trial run its
 hyperparameters, state and validation score, each final run its seed and
 test metrics, the first seed its pair distances (and 2-D embedding).
 
-The records are turned into the same ``bench.results.Records`` the runner
+The records are turned into the same ``bench.sweep.tables.Records`` the runner
 builds from its Optuna storage, then audited and tabulated by the same
 functions, so a leaderboard from MLflow and one from the results directory
 of the same sweep are the same table. Two versions of a protocol (two
@@ -36,19 +36,20 @@ def _client(tracking_uri: str | None) -> Any:
     """A client on an existing store: reading must not leave a new, empty SQLite file behind."""
     import os
 
-    from bench import tracking
+    from bench.stores import tracking
+    from bench.stores.urls import DEFAULT_DIR, sqlite_path, sqlite_url
 
     given = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not given:
-        given = str(Path(tracking.DEFAULT_DIR) / tracking.DEFAULT_FILE)
+        given = str(Path(DEFAULT_DIR) / tracking.DEFAULT_FILE)
     if "://" not in given:
         path = Path(given).expanduser()
         path = path / tracking.DEFAULT_FILE if path.is_dir() else path
         if not path.is_file():
             raise BenchError(f"no MLflow store at {path} (give the one `dmlbench run` recorded to with --tracking-uri)")
-        given = f"sqlite:///{path.resolve()}"
-    elif given.startswith("sqlite:///") and not Path(given[len("sqlite:///"):]).is_file():
-        raise BenchError(f"no MLflow store at {given[len('sqlite:///'):]}")
+        given = sqlite_url(path)
+    elif (stored := sqlite_path(given)) is not None and not stored.is_file():
+        raise BenchError(f"no MLflow store at {stored}")
     from mlflow.tracking import MlflowClient
 
     given = tracking.with_connect_timeout(given)
@@ -114,14 +115,14 @@ def _number(data: Any, name: str, default: float = math.nan) -> float:
 
 
 def records(runs: list[Any], plan: Any) -> Any:
-    """`Records` as `bench.results.collect` would read them from Optuna, here from MLflow runs.
+    """`Records` as `bench.sweep.tables.collect` would read them from Optuna, here from MLflow runs.
 
     A run without a ``state`` tag never finished (a worker was stopped in
     it) and is not counted, as an unfinished Optuna trial is not. MLflow
     does not record the budget a trial was given; every trial of one
     protocol version is given the same, so the plan's is used.
     """
-    from bench.results import Records, history, metric_names
+    from bench.sweep.tables import Records, history, metric_names
 
     protocol = plan.protocol
     primary = protocol.primary
@@ -180,7 +181,7 @@ def _param(text: str) -> Any:
 
 def _download(client: Any, runs: list[Any], root: Path, plan: Any) -> None:
     """The first final seed's report artifacts of each cell, to ``root/artifacts/<cell>/``."""
-    from bench import results as tables
+    from bench.sweep import tables
 
     first = str(plan.protocol.final_seeds[0])
     planned = {c.id for c in plan.cells}
@@ -198,8 +199,8 @@ def _download(client: Any, runs: list[Any], root: Path, plan: Any) -> None:
 def load(experiment: str, out: str | Path, tracking_uri: str | None = None,
          protocol_hash: str | None = None) -> Results:
     """The `Results` of one protocol version recorded in an MLflow experiment; artifacts go under ``out``."""
-    from bench import results as tables
-    from bench import tracking
+    from bench.sweep import tables
+    from bench.stores import tracking
     from bench.plan import plan as make_plan
 
     client = _client(tracking_uri)
@@ -229,7 +230,7 @@ def floor_frame(runs: list[Any], plan: Any) -> pd.DataFrame:
     """floor.csv's rows from the runs tagged ``kind: floor`` (one per final seed), in the seeds' order."""
     import pandas as pd
 
-    from bench.results import metric_names
+    from bench.sweep.tables import metric_names
 
     protocol = plan.protocol
     metrics = metric_names(protocol.doc)
@@ -244,8 +245,8 @@ def budget_frame(runs: list[Any], plan: Any) -> pd.DataFrame | None:
     """budget_check.csv's rows from the finished runs tagged ``kind: budget_check``; None when there are none."""
     import pandas as pd
 
-    from bench.budget_check import columns
-    from bench.results import metric_names
+    from bench.sweep.budget_check import columns
+    from bench.sweep.tables import metric_names
 
     protocol = plan.protocol
     planned = {c.id: i for i, c in enumerate(plan.cells)}
@@ -268,7 +269,7 @@ def budget_frame(runs: list[Any], plan: Any) -> pd.DataFrame | None:
 
 def _manifest(runs: list[Any], plan: Any, refused: dict[str, str], experiment: str) -> dict[str, Any]:
     """What the runner's manifest.json says, from the tags every run carries and the protocol file."""
-    from bench.results import metric_names
+    from bench.sweep.tables import metric_names
 
     protocol, tags = plan.protocol, runs[0].data.tags
     fingerprints: dict[str, Any] = {k: tags[f"dmlbench.{k}_fingerprint"] for k in ("split", "train", "test")

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from bench.errors import BenchError
 from bench.reports.source import Results
-from bench.reports.stats import Difference, Interval, t_interval, welch
+from bench.stats import Difference, Interval, t_interval, welch
 
 TOLERANCE = 0.01
 ALPHA = 0.05

@@ -1,7 +1,7 @@
 """One results directory, read once and checked, as every report needs it.
 
 The reports never open `results/<protocol>/` files by name themselves:
-`bench.results` owns the file names and formats. This module adds what a
+`bench.sweep.tables` owns the file names and formats. This module adds what a
 report must be sure of before it says anything: that the directory exists,
 holds final runs, and that every row belongs to the protocol its manifest
 names (rows of two protocol versions must never be pooled).
@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.reports.stats import metric_range
+from bench.stats import metric_range
 
 if TYPE_CHECKING:
     from bench.plan import Plan
@@ -177,8 +177,8 @@ class Results:
         return None
 
     def artifact(self, cell: str, name: str) -> Path | None:
-        """An artifact file of a cell (names: `bench.results`), or None when the run wrote none."""
-        from bench import results as tables
+        """An artifact file of a cell (names: `bench.sweep.tables`), or None when the run wrote none."""
+        from bench.sweep import tables
 
         path = tables.cell_dir(self.root, cell) / name
         return path if path.is_file() else None
@@ -200,11 +200,11 @@ def _first(d: dict[str, Any], *keys: str, default: Any = None) -> Any:
 
 
 def load(root: str | Path, complete: bool = True) -> Results:
-    """Read (through `bench.results`) and check a results directory; any problem is one `BenchError` line.
+    """Read (through `bench.sweep.tables`) and check a results directory; any problem is one `BenchError` line.
 
-    ``complete``: a finished sweep's tables must hold every cell's final seeds (`bench.results.check_complete`);
+    ``complete``: a finished sweep's tables must hold every cell's final seeds (`bench.sweep.tables.check_complete`);
     `regress` turns it off and reports missing cells and seeds itself, cell by cell."""
-    from bench import results as tables
+    from bench.sweep import tables
 
     root = Path(root)
     try:
@@ -242,7 +242,7 @@ def load(root: str | Path, complete: bool = True) -> Results:
 
 
 def _floor(root: Path, read: dict[str, Any]) -> pd.DataFrame | None:
-    """floor.csv through `bench.results.read` where it returns it, else read here (older readers, older runs)."""
+    """floor.csv through `bench.sweep.tables.read` where it returns it, else read here (older readers, older runs)."""
     floor = read.get("floor")
     if floor is None:
         path = root / "floor.csv"
@@ -275,7 +275,7 @@ def _budget_check(root: Path, read: dict[str, Any]) -> pd.DataFrame | None:
 
 def _check_rows(res: Results) -> None:
     """What the reports take on trust from the files: cell ids (they become paths), integer seeds, the primary."""
-    from bench import results as tables
+    from bench.sweep import tables
 
     for cell in res.finals["cell"].unique():
         try:

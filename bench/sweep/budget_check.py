@@ -9,7 +9,7 @@ configuration (the best trial's parameters, exactly those the finals used)
 at ``multiple`` times ``training.iterations``, with the same final seeds
 (common random numbers: the same initial trunk and the same batch order, the
 first ``iterations`` batches identical to the finals'), and evaluates it by
-the finals' own call (`bench.tuning.train_and_score`). The reports then pair
+the finals' own call (`bench.sweep.tuning.train_and_score`). The reports then pair
 each seed with its final (bench.reports.budget): the change of the primary
 metric per cell and Kendall's tau between the two rankings.
 
@@ -21,7 +21,7 @@ miner's ``refresh_every``, MargOHNM's warm-up): they are the tuned method,
 and the check asks how that method does with more training.
 
 Records: ``budget_check.csv`` in the results directory (one row per cell,
-seed and multiple; bench.results names the file), rewritten whole through
+seed and multiple; bench.sweep.tables names the file), rewritten whole through
 a temp file and a rename after every seed under a file lock, so a killed
 check leaves every finished seed recorded and no half row; and one MLflow
 run per row (kind ``budget_check``), found by its key, so a leaderboard
@@ -42,14 +42,17 @@ from typing import Any
 
 import pandas as pd
 
-from bench import results as tables
-from bench import store_checks, tracking
+from bench.sweep import tables
+from bench.stores import checks as store_checks
+
+from bench.stores import tracking
 from bench.atomic import locked
 from bench.errors import BenchError
 from bench.plan import Cell, plan as make_plan
-from bench.progress import Progress
+from bench.sweep.progress import Progress
 from bench.protocol import Protocol, device_problem
-from bench.tuning import clusters_on_test, final_config, open_storage, prepare, redact, train_and_score
+from bench.stores.urls import redact
+from bench.sweep.tuning import clusters_on_test, final_config, open_storage, prepare, train_and_score
 
 RUN_COLUMNS = ["protocol_hash", "cell", "seed", "multiple", "iterations", "samples_seen", "wall_time_s"]
 TAIL_COLUMNS = ["state", "reason", "params", "git_commit", "git_dirty"]
@@ -91,7 +94,7 @@ def tuned_cells(protocol: Protocol, results: Path, storage_url: str) -> list[Tun
                          f"(hash {str(manifest.get('protocol_hash'))[:12]}, the file's is {protocol.hash12}): {run}")
     if not manifest.get("finished"):
         raise BenchError(f"budget-check: the run of {protocol.name} in {results} has not finished: {run}")
-    db = store_checks.sqlite_file(storage_url)
+    db = store_checks.sqlite_path(storage_url)
     if db is not None and not db.is_file():
         raise BenchError(f"budget-check: the Optuna storage {db} does not exist: point --storage at the run's "
                          "database (manifest.json names it)")
@@ -173,7 +176,7 @@ def budget_check(protocol: Protocol, multiple: int = 2, *, storage: str | None =
 
     ``shard`` (k, n) trains only the k-th of every n (cell, seed) pairs: n workers started with shards
     1/n ... n/n share the check without training a seed twice (the CSV is written under a file lock)."""
-    from bench.runner import default_storage
+    from bench.sweep.runner import default_storage
 
     if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
         raise BenchError(f"budget-check: --multiple must be a positive integer, got {multiple!r}")
@@ -215,7 +218,7 @@ class _Check:
 
     def __init__(self, protocol: Protocol, multiple: int, prepared: Any, path: Path, order: list[str],
                  tracking_uri: str, fingerprints: dict[str, Any], quiet: bool) -> None:
-        from bench.mlflow_runs import MlflowRecords
+        from bench.stores.mlflow_runs import MlflowRecords
 
         self.protocol, self.multiple, self.prepared, self.path, self.order = protocol, multiple, prepared, path, order
         self.iterations = protocol.doc["training"]["iterations"] * multiple
@@ -287,7 +290,7 @@ class _Check:
                            f"[{result.iterations} it, {result.wall_time_s:.1f} s]{why} | {self.progress.eta()}")
 
     def _step(self, it: int, total: int, loss: float) -> None:
-        from bench.runner import STOP
+        from bench.sweep.runner import STOP
 
         if STOP.is_set():
             raise KeyboardInterrupt

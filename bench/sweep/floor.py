@@ -1,9 +1,9 @@
 """The floor: the untrained trunk, scored like a final seed, so a results table shows what training added.
 
-With common random numbers (bench.tuning._seeds) final seed ``s`` gives
+With common random numbers (bench.sweep.tuning._seeds) final seed ``s`` gives
 every cell the same initial trunk, so the floor of seed ``s`` is that
 trunk before its first step, scored on the test data by the same
-evaluation call the final seeds use (`bench.tuning.score_model`). It
+evaluation call the final seeds use (`bench.sweep.tuning.score_model`). It
 depends on the protocol alone, not on any cell; recomputing it is cheap
 (embedding Omniglot's evaluation set takes about 8 s), so `update_floor`
 keeps the rows already in ``floor.csv`` for this protocol version and
@@ -17,14 +17,14 @@ from typing import Any
 
 import pandas as pd
 
-from bench import results as tables
+from bench.sweep import tables
 from bench.protocol import Protocol
-from bench.tuning import Prepared, final_seed, score_model, clusters_on_test
+from bench.sweep.tuning import Prepared, final_seed, score_model, clusters_on_test
 
 
 def initial_trunk(protocol: Protocol, seed: int, in_shape: tuple[int, ...]) -> Any:
     """The trunk final seed ``seed`` starts from: seeded and built exactly as bench.training.train does."""
-    from bench.models import protocol_trunk
+    from bench.trunks import protocol_trunk
     from bench.training import _seed_everything  # the training loop's own seeding, so the two cannot drift
 
     _seed_everything(final_seed(protocol.seed, seed))

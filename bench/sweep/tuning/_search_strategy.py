@@ -1,6 +1,6 @@
 """How a cell's search proceeds: the TPE sampler (seeded per slot) and the pruner the protocol names.
 
-Not to be confused with bench/samplers.py, the P x K batch sampler: this
+Not to be confused with bench/data/samplers.py, the P x K batch sampler: this
 module is about Optuna's samplers, which propose parameter values.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from bench.plan import Cell
 from bench.protocol import Protocol
-from bench.tuning._seeds import sampler_seed
+from bench.sweep.tuning._seeds import sampler_seed
 
 
 def make_sampler(protocol: Protocol, cell: Cell, slot: int) -> Any:

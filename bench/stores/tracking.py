@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import BenchError
+from bench.stores.urls import CONNECT_TIMEOUT_S, default_url, redact, sqlite_url, with_connect_timeout
 
-DEFAULT_DIR = "runs"
 DEFAULT_FILE = "mlflow.db"
 PACKAGES = {"torch": "torch", "pml": "pytorch-metric-learning", "optuna": "optuna", "mlflow": "mlflow",
             "dmlbench": "dmlbench"}
@@ -42,9 +42,7 @@ _MAX_PARAM_CHARS = 6000  # MLflow 3 refuses longer parameter values
 
 def default_tracking_uri(root: str | Path | None = None) -> str:
     """``sqlite:///<root>/mlflow.db`` with ``root`` defaulting to ``./runs`` (created if missing)."""
-    directory = Path(root if root is not None else DEFAULT_DIR).expanduser().resolve()
-    directory.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{directory / DEFAULT_FILE}"
+    return default_url(DEFAULT_FILE, root)
 
 
 def resolve_tracking_uri(uri: str | Path | None = None) -> str:
@@ -69,23 +67,7 @@ def resolve_tracking_uri(uri: str | Path | None = None) -> str:
     if path.is_dir() or not path.suffix:
         return default_tracking_uri(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{path}"
-
-
-CONNECT_TIMEOUT_S = 5  # a database server that does not answer is refused in seconds, not after minutes of TCP retries
-
-
-def with_connect_timeout(url: str) -> str:
-    """A PostgreSQL or MySQL URL with ``connect_timeout`` added unless the user set one.
-
-    Both the Optuna and the MLflow stores open their database through
-    SQLAlchemy, which passes URL query arguments to the driver: this is the
-    one place both get their bound, so an unreachable port fails fast in both.
-    """
-    scheme = url.split("://", 1)[0].split("+", 1)[0].lower() if "://" in url else ""
-    if scheme not in ("postgresql", "postgres", "mysql") or "connect_timeout=" in url:
-        return url
-    return f"{url}{'&' if '?' in url else '?'}connect_timeout={CONNECT_TIMEOUT_S}"
+    return sqlite_url(path)
 
 
 _REACHED: set[str] = set()
@@ -109,8 +91,6 @@ def check_reachable(uri: str) -> None:
     if scheme not in ("postgresql", "postgres", "mysql"):
         return
     import sqlalchemy
-
-    from bench.tuning._slots import redact
 
     try:
         engine = sqlalchemy.create_engine(with_connect_timeout(uri))
@@ -223,6 +203,8 @@ def package_versions() -> dict[str, str]:
 def plugin_versions() -> dict[str, str]:
     """``plugin.<kind>.<name>`` -> ``<version> sha256:<hash> (<source>)`` for every plugin entry loaded."""
     from bench import registry
+
+    
 
     return {f"plugin.{e.kind}.{e.name}": f"{e.version or '-'} sha256:{e.source_hash or '-'} ({e.source})"
             for e in registry.loaded_plugins()}

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 from bench.errors import BenchError, DivergedError
 from bench.plan import Cell
 from bench.protocol import Protocol
-from bench.splits import ClassSplit
-from bench.tuning._data import Prepared, TestLeakError
-from bench.tuning._seeds import final_seed, trial_seed
+from bench.data.splits import ClassSplit
+from bench.sweep.tuning._data import Prepared, TestLeakError
+from bench.sweep.tuning._seeds import final_seed, trial_seed
 
 if TYPE_CHECKING:
     from bench.training import TrainConfig

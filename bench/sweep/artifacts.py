@@ -2,7 +2,7 @@
 
 The pairs are drawn with a generator seeded by the protocol seed alone, so
 every cell's histogram is over the same test pairs (common random numbers,
-as for training). File names and folders are bench.results'.
+as for training). File names and folders are bench.sweep.tables'.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench import results as tables
-from bench.tuning import derive_seed
+from bench.sweep import tables
+from bench.sweep.tuning import derive_seed
 
 PAIR_SAMPLE = 20000  # positive and negative pairs kept in pair_distances.npz
 

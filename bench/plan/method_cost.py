@@ -25,7 +25,9 @@ import time
 import torch
 
 from bench import registry
-from bench.plan import Cell, dataset_size
+
+from bench.plan.cost import dataset_size
+from bench.plan.types import Cell
 from bench.protocol import Protocol
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import BenchError
+from bench.stores.urls import sqlite_path
 
 OPTUNA_TABLES = frozenset({"studies", "trials", "version_info"})
 MLFLOW_TABLES = frozenset({"experiments", "runs", "metrics", "params"})
@@ -35,13 +36,6 @@ def check_given(storage: str | None, tracking_uri: str | None) -> None:
     if tracking_uri is not None and not str(tracking_uri).strip():
         raise BenchError("--tracking-uri is empty: give a URI or a path, or leave the option out for "
                          "./runs/mlflow.db")
-
-
-def sqlite_file(url: str) -> Path | None:
-    """The file behind a ``sqlite:///`` URL, resolved; None for other URLs and in-memory databases."""
-    if not url.startswith("sqlite:///") or url in ("sqlite:///", "sqlite:///:memory:"):
-        return None
-    return Path(url[len("sqlite:///"):].split("?", 1)[0]).expanduser().resolve()
 
 
 def _tables(path: Path) -> set[str]:
@@ -61,7 +55,7 @@ def _tables(path: Path) -> set[str]:
 
 def check_separate(storage_url: str, tracking_uri: str) -> None:
     """The Optuna storage and the MLflow store are two databases, each holding only its own tables."""
-    optuna_db, mlflow_db = sqlite_file(storage_url), sqlite_file(tracking_uri)
+    optuna_db, mlflow_db = sqlite_path(storage_url), sqlite_path(tracking_uri)
     if optuna_db is not None and optuna_db == mlflow_db:
         raise BenchError(f"--storage and --tracking-uri name the same database {optuna_db}: give each its own file")
     if optuna_db is not None and MLFLOW_TABLES <= _tables(optuna_db):
@@ -82,7 +76,7 @@ def check_not_emptied(manifest: dict[str, Any] | None, protocol_hash: str, resul
     finals = results / "finals.csv"
     if not finals.is_file() or len(finals.read_text(errors="replace").splitlines()) <= 1:
         return  # no finals or a header only: nothing was done
-    db = sqlite_file(storage_url)
+    db = sqlite_path(storage_url)
     if db is not None and "studies" not in _tables(db):
         known: set[str] = set()
     else:

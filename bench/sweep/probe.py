@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from bench import registry
+
 from bench.errors import BenchError
 from bench.plan import Cell, Plan
 

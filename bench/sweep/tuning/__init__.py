@@ -11,12 +11,12 @@ Three rules of the fair protocol are enforced here, in code:
 The rooms: ``_data`` (prepare, Prepared, TestClassGuard), ``_objective``
 (suggest, split_params, train_and_score, run_trial), ``_slots`` (SlotStudy,
 Heartbeat, owner records, storage), ``_search_strategy`` (Optuna's TPE
-sampler and pruner), ``_seeds``. Import from ``bench.tuning``; the private
+sampler and pruner), ``_seeds``. Import from ``bench.sweep.tuning``; the private
 modules may move.
 """
 
-from bench.tuning._data import Prepared, TestClassGuard, TestLeakError, prepare
-from bench.tuning._objective import (
+from bench.sweep.tuning._data import Prepared, TestClassGuard, TestLeakError, load_sides, make_guard, prepare, select_sides
+from bench.sweep.tuning._objective import (
     Hooks,
     RunResult,
     TrialOutcome,
@@ -30,9 +30,9 @@ from bench.tuning._objective import (
     train_config,
     trial_attrs,
 )
-from bench.tuning._search_strategy import make_pruner, make_sampler
-from bench.tuning._seeds import derive_seed, final_seed, sampler_seed, trial_seed
-from bench.tuning._slots import (
+from bench.sweep.tuning._search_strategy import make_pruner, make_sampler
+from bench.sweep.tuning._seeds import derive_seed, final_seed, sampler_seed, trial_seed
+from bench.sweep.tuning._slots import (
     ATTR_OWNER,
     ATTR_SURPLUS,
     GRACE_S,
@@ -44,12 +44,11 @@ from bench.tuning._slots import (
     held,
     open_storage,
     owner_record,
-    redact,
     study_name,
 )
 
 __all__ = ["ATTR_OWNER", "ATTR_SURPLUS", "GRACE_S", "HEARTBEAT_S", "Heartbeat", "Hooks", "Prepared", "RunResult",
            "Slot", "SlotStudy", "TestClassGuard", "TestLeakError", "TrialOutcome", "best_trial", "derive_seed",
-           "final_config", "final_seed", "held", "make_pruner", "make_sampler", "open_storage", "owner_record",
-           "prepare", "redact", "run_trial", "sampler_seed", "score_model", "split_params", "study_name", "suggest",
+           "final_config", "final_seed", "held", "load_sides", "make_guard", "make_pruner", "make_sampler", "open_storage", "owner_record",
+           "prepare", "run_trial", "sampler_seed", "score_model", "select_sides", "split_params", "study_name", "suggest",
            "clusters_on_test", "train_and_score", "train_config", "trial_attrs", "trial_seed"]

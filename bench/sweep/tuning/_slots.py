@@ -3,7 +3,7 @@
 A study's trials are numbered by the storage; `SlotStudy.claim` gives the
 first ``n`` fresh trials slots 0..n-1 and fails any later one as surplus
 before it trains, so several workers sharing a storage can never run more
-than ``n`` (see bench/runner.py for the multi-worker rules). A trial left
+than ``n`` (see bench/sweep/runner.py for the multi-worker rules). A trial left
 RUNNING by a killed worker is failed as stale and re-enqueued with the same
 parameters and slot (its owner record names the host and process), so the
 count stays ``n`` and the replacement reproduces it.
@@ -18,12 +18,12 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from bench.errors import BenchError
 from bench.plan import Cell
 from bench.protocol import Protocol
+from bench.stores.urls import redact, sqlite_path, with_connect_timeout
 
 HEARTBEAT_S = 30  # a worker records that its trial is alive this often...
 GRACE_S = 120  # ...and a trial silent for this long is failed as stale by any worker
@@ -37,12 +37,11 @@ def open_storage(url: str) -> Any:
     """An Optuna RDB storage with heartbeats (SQLite waits for locks instead of failing at once)."""
     import optuna
 
-    from bench.tracking import with_connect_timeout
-
     url = with_connect_timeout(url)
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    path = sqlite_path(url)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
     for attempt in range(4):  # two workers starting at once on a new database race to create its tables
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -54,15 +53,6 @@ def open_storage(url: str) -> Any:
                     raise BenchError(f"cannot open Optuna storage {redact(url)!r}: {str(e).splitlines()[0]}") from e
                 time.sleep(1 + attempt)
     raise AssertionError("unreachable")
-
-
-def redact(url: str) -> str:
-    """The URL without its password, fit for logs and manifests."""
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        cred, host = rest.rsplit("@", 1)
-        return f"{scheme}://{cred.split(':', 1)[0]}:***@{host}"
-    return url
 
 
 def _process_start(pid: int) -> str | None:
@@ -237,7 +227,6 @@ class SlotStudy:
         storage order, which the database fixes: the first ``n`` win, any
         later one is failed as surplus before it runs.
         """
-        import optuna
         from optuna.trial import TrialState
 
         self.recover_stale()

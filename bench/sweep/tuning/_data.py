@@ -15,7 +15,7 @@ from typing import Any
 
 from bench.errors import BenchError
 from bench.protocol import Protocol
-from bench.splits import ClassSplit, class_folds, split_pool
+from bench.data.splits import ClassSplit, class_folds, split_pool
 
 
 class TestLeakError(BenchError):
@@ -84,7 +84,7 @@ class Prepared:
         return tr, val
 
     def fingerprints(self) -> dict[str, Any]:
-        from bench.splits import fingerprint
+        from bench.data.splits import fingerprint
 
         return {"split": fingerprint(self.train_split, self.test_split), "train": self.train_split.fingerprint,
                 "test": self.test_split.fingerprint,
@@ -132,6 +132,7 @@ def load_sides(d: Mapping[str, Any], data_root: str | None) -> tuple[Any, Any]:
     built for the training images and would crash on the test images.
     """
     from bench import data as datasets
+    
     from bench.data.query_gallery import QueryGallery, is_query_gallery
 
     options = {"size": d["image_size"], "resize": d.get("resize", "stretch"), "channels": d.get("channels"),
@@ -179,6 +180,7 @@ def make_guard(d: Mapping[str, Any], train_all: Any, test_all: Any, test_split: 
     if d["train"] == d["test"]:
         return TestClassGuard(test_split)
     from bench import data as datasets
+    
     from bench.data.query_gallery import is_query_gallery
 
     train_keys = datasets.class_keys(d["train"], train_all)
@@ -222,6 +224,7 @@ def prepare(protocol: Protocol, data_root: str | None = None) -> Prepared:
     import torch
 
     from bench import data as datasets
+    
     from bench.data.query_gallery import is_query_gallery
 
     d, t = protocol.doc["data"], protocol.doc["training"]

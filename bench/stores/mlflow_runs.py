@@ -5,7 +5,7 @@ child runs per trial, per fold and per final seed. Each run carries the tag
 ``dmlbench.key`` (``<hash12>/<cell>/trial3/fold0``...) and is looked up by
 it before one is created; a metric or parameter already logged is not
 logged again. Where the store is and what every run carries is
-bench/tracking.py.
+bench/stores/tracking.py.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from bench.atomic import locked
 from bench.errors import BenchError
 from bench.plan import Cell
 from bench.protocol import Protocol
-from bench.tracking import flatten, search_all
+from bench.stores.tracking import flatten, search_all
+from bench.stores.urls import sqlite_path
 
 # Longer than an MLflow insert takes between the client's start-time stamp and its commit (see run()).
 SETTLE_S = 1.0
@@ -35,10 +36,10 @@ def _creation_lock(uri: str) -> Iterator[None]:
     both run MLflow's schema migrations, and on SQLite those rebuild tables through temporary ones: the
     second fails ("table _alembic_tmp_latest_metrics already exists") and leaves the store unusable for
     both, which a retry cannot mend. A server or database URI is the server's to serialise."""
-    if not uri.startswith("sqlite:///"):
+    path = sqlite_path(uri)
+    if path is None:
         yield
         return
-    path = Path(uri[len("sqlite:///"):].split("?", 1)[0])
     with locked(path.with_name(path.name + ".lock")):
         yield
 
@@ -74,8 +75,9 @@ class MlflowRecords:
     def _create_experiment(self, name: str) -> str:
         """With a SQLite store, artifacts go beside the database, not into the current directory."""
         location = None
-        if self.uri.startswith("sqlite:///"):
-            location = Path(self.uri[len("sqlite:///"):]).parent.joinpath("artifacts").as_uri()
+        path = sqlite_path(self.uri)
+        if path is not None:
+            location = path.parent.joinpath("artifacts").as_uri()
         try:
             return self.client.create_experiment(name, artifact_location=location)
         except Exception:  # another worker created it first

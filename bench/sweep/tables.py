@@ -33,8 +33,8 @@ MANIFEST = "manifest.json"
 TRIALS = "trials.csv"
 FINALS = "finals.csv"
 SUMMARY = "summary.csv"
-FLOOR = "floor.csv"  # the untrained trunk per final seed (bench.floor)
-BUDGET_CHECK = "budget_check.csv"  # the finals retrained at a multiple of the budget (bench.budget_check)
+FLOOR = "floor.csv"  # the untrained trunk per final seed (bench.sweep.floor)
+BUDGET_CHECK = "budget_check.csv"  # the finals retrained at a multiple of the budget (bench.sweep.budget_check)
 ARTIFACTS = "artifacts"
 HISTORY = "optuna_history.csv"
 PAIR_DISTANCES = "pair_distances.npz"
@@ -103,7 +103,7 @@ def _study(storage: Any, name: str) -> Any:
 
 def _counted(study: Any) -> list[Any]:
     """Finished trials that hold a slot (stale and surplus ones excluded), by slot."""
-    from bench.tuning import held
+    from bench.sweep.tuning import held
 
     if study is None:
         return []
@@ -113,7 +113,7 @@ def _counted(study: Any) -> list[Any]:
 
 def collect(plan: Plan, storage: Any) -> Records:
     """Every finished trial and final run of the plan's cells, from the Optuna storage."""
-    from bench.tuning import study_name
+    from bench.sweep.tuning import study_name
 
     protocol = plan.protocol
     metrics = metric_names(protocol.doc)
@@ -221,9 +221,9 @@ def audit(plan: Plan, records: Records) -> dict[str, str]:
 def t_interval(values: Iterable[float], level: float = 0.95) -> tuple[float, float, float]:
     """(mean, low, high): Student's t interval over seeds; NaN bounds with fewer than two values.
 
-    The project's one interval (`bench.reports.stats.t_interval`), so summary.csv and the reports agree.
+    The project's one interval (`bench.stats.t_interval`), so summary.csv and the reports agree.
     """
-    from bench.reports.stats import t_interval as interval
+    from bench.stats import t_interval as interval
 
     iv = interval([math.nan if v is None else v for v in values], level)
     return iv.mean, iv.low, iv.high

@@ -1,8 +1,8 @@
-"""What `bench.runner.run_protocol` returns: the results tables themselves, not a path to them.
+"""What `bench.sweep.runner.run_protocol` returns: the results tables themselves, not a path to them.
 
 A caller in Python (a notebook, a test) wants the numbers; the files on disk
 are the record that outlives the process. Both are the same tables:
-this object is `bench.results.read` of the directory the sweep wrote.
+this object is `bench.sweep.tables.read` of the directory the sweep wrote.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ class SweepResult:
     @classmethod
     def read(cls, path: str | Path, cells: int, wall_time_s: float,
              refused: dict[str, str] | None = None) -> SweepResult:
-        """The tables as written in `path` (`bench.results.read`)."""
-        from bench.results import read
+        """The tables as written in `path` (`bench.sweep.tables.read`)."""
+        from bench.sweep.tables import read
 
         tables = read(path)
         return cls(Path(path), tables["finals"], tables["summary"], tables["trials"], tables["manifest"], cells,

@@ -1,9 +1,9 @@
 """Running a protocol: tune every cell, retrain the best with the final seeds, score the floor, write the tables.
 
 `Sweep` only orchestrates: the data, the trial objective, trial slots and
-the search strategy are bench.tuning's; MLflow runs bench.mlflow_runs';
-report artifacts bench.artifacts'; the untrained-trunk floor bench.floor's;
-the tables bench.results'.
+the search strategy are bench.sweep.tuning's; MLflow runs bench.stores.mlflow_runs';
+report artifacts bench.sweep.artifacts'; the untrained-trunk floor bench.sweep.floor's;
+the tables bench.sweep.tables'.
 
 Where things are recorded:
 
@@ -16,11 +16,11 @@ Where things are recorded:
   run carries a deterministic key tag (``dmlbench.key``) and is found by it
   before one is created, so a resumed sweep adds to its runs rather than
   duplicating them, and a metric already logged is not logged again.
-* ``results/<protocol>/`` (bench.results): tables and artifacts.
+* ``results/<protocol>/`` (bench.sweep.tables): tables and artifacts.
 
 Resume: rerun the same command. Finished trials stay; a trial left RUNNING
 by a killed process is failed as stale and re-enqueued with its parameters
-and slot (bench.tuning.SlotStudy), and training is a function of (protocol
+and slot (bench.sweep.tuning.SlotStudy), and training is a function of (protocol
 seed, slot, fold) or (protocol seed, final seed) and the parameters, so the
 tables equal those of an uninterrupted run (wall times aside). The seeds do
 not depend on the cell (common random numbers): final seed s starts every
@@ -65,18 +65,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import results as tables
-from bench import store_checks, tracking
-from bench.artifacts import write_cell_artifacts
+from bench.sweep import tables
+from bench.stores import checks as store_checks
+
+from bench.stores import tracking
+from bench.sweep.artifacts import write_cell_artifacts
 from bench.errors import BenchError
-from bench.floor import update_floor
-from bench.mlflow_runs import MlflowRecords
+from bench.sweep.floor import update_floor
+from bench.stores.mlflow_runs import MlflowRecords
 from bench.plan import Cell, Plan, plan as make_plan
-from bench.probe import check_live
-from bench.progress import Progress
+from bench.sweep.probe import check_live
+from bench.sweep.progress import Progress
 from bench.protocol import Protocol, device_problem, load_protocol
-from bench.sweep_result import SweepResult
-from bench.tuning import (
+from bench.sweep.result import SweepResult
+from bench.stores.urls import default_url, redact
+from bench.sweep.tuning import (
     Heartbeat,
     Hooks,
     Prepared,
@@ -89,7 +92,6 @@ from bench.tuning import (
     make_sampler,
     open_storage,
     prepare,
-    redact,
     run_trial,
     study_name,
     clusters_on_test,
@@ -97,15 +99,12 @@ from bench.tuning import (
     trial_attrs,
 )
 
-DEFAULT_STORAGE_DIR = "runs"
 POLL_S = 10.0  # how often a worker waiting for other workers' trials looks again
 
 
 def default_storage(root: str | Path | None = None) -> str:
     """``sqlite:///<root>/optuna.db``, ``root`` defaulting to ./runs (created if missing)."""
-    directory = Path(root if root is not None else DEFAULT_STORAGE_DIR).expanduser().resolve()
-    directory.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{directory / 'optuna.db'}"
+    return default_url("optuna.db", root)
 
 
 @dataclass
@@ -141,7 +140,7 @@ def _check_weights(protocol: Protocol, in_shape: tuple[int, ...] | None = None) 
     file's presence is checked; with it the trunk is built and the weights loaded, then dropped."""
     import torch
 
-    from bench.models import protocol_trunk
+    from bench.trunks import protocol_trunk
     from bench.models.weights import resolve
     from bench.protocol.schema import setting
 
@@ -220,7 +219,7 @@ class Sweep:
     def setup(self) -> None:
         """Load the data, make the results directory this protocol's (moving another version aside), open
         the MLflow records and the Optuna studies, and discard the --redo cells: all before the first trial."""
-        from bench import tracking
+        from bench.stores import tracking
         from bench.metrics.geometry import geometry
 
         self.code = {"git_commit": tracking.git_commit(), "git_dirty": tracking.git_dirty()}  # on every record

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from bench import distances, reducers
+
 from bench.errors import BenchError
 from bench.reducers import zero_loss
 from bench.tuples import Quadruplets

@@ -1,0 +1,12 @@
+"""The plan of a protocol: its cells (loss x miner), the pairs dropped and why, the budget, the time it takes.
+
+`plan(protocol)` expands the grid (`grid`); the types live in `types`, which
+imports nothing of the sweep; the time estimate in `cost`, and the optional
+timing of each cell's loss and miner in `method_cost`. `dmlbench plan`
+renders a plan as text (`bench.commands.plan`).
+"""
+
+from bench.plan.grid import NOT_SELECTED, plan
+from bench.plan.types import Budget, Cell, Dropped, Estimate, Plan, TrunkCost
+
+__all__ = ["NOT_SELECTED", "Budget", "Cell", "Dropped", "Estimate", "Plan", "TrunkCost", "plan"]

@@ -1,0 +1,167 @@
+"""How long a plan takes: per-trunk step costs, dataset sizes, and the estimate of one cell.
+
+The estimate uses the per-trunk costs in `TRUNK_COSTS`, measured on this
+project's reference machine (2 CPU cores), or `GPU_TRUNK_COSTS` for a
+protocol that trains on CUDA (then it is GPU-hours), scaled by batch size
+and pixels; a step time measured on one's own device (`--step-ms`, from
+`benchmarks/bench_trunk_step.py`) replaces the table. It is an estimate to
+decide whether a sweep fits an afternoon or a GPU allocation, not a promise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench import registry
+from bench.plan.types import Budget, Cell, Estimate, TrunkCost
+from bench.protocol import Protocol
+from bench.protocol.schema import image_hw
+
+# One place for the machine's speed. conv4 and mlp are measured here (Conv-4 at
+# 28x28, batch 128: 75-135 ms a step; MLP on 784-d: 2-4 ms; embedding Omniglot's
+# 13,180 evaluation images with Conv-4: about 8 s). The others are scaled by
+# their multiply-adds relative to Conv-4 and marked as not measured.
+TRUNK_COSTS: dict[str, TrunkCost] = {
+    "conv4": TrunkCost((0.075, 0.135), 8.0 / 13180),
+    "mlp": TrunkCost((0.002, 0.004), 0.1 / 13180),
+    "lecun2006": TrunkCost((0.010, 0.025), 1.5 / 13180, measured=False),
+    "omniglot_encoder": TrunkCost((0.300, 0.600), 30.0 / 13180, measured=False),
+}
+UNKNOWN_TRUNK = TrunkCost((0.075, 0.135), 8.0 / 13180, measured=False)
+# ResNets at 224x224, batch 32, bf16 + channels-last, one thread. ResNet-50 measured here by
+# benchmarks/bench_trunk_step.py (3.2 s of CPU a step at 227x227, embedding ~0.09 s an image in fp32,
+# on a loaded machine: the range allows for it); ResNet-18 scaled by multiply-adds (1.8 / 4.1 G).
+TRUNK_COSTS.update({
+    "resnet18": TrunkCost((1.3, 2.0), 0.04, ref_batch=32, ref_pixels=224 * 224, measured=False,
+                          source="not measured: scaled from ResNet-50"),
+    "resnet50": TrunkCost((3.0, 4.5), 0.09, ref_batch=32, ref_pixels=224 * 224),
+})
+# On one GPU. Conv-4 measured on an H100 (benchmarks/bench_step_time.py: 8.0-8.5 ms at batch 128,
+# 13,180 images embedded in 0.04 s). The ResNets are not measured here (no GPU was lent when
+# they were added): eager PyTorch trains a ResNet-50 at about 1,000-1,600 images/s in bf16 on
+# one A100/H100-class GPU, i.e. 20-32 ms for a batch of 32 at 224x224; pass a measured
+# `--step-ms` for a real figure.
+_GPU_GUESS = "not measured: published eager-PyTorch throughput; pass --step-ms from benchmarks/bench_trunk_step.py"
+GPU_TRUNK_COSTS: dict[str, TrunkCost] = {
+    "conv4": TrunkCost((0.0080, 0.0085), 0.04 / 13180, source="measured on an H100"),
+    "resnet18": TrunkCost((0.008, 0.014), 0.0002, ref_batch=32, ref_pixels=224 * 224, measured=False,
+                          source=_GPU_GUESS),
+    "resnet50": TrunkCost((0.020, 0.032), 0.0005, ref_batch=32, ref_pixels=224 * 224, measured=False,
+                          source=_GPU_GUESS),
+}
+UNKNOWN_GPU_TRUNK = GPU_TRUNK_COSTS["resnet50"]
+
+# Images per class and classes per named dataset: eval cost without loading data.
+DATASET_SIZES: dict[str, tuple[int, float]] = {  # spec -> (classes, images per class)
+    "omniglot:background": (964, 20),
+    "omniglot:evaluation": (659, 20),
+    "fashion-mnist:train": (10, 6000),
+    "fashion-mnist:test": (10, 1000),
+    # the published splits (METHODS.md): images / classes
+    "cub200:train": (100, 58.64),
+    "cub200:test": (100, 59.24),
+    "cars196:train": (98, 8054 / 98),
+    "cars196:test": (98, 8131 / 98),
+    "sop:train": (11318, 59551 / 11318),
+    "sop:test": (11316, 60502 / 11316),
+    "inshop:train": (3997, 25882 / 3997),
+    "inshop:query": (3985, 14218 / 3985),
+    "inshop:gallery": (3985, 12612 / 3985),
+    "market1501:train": (751, 12936 / 751),
+    "market1501:query": (750, 3368 / 750),
+    "market1501:gallery": (752, 19732 / 752),  # 750 test identities, distractors (0) and junk (-1)
+}
+OVERHEAD_S_PER_RUN = 0.4  # MLflow and Optuna records per training run (SQLite)
+STEP_FIXED_S = 0.005  # per step whatever the batch: optimiser, loss and miner calls (measured: small batches)
+# Metrics on N embeddings (measured here, 64-d): retrieval is O(N^2), 2.1 s at
+# N = 13,180; k-means for NMI/AMI is O(N x classes x iterations), 85 s at
+# N = 13,180 and 659 classes, 0.5 s at 4,800 and 240.
+RETRIEVAL_S_PER_PAIR = 1.2e-8
+KMEANS_S_PER_POINT_CLUSTER = 1.0e-5
+LAKE_IMAGES = 20 * 40  # Lake's 20 one-shot runs: 20 test + 20 training images each
+
+
+def dataset_size(spec: Any, classes: Any) -> tuple[float, float]:
+    """(classes, images) of a dataset side, (0, 0) for a dataset of unknown size.
+
+    A query/gallery test side counts the gallery's images (what each query is searched in) and
+    the query's classes."""
+    if isinstance(spec, dict):
+        n_classes, _ = dataset_size(spec["query"], classes)
+        _, gallery = dataset_size(spec["gallery"], None)
+        return n_classes, gallery
+    if spec not in DATASET_SIZES:
+        return 0, 0
+    n_classes, per_class = DATASET_SIZES[spec]
+    if isinstance(classes, int):
+        n_classes = classes
+    elif isinstance(classes, list):
+        n_classes = len(classes)
+    return n_classes, n_classes * per_class
+
+
+def sized_test(test: Any) -> str:
+    """The spec whose size stands for the test side's cost: a query/gallery side's gallery (every query ranks it)."""
+    return test["gallery"] if isinstance(test, dict) else test
+
+
+def _metrics_s(images: float, classes: float, clustering: bool) -> float:
+    return RETRIEVAL_S_PER_PAIR * images**2 + (KMEANS_S_PER_POINT_CLUSTER * images * classes if clustering else 0)
+
+
+def trunk_cost(protocol: Protocol, step_s: float | None = None) -> TrunkCost:
+    """The cost table entry of the protocol's trunk on its device, or one made of a measured step time."""
+    doc = protocol.doc
+    trunk, gpu = doc["model"]["trunk"], str(doc["training"]["device"]).startswith("cuda")
+    table = (GPU_TRUNK_COSTS, UNKNOWN_GPU_TRUNK) if gpu else (TRUNK_COSTS, UNKNOWN_TRUNK)
+    cost = table[0].get(trunk, table[1])
+    if step_s is None:
+        return cost
+    h, w = image_hw(doc["data"]["image_size"])
+    batch = doc["training"]["P"] * doc["training"]["K"]
+    embed_s = cost.embed_s * (h * w) / cost.ref_pixels
+    return TrunkCost((step_s, step_s), embed_s, ref_batch=batch, ref_pixels=h * w, ref_hw=(h, w), source="--step-ms")
+
+
+def estimate_cell(protocol: Protocol, cell: Cell, budget: Budget, cost: TrunkCost | None = None,
+                  check_multiple: float = 0, method_s: float = 0.0) -> Estimate:
+    """Seconds for one cell: training steps, evaluations (validation, pruning checks, test) and records.
+
+    ``check_multiple`` > 0 adds a budget check: the finals retrained at that multiple of the budget
+    with the same seeds, and evaluated again. ``method_s``: the cell's loss and miner, timed, a step."""
+    doc = protocol.doc
+    cost = cost or trunk_cost(protocol)
+    h, w = image_hw(doc["data"]["image_size"])
+    pixels = h * w  # an MLP's first layer and a conv trunk both scale with the pixel count
+    scale = (budget.batch_size / cost.ref_batch) * (pixels / cost.ref_pixels)
+    embed_one = cost.embed_s * pixels / cost.ref_pixels
+    _, train_images = dataset_size(doc["data"]["train"], doc["data"]["train_classes"])
+    test_classes, test_images = dataset_size(sized_test(doc["data"]["test"]), doc["data"]["test_classes"])
+    folds = doc["data"]["validation"]["folds"]
+    val_images = train_images / folds
+    per_step_extra = _miner_step_extra(cell, train_images * (folds - 1) / folds, embed_one) + method_s
+    pruner = doc["tuning"]["pruner"]
+    checks = 0 if pruner["type"] == "none" else budget.iterations // pruner["check_every"]
+    one_val = val_images * embed_one + _metrics_s(val_images, 0, clustering=False)
+    tuning_eval = budget.tuning_runs * (1 + checks) * one_val
+    metrics = doc["evaluation"]["metrics"]
+    lake = LAKE_IMAGES if "lake_accuracy" in metrics else 0
+    clustering = "nmi" in metrics or "ami" in metrics
+    final_eval = budget.seeds * ((test_images + lake) * embed_one + _metrics_s(test_images, test_classes, clustering))
+    fixed = tuning_eval + final_eval + (budget.tuning_runs + budget.seeds + budget.trials + 1) * OVERHEAD_S_PER_RUN
+    steps = budget.total_iterations + check_multiple * budget.final_iterations
+    if check_multiple:
+        fixed += final_eval + budget.seeds * OVERHEAD_S_PER_RUN
+    low = steps * (cost.step_s[0] * scale + STEP_FIXED_S + per_step_extra) + fixed
+    high = steps * (cost.step_s[1] * scale + STEP_FIXED_S + per_step_extra) + fixed
+    return Estimate(low, high, cost.measured)
+
+
+def _miner_step_extra(cell: Cell, train_images: float, embed_one: float) -> float:
+    """Dataset-level miners embed training samples without gradient (`Entry.embeds_per_step`)."""
+    if cell.miner is None or not cell.dataset_level:
+        return 0.0
+    entry = registry.get("miner", cell.miner)
+    if entry.embeds_per_step is None:
+        return 0.0
+    return entry.embeds_per_step(entry.settings(cell.miner_params), train_images) * embed_one

@@ -1,0 +1,82 @@
+"""A protocol's grid expanded into cells, the pairs dropped and why, and the budget.
+
+A cell is one loss with one miner (or none). Pairs that make no sense are
+dropped by what the registry says each method consumes and produces
+(`bench.registry.incompatibility`); a miner's scope (`Entry.dataset_level`)
+and the loss parameters its tuples supply (`Entry.supplies`, removed from
+the cell's search space) come from its entry too, never from a hand-kept
+list of names, so a new method is planned correctly from its registry entry
+alone. Every cell gets the same budget by construction; `Budget` is also
+what the results audit compares the recorded runs against.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench import registry
+from bench.errors import BenchError
+from bench.plan.cost import estimate_cell, trunk_cost
+from bench.plan.types import Budget, Cell, Dropped, Plan
+from bench.protocol import NO_MINER, Protocol
+from bench.protocol.load import method_params
+
+NOT_SELECTED = "not selected by the protocol (the loss's `miners` list)"
+
+
+def plan(protocol: Protocol, step_s: float | None = None, check_multiple: float = 0,
+         time_methods: bool = False) -> Plan:
+    """Cells (loss x miner) in grid order, dropped pairs with their reasons, one budget for all.
+
+    ``step_s`` is a training step time measured on one's own device (it replaces the cost table);
+    ``check_multiple`` adds a budget check at that multiple to the time estimate; ``time_methods``
+    times each cell's loss and miner (`bench.plan.method_cost`) and adds them to its steps."""
+    doc = protocol.doc
+    grid = doc["grid"]
+    cells: list[Cell] = []
+    dropped: list[Dropped] = []
+    for loss_item in grid["losses"]:
+        loss_entry = registry.get("loss", loss_item["name"])
+        allowed = loss_item.get("miners")
+        for miner_item in grid["miners"]:
+            cell_id = f"{loss_item['label']}+{miner_item['label']}"
+            miner_entry = None if miner_item["name"] == NO_MINER else registry.get("miner", miner_item["name"])
+            reason = registry.incompatibility(loss_entry, miner_entry)
+            if reason:
+                dropped.append(Dropped(cell_id, reason))
+                continue
+            if allowed is not None and miner_item["label"] not in allowed:
+                dropped.append(Dropped(cell_id, NOT_SELECTED))
+                continue
+            cells.append(_cell(cell_id, loss_entry, loss_item, miner_entry, miner_item, doc["model"]))
+    if not cells:  # a sweep of nothing would end "0 cells done", exit 0, with empty tables
+        first = dropped[0]
+        raise BenchError(f"{protocol.name}: the grid has no cell: every loss x miner pair was dropped "
+                         f"({len(dropped)}; first {first.cell}: {first.reason})")
+    training, validation = doc["training"], doc["data"]["validation"]
+    budget = Budget(trials=doc["tuning"]["trials"], folds=validation["use"], iterations=training["iterations"],
+                    batch_size=training["P"] * training["K"], seeds=len(doc["final"]["seeds"]))
+    cost = trunk_cost(protocol, step_s)
+    method_s: dict[str, float] = {}
+    if time_methods:
+        from bench.plan.method_cost import time_cells  # imports torch: only when timing is asked for
+
+        method_s = time_cells(protocol, tuple(cells))
+    estimates = {c.id: estimate_cell(protocol, c, budget, cost, check_multiple, method_s.get(c.id, 0.0))
+                 for c in cells}
+    return Plan(protocol, tuple(cells), tuple(dropped), budget, estimates, cost, check_multiple, method_s)
+
+
+def _cell(cell_id: str, loss_entry: registry.Entry, loss_item: dict[str, Any],
+          miner_entry: registry.Entry | None, miner_item: dict[str, Any], model: dict[str, Any]) -> Cell:
+    """One cell: fixed parameters, and the searched ones less those the miner's tuples supply (dead there)."""
+    supplied = miner_entry.supplies if miner_entry is not None else ()
+    space = {f"loss.{k}": v for k, v in loss_item["search_space"].items() if k not in supplied}
+    miner_params: dict[str, Any] = {}
+    dataset_level = False
+    if miner_entry is not None:
+        space.update({f"miner.{k}": v for k, v in miner_item["search_space"].items()})
+        miner_params = method_params(miner_entry, miner_item["params"], model)
+        dataset_level = miner_entry.dataset_level(miner_params)
+    return Cell(cell_id, loss_entry.name, miner_entry.name if miner_entry else None,
+                method_params(loss_entry, loss_item["params"], model), miner_params, space, dataset_level)

@@ -1,0 +1,127 @@
+"""What a plan is made of: the cells of a protocol's grid, the pairs dropped, the budget, the cost figures.
+
+Types only: this module imports nothing of the sweep, so that everything that
+names a cell (tuning, tables, reports) can import it without importing the
+planner or its cost model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.protocol import Protocol
+
+@dataclass(frozen=True)
+class TrunkCost:
+    """Seconds per training step at the reference size, and per embedded image (no gradient)."""
+
+    step_s: tuple[float, float]  # (low, high) at ref_batch and ref_pixels
+    embed_s: float  # per image at ref_pixels
+    ref_batch: int = 128
+    ref_pixels: int = 28 * 28
+    ref_hw: tuple[int, int] | None = None  # the measured image's height and width, when not square
+    measured: bool = True
+    source: str = ""  # where the figure comes from, printed beside the estimate
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One loss with one miner: what a study tunes and the finals retrain."""
+
+    id: str
+    loss: str
+    miner: str | None
+    loss_params: dict[str, Any]
+    miner_params: dict[str, Any]
+    search_space: dict[str, dict[str, Any]]  # "loss.<name>" / "miner.<name>" -> distribution
+    dataset_level: bool = False
+
+    @property
+    def miner_label(self) -> str:
+        return self.id.split("+", 1)[1]
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """A grid cell left out of the plan, and why (an incompatible pair, or not selected)."""
+
+    cell: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What every cell receives: trials x folds training runs in tuning, then one run per final seed."""
+
+    trials: int
+    folds: int
+    iterations: int  # per training run
+    batch_size: int
+    seeds: int
+
+    @property
+    def tuning_runs(self) -> int:
+        return self.trials * self.folds
+
+    @property
+    def tuning_iterations(self) -> int:
+        return self.tuning_runs * self.iterations
+
+    @property
+    def final_iterations(self) -> int:
+        return self.seeds * self.iterations
+
+    @property
+    def total_iterations(self) -> int:
+        return self.tuning_iterations + self.final_iterations
+
+    @property
+    def samples_seen(self) -> int:
+        """An upper bound: dataset-level miners may serve smaller batches than P x K."""
+        return self.total_iterations * self.batch_size
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A wall-clock range in seconds; ``measured`` is False when a trunk's cost was scaled, not timed."""
+
+    low_s: float
+    high_s: float
+    measured: bool
+
+    @property
+    def mid_s(self) -> float:
+        return (self.low_s + self.high_s) / 2
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a protocol will run: the cells, those dropped, the budget each cell gets and the time it
+    should take (``estimates`` per cell id)."""
+
+    protocol: Protocol
+    cells: tuple[Cell, ...]
+    dropped: tuple[Dropped, ...]
+    budget: Budget
+    estimates: dict[str, Estimate] = field(default_factory=dict)  # per cell id
+    cost: TrunkCost | None = None  # the trunk cost the estimates used
+    check_multiple: float = 0  # a budget check at this multiple is in the estimates (0: none)
+    method_s: dict[str, float] = field(default_factory=dict)  # timed loss + miner seconds a step, per cell id
+
+    @property
+    def total_iterations(self) -> int:
+        return self.budget.total_iterations * len(self.cells)
+
+    @property
+    def estimate(self) -> Estimate:
+        values = list(self.estimates.values())
+        return Estimate(sum(e.low_s for e in values), sum(e.high_s for e in values),
+                        all(e.measured for e in values))
+
+    def cell(self, cell_id: str) -> Cell:
+        """The planned cell of this id; KeyError for a dropped or unknown one."""
+        for c in self.cells:
+            if c.id == cell_id:
+                return c
+        raise KeyError(cell_id)
