@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test typecheck crosscheck bench sysdeps clean
+.PHONY: demo test lint format typecheck crosscheck bench sysdeps clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -23,10 +23,21 @@ demo: $(STAMP)
 sysdeps:
 	bash scripts/system-deps.sh
 
-# types first: mypy is quick next to the tests and names the line of a broken signature
+# lint and types first: both are quick next to the tests and name the line of a broken rule or signature
 test: $(STAMP) sysdeps
+	$(BIN)/ruff check bench tests benchmarks scripts
+	$(BIN)/ruff format --check bench tests benchmarks scripts
 	$(BIN)/mypy bench
 	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider
+
+lint: $(STAMP)
+	$(BIN)/ruff check bench tests benchmarks scripts
+	$(BIN)/ruff format --check bench tests benchmarks scripts
+
+# rewrite the tree to the project's format and import order (what `make lint` checks)
+format: $(STAMP)
+	$(BIN)/ruff check --fix --select I bench tests benchmarks scripts
+	$(BIN)/ruff format bench tests benchmarks scripts
 
 # mypy over the package alone ([tool.mypy] in pyproject.toml)
 typecheck: $(STAMP)
