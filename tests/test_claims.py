@@ -352,3 +352,32 @@ def test_shipped_requires_match_the_planned_cells() -> None:
     assert "triplet+semihard" in {c.id for c in p.cells}
     assert claims.mismatch(p, "triplet+semihard", facenet["requires"]["a"]) == (
         "triplet+semihard runs miner semihard with semantics='all', the claim requires semantics='nearest'")
+
+
+@pytest.mark.parametrize(
+    "kind, fields, words",
+    [
+        ("within", {"a": "A", "b": "B", "points": 3}, "points 3 is wider than map_at_r's whole range"),
+        ("spread", {"cells": ["A", "B"], "below": 5}, "below 5 is wider than map_at_r's whole range"),
+        ("beats", {"a": "A", "b": "B", "margin": 2}, "margin 2 is wider than map_at_r's whole range"),
+        ("reaches", {"cell": "A", "value": 93.75}, "value 93.75 lies outside map_at_r's range"),
+        ("reaches", {"cell": "A", "value": -0.2}, "value -0.2 lies outside map_at_r's range"),
+    ],
+)
+def test_a_number_the_metric_cannot_take_is_refused_not_judged(kind, fields, words) -> None:
+    """`points: 3` on MAP@R meant three points; read as 3.0 it made every `within` claim supported."""
+    close = {"A": [0.50, 0.51, 0.52], "B": [0.51, 0.52, 0.53]}
+    with pytest.raises(claims.BenchError, match=words):
+        _judge(kind, close, **fields)
+
+
+def test_unit_percent_scales_every_number_of_a_claim() -> None:
+    close = {"A": [0.50, 0.51, 0.52], "B": [0.51, 0.52, 0.53]}
+    as_points = _judge("within", close, a="A", b="B", points=3, unit="percent")
+    as_fraction = _judge("within", close, a="A", b="B", points=0.03)
+    assert as_points.verdict == as_fraction.verdict == "supported"
+    assert as_points.reason == as_fraction.reason  # the same bound, (-0.03, +0.03), whichever way it was written
+    narrow = _judge("within", close, a="A", b="B", points=0.1, unit="percent")  # 0.001: far narrower
+    assert narrow.verdict != "supported"
+    assert _judge("reaches", close, cell="A", value=51, unit="percent").verdict == \
+        _judge("reaches", close, cell="A", value=0.51).verdict

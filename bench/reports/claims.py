@@ -31,6 +31,12 @@ improvement. The rules, with `d` the effect and `[lo, hi]` its interval:
   otherwise inconclusive. Published figures are taken as exact: their own
   sampling error (people are a sample too) is not modelled.
 
+Numbers are on the metric's own scale (MAP@R 0.03 is three points) unless
+the claim says ``unit: percent``, which divides every number it holds
+(``value``, ``points``, ``below``, ``margin``) by 100. A bound wider than
+the metric's range, or a value it cannot take, is refused with one line:
+``points: 3`` on MAP@R would otherwise make an always-true claim.
+
 Each rule is a one-sided test at 2.5% (an interval bound past a value).
 The finding the data point to gets a p-value on the intervals' two-sided
 scale (the smaller one-sided p of its two rules, doubled); one file judges
@@ -86,7 +92,7 @@ from bench.plan import Plan
 from bench.reports import budget, floor
 from bench.reports.leaderboard import md_code, md_text
 from bench.reports.source import Results
-from bench.stats import LEVEL, Difference, compare, holm, one_sample
+from bench.stats import LEVEL, Difference, compare, holm, metric_range, one_sample
 
 DELTA = 0.01
 KINDS = ("beats", "no_better", "within", "reaches", "spread", "against_reference")
@@ -272,6 +278,28 @@ def _finding(p_support: float, p_contradict: float, support_first: bool = True) 
     return name, min(1.0, 2 * p)
 
 
+
+_BOUNDS = ("points", "below", "margin", "equivalence")  # differences between two cells: at most the range's width
+
+
+def _scaled(cf: ClaimsFile, claim: dict[str, Any], key: str, metric: str) -> float:
+    """A number of a claim on the metric's own scale: ``unit: percent`` divides every number of the claim
+    (``value``, ``points``, ``below``, ``margin``) by 100. A number the metric cannot take is refused, so
+    that ``points: 3`` on MAP@R (meant as 3 points, read as 3.0) is an error, never an always-true claim."""
+    raw = float(claim[key])
+    value = raw / 100.0 if claim.get("unit") == "percent" else raw
+    low, high = metric_range(metric)
+    where = f"{cf.path}: " + (f"claim {claim['id']}: " if "id" in claim else "")
+    if key in _BOUNDS:
+        if value > high - low:
+            raise BenchError(f"{where}{key} {raw:g} is wider than {metric}'s whole range [{low:g}, {high:g}]: "
+                             f"write it on that scale ({raw / 100:g} for {raw:g} points), or add unit: percent")
+    elif not low <= value <= high:
+        raise BenchError(f"{where}{key} {raw:g} lies outside {metric}'s range [{low:g}, {high:g}]: "
+                         f"write it on that scale, or add unit: percent if it is a percentage")
+    return value
+
+
 def _tost(d: Difference, x: float) -> tuple[float, float]:
     """(p inside (-x, x), p wholly outside): the equivalence test and its negation, one-sided each."""
     above_low, below_low = d.shifted(-x)
@@ -356,7 +384,8 @@ def judge(claim: dict[str, Any], res: Results, cf: ClaimsFile) -> Verdict:
     metric = claim.get("metric") or cf.metric or res.primary
     if metric not in res.metrics:
         raise BenchError(f"{cf.path}: claim {cid}: no metric {metric!r} in {res.root} (have: {', '.join(res.metrics)})")
-    delta = float(claim.get("margin", cf.equivalence))
+    own = "margin" in claim  # else the file's equivalence margin, on the metric's own scale
+    delta = _scaled(cf, claim if own else {"equivalence": cf.equivalence}, "margin" if own else "equivalence", metric)
     kind = claim["kind"]
     names = [claim["a"], claim["b"]] if kind in ("beats", "no_better", "within") else \
         [claim["cell"]] if kind in ("reaches", "against_reference") else list(claim["cells"])
@@ -381,12 +410,12 @@ def judge(claim: dict[str, Any], res: Results, cf: ClaimsFile) -> Verdict:
             finding = _finding(d.shifted(delta)[1], d.p_greater, support_first=False)
             why = (f"{a} - {b} = {_ci(d)}; supported if it lies below +{delta:g}, contradicted if it lies above 0")
         else:
-            x = float(claim["points"])
+            x = _scaled(cf, claim, "points", metric)
             finding = _finding(*_tost(d, x))
             why = f"{a} - {b} = {_ci(d)}; supported if it lies inside (-{x:g}, +{x:g})"
     elif kind in ("reaches", "against_reference"):
         a = cells[0]
-        value = float(claim["value"]) / (100.0 if claim.get("unit") == "percent" else 1.0)
+        value = _scaled(cf, claim, "value", metric)
         d = one_sample(res.values(a, metric), value)
         if kind == "reaches":
             finding = _finding(*d.shifted(-delta))
@@ -396,7 +425,7 @@ def judge(claim: dict[str, Any], res: Results, cf: ClaimsFile) -> Verdict:
             finding = _finding(d.p_greater, d.p_less) if above else _finding(d.p_less, d.p_greater)
             why = f"{a} - {claim['reference']} ({value:g}) = {_ci(d)}; expected {claim['expect']} the reference"
     else:  # spread
-        x = float(claim["below"])
+        x = _scaled(cf, claim, "below", metric)
         pairs = list(itertools.combinations(cells, 2))
         tests = [_tost(diff(p, q), x) for p, q in pairs]
         means = {c: float(res.values(c, metric).mean()) for c in cells}
