@@ -247,6 +247,7 @@ def register(kind: str, name: str, *, tuples: str = "", summary: str = "", count
                       supplies=tuple(supplies), batch=batch, embeds_per_step=embeds_per_step,
                       min_classes=min_classes, min_per_class=min_per_class, source=origin.source,
                       version=origin.version, source_hash=plugins.file_sha256(obj), reference=reference)
+        _check_search_space(entry, obj)
         old = _BY_KEY.get((kind, name)) or _REGISTERED.get((kind, name))
         if old is not None and old.target != entry.target:
             raise BenchError(f"register: {kind} {name!r} is already {old.target} ({old.source}); "
@@ -255,6 +256,22 @@ def register(kind: str, name: str, *, tuples: str = "", summary: str = "", count
         return obj
 
     return decorate
+
+
+def _check_search_space(entry: Entry, obj: Any) -> None:
+    """A search space may only name parameters the class takes: a name it lacks would fail every trial of
+    every sweep that uses the method, after the budget was spent, so it is refused when it is registered."""
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):  # a builtin or C callable without a signature: nothing to check against
+        return
+    if any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()):
+        return  # takes any keyword: the class decides at build time
+    taken = {n for n, p in sig.parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    unknown = sorted(set(entry.search_space) - taken)
+    if unknown:
+        raise BenchError(f"register: {entry.kind} {entry.name!r}: search_space names {', '.join(map(repr, unknown))}, "
+                         f"which {entry.target} does not take (its parameters: {', '.join(sorted(taken)) or 'none'})")
 
 
 def names(kind: str) -> list[str]:

@@ -304,3 +304,32 @@ def test_a_registered_miner_is_planned_from_its_fields(installed, tmp_path):
     proto.write_text(small)
     with pytest.raises(BenchError, match="reg_margins"):
         load_protocol(proto)  # min_classes 3: a batch of 2 classes is refused
+
+
+def test_a_search_space_naming_a_parameter_the_class_lacks_is_refused_when_registered(tmp_path, capsys):
+    """It used to be accepted, then fail every trial ("has no parameter ...") and leave the cell out of the table."""
+
+    class Centroid(torch.nn.Module):
+        def __init__(self, margin: float = 0.1) -> None:
+            super().__init__()
+            self.margin = margin
+
+    with pytest.raises(BenchError, match=r"search_space names 'temperature', which .* does not take "
+                                         r"\(its parameters: margin\)"):
+        registry.register("loss", "centroid_bad_space", tuples="pairs",
+                          search_space={"temperature": {"type": "float", "low": 0.1, "high": 1.0}})(Centroid)
+    assert "centroid_bad_space" not in registry.names("loss")
+    plugin = tmp_path / "bad_space.py"
+    plugin.write_text(
+        "import torch\nfrom bench.registry import register\n\n"
+        "@register('loss', 'bad_space', tuples='pairs', search_space={'tau': {'type': 'float', 'low': 0.1, 'high': 1}})\n"
+        "class BadSpace(torch.nn.Module):\n    def __init__(self, margin=0.1):\n        super().__init__()\n")
+    assert main(["--plugin", str(plugin), "list"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "'tau'" in err and "does not take" in err
+
+
+def test_every_built_in_search_space_names_parameters_its_method_takes():
+    for entry in registry.ENTRIES:
+        if entry.search_space:
+            assert set(entry.search_space) <= set(entry.parameters()), entry.name

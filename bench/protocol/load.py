@@ -555,6 +555,8 @@ def _merge_search_space(entry: Any, item: dict[str, Any], path: tuple, report: _
     override = item["search_space"]
     ok = _check_param_names(entry, override, (*path, "search_space"), report)
     ok = _check_param_names(entry, item["params"], (*path, "params"), report) and ok
+    inherited = {k: v for k, v in entry.search_space.items() if k not in override}  # the entry's own defaults
+    ok = _check_param_names(entry, inherited, (*path, "search_space"), report) and ok
     if not ok:
         return None
     merged = {k: copy.deepcopy(v) for k, v in entry.search_space.items()}
