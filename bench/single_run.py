@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.errors import BenchError
+from bench.sweep.progress import is_terminal
 from bench.training import TrainConfig
 
 
@@ -154,7 +155,8 @@ def train_and_evaluate(config: TrainConfig, train_spec: str = DEFAULT_TRAIN, tes
             chosen["augment"] = json.dumps(normalise(d["augment"]), sort_keys=True)
         tracking.log_params({**config.to_dict(), "train_data": train_spec, "test_data": test_spec, "size": size,
                              "resize": d["resize"], **{k: str(v) for k, v in chosen.items()}})
-        bar = tqdm(total=config.iterations, desc="train", unit="it", file=sys.stderr, disable=not progress_bar,
+        bar = tqdm(total=config.iterations, desc="train", unit="it", file=sys.stderr,
+                   disable=not progress_bar or not is_terminal(sys.stderr),
                    leave=False)
 
         def progress(iteration: int, total: int, loss: float) -> None:

@@ -561,3 +561,30 @@ def test_redo_discards_one_cell_and_reruns_it_to_the_same_table(tmp_path, data_r
     after = read(tmp_path / "results" / "tiny")
     for name in ("trials", "finals", "summary"):  # same seeds, same code: the same numbers
         pd.testing.assert_frame_equal(_without_timing(before[name]), _without_timing(after[name]))
+
+
+def test_progress_off_a_terminal_is_plain_lines_with_periodic_updates(monkeypatch) -> None:
+    """A log file or CI gets timestamped lines, never tqdm's carriage returns and escape codes."""
+    import io
+
+    from bench.sweep import progress
+
+    out = io.StringIO()  # not a terminal
+    p = progress.Progress(n_cells=1, total_iterations=200, quiet=False, stream=out)
+    assert not p.bars
+    monkeypatch.setattr(progress, "EVERY_S", 0.0)
+    p.run_started(100)
+    p.iteration(40, 100, 0.25)
+    p.run_finished()
+    p.trial("contrastive+none", 0, 2, "COMPLETE", 0.5, "map_at_r", 100, 1.0)
+    p.close()
+    text = out.getvalue()
+    assert "\r" not in text and "\x1b" not in text, repr(text)
+    lines = text.splitlines()
+    assert any("iteration 40/100 of this run, loss 0.2500" in line for line in lines), lines
+    assert lines[-1].startswith("[") and "contrastive+none trial 1/2 COMPLETE" in lines[-1]
+    quiet = io.StringIO()
+    q = progress.Progress(n_cells=1, total_iterations=200, quiet=True, stream=quiet)
+    q.run_started(100)
+    q.iteration(40, 100, 0.25)  # quiet: the per-run lines alone
+    assert quiet.getvalue() == ""

@@ -1,12 +1,14 @@
-"""What a sweep shows while it runs: bars on a terminal, one line per finished run in CI logs.
+"""What a sweep shows while it runs: bars on a terminal, plain lines anywhere else.
 
-Three tqdm bars on stderr: cells, the runs of the current cell (trials x
+On a terminal, three tqdm bars on stderr: cells, the runs of the current cell (trials x
 folds, then final seeds), and iterations over the whole sweep, whose rate
 gives the estimate of the time left. A resumed sweep starts the iteration
 bar at what is already recorded, so the estimate covers only what remains.
-With ``quiet`` there are no bars: one line per finished trial or final run,
-which is what a CI log can hold, ending with the share of the sweep's
-iterations done and the time left. Workers sharing a storage each report
+When stderr is not a terminal (a log file, CI, `| tee`) bars would be
+escape-code noise, so there are none: one line per finished trial or final
+run, ending with the share of the sweep's iterations done and the time
+left, and a progress line every `EVERY_S` seconds during a long run. With
+``quiet`` there are the per-run lines alone. Workers sharing a storage each report
 the store's count after every finished run (``recorded``), so the share and
 the pace are the whole sweep's, not this process's alone: a worker whose
 partner did half the work would otherwise see 50% at the end.
@@ -20,6 +22,16 @@ from typing import IO, Any
 
 from bench.clock import hms
 
+EVERY_S = 60.0  # a progress line this often during a run, where there are no bars
+
+
+def is_terminal(stream: IO[str]) -> bool:
+    """Whether ``stream`` is an interactive terminal (bars redraw there; anywhere else they are noise)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # a closed or exotic stream
+        return False
+
 
 class Progress:
     """The bars (or quiet lines) of one worker's sweep."""
@@ -28,13 +40,14 @@ class Progress:
                  stream: IO[str] | None = None) -> None:
         self.quiet = quiet
         self.stream = stream or sys.stderr
-        self.start = time.monotonic()
+        self.bars = not quiet and is_terminal(self.stream)
+        self.start = self._last_line = time.monotonic()
         self._run_total = 0
         self._run_done = 0
         self.total = total_iterations
         self.done = self._done_at_start = done_iterations
         self.cells = self.runs = self.iterations = None
-        if not quiet:
+        if self.bars:
             from tqdm import tqdm
 
             self.cells = tqdm(total=n_cells, desc="cells", unit="cell", file=self.stream, position=0)
@@ -75,6 +88,8 @@ class Progress:
             self._run_done = it
             if self.iterations is not None:
                 self.iterations.set_postfix(loss=f"{loss:.4f}", refresh=False)
+            elif not self.quiet and time.monotonic() - self._last_line >= EVERY_S:
+                self.line(f"iteration {it}/{total} of this run, loss {loss:.4f} | {self.eta()}")
 
     def run_finished(self) -> None:
         """Count the rest of a run's allotment (pruned or diverged early) so the time left stays right."""
@@ -120,9 +135,10 @@ class Progress:
         self.line(f"{cell} final seed {seed} {state}{score} [{wall_s:.1f} s]{why} | {self.eta()}")
 
     def line(self, text: str) -> None:
-        """A timestamped line that does not break the bars (plain lines when quiet)."""
-        stamp = f"[{hms(time.monotonic() - self.start)}]"
-        if self.quiet:
+        """A timestamped line that does not break the bars (plain lines where there are none)."""
+        self._last_line = time.monotonic()
+        stamp = f"[{hms(self._last_line - self.start)}]"
+        if not self.bars:
             print(f"{stamp} {text}", file=self.stream, flush=True)
         else:
             from tqdm import tqdm
