@@ -4,6 +4,8 @@
   relative paths, default locations, password redaction);
 * `tracking`: the MLflow tracking URI, reachability, run tags and provenance
   (package versions, plugins, git commit);
+* `optuna`: the Optuna storage, opened one way (heartbeats and stale-trial
+  handling passed in by the caller);
 * `mlflow_runs`: a sweep's MLflow runs, found again by key, never duplicated;
 * `checks`: the checks made on the stores before a sweep opens them (blank,
   swapped, shared or emptied stores).
@@ -11,4 +13,4 @@
 Nothing here knows what a sweep is: `bench.sweep` passes its records in.
 """
 
-__all__ = ["checks", "mlflow_runs", "tracking", "urls"]
+__all__ = ["checks", "mlflow_runs", "optuna", "tracking", "urls"]

@@ -388,7 +388,7 @@ class Sweep:
                                  tags={"cell": cell.id, "kind": "trial", "trial": slot.slot})
         hooks = _TrialHooks(self, cell, run_id)
         try:
-            with Heartbeat(self.storage, slot.trial._trial_id):
+            with Heartbeat(self.storage, slot.trial_id):
                 outcome = run_trial(self.protocol, self.prepared, cell, slot.trial, slot.slot, hooks)
         except BaseException:
             study.abandon(slot, "interrupted")
@@ -426,7 +426,7 @@ class Sweep:
         config = final_config(self.protocol, cell, best.params, seed)
         self.progress.run_started(self.plan.budget.iterations)
         try:
-            with Heartbeat(self.storage, slot.trial._trial_id):
+            with Heartbeat(self.storage, slot.trial_id):
                 self.prepared.guard.check(self.prepared.train.classes, "final training")
                 result = train_and_score(self.protocol, config, self.prepared.train, self.prepared.test,
                                          clustering=clusters_on_test(self.protocol),
