@@ -42,7 +42,7 @@ from typing import Any
 
 import pandas as pd
 
-from bench.atomic import locked
+from bench.atomic import locked, write_with
 from bench.errors import BenchError
 from bench.plan import Cell
 from bench.plan import plan as make_plan
@@ -159,7 +159,7 @@ def record(path: Path, protocol: Protocol, row: dict[str, Any], order: list[str]
             return multiple, order.index(cell) if cell in order else len(order), protocol.final_seeds.index(seed)
 
         frame = pd.DataFrame([rows[k] for k in sorted(rows, key=rank)], columns=columns(protocol))
-        tables.atomic_write(path, lambda f: frame.to_csv(f, index=False))
+        write_with(path, lambda f: frame.to_csv(f, index=False))
 
 
 # --------------------------------------------------------------------------- the check
