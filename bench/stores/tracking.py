@@ -27,6 +27,7 @@ from bench.errors import BenchError
 from bench.stores.urls import (
     CONNECT_TIMEOUT_S,
     default_url,
+    parse,
     redact,
     sqlite_url,
     with_connect_timeout,
@@ -51,10 +52,11 @@ def resolve_tracking_uri(uri: str | Path | None = None) -> str:
     text = str(uri)
     if not text.strip():
         raise BenchError("tracking URI is blank: give a URI or a path, or leave the option out for ./runs/mlflow.db")
-    if "://" in text:
-        scheme = text.split("://", 1)[0].split("+", 1)[0].lower()
+    scheme = parse(text).scheme
+    if scheme or "://" in text:
         if scheme not in TRACKING_SCHEMES:
-            raise BenchError(f"tracking URI {text!r}: unknown scheme {scheme!r}: expected one of "
+            raise BenchError(f"tracking URI {redact(text)!r}: unknown scheme {scheme or text.partition('://')[0]!r}: "
+                             "expected one of "
                              f"{', '.join(sorted(TRACKING_SCHEMES))}, or a path")
         return with_connect_timeout(text)
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:", text):  # 'sqlite:/x', 'http:host': a scheme missing its '//'
@@ -78,14 +80,14 @@ def check_reachable(uri: str) -> None:
     SQLAlchemy connection with ``connect_timeout`` first turns a closed
     PostgreSQL port into one line instead of minutes of waiting.
     """
-    scheme = uri.split("://", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
     if uri in _REACHED:
         return
-    if scheme in ("http", "https"):
+    store = parse(uri)
+    if store.is_http:
         _check_http(uri)
         _REACHED.add(uri)
         return
-    if scheme not in ("postgresql", "postgres", "mysql"):
+    if store.scheme not in ("postgresql", "postgres", "mysql"):
         return
     import sqlalchemy
 
@@ -106,7 +108,7 @@ def _check_http(uri: str) -> None:
     try:
         requests.get(uri.rstrip("/") + "/health", timeout=CONNECT_TIMEOUT_S)
     except requests.RequestException as e:
-        raise BenchError(f"cannot reach MLflow tracking server {uri!r}: {type(e).__name__}: "
+        raise BenchError(f"cannot reach MLflow tracking server {redact(uri)!r}: {type(e).__name__}: "
                          f"{str(e).strip().splitlines()[0][:200]}") from None
 
 
