@@ -18,7 +18,6 @@ from bench.errors import BenchError
 from bench.sweep.progress import is_terminal
 from bench.training import TrainConfig
 
-
 DEFAULT_TRAIN = "omniglot:background"
 DEFAULT_TEST = "omniglot:evaluation"
 
@@ -126,11 +125,11 @@ def train_and_evaluate(config: TrainConfig, train_spec: str = DEFAULT_TRAIN, tes
     from tqdm import tqdm
 
     from bench import data as datasets
-    
-    from bench.stores import tracking
     from bench.metrics import geometry
-    from bench.training import evaluate, train
+    from bench.stores import provenance, tracking
+    from bench.stores.mlflow_runs import MlflowWriter
     from bench.sweep.tuning import load_sides, make_guard, select_sides
+    from bench.training import evaluate, train
 
     check_config(config)
     d = (choice or DataChoice()).section(train_spec, test_spec, size)
@@ -143,18 +142,19 @@ def train_and_evaluate(config: TrainConfig, train_spec: str = DEFAULT_TRAIN, tes
 
     uri = tracking.resolve_tracking_uri(tracking_uri)
     prints = split_fingerprints(train_data.classes, test_data.classes)
-    tags = tracking.standard_tags(prints["split"], train_fingerprint=prints["train"],
+    tags = provenance.standard_tags(prints["split"], train_fingerprint=prints["train"],
                                   test_fingerprint=prints["test"], train_data=train_spec, test_data=test_spec,
                                   command="train")
     run_name = f"{config.loss}+{config.miner or 'none'}/{config.trunk}/seed{config.seed}"
-    with tracking.start_run(experiment, run_name, tags, tracking_uri=uri) as run_id:
+    writer = MlflowWriter(uri, experiment, tags)
+    with writer.recording(run_name) as run_id:
         chosen = {k: d[k] for k in ("train_classes", "test_classes", "split", "channels") if d[k] is not None}
         if d["augment"]:  # recorded as the protocol records it (bare names written out)
             from bench.data.augment import normalise
 
             chosen["augment"] = json.dumps(normalise(d["augment"]), sort_keys=True)
-        tracking.log_params({**config.to_dict(), "train_data": train_spec, "test_data": test_spec, "size": size,
-                             "resize": d["resize"], **{k: str(v) for k, v in chosen.items()}})
+        writer.log(run_id, params={**config.to_dict(), "train_data": train_spec, "test_data": test_spec, "size": size,
+                                   "resize": d["resize"], **{k: str(v) for k, v in chosen.items()}})
         bar = tqdm(total=config.iterations, desc="train", unit="it", file=sys.stderr,
                    disable=not progress_bar or not is_terminal(sys.stderr),
                    leave=False)
@@ -170,9 +170,9 @@ def train_and_evaluate(config: TrainConfig, train_spec: str = DEFAULT_TRAIN, tes
         normalize = trained_normalized(config)
         metrics = evaluate(result.model, test_data, lake_runs=lake_runs, device=config.device, seed=config.seed,
                            normalize=normalize)
-        tracking.log_params({"geometry": geometry(normalize)})
-        tracking.log_metrics({**metrics, "final_loss": result.final_loss, "wall_time_s": result.wall_time_s,
-                              "samples_seen": result.samples_seen, "iterations": result.iterations})
+        writer.log(run_id, params={"geometry": geometry(normalize)},
+                   metrics={**metrics, "final_loss": result.final_loss, "wall_time_s": result.wall_time_s,
+                            "samples_seen": result.samples_seen, "iterations": result.iterations})
         if result.reason:
-            tracking.log_params({"train_note": result.reason})
+            writer.log(run_id, params={"train_note": result.reason})
     return SingleRun(metrics, run_id, uri)

@@ -11,12 +11,13 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from bench.stores import tracking
 from bench.cli import main
 from bench.data import LabeledData, load
+from bench.data.splits import ClassSplit, fingerprint
 from bench.errors import BenchError, DivergedError
 from bench.registry import build_trunk
-from bench.data.splits import ClassSplit, fingerprint
+from bench.stores import provenance, tracking
+from bench.stores.mlflow_runs import MlflowWriter
 from bench.training import SYNC_EVERY, TrainConfig, augment, embed, evaluate, train
 
 
@@ -156,18 +157,20 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def test_mlflow_store_receives_params_metrics_and_tags(store: str) -> None:
     uri = store
-    tags = tracking.standard_tags(split_fingerprint="abc123", cell="triplet+batch_hard")
-    with tracking.start_run("unit", "parent", tags, tracking_uri=uri) as run_id:
-        tracking.log_params(quick().to_dict())
-        tracking.log_metrics({"map_at_r": 0.25, "iterations": 30, "note": "skipped"})
-        with tracking.start_run("unit", "child", nested=True) as child_id:
-            tracking.log_metrics({"value": 1.5}, step=3)
+    tags = provenance.standard_tags(split_fingerprint="abc123", cell="triplet+batch_hard")
+    writer = MlflowWriter(uri, "unit", tags)
+    with writer.recording("parent") as run_id:
+        writer.log(run_id, params={**quick().to_dict(), "long": "x" * 10_000},
+                   metrics={"map_at_r": 0.25, "iterations": 30, "note": "skipped", "inf": float("inf")})
+        with writer.recording("child", parent=run_id) as child_id:
+            writer.log(child_id, metrics={"value": 1.5}, step=3)
     client = MlflowClient(tracking_uri=uri)
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
     assert run.data.params["loss_params.margin"] == "0.2" and run.data.params["miner"] == "batch_hard"
     assert run.data.params["trunk_params"] == "{}"
-    assert run.data.metrics == {"map_at_r": 0.25, "iterations": 30.0}
+    assert run.data.params["long"] == "x" * 6000  # cut to what MLflow accepts
+    assert run.data.metrics == {"map_at_r": 0.25, "iterations": 30.0, "inf": 1e308}
     assert run.data.tags["dmlbench.split_fingerprint"] == "abc123"
     assert run.data.tags["dmlbench.cell"] == "triplet+batch_hard"
     assert run.data.tags["dmlbench.version.torch"] == torch.__version__
@@ -180,7 +183,7 @@ def test_mlflow_store_receives_params_metrics_and_tags(store: str) -> None:
 def test_failed_run_is_marked_failed(store: str) -> None:
     uri = store
     with pytest.raises(RuntimeError):
-        with tracking.start_run("unit", "boom", tracking_uri=uri) as run_id:
+        with MlflowWriter(uri, "unit").recording("boom") as run_id:
             raise RuntimeError("boom")
     assert MlflowClient(tracking_uri=uri).get_run(run_id).info.status == "FAILED"
 
@@ -192,7 +195,7 @@ def test_default_store_is_sqlite_under_runs(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///elsewhere.db")
     assert tracking.resolve_tracking_uri() == "sqlite:///elsewhere.db"
     assert tracking.resolve_tracking_uri(tmp_path / "x" / "f.db") == f"sqlite:///{tmp_path.resolve()}/x/f.db"
-    assert tracking.git_commit(tmp_path) == "unknown"
+    assert provenance.git_commit(tmp_path) == "unknown"
 
 
 # --------------------------------------------------------------------------- command line
@@ -320,8 +323,8 @@ def test_evaluate_in_the_normalised_geometry_when_the_protocol_normalises(omnigl
 
 def _batch_hard_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     """Triplet + batch-hard on fixed PK batches, in fp32 and eval mode: the yardstick for 'the loss went down'."""
-    from bench.registry import build_loss, build_miner
     from bench.data.samplers import PKSampler
+    from bench.registry import build_loss, build_miner
 
     loss, miner = build_loss("triplet", margin=0.2), build_miner("batch_hard")
     model.eval()
@@ -362,8 +365,8 @@ def test_losses_on_bf16_embeddings_cast_to_fp32_equal_pml(omniglot) -> None:
     from pytorch_metric_learning.miners import BatchHardMiner
     from pytorch_metric_learning.reducers import AvgNonZeroReducer
 
-    from bench.registry import build_loss, build_miner
     from bench.data.samplers import PKSampler
+    from bench.registry import build_loss, build_miner
 
     train_data, _ = omniglot
     _, labels = torch.unique(train_data.y, return_inverse=True)
@@ -457,8 +460,9 @@ def test_bad_precision_and_schedule_are_bench_errors(omniglot, changes: dict, me
 
 def test_protocol_training_precision_and_schedule_fields() -> None:
     """Defaults fill in (so writing them out keeps the hash); bad values are one line naming the key."""
-    from bench.protocol.load import ProtocolError, parse_protocol
     from test_protocol import MINIMAL
+
+    from bench.protocol.load import ProtocolError, parse_protocol
 
     base = parse_protocol(MINIMAL)
     defaults = {"precision": "fp32", "channels_last": None, "schedule": {"type": "constant", "warmup": 0}}

@@ -30,7 +30,7 @@ def command(claims_file: Path, results: Path | None, out: Path | None, fmt: str,
     are, and 2 when the file or the results cannot be used.
     """
     from bench.reports import claims, source
-    from bench.reports.files import write_json, write_text
+    from bench.atomic import write_json, write_text
 
     cf = claims.parse(claims_file)
     res = source.load(claims.resolve_results_dir(cf, results))

@@ -79,7 +79,7 @@ def command(results: Path | None, experiment: str | None, tracking_uri: str | No
     (Markdown with --format table).
     """
     from bench.reports import html, leaderboard, source
-    from bench.reports.files import write_text
+    from bench.atomic import write_text
 
     if (results is None) == (experiment is None):
         raise BenchError("leaderboard: give a results directory or --mlflow-experiment NAME (one of the two)")

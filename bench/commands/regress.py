@@ -9,7 +9,7 @@ import click
 
 from bench.commands._output import emit, format_option, log, quiet_option
 from bench.reports import regress, source
-from bench.reports.files import write_json
+from bench.atomic import write_json
 
 
 def _rows(doc: dict[str, Any]) -> list[dict[str, Any]]:

@@ -96,8 +96,10 @@ def command(file: str, storage: str | None, tracking_uri: str | None, results_di
         signal.signal(signal.SIGTERM, interrupt)
     protocol = load_protocol(file)  # a malformed file fails before storage, data or MLflow are touched
     _check_writable(Path(results_dir))  # an unwritable results folder fails now, not after training
-    if tracking_uri and "://" in tracking_uri:  # an unreachable server fails now, not after the data are prepared
-        from bench.stores.tracking import check_reachable, with_connect_timeout
+    from bench.stores.urls import parse, with_connect_timeout
+
+    if tracking_uri and parse(tracking_uri).scheme:  # an unreachable server fails now, not after the data are prepared
+        from bench.stores.tracking import check_reachable
 
         check_reachable(with_connect_timeout(tracking_uri))
     quiet_libraries()

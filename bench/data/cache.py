@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from bench.atomic import atomic_file
+from bench.atomic import write_npz
 from bench.errors import BenchError
 
 
@@ -86,8 +86,7 @@ def read_cache(path: Path) -> dict[str, np.ndarray] | None:
 
 def write_cache(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     """Write atomically (temp file in the same folder, fsync, rename): a killed process leaves no half file."""
-    with atomic_file(path, "wb") as f:
-        np.savez(f, allow_pickle=False, __digest__=_digest(arrays), **arrays)  # read back without pickle too
+    write_npz(path, __digest__=_digest(arrays), **arrays)  # read back without pickle too
 
 
 def cached_arrays(

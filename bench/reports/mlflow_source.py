@@ -37,12 +37,12 @@ def _client(tracking_uri: str | None) -> Any:
     import os
 
     from bench.stores import tracking
-    from bench.stores.urls import DEFAULT_DIR, sqlite_path, sqlite_url
+    from bench.stores.urls import DEFAULT_DIR, parse, redact, sqlite_path, sqlite_url, with_connect_timeout
 
     given = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not given:
         given = str(Path(DEFAULT_DIR) / tracking.DEFAULT_FILE)
-    if "://" not in given:
+    if not parse(given).scheme:
         path = Path(given).expanduser()
         path = path / tracking.DEFAULT_FILE if path.is_dir() else path
         if not path.is_file():
@@ -52,13 +52,13 @@ def _client(tracking_uri: str | None) -> Any:
         raise BenchError(f"no MLflow store at {stored}")
     from mlflow.tracking import MlflowClient
 
-    given = tracking.with_connect_timeout(given)
+    given = with_connect_timeout(given)
     tracking.check_reachable(given)
     try:
         client = MlflowClient(tracking_uri=given)
         client.search_experiments(max_results=1)  # opens the store: a file that is no database fails here
     except Exception as e:
-        raise BenchError(f"cannot read MLflow tracking store {given!r}: {str(e).splitlines()[0]}") from None
+        raise BenchError(f"cannot read MLflow tracking store {redact(given)!r}: {str(e).splitlines()[0]}") from None
     return client
 
 

@@ -1,11 +1,19 @@
-"""MLflow runs found or created by a deterministic key, so a resumed or shared sweep records nothing twice.
+"""Writing to MLflow, one way: `MlflowWriter` for any run, `MlflowRecords` for a sweep's runs found again by key.
 
-One experiment per protocol (``dmlbench/<name>``), a parent run per cell,
-child runs per trial, per fold and per final seed. Each run carries the tag
-``dmlbench.key`` (``<hash12>/<cell>/trial3/fold0``...) and is looked up by
-it before one is created; a metric or parameter already logged is not
-logged again. Where the store is and what every run carries is
-bench/stores/tracking.py.
+`MlflowWriter` is what `dmlbench train` (bench/single_run.py) and sweeps both
+write through, so every run gets the same treatment: the store is checked
+reachable and opened under a lock on a local SQLite file, the experiment's
+artifacts go beside that file, parameters are flattened (``loss_params.margin``),
+parameter and tag values are cut to what MLflow accepts, infinite metrics
+are kept as the largest double and non-numeric ones skipped, and a value
+already logged is not logged twice. Provenance tags come from
+bench/stores/provenance.py; where the store is, from bench/stores/tracking.py.
+
+`MlflowRecords`: one experiment per protocol (``dmlbench/<name>``), a parent
+run per cell, child runs per trial, per fold and per final seed. Each run
+carries the tag ``dmlbench.key`` (``<hash12>/<cell>/trial3/fold0``...) and
+is looked up by it before one is created, so a resumed or shared sweep
+records nothing twice.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ import json
 import math
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,11 +31,33 @@ from bench.atomic import locked
 from bench.errors import BenchError
 from bench.plan import Cell
 from bench.protocol import Protocol
-from bench.stores.tracking import flatten, search_all
-from bench.stores.urls import sqlite_path
+from bench.stores.tracking import check_reachable, search_all
+from bench.stores.urls import redact, sqlite_path
 
-# Longer than an MLflow insert takes between the client's start-time stamp and its commit (see run()).
+__all__ = ["MAX_VALUE_CHARS", "SETTLE_S", "MlflowRecords", "MlflowWriter", "flatten"]
+
+# Longer than an MLflow insert takes between the client's start-time stamp and its commit (see MlflowRecords.run).
 SETTLE_S = 1.0
+MAX_VALUE_CHARS = 6000  # MLflow 3 refuses longer parameter values (and tag values past 8000)
+
+
+def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested dicts as dotted keys (``loss_params.margin``); values as MLflow stores them, strings, cut to
+    MAX_VALUE_CHARS."""
+    flat: dict[str, str] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, f"{name}."))
+        else:
+            text = "{}" if isinstance(value, Mapping) else str(value)
+            flat[name] = text[:MAX_VALUE_CHARS]
+    return flat
+
+
+def tag_values(tags: Mapping[str, Any] | None) -> dict[str, str]:
+    """Tags as MLflow stores them: strings, cut to MAX_VALUE_CHARS."""
+    return {k: str(v)[:MAX_VALUE_CHARS] for k, v in (tags or {}).items()}
 
 
 @contextmanager
@@ -44,18 +74,17 @@ def _creation_lock(uri: str) -> Iterator[None]:
         yield
 
 
-class MlflowRecords:
-    """Find-or-create MLflow runs by a deterministic key, so nothing is recorded twice."""
+class MlflowWriter:
+    """Runs of one MLflow experiment, written through one client; every run carries ``base_tags``."""
 
-    def __init__(self, protocol: Protocol, uri: str, base_tags: dict[str, str]) -> None:
-        self.protocol, self.uri, self.base_tags = protocol, uri, base_tags
-        name = f"dmlbench/{protocol.name}"
+    def __init__(self, uri: str, experiment: str, base_tags: Mapping[str, Any] | None = None) -> None:
+        self.uri, self.base_tags = uri, tag_values(base_tags)
+        check_reachable(uri)
         with _creation_lock(uri):
-            self._open(uri, name)
-        self._logged: dict[str, set[str]] = {}
+            self._open(uri, experiment)
 
     def _open(self, uri: str, name: str) -> None:
-        """The client and the protocol's experiment, created if new."""
+        """The client and the experiment, created if new."""
         from mlflow.tracking import MlflowClient
 
         for attempt in range(4):  # workers starting at once on a new server-backed store race to create it
@@ -69,7 +98,8 @@ class MlflowRecords:
                 break
             except Exception as e:
                 if attempt == 3:
-                    raise BenchError(f"cannot open MLflow tracking store {uri!r}: {str(e).splitlines()[0]}") from e
+                    raise BenchError(f"cannot open MLflow tracking store {redact(uri)!r}: "
+                                     f"{str(e).splitlines()[0]}") from e
                 time.sleep(1 + attempt)
 
     def _create_experiment(self, name: str) -> str:
@@ -86,67 +116,46 @@ class MlflowRecords:
                 raise
             return experiment.experiment_id
 
-    def run(self, key: str, name: str, parent: str | None = None, tags: dict[str, Any] | None = None,
-            shared: bool = False) -> str:
-        """The run with this key: the existing one (reopened) or a new one.
-
-        A key that several workers may create at once (``shared``: a cell's parent run, a floor seed; trial
-        and seed keys are claimed through Optuna first) is looked up again after a settle time, and every
-        worker keeps the oldest run and deletes its own if newer. The wait matters: MLflow stamps a run's
-        start time in the client before the insert, so a worker that looked at once could miss a run
-        stamped earlier but inserted later, and both would keep their own (seen on PostgreSQL)."""
-        full_key = f"{self.protocol.hash12}/{key}"
-        found = self._find(full_key)
-        if found:
-            run_id = found[0].info.run_id
-            if found[0].info.status != "RUNNING":
-                self.client.update_run(run_id, status="RUNNING")
-            return run_id
-        all_tags = {**self.base_tags, **{k: str(v) for k, v in (tags or {}).items()}, "dmlbench.key": full_key,
-                    "mlflow.runName": name}
+    def create(self, name: str, tags: Mapping[str, Any] | None = None, parent: str | None = None) -> str:
+        """A new RUNNING run named ``name`` (a child of ``parent`` if given); its id."""
+        all_tags = {**self.base_tags, **tag_values(tags), "mlflow.runName": name}
         if parent:
             all_tags["mlflow.parentRunId"] = parent
-        run = self.client.create_run(self.experiment_id, tags=all_tags, run_name=name)
-        if shared:
-            time.sleep(SETTLE_S)
-        found = self._find(full_key)
-        if len(found) > 1 and found[0].info.run_id != run.info.run_id:
-            self.client.delete_run(run.info.run_id)
-            return found[0].info.run_id
-        return run.info.run_id
+        return str(self.client.create_run(self.experiment_id, tags=all_tags, run_name=name).info.run_id)
 
-    def cell_run(self, cell: Cell) -> str:
-        """A cell's parent run: its methods, fixed parameters and search space, and the protocol file."""
-        run_id = self.run(cell.id, cell.id, tags={"cell": cell.id, "loss": cell.loss, "miner": cell.miner or "none",
-                                                  "kind": "cell"}, shared=True)
-        self.log(run_id, params={"loss": cell.loss, "miner": cell.miner or "none", "loss_params": cell.loss_params,
-                                 "miner_params": cell.miner_params,
-                                 "search_space": json.dumps(cell.search_space, sort_keys=True)})
-        self.artifact(run_id, f"{self.protocol.name}.yaml", text=self.protocol.text)
-        return run_id
+    @contextmanager
+    def recording(self, name: str, tags: Mapping[str, Any] | None = None,
+                  parent: str | None = None) -> Iterator[str]:
+        """A new run for the block: FINISHED on a clean exit, KILLED on Ctrl-C, FAILED on any other exception."""
+        run_id = self.create(name, tags, parent)
+        try:
+            yield run_id
+        except KeyboardInterrupt:
+            self.client.set_terminated(run_id, "KILLED")
+            raise
+        except BaseException:
+            self.client.set_terminated(run_id, "FAILED")
+            raise
+        self.client.set_terminated(run_id, "FINISHED")
 
-    def _find(self, full_key: str) -> list[Any]:
-        runs = self.client.search_runs([self.experiment_id], filter_string=f"tags.`dmlbench.key` = '{full_key}'",
-                                       max_results=10)
-        return sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id))
-
-    def log(self, run_id: str, params: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None,
-            tags: dict[str, Any] | None = None) -> None:
+    def log(self, run_id: str, params: Mapping[str, Any] | None = None, metrics: Mapping[str, Any] | None = None,
+            tags: Mapping[str, Any] | None = None, step: int = 0) -> None:
         """Log what is not logged yet: a resumed run keeps one value per metric, not two.
 
-        Two workers sharing a run (a cell's parent, after `run`'s settle time) log its parameters at about
-        the same moment; the second insert breaks MLflow's unique (run, key) and is retried once on what
-        is still missing, which is then nothing, as both log the same values."""
+        Parameters are flattened; metrics that are not numbers are skipped. Two workers sharing a run (a
+        cell's parent, after `MlflowRecords.run`'s settle time) log its parameters at about the same moment;
+        the second insert breaks MLflow's unique (run, key) and is retried once on what is still missing,
+        which is then nothing, as both log the same values."""
         from mlflow.entities import Metric, Param, RunTag
         from mlflow.exceptions import MlflowException
 
         for attempt in (0, 1):
             existing = self.client.get_run(run_id).data
             stamp = int(time.time() * 1000)
-            m = [Metric(k, _finite(v), stamp, 0) for k, v in (metrics or {}).items()
+            m = [Metric(k, _finite(v), stamp, step) for k, v in (metrics or {}).items()
                  if k not in existing.metrics and isinstance(v, (int, float)) and not isinstance(v, bool)]
             p = [Param(k, v) for k, v in flatten(params or {}).items() if k not in existing.params]
-            t = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
+            t = [RunTag(k, v) for k, v in tag_values(tags).items()]
             if not (m or p or t):
                 return
             try:
@@ -166,6 +175,59 @@ class MlflowRecords:
             file.write_text(text or "")
             self.client.log_artifact(run_id, str(file))
 
+    def end(self, run_id: str, state: str) -> None:
+        """Close a run with an MLflow status, or the status of an Optuna state (PRUNED is a finished run)."""
+        status = {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED", "KILLED": "KILLED"}.get(state, state)
+        self.client.set_terminated(run_id, status)
+
+
+class MlflowRecords(MlflowWriter):
+    """A protocol's runs, found or created by a deterministic key, so nothing is recorded twice."""
+
+    def __init__(self, protocol: Protocol, uri: str, base_tags: Mapping[str, Any]) -> None:
+        self.protocol = protocol
+        super().__init__(uri, f"dmlbench/{protocol.name}", base_tags)
+
+    def run(self, key: str, name: str, parent: str | None = None, tags: dict[str, Any] | None = None,
+            shared: bool = False) -> str:
+        """The run with this key: the existing one (reopened) or a new one.
+
+        A key that several workers may create at once (``shared``: a cell's parent run, a floor seed; trial
+        and seed keys are claimed through Optuna first) is looked up again after a settle time, and every
+        worker keeps the oldest run and deletes its own if newer. The wait matters: MLflow stamps a run's
+        start time in the client before the insert, so a worker that looked at once could miss a run
+        stamped earlier but inserted later, and both would keep their own (seen on PostgreSQL)."""
+        full_key = f"{self.protocol.hash12}/{key}"
+        found = self._find(full_key)
+        if found:
+            run_id = found[0].info.run_id
+            if found[0].info.status != "RUNNING":
+                self.client.update_run(run_id, status="RUNNING")
+            return run_id
+        run_id = self.create(name, {**(tags or {}), "dmlbench.key": full_key}, parent)
+        if shared:
+            time.sleep(SETTLE_S)
+        found = self._find(full_key)
+        if len(found) > 1 and found[0].info.run_id != run_id:
+            self.client.delete_run(run_id)
+            return str(found[0].info.run_id)
+        return run_id
+
+    def cell_run(self, cell: Cell) -> str:
+        """A cell's parent run: its methods, fixed parameters and search space, and the protocol file."""
+        run_id = self.run(cell.id, cell.id, tags={"cell": cell.id, "loss": cell.loss, "miner": cell.miner or "none",
+                                                  "kind": "cell"}, shared=True)
+        self.log(run_id, params={"loss": cell.loss, "miner": cell.miner or "none", "loss_params": cell.loss_params,
+                                 "miner_params": cell.miner_params,
+                                 "search_space": json.dumps(cell.search_space, sort_keys=True)})
+        self.artifact(run_id, f"{self.protocol.name}.yaml", text=self.protocol.text)
+        return run_id
+
+    def _find(self, full_key: str) -> list[Any]:
+        runs = self.client.search_runs([self.experiment_id], filter_string=f"tags.`dmlbench.key` = '{full_key}'",
+                                       max_results=10)
+        return sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id))
+
     def delete_cell(self, cell_id: str) -> int:
         """Delete the runs of one cell of this protocol version (the cell run, its trials, folds, seeds)."""
         prefix = f"{self.protocol.hash12}/{cell_id}"
@@ -175,11 +237,6 @@ class MlflowRecords:
         for run_id in doomed:
             self.client.delete_run(run_id)
         return len(doomed)
-
-    def end(self, run_id: str, state: str) -> None:
-        """Close a run with the MLflow status of an Optuna state (PRUNED is a finished run)."""
-        status = {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED", "KILLED": "KILLED"}.get(state, state)
-        self.client.set_terminated(run_id, status)
 
 
 def _finite(v: float) -> float:

@@ -11,33 +11,31 @@ A plain path is accepted wherever a URI is: a directory gets ``mlflow.db``
 inside it, a file path is used as the SQLite file. Anything with a scheme
 (``sqlite://``, ``postgresql://``, ``http://``) is passed to MLflow as is.
 
-Every run is tagged with what is needed to rerun it: package versions (and
-each loaded plugin's version and source hash), the git commit of the code and the fingerprint of the class split it trained on.
-MLflow is imported lazily (it costs seconds) and kept quiet: its INFO logs
-about creating tables and experiments are noise on a command line.
+Runs are written through `bench.stores.mlflow_runs.MlflowWriter` (one way
+for `dmlbench train` and sweeps); what every run is tagged with, to rerun
+it, is `bench.stores.provenance`. MLflow is imported lazily (it costs seconds).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
-import subprocess
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from bench.errors import BenchError
-from bench.stores.urls import CONNECT_TIMEOUT_S, default_url, redact, sqlite_url, with_connect_timeout
+from bench.stores.urls import (
+    CONNECT_TIMEOUT_S,
+    default_url,
+    parse,
+    redact,
+    sqlite_url,
+    with_connect_timeout,
+)
 
 DEFAULT_FILE = "mlflow.db"
-PACKAGES = {"torch": "torch", "pml": "pytorch-metric-learning", "optuna": "optuna", "mlflow": "mlflow",
-            "dmlbench": "dmlbench"}
 TRACKING_SCHEMES = frozenset({"sqlite", "postgresql", "postgres", "mysql", "mssql", "http", "https", "file",
                               "databricks", "databricks-uc", "uc"})
-_MAX_PARAM_CHARS = 6000  # MLflow 3 refuses longer parameter values
 
 
 def default_tracking_uri(root: str | Path | None = None) -> str:
@@ -54,10 +52,11 @@ def resolve_tracking_uri(uri: str | Path | None = None) -> str:
     text = str(uri)
     if not text.strip():
         raise BenchError("tracking URI is blank: give a URI or a path, or leave the option out for ./runs/mlflow.db")
-    if "://" in text:
-        scheme = text.split("://", 1)[0].split("+", 1)[0].lower()
+    scheme = parse(text).scheme
+    if scheme or "://" in text:
         if scheme not in TRACKING_SCHEMES:
-            raise BenchError(f"tracking URI {text!r}: unknown scheme {scheme!r}: expected one of "
+            raise BenchError(f"tracking URI {redact(text)!r}: unknown scheme {scheme or text.partition('://')[0]!r}: "
+                             "expected one of "
                              f"{', '.join(sorted(TRACKING_SCHEMES))}, or a path")
         return with_connect_timeout(text)
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:", text):  # 'sqlite:/x', 'http:host': a scheme missing its '//'
@@ -81,14 +80,14 @@ def check_reachable(uri: str) -> None:
     SQLAlchemy connection with ``connect_timeout`` first turns a closed
     PostgreSQL port into one line instead of minutes of waiting.
     """
-    scheme = uri.split("://", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
     if uri in _REACHED:
         return
-    if scheme in ("http", "https"):
+    store = parse(uri)
+    if store.is_http:
         _check_http(uri)
         _REACHED.add(uri)
         return
-    if scheme not in ("postgresql", "postgres", "mysql"):
+    if store.scheme not in ("postgresql", "postgres", "mysql"):
         return
     import sqlalchemy
 
@@ -109,53 +108,8 @@ def _check_http(uri: str) -> None:
     try:
         requests.get(uri.rstrip("/") + "/health", timeout=CONNECT_TIMEOUT_S)
     except requests.RequestException as e:
-        raise BenchError(f"cannot reach MLflow tracking server {uri!r}: {type(e).__name__}: "
+        raise BenchError(f"cannot reach MLflow tracking server {redact(uri)!r}: {type(e).__name__}: "
                          f"{str(e).strip().splitlines()[0][:200]}") from None
-
-
-def _mlflow() -> Any:
-    """MLflow, imported on first use: listing or planning must not pay for it. Its logging is the
-    embedding program's to set (the CLI quiets it at its edge, `bench.cli.quiet_libraries`)."""
-    import mlflow
-
-    return mlflow
-
-
-@contextmanager
-def start_run(experiment: str, run_name: str | None = None, tags: Mapping[str, Any] | None = None,
-              nested: bool = False, tracking_uri: str | Path | None = None) -> Iterator[str]:
-    """Open an MLflow run and yield its id; a run left by an exception is marked FAILED.
-
-    ``nested=True`` opens a child of the run currently open (tuning trials
-    under their cell); the tracking URI and experiment then come from the
-    parent unless given.
-    """
-    mlflow = _mlflow()
-    if not nested or tracking_uri is not None:
-        uri = resolve_tracking_uri(tracking_uri)
-        check_reachable(uri)
-        mlflow.set_tracking_uri(uri)
-    try:
-        mlflow.set_experiment(experiment)
-    except Exception as e:  # a store that cannot be opened is the user's path or URI
-        raise BenchError(f"cannot open MLflow tracking store {mlflow.get_tracking_uri()!r}: "
-                         f"{str(e).splitlines()[0]}") from e
-    str_tags = {k: str(v) for k, v in (tags or {}).items()}
-    with mlflow.start_run(run_name=run_name, nested=nested, tags=str_tags) as run:
-        yield run.info.run_id
-
-
-def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """Nested dicts as dotted keys (``loss_params.margin``); values as MLflow stores them, strings."""
-    flat: dict[str, str] = {}
-    for key, value in params.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            flat.update(flatten(value, f"{name}."))
-        else:
-            text = "{}" if isinstance(value, Mapping) else str(value)
-            flat[name] = text[:_MAX_PARAM_CHARS]
-    return flat
 
 
 def search_all(client: Any, experiment_id: str, filter_string: str = "") -> list[Any]:
@@ -168,75 +122,3 @@ def search_all(client: Any, experiment_id: str, filter_string: str = "") -> list
         token = page.token
         if not token:
             return out
-
-
-def log_params(params: Mapping[str, Any]) -> None:
-    """Log (possibly nested) parameters of the active run in one batch."""
-    _mlflow().log_params(flatten(params))
-
-
-def log_metrics(metrics: Mapping[str, Any], step: int | None = None) -> None:
-    """Log numeric metrics of the active run; non-numeric values are skipped, NaN is kept."""
-    numeric = {k: float(v) for k, v in metrics.items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    numeric = {k: (v if not math.isinf(v) else math.copysign(1e308, v)) for k, v in numeric.items()}
-    _mlflow().log_metrics(numeric, step=step)
-
-
-def package_versions() -> dict[str, str]:
-    """Versions of the packages a result depends on, by short name (``torch``, ``pml``, ...).
-
-    Plugin entries loaded in this process (registered, from an entry point
-    or a ``--plugin`` file) follow as ``plugin.<kind>.<name>``: their version,
-    the sha256 of their source file and where they came from, so a result
-    from a plugin says which code made it.
-    """
-    versions = {}
-    for short, dist in PACKAGES.items():
-        try:
-            versions[short] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[short] = "absent"
-    return {**versions, **plugin_versions()}
-
-
-def plugin_versions() -> dict[str, str]:
-    """``plugin.<kind>.<name>`` -> ``<version> sha256:<hash> (<source>)`` for every plugin entry loaded."""
-    from bench import registry
-
-    
-
-    return {f"plugin.{e.kind}.{e.name}": f"{e.version or '-'} sha256:{e.source_hash or '-'} ({e.source})"
-            for e in registry.loaded_plugins()}
-
-
-def _git(args: list[str], path: str | Path | None) -> str | None:
-    cwd = Path(path) if path is not None else Path(__file__).resolve().parent
-    try:
-        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def git_commit(path: str | Path | None = None) -> str:
-    """The commit the code runs from (``git rev-parse HEAD``), or ``unknown`` outside a repository."""
-    return _git(["rev-parse", "HEAD"], path) or "unknown"
-
-
-def git_dirty(path: str | Path | None = None) -> bool | None:
-    """Whether tracked files differ from that commit (None outside a repository): a result from
-    uncommitted code cannot be rerun from the commit alone."""
-    status = _git(["status", "--porcelain", "--untracked-files=no"], path)
-    return None if status is None else bool(status)
-
-
-def standard_tags(split_fingerprint: str | None = None, **extra: Any) -> dict[str, str]:
-    """The tags every dmlbench run carries: versions, git commit, split fingerprint, plus ``extra``."""
-    tags = {f"dmlbench.version.{k}": v for k, v in package_versions().items()}
-    tags["dmlbench.git_commit"] = git_commit()
-    tags["dmlbench.git_dirty"] = str(git_dirty()).lower()
-    if split_fingerprint is not None:
-        tags["dmlbench.split_fingerprint"] = split_fingerprint
-    tags.update({f"dmlbench.{k}": str(v) for k, v in extra.items()})
-    return tags

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 __all__ = ["CONNECT_TIMEOUT_S", "DEFAULT_DIR", "StoreURL", "default_url", "parse", "redact", "sqlite_path", "sqlite_url",
            "with_connect_timeout"]
@@ -102,6 +102,7 @@ def with_connect_timeout(url: str) -> str:
     one place both get their bound, so an unreachable port fails fast in both.
     """
     u = parse(url)
-    if u.scheme not in ("postgresql", "postgres", "mysql") or "connect_timeout=" in u.query:
+    given = {key.lower() for key, _ in parse_qsl(u.query, keep_blank_values=True)}
+    if u.scheme not in ("postgresql", "postgres", "mysql") or "connect_timeout" in given:
         return url
     return f"{url}{'&' if '?' in url else '?'}connect_timeout={CONNECT_TIMEOUT_S}"

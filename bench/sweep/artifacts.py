@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bench.atomic import write_npz
 from bench.sweep import tables
 from bench.sweep.tuning import derive_seed
 
@@ -43,8 +44,8 @@ def write_cell_artifacts(model: Any, test: Any, directory: Path, *, protocol_see
         order = torch.randperm(len(i), generator=generator)[:PAIR_SAMPLE]
         pos = (emb[i[order]] - emb[j[order]]).norm(dim=1).numpy()
     written = [directory / tables.PAIR_DISTANCES]
-    tables.atomic_npz(written[0], pos=pos, neg=neg)
+    write_npz(written[0], pos=pos, neg=neg)
     if emb.shape[1] == 2:
         written.append(directory / tables.EMBEDDING_2D)
-        tables.atomic_npz(written[1], x=emb.numpy(), y=y.numpy())
+        write_npz(written[1], x=emb.numpy(), y=y.numpy())
     return written

@@ -42,17 +42,23 @@ from typing import Any
 
 import pandas as pd
 
-from bench.sweep import tables
-from bench.stores import checks as store_checks
-
-from bench.stores import tracking
-from bench.atomic import locked
+from bench.atomic import locked, write_with
 from bench.errors import BenchError
-from bench.plan import Cell, plan as make_plan
-from bench.sweep.progress import Progress
+from bench.plan import Cell
+from bench.plan import plan as make_plan
 from bench.protocol import Protocol, device_problem
+from bench.stores import checks as store_checks
+from bench.stores import provenance, tracking
 from bench.stores.urls import redact
-from bench.sweep.tuning import clusters_on_test, final_config, open_storage, prepare, train_and_score
+from bench.sweep import tables
+from bench.sweep.progress import Progress
+from bench.sweep.tuning import (
+    clusters_on_test,
+    final_config,
+    open_storage,
+    prepare,
+    train_and_score,
+)
 
 RUN_COLUMNS = ["protocol_hash", "cell", "seed", "multiple", "iterations", "samples_seen", "wall_time_s"]
 TAIL_COLUMNS = ["state", "reason", "params", "git_commit", "git_dirty"]
@@ -153,7 +159,7 @@ def record(path: Path, protocol: Protocol, row: dict[str, Any], order: list[str]
             return multiple, order.index(cell) if cell in order else len(order), protocol.final_seeds.index(seed)
 
         frame = pd.DataFrame([rows[k] for k in sorted(rows, key=rank)], columns=columns(protocol))
-        tables.atomic_write(path, lambda f: frame.to_csv(f, index=False))
+        write_with(path, lambda f: frame.to_csv(f, index=False))
 
 
 # --------------------------------------------------------------------------- the check
@@ -222,8 +228,8 @@ class _Check:
 
         self.protocol, self.multiple, self.prepared, self.path, self.order = protocol, multiple, prepared, path, order
         self.iterations = protocol.doc["training"]["iterations"] * multiple
-        self.code = {"git_commit": tracking.git_commit(), "git_dirty": tracking.git_dirty()}
-        base_tags = tracking.standard_tags(fingerprints["split"], protocol=protocol.name, protocol_hash=protocol.hash,
+        self.code = {"git_commit": provenance.git_commit(), "git_dirty": provenance.git_dirty()}
+        base_tags = provenance.standard_tags(fingerprints["split"], protocol=protocol.name, protocol_hash=protocol.hash,
                                            train_fingerprint=fingerprints["train"],
                                            test_fingerprint=fingerprints["test"])
         self.mlflow = MlflowRecords(protocol, tracking_uri, base_tags)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from bench.atomic import write_with
 from bench.sweep import tables
 from bench.protocol import Protocol
 from bench.sweep.tuning import Prepared, final_seed, score_model, clusters_on_test
@@ -52,5 +53,5 @@ def update_floor(protocol: Protocol, prepared: Prepared, results: Path) -> pd.Da
     rows = [*keep.to_dict("records"),
             *(floor_row(protocol, prepared, s) for s in protocol.final_seeds if s not in done)]
     frame = pd.DataFrame(sorted(rows, key=lambda r: protocol.final_seeds.index(int(r["seed"]))), columns=columns)
-    tables.atomic_write(path, lambda f: frame.to_csv(f, index=False))
+    write_with(path, lambda f: frame.to_csv(f, index=False))
     return frame

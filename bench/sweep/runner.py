@@ -65,20 +65,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.sweep import tables
-from bench.stores import checks as store_checks
-
-from bench.stores import tracking
-from bench.sweep.artifacts import write_cell_artifacts
 from bench.errors import BenchError
-from bench.sweep.floor import update_floor
+from bench.plan import Cell, Plan
+from bench.plan import plan as make_plan
+from bench.protocol import Protocol, device_problem, load_protocol
+from bench.stores import checks as store_checks
+from bench.stores import provenance, tracking
 from bench.stores.mlflow_runs import MlflowRecords
-from bench.plan import Cell, Plan, plan as make_plan
+from bench.stores.urls import default_url, redact
+from bench.sweep import tables
+from bench.sweep.artifacts import write_cell_artifacts
+from bench.sweep.floor import update_floor
 from bench.sweep.probe import check_live
 from bench.sweep.progress import Progress
-from bench.protocol import Protocol, device_problem, load_protocol
 from bench.sweep.result import SweepResult
-from bench.stores.urls import default_url, redact
 from bench.sweep.tuning import (
     Heartbeat,
     Hooks,
@@ -87,6 +87,7 @@ from bench.sweep.tuning import (
     Slot,
     SlotStudy,
     best_trial,
+    clusters_on_test,
     final_config,
     make_pruner,
     make_sampler,
@@ -94,7 +95,6 @@ from bench.sweep.tuning import (
     prepare,
     run_trial,
     study_name,
-    clusters_on_test,
     train_and_score,
     trial_attrs,
 )
@@ -140,9 +140,9 @@ def _check_weights(protocol: Protocol, in_shape: tuple[int, ...] | None = None) 
     file's presence is checked; with it the trunk is built and the weights loaded, then dropped."""
     import torch
 
-    from bench.trunks import protocol_trunk
     from bench.models.weights import resolve
     from bench.protocol.schema import setting
+    from bench.trunks import protocol_trunk
 
     pretrained = setting(protocol.doc, "model.pretrained")
     if pretrained is None:
@@ -219,13 +219,12 @@ class Sweep:
     def setup(self) -> None:
         """Load the data, make the results directory this protocol's (moving another version aside), open
         the MLflow records and the Optuna studies, and discard the --redo cells: all before the first trial."""
-        from bench.stores import tracking
         from bench.metrics.geometry import geometry
 
-        self.code = {"git_commit": tracking.git_commit(), "git_dirty": tracking.git_dirty()}  # on every record
+        self.code = {"git_commit": provenance.git_commit(), "git_dirty": provenance.git_dirty()}  # on every record
         moved = tables.claim_dir(self.results, self.protocol.hash)
         self.fingerprints = self.prepared.fingerprints()
-        base_tags = tracking.standard_tags(self.fingerprints["split"], protocol=self.protocol.name,
+        base_tags = provenance.standard_tags(self.fingerprints["split"], protocol=self.protocol.name,
                                            protocol_hash=self.protocol.hash, train_fingerprint=self.fingerprints["train"],
                                            test_fingerprint=self.fingerprints["test"])
         self.mlflow = MlflowRecords(self.protocol, self.tracking_uri, base_tags)
@@ -236,7 +235,7 @@ class Sweep:
             "protocol_text": self.protocol.text,
             "primary_metric": self.primary, "metrics": self.metrics, "fingerprints": self.fingerprints,
             "geometry": geometry(self.protocol.doc["model"]["normalize"]),
-            "package_versions": tracking.package_versions(), **self.code, "tracking_uri": redact(self.tracking_uri),
+            "package_versions": provenance.package_versions(), **self.code, "tracking_uri": redact(self.tracking_uri),
             "storage": redact(self.storage_url), "experiment": f"dmlbench/{self.protocol.name}",
             "datasets": {"train": self.protocol.doc["data"]["train"], "test": self.protocol.doc["data"]["test"]},
             **_query_counts(self.prepared.test),
@@ -388,7 +387,7 @@ class Sweep:
                                  tags={"cell": cell.id, "kind": "trial", "trial": slot.slot})
         hooks = _TrialHooks(self, cell, run_id)
         try:
-            with Heartbeat(self.storage, slot.trial._trial_id):
+            with Heartbeat(self.storage, slot.trial_id):
                 outcome = run_trial(self.protocol, self.prepared, cell, slot.trial, slot.slot, hooks)
         except BaseException:
             study.abandon(slot, "interrupted")
@@ -426,7 +425,7 @@ class Sweep:
         config = final_config(self.protocol, cell, best.params, seed)
         self.progress.run_started(self.plan.budget.iterations)
         try:
-            with Heartbeat(self.storage, slot.trial._trial_id):
+            with Heartbeat(self.storage, slot.trial_id):
                 self.prepared.guard.check(self.prepared.train.classes, "final training")
                 result = train_and_score(self.protocol, config, self.prepared.train, self.prepared.test,
                                          clustering=clusters_on_test(self.protocol),

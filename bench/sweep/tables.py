@@ -22,10 +22,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from bench.atomic import atomic_file
+from bench.atomic import write_with
 from bench.errors import BenchError
 from bench.plan import Plan
 
@@ -269,18 +268,6 @@ def tables(plan: Plan, records: Records, refused: dict[str, str]) -> dict[str, p
 # --------------------------------------------------------------------------- files
 
 
-def atomic_write(path: Path, write: Any) -> None:
-    """``write(file)`` into a temp file beside ``path``, then rename: readers never see half a table."""
-    with atomic_file(path, "w", newline="") as f:
-        write(f)
-
-
-def atomic_npz(path: Path, **arrays: Any) -> None:
-    """`np.savez` of ``arrays`` (by name) through a temp file and a rename: no half-written artifact."""
-    with atomic_file(path, "wb") as f:
-        np.savez(f, **arrays)
-
-
 def claim_dir(results: Path, protocol_hash: str) -> str | None:
     """Make ``results`` hold this protocol's tables: a directory from another version of the protocol
     (another hash) is moved aside to ``<name>@<hash12>``, never mixed or overwritten. Returns where it went."""
@@ -317,12 +304,12 @@ def write(plan: Plan, records: Records, results: Path, manifest: dict[str, Any],
     refused = audit(plan, records) if finished else audit_finished(plan, records)
     frames = tables(plan, records, refused)
     for name, filename in (("trials", TRIALS), ("finals", FINALS), ("summary", SUMMARY)):
-        atomic_write(results / filename, lambda f, df=frames[name]: df.to_csv(f, index=False))
+        write_with(results / filename, lambda f, df=frames[name]: df.to_csv(f, index=False))
     write_histories(results, records.history)
     previous = read_manifest(results) or {}
     manifest = {**manifest, "created": previous.get("created", manifest.get("created")), "refused": refused,
                 "cell_commits": commits(records), "updated": now()}
-    atomic_write(results / MANIFEST, lambda f: json.dump(manifest, f, indent=2, sort_keys=True, default=str))
+    write_with(results / MANIFEST, lambda f: json.dump(manifest, f, indent=2, sort_keys=True, default=str))
     return refused
 
 
@@ -331,7 +318,7 @@ def write_histories(results: Path, histories: dict[str, list[dict[str, Any]]]) -
     for cell, rows in histories.items():
         if rows:
             frame = pd.DataFrame(rows, columns=["trial", "state", "value", "best_so_far"])
-            atomic_write(cell_dir(results, cell) / HISTORY, lambda f, df=frame: df.to_csv(f, index=False))
+            write_with(cell_dir(results, cell) / HISTORY, lambda f, df=frame: df.to_csv(f, index=False))
 
 
 def audit_finished(plan: Plan, records: Records) -> dict[str, str]:

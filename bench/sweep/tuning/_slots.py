@@ -20,10 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from bench.errors import BenchError
 from bench.plan import Cell
 from bench.protocol import Protocol
-from bench.stores.urls import redact, sqlite_path, with_connect_timeout
+from bench.stores import optuna as stores_optuna
 
 HEARTBEAT_S = 30  # a worker records that its trial is alive this often...
 GRACE_S = 120  # ...and a trial silent for this long is failed as stale by any worker
@@ -32,27 +31,11 @@ ATTR_OWNER = "dmlbench:owner"
 ATTR_SURPLUS = "dmlbench:surplus"
 
 
-
 def open_storage(url: str) -> Any:
-    """An Optuna RDB storage with heartbeats (SQLite waits for locks instead of failing at once)."""
-    import optuna
-
-    url = with_connect_timeout(url)
-    engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-    path = sqlite_path(url)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    for attempt in range(4):  # two workers starting at once on a new database race to create its tables
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            try:
-                return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_S,
-                                                  grace_period=GRACE_S, heartbeat_stale_trial_callback=_requeue)
-            except Exception as e:  # a URL that cannot be opened is the user's
-                if attempt == 3 or "UNIQUE constraint" not in str(e) and "already exists" not in str(e):
-                    raise BenchError(f"cannot open Optuna storage {redact(url)!r}: {str(e).splitlines()[0]}") from e
-                time.sleep(1 + attempt)
-    raise AssertionError("unreachable")
+    """The Optuna storage of a sweep: the stores' storage with the slots' heartbeat and stale-trial recovery
+    (a trial silent for GRACE_S is failed by Optuna and re-enqueued into its slot by `_requeue`)."""
+    return stores_optuna.open_storage(url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
+                                      stale_trial_callback=_requeue)
 
 
 def _process_start(pid: int) -> str | None:
@@ -153,6 +136,7 @@ class Slot:
 
     trial: Any  # optuna.Trial
     slot: int
+    trial_id: int  # the storage's id of the trial (its heartbeat and system attributes are set through it)
 
 
 class SlotStudy:
@@ -168,6 +152,11 @@ class SlotStudy:
                                          pruner=pruner or optuna.pruners.NopPruner(), load_if_exists=True)
         if self.study.user_attrs.get("slots") != n:
             self.study.set_user_attr("slots", n)  # read by stale-trial recovery in any worker
+        self.study_id = storage.get_study_id_from_name(name)
+
+    def trial_id(self, number: int) -> int:
+        """The storage's id of the study's trial ``number`` (Optuna's public route to it)."""
+        return int(self.storage.get_trial_id_from_study_id_trial_number(self.study_id, number))
 
     # ---- reading
 
@@ -202,7 +191,7 @@ class SlotStudy:
                 now - t.datetime_start.timestamp() > GRACE_S
             if _owner_dead(owner) or never_owned:
                 try:
-                    if self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL):
+                    if self.storage.set_trial_state_values(self.trial_id(t.number), TrialState.FAIL):
                         _requeue(self.study, t, "its worker process is gone")
                         recovered += 1
                 except optuna.exceptions.UpdateFinishedTrialError:
@@ -235,21 +224,22 @@ class SlotStudy:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "heartbeat is supposed to be used with optimize": we beat ourselves
             trial = self.study.ask()
-        frozen = self.storage.get_trial(trial._trial_id)
+        trial_id = self.trial_id(trial.number)
+        frozen = self.storage.get_trial(trial_id)
         slot = frozen.user_attrs.get("slot")
         if slot is None:
             fresh = [t.number for t in self._fresh(self.trials())]
             rank = fresh.index(frozen.number)
             if rank >= self.n:
-                self.storage.set_trial_system_attr(trial._trial_id, ATTR_SURPLUS, f"all {self.n} slots taken")
+                self.storage.set_trial_system_attr(trial_id, ATTR_SURPLUS, f"all {self.n} slots taken")
                 self.study.tell(trial, state=TrialState.FAIL)
                 return None if not self.open_slots() else self.claim(sampler_for_slot)
             slot = rank
             trial.set_user_attr("slot", slot)
-        self.storage.set_trial_system_attr(trial._trial_id, ATTR_OWNER, owner_record())
+        self.storage.set_trial_system_attr(trial_id, ATTR_OWNER, owner_record())
         if sampler_for_slot is not None:
             self.study.sampler = sampler_for_slot(slot)
-        return Slot(trial, slot)
+        return Slot(trial, slot, trial_id)
 
     def abandon(self, slot: Slot, why: str) -> None:
         """Give a slot back after an interruption (Ctrl-C): failed as stale, re-enqueued with its parameters."""
@@ -257,8 +247,8 @@ class SlotStudy:
         from optuna.trial import TrialState
 
         try:
-            if self.storage.set_trial_state_values(slot.trial._trial_id, TrialState.FAIL):
-                _requeue(self.study, self.storage.get_trial(slot.trial._trial_id), why)
+            if self.storage.set_trial_state_values(slot.trial_id, TrialState.FAIL):
+                _requeue(self.study, self.storage.get_trial(slot.trial_id), why)
         except optuna.exceptions.UpdateFinishedTrialError:
             pass
 
