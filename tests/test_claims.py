@@ -381,3 +381,19 @@ def test_unit_percent_scales_every_number_of_a_claim() -> None:
     assert narrow.verdict != "supported"
     assert _judge("reaches", close, cell="A", value=51, unit="percent").verdict == \
         _judge("reaches", close, cell="A", value=0.51).verdict
+
+
+def test_collapsed_is_for_a_cell_the_data_show_at_the_floor_not_one_too_few_seeds_cannot_place() -> None:
+    """Three noisy seeds that cannot be told from the floor are 'not shown above the floor', not 'collapsed'."""
+    from bench.reports import floor as floor_check
+
+    floor = [0.10, 0.11, 0.12]
+    values = {"best": [0.50, 0.51, 0.52], "flat": [0.105, 0.112, 0.118], "noisy": [0.05, 0.40, 0.12]}
+    res = _results(values, floor=floor)
+    flat, noisy = floor_check.check(res, "flat"), floor_check.check(res, "noisy")
+    assert flat.below and flat.collapsed and "collapsed: at the floor" in flat.describe()
+    assert noisy.below and not noisy.collapsed and noisy.unresolved
+    assert "not shown above the floor on map_at_r with 3 seeds" in noisy.describe()
+    # a claim rests on neither
+    for cell in ("flat", "noisy"):
+        assert _judge("beats", values, res, a="best", b=cell).verdict == "not testable"

@@ -355,7 +355,7 @@ def _untestable(res: Results, cell: str, name: str, claim: dict[str, Any]) -> st
     if n < 2:
         return f"cell {cell} has {n} completed final seed; a test needs 2"
     fc = floor.check(res, cell)
-    if fc is not None and (fc.collapsed or fc.weak):
+    if fc is not None and (fc.below or fc.weak):
         return f"cell {cell} is {fc.describe()}"
     roles = [r for r in ("a", "b", "cell") if claim.get(r) == name] + [name, cell]
     spec = next((claim.get("requires", {})[r] for r in roles if r in claim.get("requires", {})), None)

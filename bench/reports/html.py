@@ -162,7 +162,7 @@ def table(board: Board) -> str:
         tds += [_cell(text, _budget_value(board, r.cell, i)) for i, text in enumerate(budget_cells(board, r))]
         tds += [_cell(fmt(r.validation), r.validation), _cell(budget(r), r.trials),
                 _cell(fmt_params(r.params), fmt_params(r.params)), _cell(notes(r), notes(r))]
-        mark = ' class="collapsed"' if r.collapsed else ""
+        mark = ' class="collapsed"' if r.collapsed or r.not_shown_above else ""
         body.append(f'<tr data-cell="{escape(r.cell)}"{mark}>' + "".join(tds) + "</tr>")
     if board.floor:
         n = max(iv.n for iv in board.floor.values())

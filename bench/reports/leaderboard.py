@@ -54,10 +54,22 @@ class Row:
         return bool(self.floor_check is not None and self.floor_check.collapsed)
 
     @property
+    def not_shown_above(self) -> bool:
+        """Not significantly above the floor, with too few seeds or too much noise to call it collapsed."""
+        return bool(self.floor_check is not None and self.floor_check.unresolved)
+
+    @property
+    def mark(self) -> str:
+        """What the cell's name carries in the short table: collapsed, or not shown above the floor."""
+        if self.collapsed:
+            return " (collapsed)"
+        return f" (not shown above the floor, {self.n_seeds} seeds)" if self.not_shown_above else ""
+
+    @property
     def notes(self) -> list[str]:
         """What the reader must see beside the numbers: collapse, failed seeds, edge values."""
         out = []
-        if self.floor_check is not None and (self.floor_check.collapsed is not False or self.floor_check.weak):
+        if self.floor_check is not None and (self.floor_check.below is not False or self.floor_check.weak):
             out.append(self.floor_check.describe())
         if self.failed:
             reasons = "; ".join(f"seed {s}: {why or 'no reason recorded'}" for s, why in sorted(self.failed.items()))
@@ -106,7 +118,7 @@ class Board:
                     "incomplete): ")
             out.append(head + self.budget.summary() + ". This ranking may not be the one the methods converge to")
         rho = self.transfer
-        if math.isfinite(rho) and rho < MIN_TRANSFER:
+        if math.isfinite(rho) and rho < MIN_TRANSFER and len(self.rows) >= MIN_TRANSFER_CELLS:
             out.append(f"validation/test rank correlation (Spearman) of {self.primary} is {rho:.2f}, below "
                        f"{MIN_TRANSFER}: the cells' validation scores do not predict their test ranking, so tuning "
                        "results mean little here")
@@ -120,7 +132,8 @@ class Board:
 
 
 MIN_SEEDS = 3  # fewer final seeds get a warning on the leaderboard
-MIN_TRANSFER = 0.5  # a lower validation/test Spearman gets a warning
+MIN_TRANSFER = 0.5  # a lower validation/test Spearman gets a warning...
+MIN_TRANSFER_CELLS = 6  # ...on a table of this many cells: with fewer, one swapped pair moves it by 0.3 or more
 
 
 def _params(text: Any) -> dict[str, Any]:
@@ -211,8 +224,9 @@ def _edges(plan: Any, cell: str, params: dict[str, Any]) -> list[str]:
     return edges.warnings(params, space)
 
 
-NOTES = ("Notes: a cell not significantly above the floor (the untrained trunk) is collapsed and evidence of "
-         "nothing, and one above it by less than a quarter of the best cell's gain is barely trained; failed "
+NOTES = ("Notes: a cell the data show at the floor (the untrained trunk) is collapsed and evidence of nothing; "
+         "one not significantly above it with an interval too wide to say is not shown above the floor (more seeds "
+         "decide); one above it by less than a quarter of the best cell's gain is barely trained; failed "
          "final seeds are counted with their reason; a tuned value within 5% of an end of its search range may "
          "have been cut short by the range.")
 
@@ -333,10 +347,14 @@ def footer_lines(board: Board) -> list[str]:
         lines.append(f"left out (budget audit): {md_code(cell)}: {md_text(why)}")
     if board.floor:
         collapsed = [r.cell for r in board.rows if r.collapsed]
+        unresolved = [r.cell for r in board.rows if r.not_shown_above]
         lines.append(f"floor: the untrained trunk evaluated the same way, one run per final seed; a cell is marked "
                      f"collapsed when its {md_code(board.primary)} is not significantly above it (one-sided, "
-                     f"alpha {floor.ALPHA:g}, paired by seed when the seeds match, else Welch): "
+                     f"alpha {floor.ALPHA:g}, paired by seed when the seeds match, else Welch) and its interval rules "
+                     f"out {floor.WEAK_SHARE:.0%} of the best cell's gain: "
                      + (", ".join(md_code(c) for c in collapsed) or "none")
+                     + "; not shown above the floor (not significant, interval too wide to say): "
+                     + (", ".join(md_code(c) for c in unresolved) or "none")
                      + f"; barely trained (above it by less than {floor.WEAK_SHARE:.0%} of the best cell's gain): "
                      + (", ".join(md_code(r.cell) for r in board.rows
                                   if r.floor_check is not None and r.floor_check.weak) or "none"))
@@ -403,7 +421,7 @@ def text(board: Board, columns: tuple[str, ...] = ("precision_at_1", "lake_accur
     extra = [m for m in columns if m in board.metrics and m != board.primary]
     checked = budget_heads(board)[1:2]  # the change at the multiple
     head = ["rank", "cell", "seeds", f"{board.primary} [95% CI]", *extra, *checked, f"val_{board.primary}"]
-    rows = [[str(r.rank), r.cell + (" (collapsed)" if r.collapsed else ""), str(r.n_seeds),
+    rows = [[str(r.rank), r.cell + r.mark, str(r.n_seeds),
              fmt_interval(r.metrics[board.primary]), *(fmt(r.metrics[m].mean) for m in extra),
              *budget_cells(board, r)[1:2], fmt(r.validation)] for r in board.rows]
     if board.floor:
