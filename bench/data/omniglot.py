@@ -45,6 +45,7 @@ import zipfile
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -241,13 +242,13 @@ def _not_found(
 def find_set(split: str, root: str | Path | None = None) -> Path:
     """The zip or folder of image set `split` under the first data root that holds one."""
     shape = _shape(split)
-    found = _find(root, lambda r: _candidates(r, shape.folder))
+    found = _find(root, partial(_candidates, name=shape.folder))
     if found is not None:
         return found
     missing = [
         s.folder
         for s in SETS.values()
-        if s.folder == shape.folder or _find(root, lambda r, f=s.folder: _candidates(r, f)) is None
+        if s.folder == shape.folder or _find(root, partial(_candidates, name=s.folder)) is None
     ]
     files = " and ".join(f"{m}.zip" for m in missing)
     raise _not_found(
@@ -255,7 +256,7 @@ def find_set(split: str, root: str | Path | None = None) -> Path:
         files,
         "python/",
         "or the folders they unpack to, or torchvision's omniglot-py/",
-        lambda r: _candidates(r, shape.folder),
+        partial(_candidates, name=shape.folder),
     )
 
 
