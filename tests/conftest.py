@@ -1,4 +1,4 @@
-"""Shared fixtures: the real Omniglot arrays, a private cache, one thread per worker."""
+"""Shared fixtures: the real Omniglot files, a private cache, one thread per worker."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ torch.set_num_threads(1)
 def data_root() -> Path:
     """Where Omniglot lies: $DMLBENCH_DATA or ../shared/data (never copied into the repo)."""
     root = Path(os.environ.get("DMLBENCH_DATA", SHARED_DATA))
-    if not (root / "omniglot" / "images_background.npz").exists():
+    if not (root / "omniglot" / "images_background.zip").exists():
         pytest.fail(f"Omniglot not found under {root}: tests need the real data")
     return root
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import shutil
 from pathlib import Path
 
@@ -41,29 +40,40 @@ def test_background_shapes_labels_and_ink(background: LabeledData) -> None:
     assert float(background.x[:, :, 0, :].mean()) < float(background.x.mean())
 
 
-def test_evaluation_ids_follow_background_and_meta_names_alphabets(
-    evaluation: LabeledData, data_root: Path
-) -> None:
+def test_evaluation_ids_follow_background_and_meta_names_alphabets(evaluation: LabeledData) -> None:
     assert evaluation.x.shape == (659 * 20, 1, 28, 28)
     assert evaluation.classes == tuple(range(964, 1623))
     assert torch.equal(torch.bincount(evaluation.y - 964), torch.full((659,), 20))
-    with open(data_root / "omniglot" / "alphabets.csv", newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r["set"] == "evaluation"]
-    for row in rows:
-        first, last = int(row["first_character_id"]) - 1, int(row["last_character_id"]) - 1
-        assert evaluation.meta["alphabet"][first] == row["alphabet"]
-        assert evaluation.meta["alphabet"][last] == row["alphabet"]
-        assert evaluation.meta["class_names"][first] == f"{row['alphabet']}/character01"
-    assert set(evaluation.meta["alphabet"]) == set(evaluation.classes)
+    alphabet, names = evaluation.meta["alphabet"], evaluation.meta["class_names"]
+    assert set(alphabet) == set(names) == set(evaluation.classes)
+    assert len(set(alphabet.values())) == 20
+    # the publisher's ids (file XXXX_YY.png is class XXXX - 1), not the sorted order of the folders:
+    # Syriac_(Serto) (1480..1502) comes before Sylheti (1503..1530)
+    assert (names[964], names[1479], names[1502], names[1622]) == (
+        "Angelic/character01", "Syriac_(Serto)/character01", "Sylheti/character01", "ULOG/character26")
+    assert all(names[c].startswith(alphabet[c] + "/character") for c in evaluation.classes)
 
 
-def test_first_pixels_match_the_raw_array(data_root: Path) -> None:
-    """At 105x105 no resize happens: the tensor is exactly 1 - paper of the .npz."""
-    with np.load(data_root / "omniglot" / "images_evaluation.npz") as f:
-        paper = f["images"][:3]  # characters 0..2 (964..966)
-    images = resize_area(paper.reshape(-1, 1, 105, 105), 105, convert=paper_to_ink)
-    expected = 1.0 - paper.astype(np.float32).reshape(-1, 1, 105, 105)
-    assert np.array_equal(images, expected)
+def test_background_ids_are_the_publishers_not_the_folder_order(background: LabeledData) -> None:
+    names = background.meta["class_names"]
+    assert (names[0], names[708], names[963]) == (
+        "Arcadian/character01", "Alphabet_of_the_Magi/character01", "Tifinagh/character55")
+    assert len(set(background.meta["alphabet"].values())) == 30
+
+
+def test_first_pixels_match_the_published_png(data_root: Path) -> None:
+    """At 105x105 no resize happens: the tensor is exactly 1 - paper of the publisher's PNG."""
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(data_root / "omniglot" / "images_evaluation.zip") as z:
+        paper = np.asarray(Image.open(io.BytesIO(z.read("images_evaluation/Angelic/character01/0965_02.png"))))
+    assert paper.shape == (105, 105) and paper.dtype == np.bool_
+    evaluation = load("omniglot:evaluation", root=data_root, size=105)
+    assert torch.equal(evaluation.x[1, 0], torch.from_numpy(1.0 - paper.astype(np.float32)))
+    assert int(evaluation.y[1]) == 964
+    images = resize_area(paper[None, None], 105, convert=paper_to_ink)
+    assert np.array_equal(images[0, 0], 1.0 - paper.astype(np.float32))
 
 
 def test_cache_hit_is_equal_and_corrupt_cache_is_rebuilt(
@@ -103,12 +113,13 @@ def test_cache_key_depends_on_size_and_source() -> None:
     assert cache_path("omniglot", base) == cache_path("omniglot", dict(reversed(base.items())))
 
 
-def test_checksum_mismatch_fails_clearly(data_root: Path, tmp_path: Path) -> None:
+def test_a_zip_that_is_not_omniglot_fails_clearly(tmp_path: Path) -> None:
     fake = tmp_path / "omniglot"
     fake.mkdir()
-    np.savez(fake / "images_evaluation.npz", images=np.ones((659, 20, 105, 105), bool)[:1], labels=np.zeros(1))
-    shutil.copy(data_root / "omniglot" / "alphabets.csv", fake / "alphabets.csv")
-    with pytest.raises(BenchError, match=r"images_evaluation\.npz: sha256 .* differs from the published"):
+    with open(fake / "images_evaluation.zip", "wb") as f:  # a zip, but of arrays
+        np.savez(f, images=np.ones((2, 20, 105, 105), bool))
+    with pytest.raises(BenchError, match=r"images_evaluation\.zip: no images inside images_evaluation/ .*"
+                                         r"not Omniglot's images_evaluation"):
         load("omniglot:evaluation", root=tmp_path)
 
 
@@ -153,7 +164,7 @@ def _touch(root: Path, dataset: str, *files: str) -> Path:
     return root
 
 
-NPZS = ("images_background.npz", "images_evaluation.npz")
+ZIPS = ("images_background.zip", "images_evaluation.zip")
 
 
 def test_root_order_explicit_then_env_then_shared_then_local(
@@ -162,10 +173,10 @@ def test_root_order_explicit_then_env_then_shared_then_local(
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    env = _touch(tmp_path / "env", "omniglot", *NPZS)
-    explicit = _touch(tmp_path / "explicit", "omniglot", *NPZS)
-    shared = _touch(tmp_path / "shared" / "data", "omniglot", *NPZS)  # ../shared/data seen from `work`
-    local = _touch(work / "data", "omniglot", *NPZS)
+    env = _touch(tmp_path / "env", "omniglot", *ZIPS)
+    explicit = _touch(tmp_path / "explicit", "omniglot", *ZIPS)
+    shared = _touch(tmp_path / "shared" / "data", "omniglot", *ZIPS)  # ../shared/data seen from `work`
+    local = _touch(work / "data", "omniglot", *ZIPS)
     monkeypatch.setenv("DMLBENCH_DATA", str(env))
     assert resolve_root(explicit) == explicit
     assert resolve_root() == env
@@ -173,7 +184,7 @@ def test_root_order_explicit_then_env_then_shared_then_local(
     assert resolve_root().resolve() == shared.resolve()
     shutil.rmtree(shared / "omniglot")
     repo_shared = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-    expected_local = repo_shared if (repo_shared / "omniglot" / NPZS[0]).is_file() else local
+    expected_local = repo_shared if (repo_shared / "omniglot" / ZIPS[0]).is_file() else local
     assert resolve_root().resolve() == expected_local.resolve()
 
 
@@ -194,10 +205,10 @@ def test_missing_data_is_one_line_naming_files_and_places(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(BenchError) as err:
-        resolve_root(tmp_path / "nowhere", "omniglot", NPZS)
+        resolve_root(tmp_path / "nowhere", "omniglot", ZIPS)
     message = str(err.value)
     assert "\n" not in message
-    assert "omniglot not found" in message and "images_background.npz and images_evaluation.npz" in message
+    assert "omniglot not found" in message and "images_background.zip and images_evaluation.zip" in message
     assert str(tmp_path / "nowhere" / "omniglot") in message
     monkeypatch.setenv("DMLBENCH_DATA", str(tmp_path / "env"))
     expected = r"ghost not found: put g\.npz under \$DMLBENCH_DATA/ghost/ \(looked in: .*env/ghost"

@@ -47,7 +47,7 @@ def _same(a: Path, b: Path) -> bool:
 def resolve_root(
     explicit: str | Path | None = None,
     dataset: str = "omniglot",
-    files: Sequence[str] = ("images_background.npz", "images_evaluation.npz"),
+    files: Sequence[str] = ("images_background.zip", "images_evaluation.zip"),
     *,
     extra_roots: Sequence[Path] = (),
     hint: str = "",
