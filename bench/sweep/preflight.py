@@ -150,7 +150,8 @@ def _check_stores(protocol: Protocol, found: Preflight, check: Callable[..., boo
     from bench.sweep.tuning import study_name
 
     results_dir = "results" if results_dir is None else results_dir
-    if not check("--storage", lambda: checks.check_given(storage, tracking_uri)):
+    if not check("--storage", lambda: checks.check_given(storage, None)) \
+            or not check("--tracking-uri", lambda: checks.check_given(None, tracking_uri)):
         return
     if not check("--results-dir", lambda: check_writable(Path(results_dir))) and stop():
         return
