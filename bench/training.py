@@ -34,6 +34,7 @@ from torch import nn
 
 from bench import registry
 
+from bench.devices import device_problem, precision_problem
 from bench.errors import BenchError, DivergedError
 
 SYNC_EVERY = 25  # iterations between reads of the loss buffer (progress, divergence check)
@@ -106,13 +107,12 @@ class TrainConfig:
         for name in ("trunk_params", "loss_params", "miner_params"):
             if not isinstance(getattr(self, name), dict):
                 raise BenchError(f"{name} must be a mapping of parameter names to values")
-        try:
-            device = torch.device(self.device)
-        except (RuntimeError, TypeError):
-            raise BenchError(f"unknown device {self.device!r}: expected e.g. cpu, cuda, cuda:1") from None
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise BenchError(f"device {self.device!r} asked for, but this machine has no usable CUDA GPU")
-        _check_precision(self.precision, device)
+        problem = device_problem(self.device)
+        if problem:
+            raise BenchError(problem if problem.startswith("unknown") else f"device {problem}")
+        problem = precision_problem(self.precision, self.device)
+        if problem:
+            raise BenchError(problem if problem.startswith("unknown") else f"precision {problem}")
         if self.channels_last is not None and not isinstance(self.channels_last, bool):
             raise BenchError(f"channels_last must be true, false or null, got {self.channels_last!r}")
         problem = schedule_problem(self.schedule, self.iterations)
@@ -186,17 +186,6 @@ def _optimizer(config: TrainConfig, trunk: nn.Module, loss: Any) -> torch.optim.
     if config.optimizer == "rmsprop":
         return torch.optim.RMSprop(groups, lr=config.lr, weight_decay=config.weight_decay)
     return torch.optim.SGD(groups, lr=config.lr, momentum=0.9, weight_decay=config.weight_decay)
-
-
-def _check_precision(precision: object, device: torch.device) -> None:
-    if precision not in PRECISIONS:
-        raise BenchError(f"unknown precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
-    if precision == "fp16" and device.type == "cpu":
-        raise BenchError("precision fp16 needs a CUDA device (on the CPU float16 autocast is slow and "
-                         "has no grad scaler): use bf16")
-    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise BenchError(f"precision bf16 asked for, but {torch.cuda.get_device_name(device)} has no bf16: "
-                         "use fp16")
 
 
 def schedule_problem(schedule: object, iterations: int) -> str | None:

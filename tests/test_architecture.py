@@ -20,7 +20,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 # Lowest first. A module may import its own layer (without a cycle) and the layers below it.
 LAYERS: list[list[str]] = [
-    ["bench", "bench.errors", "bench.atomic", "bench.clock", "bench.vision", "bench.tuples", "bench.stats",
+    ["bench", "bench.errors", "bench.devices", "bench.atomic", "bench.clock", "bench.vision", "bench.tuples", "bench.stats",
      "bench.protocol.schema", "bench.protocol.safe_yaml"],
     ["bench.distances", "bench.reducers", "bench.metrics", "bench.data"],
     ["bench.losses", "bench.miners", "bench.models"],

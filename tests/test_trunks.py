@@ -230,10 +230,10 @@ def test_protocol_checks_trunk_options_without_files(hub: Path) -> None:
     text = "\n".join(info.value.problems)
     assert "model.pretrained: trunk 'mlp' has no published weights" in text
     assert "model.freeze_bn: the trunk has no BatchNorm layer to freeze" in text
-    from bench.sweep.runner import _check_weights
+    from bench.sweep.preflight import check_weights
 
     with pytest.raises(BenchError, match="resnet18-f37072fd.pth not found"):
-        _check_weights(ok)  # a sweep refuses to start, rather than fail every trial
+        check_weights(ok)  # a sweep refuses to start, rather than fail every trial
 
 
 def test_unreadable_weights_files_are_one_line_saying_what_to_do(tmp_path: Path, recwarn) -> None:

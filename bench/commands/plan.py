@@ -64,21 +64,22 @@ def command(file: str, step_ms: float | None, check_multiple: int, time_methods:
     from bench.data import check_path
     from bench.data.query_gallery import test_specs
     from bench.plan import plan
-    from bench.sweep.probe import check_live
     from bench.protocol import load_protocol
+    from bench.sweep.preflight import inspect
 
     protocol = load_protocol(file)
     d = protocol.doc["data"]
     for spec in (d["train"], *test_specs(d["test"])):
         check_path(spec)  # no class count for data that does not exist
-    if time_methods:
-        from bench.protocol import device_problem
-
-        problem = device_problem(str(protocol.doc["training"]["device"]))
-        if problem:
-            raise BenchError(f"--time-methods times on the protocol's device: {problem}")
+    # what `validate --no-data` refuses (bench.sweep.preflight), a dead search parameter among it: it would
+    # waste the budget. A device this machine lacks matters only to --time-methods, which times on it.
+    found = inspect(protocol, data=False)
+    refused = [p for p in found.problems if not p.note or time_methods]
+    if refused:
+        first = refused[0]
+        raise BenchError(f"--time-methods times on the protocol's device: {first.message}" if first.note
+                         else first.message)
     p = plan(protocol, None if step_ms is None else step_ms / 1000, check_multiple, time_methods)
-    check_live(p)  # a dead search parameter would waste the budget: refuse before the sweep
     emit(fmt, lambda: format_plan(p), lambda: rows(p))
     return 0
 

@@ -7,7 +7,6 @@ once. See bench/sweep/runner.py for what is recorded where and how workers share
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -38,22 +37,6 @@ def sweep_options(command: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(options):
         command = option(command)
     return command
-
-
-def _check_writable(folder: Path) -> None:
-    """The results folder can be made where it is asked for; created only once there is something to write,
-    so a run refused for bad data or a bad store leaves nothing behind."""
-    import os
-
-    from bench.errors import BenchError
-
-    existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise BenchError(f"--results-dir {folder}: {existing} is a file, not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise BenchError(f"--results-dir {folder}: {existing} is not writable")
 
 
 @click.command("run")
@@ -95,14 +78,7 @@ def command(file: str, storage: str | None, tracking_uri: str | None, results_di
     if threading.current_thread() is threading.main_thread():  # only there can Python install a handler
         signal.signal(signal.SIGTERM, interrupt)
     protocol = load_protocol(file)  # a malformed file fails before storage, data or MLflow are touched
-    _check_writable(Path(results_dir))  # an unwritable results folder fails now, not after training
-    from bench.stores.urls import parse, with_connect_timeout
-
-    if tracking_uri and parse(tracking_uri).scheme:  # an unreachable server fails now, not after the data are prepared
-        from bench.stores.tracking import check_reachable
-
-        check_reachable(with_connect_timeout(tracking_uri))
-    quiet_libraries()
+    quiet_libraries()  # the sweep's pre-flight (bench.sweep.preflight) then refuses what `validate` refuses
     result = run_protocol(protocol, Options(storage=storage, tracking_uri=tracking_uri, results_dir=results_dir,
                                             data_root=data_root, quiet=quiet, redo=redo))
     _print_table(result, fmt)

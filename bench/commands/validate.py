@@ -17,21 +17,11 @@ if TYPE_CHECKING:
     from bench.protocol import Protocol
 
 
-def data_lines(protocol: Protocol, data_root: str | None) -> list[str]:
-    """Load and split the protocol's data as `run` would; one line per split with its class and sample counts.
-
-    Missing or unreadable paths, unknown class names, a channel mismatch
-    between train and test, too few samples or classes for P x K: all
-    surface here as a BenchError, before a sweep.
-    """
-    from bench.data import check_path
-    from bench.data.query_gallery import QueryGallery, test_specs
-    from bench.sweep.tuning import prepare
+def data_lines(protocol: Protocol, prepared: Any) -> list[str]:
+    """One line per split of the data the pre-flight loaded and split as `run` does: its class and sample counts."""
+    from bench.data.query_gallery import QueryGallery
 
     d = protocol.doc["data"]
-    for spec in (d["train"], *test_specs(d["test"])):
-        check_path(spec)
-    prepared = prepare(protocol, data_root)
 
     def counts(data: Any) -> str:
         return f"{len(data.classes)} classes, {len(data)} samples, inputs {'x'.join(map(str, data.x.shape[1:]))}"
@@ -54,39 +44,47 @@ def data_lines(protocol: Protocol, data_root: str | None) -> list[str]:
 @click.command("validate")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--data-root", default=None, help="folder holding the datasets (default: $DMLBENCH_DATA, ../shared/data)")
-@click.option("--no-data", is_flag=True, help="check the files only: do not load the data")
+@click.option("--no-data", is_flag=True, help="check the files only: do not load the data nor look for the weights file")
+@click.option("--storage", default=None, metavar="URL", help="check this Optuna storage as `run --storage` would use it")
+@click.option("--tracking-uri", default=None, help="check this MLflow store as `run --tracking-uri` would use it")
+@click.option("--results-dir", default=None, type=click.Path(file_okay=False),
+              help="check this results folder as `run --results-dir` would use it")
 @quiet_option
-def command(files: tuple[str, ...], data_root: str | None, no_data: bool, quiet: bool) -> int:
+def command(files: tuple[str, ...], data_root: str | None, no_data: bool, storage: str | None,
+            tracking_uri: str | None, results_dir: str | None, quiet: bool) -> int:
     """Check protocol FILES against the schema and the registry, then load and split their data; print each one's hash
     and the class and sample counts of every split.
 
+    Every check `run` makes before training is made here (bench.sweep.preflight): the data, `evaluation.ks`
+    against the test set, the pretrained weights file, the device; the stores too when --storage,
+    --tracking-uri or --results-dir is given (run's defaults for the others). A device this machine lacks
+    is a note: the file is valid, `run` refuses it here.
+
     Exit 0 when every file is valid, 2 when any has a problem (all are listed).
     """
-    from bench.plan import plan
-    from bench.sweep.probe import check_live
-    from bench.protocol import ProtocolError, device_problem, load_protocol
+    from bench.protocol import ProtocolError, load_protocol
+    from bench.sweep.preflight import inspect
 
+    stores = storage is not None or tracking_uri is not None or results_dir is not None
     problems: list[str] = []
     for path in files:
         try:
             protocol = load_protocol(path)
-            check_live(plan(protocol))
-            # a protocol for a GPU is valid on a laptop: the machine, not the file, lacks the device
-            wrong = device_problem(protocol.doc["training"]["device"], availability=False)
-            if wrong:
-                raise BenchError(f"{path}: {wrong}")
-            device = device_problem(protocol.doc["training"]["device"])
-            found = [] if no_data else data_lines(protocol, data_root)
         except ProtocolError as e:
             problems += e.problems
             continue
         except BenchError as e:
             problems.append(str(e))
             continue
+        found = inspect(protocol, data_root=data_root, data=not no_data, stores=stores, storage=storage,
+                        tracking_uri=tracking_uri, results_dir=results_dir)
+        if found.errors:
+            problems += [p.message for p in found.errors]
+            continue
         click.echo(f"{path}: ok, protocol {protocol.name}, hash {protocol.hash12}")
-        if device:
-            click.echo(f"dmlbench: note: {path}: {device}: `dmlbench run` refuses it here", err=True)
-        for line in found:
+        for note in found.problems:
+            click.echo(f"dmlbench: note: {path}: {note.message}: `dmlbench run` refuses it here", err=True)
+        for line in [] if found.prepared is None else data_lines(protocol, found.prepared):
             click.echo(line)
     if problems:
         for line in problems[:-1]:

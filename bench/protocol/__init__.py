@@ -5,6 +5,7 @@
 the result; `bench.plan` expands it into cells.
 """
 
-from bench.protocol.load import NO_MINER, Protocol, ProtocolError, device_problem, load_protocol, parse_protocol
+from bench.devices import device_problem
+from bench.protocol.load import NO_MINER, Protocol, ProtocolError, load_protocol, parse_protocol
 
 __all__ = ["NO_MINER", "Protocol", "ProtocolError", "device_problem", "load_protocol", "parse_protocol"]

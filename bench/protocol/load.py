@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from bench.devices import precision_problem
 from bench.errors import BenchError
 from bench.protocol.safe_yaml import YamlRefused, load_yaml, read_text
 from bench.protocol.schema import DEFAULTS, image_hw, METRICS, PRUNER_DEFAULTS, REID_METRICS, RETRIEVAL_METRICS, SCHEMA, \
@@ -273,9 +274,9 @@ def _check_training(training: dict[str, Any], report: _Reporter) -> None:
     problem = schedule_problem(training["schedule"], training["iterations"])
     if problem:
         report.add(("training", "schedule"), problem)
-    if training["precision"] == "fp16" and str(training["device"]).split(":")[0] == "cpu":
-        report.add(("training", "precision"), "fp16 needs a CUDA device (on the CPU float16 autocast is slow and "
-                   "has no grad scaler): use bf16 or fp32")
+    problem = precision_problem(training["precision"], str(training["device"]), availability=False)
+    if problem:
+        report.add(("training", "precision"), problem)
 
 
 def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
@@ -685,31 +686,6 @@ def _check_supplied(doc: dict[str, Any], written: dict[int, list[str]], report: 
                 report.add(("grid", "losses", i, "search_space", key),
                            f"{key!r} is supplied by the miner's tuples ({', '.join(suppliers)}) in every cell of "
                            f"{item['label']}: searching it has no effect; remove it from search_space")
-
-
-def device_problem(device: str, availability: bool = True) -> str | None:
-    """Why ``training.device`` cannot run here, or None. Not part of loading (a table made on a GPU must
-    stay readable on a laptop): `run` and `validate` ask it before a sweep, where every trial on a missing
-    device would fail and the sweep would still end with exit 0. ``availability=False`` asks only whether
-    it names a torch device at all (what `validate` refuses; a device this machine lacks it only notes)."""
-    import torch
-
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError) as e:
-        return f"training.device: not a torch device: {device!r} ({str(e).splitlines()[0]})"
-    if dev.type == "cpu" or not availability:
-        return None
-    if dev.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            return f"training.device: {device!r} but no CUDA device is available on this machine"
-        if dev.index is not None and dev.index >= count:
-            return f"training.device: {device!r} does not exist: this machine has {count} CUDA device(s)"
-        return None
-    if dev.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-        return f"training.device: {device!r} but MPS is not available on this machine"
-    return None
 
 
 def method_params(entry: Any, fixed: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:

@@ -38,17 +38,19 @@ TRACKING_SCHEMES = frozenset({"sqlite", "postgresql", "postgres", "mysql", "mssq
                               "databricks", "databricks-uc", "uc"})
 
 
-def default_tracking_uri(root: str | Path | None = None) -> str:
-    """``sqlite:///<root>/mlflow.db`` with ``root`` defaulting to ``./runs`` (created if missing)."""
-    return default_url(DEFAULT_FILE, root)
+def default_tracking_uri(root: str | Path | None = None, *, create: bool = True) -> str:
+    """``sqlite:///<root>/mlflow.db`` with ``root`` defaulting to ``./runs`` (created if missing unless not
+    ``create``)."""
+    return default_url(DEFAULT_FILE, root, create=create)
 
 
-def resolve_tracking_uri(uri: str | Path | None = None) -> str:
-    """The URI to record to, following the order in the module docstring."""
+def resolve_tracking_uri(uri: str | Path | None = None, *, create: bool = True) -> str:
+    """The URI to record to, following the order in the module docstring; ``create=False`` makes no folder
+    (a pre-flight check writes nothing)."""
     if uri is None or str(uri) == "":
         uri = os.environ.get("MLFLOW_TRACKING_URI") or None
         if uri is None:
-            return default_tracking_uri()
+            return default_tracking_uri(create=create)
     text = str(uri)
     if not text.strip():
         raise BenchError("tracking URI is blank: give a URI or a path, or leave the option out for ./runs/mlflow.db")
@@ -64,8 +66,9 @@ def resolve_tracking_uri(uri: str | Path | None = None) -> str:
                          "create one named after the scheme): write scheme://..., or a path")
     path = Path(text).expanduser().resolve()
     if path.is_dir() or not path.suffix:
-        return default_tracking_uri(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+        return default_tracking_uri(path, create=create)
+    if create:
+        path.parent.mkdir(parents=True, exist_ok=True)
     return sqlite_url(path)
 
 

@@ -74,10 +74,12 @@ def sqlite_url(path: str | Path) -> str:
     return f"sqlite:///{Path(path).expanduser().resolve()}"
 
 
-def default_url(file: str, root: str | Path | None = None) -> str:
-    """``sqlite:///<root>/<file>``, ``root`` defaulting to ``./runs`` (created if missing): the default stores."""
+def default_url(file: str, root: str | Path | None = None, *, create: bool = True) -> str:
+    """``sqlite:///<root>/<file>``, ``root`` defaulting to ``./runs`` (created if missing, unless ``create`` is
+    False: a check that must write nothing): the default stores."""
     directory = Path(root if root is not None else DEFAULT_DIR).expanduser().resolve()
-    directory.mkdir(parents=True, exist_ok=True)
+    if create:
+        directory.mkdir(parents=True, exist_ok=True)
     return sqlite_url(directory / file)
 
 

@@ -46,19 +46,13 @@ from bench.atomic import locked, write_with
 from bench.errors import BenchError
 from bench.plan import Cell
 from bench.plan import plan as make_plan
-from bench.protocol import Protocol, device_problem
-from bench.stores import checks as store_checks
+from bench.protocol import Protocol
 from bench.stores import provenance, tracking
-from bench.stores.urls import redact
+from bench.stores.urls import redact, sqlite_path
 from bench.sweep import tables
+from bench.sweep.preflight import refuse
 from bench.sweep.progress import Progress
-from bench.sweep.tuning import (
-    clusters_on_test,
-    final_config,
-    open_storage,
-    prepare,
-    train_and_score,
-)
+from bench.sweep.tuning import clusters_on_test, final_config, open_storage, train_and_score
 
 RUN_COLUMNS = ["protocol_hash", "cell", "seed", "multiple", "iterations", "samples_seen", "wall_time_s"]
 TAIL_COLUMNS = ["state", "reason", "params", "git_commit", "git_dirty"]
@@ -100,7 +94,7 @@ def tuned_cells(protocol: Protocol, results: Path, storage_url: str) -> list[Tun
                          f"(hash {str(manifest.get('protocol_hash'))[:12]}, the file's is {protocol.hash12}): {run}")
     if not manifest.get("finished"):
         raise BenchError(f"budget-check: the run of {protocol.name} in {results} has not finished: {run}")
-    db = store_checks.sqlite_path(storage_url)
+    db = sqlite_path(storage_url)
     if db is not None and not db.is_file():
         raise BenchError(f"budget-check: the Optuna storage {db} does not exist: point --storage at the run's "
                          "database (manifest.json names it)")
@@ -190,16 +184,13 @@ def budget_check(protocol: Protocol, multiple: int = 2, *, storage: str | None =
     if not 1 <= k <= n:
         raise BenchError(f"budget-check: --shard must be K/N with 1 <= K <= N, got {k}/{n}")
     start = time.perf_counter()
-    store_checks.check_given(storage, tracking_uri)
+    # what `validate` and `run` refuse (bench.sweep.preflight), the data loaded on the way
+    prepared = refuse(protocol, data_root=data_root, stores=True, storage=storage, tracking_uri=tracking_uri,
+                      results_dir=results_dir).prepared
     results = tables.protocol_dir(results_dir, protocol.name)
     storage_url = storage or default_storage()
     tracking_uri = tracking.resolve_tracking_uri(tracking_uri)
-    store_checks.check_separate(storage_url, tracking_uri)
     cells = tuned_cells(protocol, results, storage_url)
-    problem = device_problem(protocol.doc["training"]["device"])
-    if problem:
-        raise BenchError(f"{protocol.name}: {problem}")
-    prepared = prepare(protocol, data_root)
     manifest = tables.read_manifest(results) or {}
     fingerprints = prepared.fingerprints()
     for side in ("train", "test"):

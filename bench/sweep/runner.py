@@ -67,17 +67,15 @@ from typing import Any
 
 from bench.errors import BenchError
 from bench.plan import Cell, Plan
-from bench.plan import plan as make_plan
-from bench.protocol import Protocol, device_problem, load_protocol
-from bench.stores import checks as store_checks
+from bench.protocol import Protocol, load_protocol
 from bench.stores import provenance, tracking
 from bench.stores.mlflow_runs import MlflowRecords
 from bench.stores.urls import default_url, redact
 from bench.sweep import tables
 from bench.sweep.artifacts import write_cell_artifacts
 from bench.sweep.floor import update_floor
-from bench.sweep.probe import check_live
 from bench.sweep.progress import Progress
+from bench.sweep.preflight import refuse
 from bench.sweep.result import SweepResult
 from bench.sweep.tuning import (
     Heartbeat,
@@ -92,7 +90,6 @@ from bench.sweep.tuning import (
     make_pruner,
     make_sampler,
     open_storage,
-    prepare,
     run_trial,
     study_name,
     train_and_score,
@@ -133,27 +130,6 @@ class Outcome:
 # --------------------------------------------------------------------------- the sweep
 
 
-def _check_weights(protocol: Protocol, in_shape: tuple[int, ...] | None = None) -> None:
-    """The pretrained weights file is there and fits the trunk (bench.models.weights): inside a trial a bad
-    file is a failed trial, every trial fails alike, and the failed trials would spend the tuning budget, so
-    that fixing the file would not be enough to rerun. Without ``in_shape`` (the data not read yet) only the
-    file's presence is checked; with it the trunk is built and the weights loaded, then dropped."""
-    import torch
-
-    from bench.models.weights import resolve
-    from bench.protocol.schema import setting
-    from bench.trunks import protocol_trunk
-
-    pretrained = setting(protocol.doc, "model.pretrained")
-    if pretrained is None:
-        return
-    if in_shape is None:
-        resolve(pretrained, protocol.doc["model"]["trunk"])
-        return
-    with torch.random.fork_rng(devices=[]):  # the build draws the head's init: leave the sweep's RNG as it was
-        protocol_trunk(protocol.doc, in_shape)
-
-
 def _query_counts(test: Any) -> dict[str, Any]:
     """A query/gallery test's queries and how many have a match in the gallery: the others are skipped by
     the ranking metrics (as PML skips them), so a table says what its numbers average over."""
@@ -162,18 +138,6 @@ def _query_counts(test: Any) -> dict[str, Any]:
     if not isinstance(test, QueryGallery):
         return {}
     return {"test_queries": {"total": len(test.query), "with_a_match": test.matched_queries()}}
-
-
-def _check_ks(protocol: Protocol, test_samples: int) -> None:
-    """Recall@k looks at the k nearest of the other test samples: at k >= N - 1 it is 1 for every
-    method, a column that ranks nothing (found only once the test split's size is known)."""
-    ev = protocol.doc["evaluation"]
-    if "recall_at_k" not in ev["metrics"]:
-        return
-    absurd = [k for k in ev["ks"] if k >= test_samples - 1]
-    if absurd:
-        raise BenchError(f"{protocol.name}: evaluation.ks: k={absurd[0]} is not below the {test_samples - 1} "
-                         f"other test samples a query has: recall@{absurd[0]} would be 1 for every method")
 
 
 STOP = threading.Event()
@@ -193,23 +157,15 @@ class Sweep:
     def __init__(self, protocol: Protocol, options: Options) -> None:
         self.protocol = protocol
         self.options = options
-        self.plan: Plan = make_plan(protocol)
-        check_live(self.plan)  # a dead search parameter: refuse before any record is written
-        problem = device_problem(protocol.doc["training"]["device"])
-        if problem:
-            raise BenchError(f"{protocol.name}: {problem}")
-        _check_weights(protocol)  # a missing weights file would fail every trial: refuse now, saying where it goes
-        self.prepared: Prepared = prepare(protocol, options.data_root)  # bad data: fail before any record or move
-        _check_weights(protocol, tuple(self.prepared.train.x.shape[1:]))  # a damaged or mismatched file: refuse now
-        _check_ks(protocol, len(self.prepared.test))  # a query/gallery test: its gallery's size
-        store_checks.check_given(options.storage, options.tracking_uri)
+        # every refusal `validate` also makes (bench.sweep.preflight): before any record is written or moved
+        checked = refuse(protocol, data_root=options.data_root, stores=True, storage=options.storage,
+                         tracking_uri=options.tracking_uri, results_dir=options.results_dir)
+        assert checked.plan is not None and checked.prepared is not None  # refuse() raised otherwise
+        self.plan: Plan = checked.plan
+        self.prepared: Prepared = checked.prepared
         self.storage_url = options.storage or default_storage()
         self.tracking_uri = tracking.resolve_tracking_uri(self.options.tracking_uri)
-        store_checks.check_separate(self.storage_url, self.tracking_uri)
         self.results = tables.protocol_dir(options.results_dir, protocol.name)
-        store_checks.check_not_emptied(tables.read_manifest(self.results), protocol.hash, self.results,
-                                       self.storage_url, redact(self.storage_url),
-                                       [study_name(protocol, c, finals=f) for c in self.plan.cells for f in (False, True)])
         self.storage = open_storage(self.storage_url)
         self.primary = protocol.primary
         self.metrics = tables.metric_names(protocol.doc)

@@ -1,0 +1,234 @@
+"""The one pre-flight: every problem of a protocol and its stores that can be known before training.
+
+`validate`, `plan`, `run` (`bench.sweep.runner.Sweep`) and `budget-check`
+all ask `inspect` (or `problems`, or `refuse`), so a protocol `validate`
+passes is one `run` accepts, and each refusal has one wording. In order:
+
+* the plan (``grid``): a dead search parameter (`bench.sweep.probe.check_live`);
+* ``training.device`` and ``training.precision`` on this machine (`bench.devices`);
+* the stores, when asked: an empty ``--storage``/``--tracking-uri``, an
+  unreachable server, an unwritable ``--results-dir``, the two stores in one
+  database or swapped, and an emptied storage beside finished results
+  (`bench.stores.checks`);
+* the data (``data``): the paths, then loading and splitting as a sweep does
+  (class and sample counts, P x K on every fold); the pretrained weights file
+  (``model.pretrained``) is there, then fits the trunk; ``evaluation.ks``
+  below the test set's size.
+
+A check that needs what an earlier one found wrong (the ks without the data)
+is skipped. A device or precision this machine lacks is a ``note``: the file
+is valid (a protocol for a GPU is written on a laptop), so `validate` prints
+it and exits 0, while `run` and `budget-check` refuse it. Nothing here writes:
+the default stores are named, not created.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from bench.errors import BenchError
+from bench.plan import Plan, plan as make_plan
+from bench.protocol import Protocol, device_problem
+from bench.devices import precision_problem
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem: the key path it is about (``evaluation.ks``, ``--storage``, ``data``) and the one line
+    every command prints for it. ``note``: a lack of this machine, not of the file (see the module)."""
+
+    key: str
+    message: str
+    note: bool = False
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass
+class Preflight:
+    """What the pre-flight found, and what it built on the way (the plan, the loaded data) for the caller."""
+
+    problems: list[Problem] = field(default_factory=list)
+    plan: Plan | None = None
+    prepared: Any = None  # bench.sweep.tuning.Prepared when the data were loaded
+
+    @property
+    def errors(self) -> list[Problem]:
+        """The problems every command refuses (the notes aside)."""
+        return [p for p in self.problems if not p.note]
+
+
+def inspect(protocol: Protocol, *, data_root: str | None = None, data: bool = True, stores: bool = False,
+            storage: str | None = None, tracking_uri: str | None = None, results_dir: str | Path | None = None,
+            first: bool = False) -> Preflight:
+    """Run the checks (module docstring) and return every problem found.
+
+    ``data=False``: no data loaded and no weights file asked for (`plan`, ``validate --no-data``: the file
+    alone). ``stores=True``: check the stores as `run` would open them (``None`` options are run's
+    defaults). ``first=True``: stop at the first problem, note or not (what a refusing command wants)."""
+    found = Preflight()
+
+    def check(key: str, what: Callable[[], Any], note: bool = False) -> bool:
+        """Run one check; False (after recording it) when it found a problem."""
+        try:
+            message = what()
+        except BenchError as e:
+            message = str(e)
+        if message:
+            found.problems.append(Problem(key, str(message), note))
+            return False
+        return True
+
+    def stop() -> bool:
+        return first and bool(found.problems)
+
+    def plan_live() -> None:
+        from bench.sweep.probe import check_live
+
+        found.plan = make_plan(protocol)
+        check_live(found.plan)  # a dead search parameter would waste the budget: refuse before any record
+
+    check("grid", plan_live)
+    training = protocol.doc["training"]
+    if stop() or not check("training.device", lambda: _prefixed(protocol, "training.device", device_problem(
+            training["device"], availability=False))):
+        return found
+    check("training.device", lambda: _prefixed(protocol, "training.device", device_problem(training["device"])),
+          note=True)
+    if not stop():
+        check("training.precision", lambda: _prefixed(protocol, "training.precision", precision_problem(
+            training["precision"], training["device"])), note=True)
+    if stores and not stop():
+        _check_stores(protocol, found, check, stop, storage, tracking_uri, results_dir)
+    if data and not stop():
+        _check_data(protocol, found, check, stop, data_root)
+    return found
+
+
+def problems(protocol: Protocol, **options: Any) -> list[Problem]:
+    """Every problem `inspect` finds (the same keyword options)."""
+    return inspect(protocol, **options).problems
+
+
+def refuse(protocol: Protocol, **options: Any) -> Preflight:
+    """`inspect` up to the first problem, raised as a BenchError (its one line); else what it built."""
+    found = inspect(protocol, first=True, **options)
+    if found.problems:
+        raise BenchError(found.problems[0].message)
+    return found
+
+
+def _prefixed(protocol: Protocol, key: str, problem: str | None) -> str | None:
+    return problem and f"{protocol.name}: {key}: {problem}"
+
+
+# --------------------------------------------------------------------------- the stores
+
+
+def check_writable(folder: Path) -> None:
+    """The results folder can be made where it is asked for; created only once there is something to write,
+    so a run refused for bad data or a bad store leaves nothing behind."""
+    import os
+
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise BenchError(f"--results-dir {folder}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise BenchError(f"--results-dir {folder}: {existing} is not writable")
+
+
+def _check_stores(protocol: Protocol, found: Preflight, check: Callable[..., bool], stop: Callable[[], bool],
+                  storage: str | None, tracking_uri: str | None, results_dir: str | Path | None) -> None:
+    from bench.stores import checks, tracking
+    from bench.stores.urls import default_url, redact
+    from bench.sweep import tables
+    from bench.sweep.tuning import study_name
+
+    results_dir = "results" if results_dir is None else results_dir
+    if not check("--storage", lambda: checks.check_given(storage, None)) \
+            or not check("--tracking-uri", lambda: checks.check_given(None, tracking_uri)):
+        return
+    if not check("--results-dir", lambda: check_writable(Path(results_dir))) and stop():
+        return
+    if tracking_uri and "://" in tracking_uri:  # an unreachable server fails now, not after the data are loaded
+        if not check("--tracking-uri", lambda: tracking.check_reachable(tracking.with_connect_timeout(tracking_uri))):
+            return
+    storage_url = storage or default_url("optuna.db", create=False)
+    urls: list[str] = []
+    if not check("--tracking-uri", lambda: urls.append(tracking.resolve_tracking_uri(tracking_uri, create=False))):
+        return
+    if not check("--storage", lambda: checks.check_separate(storage_url, urls[0])) or stop():
+        return
+    if found.plan is None:
+        return
+    cells = found.plan.cells
+    results = tables.protocol_dir(results_dir, protocol.name)
+    check("--storage", lambda: checks.check_not_emptied(
+        tables.read_manifest(results), protocol.hash, results, storage_url, redact(storage_url),
+        [study_name(protocol, c, finals=f) for c in cells for f in (False, True)]))
+
+
+# --------------------------------------------------------------------------- the data and the weights
+
+
+def check_weights(protocol: Protocol, in_shape: tuple[int, ...] | None = None) -> None:
+    """The pretrained weights file is there and fits the trunk (bench.models.weights): inside a trial a bad
+    file is a failed trial, every trial fails alike, and the failed trials would spend the tuning budget, so
+    that fixing the file would not be enough to rerun. Without ``in_shape`` (the data not read yet) only the
+    file's presence is checked; with it the trunk is built and the weights loaded, then dropped."""
+    import torch
+
+    from bench.models.weights import resolve
+    from bench.protocol.schema import setting
+    from bench.trunks import protocol_trunk
+
+    pretrained = setting(protocol.doc, "model.pretrained")
+    if pretrained is None:
+        return
+    if in_shape is None:
+        resolve(pretrained, protocol.doc["model"]["trunk"])
+        return
+    with torch.random.fork_rng(devices=[]):  # the build draws the head's init: leave the sweep's RNG as it was
+        protocol_trunk(protocol.doc, in_shape)
+
+
+def check_ks(protocol: Protocol, test_samples: int) -> None:
+    """Recall@k looks at the k nearest of the other test samples: at k >= N - 1 it is 1 for every
+    method, a column that ranks nothing (found only once the test split's size is known)."""
+    ev = protocol.doc["evaluation"]
+    if "recall_at_k" not in ev["metrics"]:
+        return
+    absurd = [k for k in ev["ks"] if k >= test_samples - 1]
+    if absurd:
+        raise BenchError(f"{protocol.name}: evaluation.ks: k={absurd[0]} is not below the {test_samples - 1} "
+                         f"other test samples a query has: recall@{absurd[0]} would be 1 for every method")
+
+
+def _check_data(protocol: Protocol, found: Preflight, check: Callable[..., bool], stop: Callable[[], bool],
+                data_root: str | None) -> None:
+    from bench.data import check_path
+    from bench.data.query_gallery import test_specs
+    from bench.sweep.tuning import prepare
+
+    d = protocol.doc["data"]
+    weights = check("model.pretrained", lambda: check_weights(protocol))  # would fail every trial: say where it goes
+    if stop():
+        return
+
+    def load() -> None:
+        for spec in (d["train"], *test_specs(d["test"])):
+            check_path(spec)  # a missing path is one line, before any loading
+        found.prepared = prepare(protocol, data_root)
+
+    if not check("data", load) or stop():
+        return
+    prepared = found.prepared
+    if weights:
+        check("model.pretrained", lambda: check_weights(protocol, tuple(prepared.train.x.shape[1:])))  # damaged
+    if not stop():
+        check("evaluation.ks", lambda: check_ks(protocol, len(prepared.test)))  # query/gallery: its gallery's size

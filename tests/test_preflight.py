@@ -1,0 +1,163 @@
+"""One pre-flight (bench.sweep.preflight): whatever `run` refuses before training, `validate` refuses too, in
+the same words; a device this machine lacks is the one exception, a note of `validate` (the file is valid).
+
+Each case is a broken protocol or store built here, run through the command line twice: `run` with the
+options that break it, then `validate` with the same file and store options.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench.cli import main
+from bench.errors import BenchError
+from bench.protocol import load_protocol, parse_protocol
+from bench.sweep import preflight
+
+TINY = """\
+name: tiny
+seed: 0
+data:
+  train: omniglot:background
+  test: omniglot:evaluation
+  train_classes: 8
+  test_classes: 6
+  image_size: 12
+  validation: {folds: 2, use: 1}
+model: {trunk: mlp, trunk_params: {hidden: [16]}, embedding_dim: 8, normalize: true}
+training: {optimizer: adam, lr: 1.0e-3, P: 4, K: 4, iterations: 4}
+evaluation: {metrics: [precision_at_1, map_at_r, recall_at_k], primary: map_at_r, ks: [1, 2]}
+tuning: {trials: 1}
+final: {seeds: 1}
+grid:
+  losses:
+    - {name: triplet, miners: [none]}
+"""
+
+
+def _edit(old: str, new: str) -> str:
+    assert old in TINY
+    return TINY.replace(old, new)
+
+
+def _emptied(tmp: Path) -> list[str]:
+    """Results of this very protocol with finals, beside an empty storage: a mistyped --storage."""
+    results = tmp / "results" / "tiny"
+    results.mkdir(parents=True)
+    protocol = load_protocol(tmp / "p.yaml")
+    (results / "manifest.json").write_text(json.dumps({"protocol": "tiny", "protocol_hash": protocol.hash}))
+    (results / "finals.csv").write_text("cell,seed\ntriplet+none,0\n")
+    return []
+
+
+def _swapped(tmp: Path) -> list[str]:
+    """An MLflow database given as the Optuna storage."""
+    with sqlite3.connect(tmp / "mlflow-made.db") as db:
+        for table in ("experiments", "runs", "metrics", "params"):
+            db.execute(f"CREATE TABLE {table} (id INTEGER)")
+    return ["--storage", f"sqlite:///{tmp / 'mlflow-made.db'}"]
+
+
+# name: (protocol text, what sets the case up and returns the store options it needs, a word of the refusal)
+CASES = {
+    "weights-file-missing": (_edit("normalize: true}", "normalize: true, pretrained: '{tmp}/absent.pth'}"),
+                             None, "absent.pth not found"),
+    "ks-beyond-the-test-set": (_edit("ks: [1, 2]", "ks: [1, 500]"), None, "evaluation.ks: k=500"),
+    "P-beyond-the-classes-of-a-fold": (_edit("P: 4, K: 4", "P: 9, K: 4"), None, "P"),
+    "data-file-missing": (_edit("train: omniglot:background", "train: 'npz:{tmp}/absent.npz'"), None,
+                          "absent.npz does not exist"),
+    "fp16-on-the-cpu": (_edit("iterations: 4}", "iterations: 4, precision: fp16}"), None,
+                        "training.precision: fp16 needs a CUDA device"),
+    "device-not-a-device": (_edit("iterations: 4}", "iterations: 4, device: gpu0}"), None,
+                            "training.device: unknown device 'gpu0'"),
+    "dead-search-parameter": (TINY.replace("    - {name: triplet, miners: [none]}\n",
+                                           "    - {name: triplet, miners: [offline]}\n  miners:\n    - name: offline\n"
+                                           "      params: {triplets_per_batch: 4}\n"
+                                           "      search_space: {chunk_size: {type: int, low: 4, high: 64}}\n"),
+                              None, "dead search parameters"),
+    "blank-storage": (TINY, lambda tmp: ["--storage", ""], "--storage is empty"),
+    "blank-tracking-uri": (TINY, lambda tmp: ["--tracking-uri", " "], "--tracking-uri is empty"),
+    "one-database-for-both-stores": (TINY, lambda tmp: ["--storage", f"sqlite:///{tmp / 'one.db'}",
+                                                        "--tracking-uri", str(tmp / "one.db")], "the same database"),
+    "stores-swapped": (TINY, _swapped, "were --storage and --tracking-uri swapped"),
+    "storage-emptied-beside-results": (TINY, _emptied, "has none of its studies"),
+    "results-dir-a-file": (TINY, lambda tmp: (tmp / "afile").write_text("x") and ["--results-dir", str(tmp / "afile" / "results")],
+                           "is a file, not a folder"),
+}
+
+
+def _store_args(tmp: Path) -> list[str]:
+    return ["--storage", f"sqlite:///{tmp / 'runs' / 'optuna.db'}", "--tracking-uri", str(tmp / "runs" / "mlflow.db"),
+            "--results-dir", str(tmp / "results")]
+
+
+def _merge(base: list[str], given: list[str]) -> list[str]:
+    """The case's store options replace the defaults of the same name."""
+    pairs = dict(zip(base[::2], base[1::2]))
+    pairs.update(zip(given[::2], given[1::2]))
+    return [x for kv in pairs.items() for x in kv]
+
+
+def _error_lines(err: str) -> list[str]:
+    return [line.removeprefix("dmlbench: error: ") for line in err.splitlines() if line.startswith("dmlbench: error:")]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_what_run_refuses_validate_refuses_in_the_same_words(name: str, tmp_path: Path, data_root: Path,
+                                                             capsys: pytest.CaptureFixture[str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    text, setup, words = CASES[name]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.yaml").write_text(text.replace("{tmp}", str(tmp_path)))
+    stores = _merge(_store_args(tmp_path), setup(tmp_path) if setup else [])
+    capsys.readouterr()
+    assert main(["run", str(tmp_path / "p.yaml"), "--data-root", str(data_root), "--quiet", "--threads", "1",
+                 *stores]) == 2
+    refused = _error_lines(capsys.readouterr().err)
+    assert len(refused) == 1 and words in refused[0], refused
+    assert main(["validate", str(tmp_path / "p.yaml"), "--data-root", str(data_root), *stores]) == 2
+    listed = _error_lines(capsys.readouterr().err)
+    assert refused[0] in listed or refused[0].split(" (and ")[0] in listed, (refused, listed)
+    assert not (tmp_path / "runs").exists()  # neither wrote a store
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA device")
+def test_a_device_this_machine_lacks_is_refused_by_run_and_noted_by_validate(
+        tmp_path: Path, data_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "p.yaml").write_text(_edit("iterations: 4}", "iterations: 4, device: 'cuda:1'}"))
+    stores = _store_args(tmp_path)
+    capsys.readouterr()
+    assert main(["run", str(tmp_path / "p.yaml"), "--data-root", str(data_root), "--quiet", *stores]) == 2
+    refused = _error_lines(capsys.readouterr().err)
+    assert refused == ["tiny: training.device: 'cuda:1' but no CUDA device is available on this machine"]
+    assert main(["validate", str(tmp_path / "p.yaml"), "--data-root", str(data_root), *stores]) == 0
+    err = capsys.readouterr().err
+    assert f"dmlbench: note: {tmp_path / 'p.yaml'}: {refused[0]}: `dmlbench run` refuses it here" in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_problems_lists_every_problem_with_its_key(tmp_path: Path, data_root: Path) -> None:
+    """Independent problems are all found; a check that needs a failed one (ks without data) is skipped."""
+    text = _edit("normalize: true}", f"normalize: true, pretrained: '{tmp_path}/absent.pth'}}") \
+        .replace("ks: [1, 2]", "ks: [1, 500]")
+    protocol = parse_protocol(text, str(tmp_path / "p.yaml"))
+    found = preflight.problems(protocol, data_root=str(data_root), stores=True, storage="",
+                               results_dir=tmp_path / "results")
+    assert [p.key for p in found] == ["--storage", "model.pretrained", "evaluation.ks"]
+    assert all("\n" not in p.message and not p.note for p in found)
+    missing = parse_protocol(text.replace("omniglot:background", f"npz:{tmp_path}/absent.npz"))
+    assert [p.key for p in preflight.problems(missing, data_root=str(data_root))] == ["model.pretrained", "data"]
+    with pytest.raises(BenchError, match="--storage is empty"):
+        preflight.refuse(protocol, data_root=str(data_root), stores=True, storage="")
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_clean_protocol_has_no_problem_and_its_data_are_loaded_once(data_root: Path) -> None:
+    found = preflight.inspect(parse_protocol(TINY), data_root=str(data_root))
+    assert found.problems == [] and found.plan is not None and found.prepared is not None
+    assert [c.id for c in found.plan.cells] == ["triplet+none"]
