@@ -310,3 +310,32 @@ def test_tuned_value_at_the_edge_of_its_range_is_warned(sweep_copy: Path) -> Non
     assert main(["leaderboard", str(sweep_copy), "--quiet"]) == 0
     md = (sweep_copy / "leaderboard.md").read_text()
     assert "edge:" not in md and "not checked against their search ranges" in md
+
+
+def test_a_planned_cell_without_a_result_is_a_row_that_says_why(sweep_copy: Path, capsys) -> None:
+    """Every trial of a cell failed, so it had no final seed: it was missing from the table, not marked."""
+    gone = CELLS[1]
+    finals = pd.read_csv(sweep_copy / "finals.csv")
+    finals[finals["cell"] != gone].to_csv(sweep_copy / "finals.csv", index=False)
+    trials = pd.read_csv(sweep_copy / "trials.csv")
+    mask = trials["cell"] == gone
+    trials.loc[mask, "state"] = "FAIL"
+    trials.loc[mask, "value"] = np.nan
+    trials["reason"] = trials["reason"].astype(object)
+    trials.loc[mask, "reason"] = "loss 'centroid' has no parameter 'temperature'"
+    trials.to_csv(sweep_copy / "trials.csv", index=False)
+    summary = pd.read_csv(sweep_copy / "summary.csv")  # what the runner writes for a cell with no winner
+    summary.loc[summary["cell"] == gone, "n_seeds"] = 0
+    summary.to_csv(sweep_copy / "summary.csv", index=False)
+    assert main(["leaderboard", str(sweep_copy), "--quiet"]) == 0
+    md = (sweep_copy / "leaderboard.md").read_text()
+    row = next(r for r in _rows(md) if r[1].strip("`") == gone)
+    assert row[0] == "-" and row[2] == "0"
+    assert "no result: every trial failed" in row[-1] and "has no parameter 'temperature'" in row[-1]
+    assert "1 planned cell(s) have no result" in md
+    page = (sweep_copy / "leaderboard.html").read_text()
+    assert f'data-cell="{gone}" class="collapsed" data-missing="yes"' in page
+    from bench.reports import leaderboard, source
+
+    out = leaderboard.text(leaderboard.build(source.load(sweep_copy)))  # what `dmlbench run` prints at its end
+    assert f"{gone} (no result)" in out and f"{gone}: no result: every trial failed" in out

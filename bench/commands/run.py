@@ -86,10 +86,50 @@ def command(file: str, storage: str | None, tracking_uri: str | None, results_di
     completed = _completed_cells(result)
     log.info(f"{protocol.name} ({protocol.hash12}): {result.cells} cells run, {completed} with a completed final "
              f"seed, in {minutes}:{seconds:02d}; tables in {result.path}")
+    _where_to_look(result)
     if completed == 0:
         log.error(f"dmlbench: no cell completed: {_first_reason(result)}")
         return 1
+    missing = _cells_without_result(protocol, result)
+    if missing:
+        shown = "; ".join(f"{cell}: {why}" for cell, why in missing.items())
+        log.error(f"dmlbench: {len(missing)} of {result.cells} planned cell(s) have no result ({shown}); the table "
+                  "marks them, and a run that leaves a planned cell without a result is not a finished comparison")
+        return 1
     return 0
+
+
+def _cells_without_result(protocol: Any, result: SweepResult) -> dict[str, str]:
+    """Planned cells with no completed final seed, each with the first recorded reason."""
+    from bench.plan import plan
+
+    finals, trials = result.finals, result.trials
+    done = set() if finals.empty or "state" not in finals else \
+        set(finals.loc[finals["state"] == "COMPLETE", "cell"].astype(str))
+    out = {}
+    for cell in (c.id for c in plan(protocol).cells):
+        if cell in done:
+            continue
+        why = result.refused.get(cell, "") if hasattr(result, "refused") else ""
+        for frame, kind in ((finals, "final seed"), (trials, "trial")):
+            if why or frame.empty or "reason" not in frame:
+                continue
+            rows = frame[(frame["cell"].astype(str) == cell) & (frame["state"] != "COMPLETE")]
+            reasons = [str(r) for r in rows["reason"] if isinstance(r, str) and r]
+            if len(rows):
+                why = f"every {kind} failed" + (f" ({reasons[0]})" if reasons else "")
+        out[cell] = why or "no record (was the run interrupted?)"
+    return out
+
+
+def _where_to_look(result: SweepResult) -> None:
+    """Where the page is and how to browse the records: what a first run should end with."""
+    page = result.path / "leaderboard.html"
+    if page.is_file():
+        log.info(f"leaderboard page: {page.resolve()} (open it in a browser)")
+    uri = str(result.manifest.get("tracking_uri", ""))
+    if uri and "***" not in uri:
+        log.info(f"records: mlflow ui --backend-store-uri {uri}  (then open http://127.0.0.1:5000)")
 
 
 def _completed_cells(result: SweepResult) -> int:
@@ -128,6 +168,11 @@ def _print_table(result: SweepResult, fmt: str) -> None:
         log.warning(f"no table to print: {e}")
         return
     board = leaderboard.build(res)
+    from bench.atomic import write_text
+    from bench.reports import html
+
+    write_text(result.path / "leaderboard.md", leaderboard.markdown(board))  # what `dmlbench leaderboard` writes
+    write_text(result.path / "leaderboard.html", html.render(board, html.collect(res, board)))
 
     def text() -> str:
         lines = [leaderboard.text(board)]

@@ -164,6 +164,10 @@ def table(board: Board) -> str:
                 _cell(fmt_params(r.params), fmt_params(r.params)), _cell(notes(r), notes(r))]
         mark = ' class="collapsed"' if r.collapsed or r.not_shown_above else ""
         body.append(f'<tr data-cell="{escape(r.cell)}"{mark}>' + "".join(tds) + "</tr>")
+    for cell, why in board.missing.items():  # a planned cell without a result is a row that says why
+        tds = [_cell("-", None), _cell(cell, cell), _cell("0", 0)]
+        tds += [_cell("-", None) for _ in range(len(heads) - 4)] + [_cell(f"no result: {why}", why)]
+        body.append(f'<tr data-cell="{escape(cell)}" class="collapsed" data-missing="yes">' + "".join(tds) + "</tr>")
     if board.floor:
         n = max(iv.n for iv in board.floor.values())
         tds = [_cell("floor", None), _cell("untrained trunk", "untrained trunk"), _cell(str(n), n)]

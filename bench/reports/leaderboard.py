@@ -92,6 +92,7 @@ class Board:
     floor: dict[str, Interval] = field(default_factory=dict)  # per metric; empty when no floor was run
     edges_known: bool = True  # False when the protocol could not be re-planned (no search ranges to check)
     budget: budget_check.BudgetCheck | None = None  # the cells retrained at a multiple of the budget, if checked
+    missing: dict[str, str] = field(default_factory=dict)  # planned cells without a result -> why
 
     @property
     def transfer(self) -> float:
@@ -108,6 +109,9 @@ class Board:
         values say little about the test ranking.
         """
         out = []
+        if self.missing:
+            out.append(f"{len(self.missing)} planned cell(s) have no result ({', '.join(self.missing)}): the "
+                       "comparison is incomplete, and the rows below say why")
         seeds = [r.n_seeds for r in self.rows]
         if seeds and min(seeds) < MIN_SEEDS:
             out.append(f"only {min(seeds)} final seed(s) in some cells (fewer than {MIN_SEEDS}): "
@@ -207,7 +211,33 @@ def build(res: Results) -> Board:
     ranked = [Row(**{**r.__dict__, "rank": i + 1}) for i, r in enumerate(sorted(unranked, key=key))]
     floor_row = {m: within(t_interval(res.floor_values(m)[0]), m) for m in metrics} if res.floor is not None else {}
     return Board(res.protocol, res.protocol_hash, primary, metrics, ranked, res.fingerprints, res.manifest,
-                 floor_row, plan is not None, budget_check.check(res))
+                 floor_row, plan is not None, budget_check.check(res), _missing(res, trials))
+
+
+def _missing(res: Results, trials: pd.DataFrame | None) -> dict[str, str]:
+    """Cells the plan holds (or the trials name) with no final row, each with why: a cell never vanishes."""
+    reported = set(res.reported_cells)
+    planned = [c.id for c in res.plan.cells] if res.plan is not None else []
+    tried = list(dict.fromkeys(trials["cell"].astype(str))) if trials is not None and "cell" in trials else []
+    out: dict[str, str] = {}
+    for cell in dict.fromkeys([*planned, *tried, *res.refused]):
+        if cell in reported:
+            continue
+        if cell in res.refused:
+            out[cell] = f"left out by the budget audit: {res.refused[cell]}"
+            continue
+        t = trials[trials["cell"].astype(str) == cell] if trials is not None and "cell" in trials else None
+        if t is None or t.empty:
+            out[cell] = "not run: no trial or final seed is recorded"
+            continue
+        states = t["state"].astype(str) if "state" in t else pd.Series(dtype=str)
+        reasons = [_reason(r) for r in t.get("reason", []) if _reason(r)]
+        first = f" (first: {reasons[0]})" if reasons else ""
+        if not (states == "COMPLETE").any():
+            out[cell] = f"every trial failed: {len(t)} of {len(t)}{first}"
+        else:
+            out[cell] = "no final seed is recorded (the run was interrupted, or the finals have not started)"
+    return out
 
 
 def _reason(value: Any) -> str:
@@ -400,6 +430,10 @@ def markdown(board: Board) -> str:
             fmt(r.validation), budget(r), md_text(fmt_params(r.params)), md_text(notes(r)),
         ]
         out.append("| " + " | ".join(cells) + " |")
+    for cell, why in board.missing.items():
+        out.append("| " + " | ".join(["-", md_code(cell), "0", *("-" for _ in board.metrics),
+                                       *("-" for _ in budget_heads(board)), "-", "-", "-",
+                                       md_text(f"no result: {why}")]) + " |")
     if board.floor:
         n = max(iv.n for iv in board.floor.values())
         out.append("| " + " | ".join(["floor", "untrained trunk", str(n), *floor_cells(board),
@@ -424,6 +458,8 @@ def text(board: Board, columns: tuple[str, ...] = ("precision_at_1", "lake_accur
     rows = [[str(r.rank), r.cell + r.mark, str(r.n_seeds),
              fmt_interval(r.metrics[board.primary]), *(fmt(r.metrics[m].mean) for m in extra),
              *budget_cells(board, r)[1:2], fmt(r.validation)] for r in board.rows]
+    rows += [["-", f"{cell} (no result)", "0", "-", *("-" for _ in extra), *("-" for _ in checked), "-"]
+             for cell in board.missing]
     if board.floor:
         rows.append(["floor", "untrained trunk", str(board.floor[board.primary].n),
                      fmt_interval(board.floor[board.primary]), *(fmt(board.floor[m].mean) for m in extra),
@@ -440,4 +476,5 @@ def text(board: Board, columns: tuple[str, ...] = ("precision_at_1", "lake_accur
     if board.budget is not None and board.budget.stable:  # an unstable one is the warning above the table
         out.append(f"budget check: {board.budget.summary()}")
     out += [f"{r.cell}: {note}" for r in board.rows for note in r.notes]
+    out += [f"{cell}: no result: {why}" for cell, why in board.missing.items()]
     return "\n".join(out)
