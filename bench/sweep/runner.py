@@ -535,4 +535,4 @@ def run_protocol(path: str | Path | Protocol, options: Options) -> SweepResult:
         first = next(iter(outcome.refused.items()))
         raise BenchError(f"refused to report {len(outcome.refused)} cell(s) whose budget differs from the protocol's "
                          f"(see {outcome.results / tables.MANIFEST}): {first[0]}: {first[1]}")
-    return SweepResult.read(outcome.results, outcome.cells, outcome.wall_time_s, outcome.refused)
+    return SweepResult.read(outcome.results, outcome.cells, outcome.wall_time_s)
