@@ -121,7 +121,7 @@ class Options:
 
 
 @dataclass
-class Outcome:
+class SweepOutcome:
     """Where the tables went, the cells the budget audit refused, and how long the sweep took."""
 
     results: Path
@@ -305,7 +305,7 @@ class Sweep:
 
     # ---- main loop
 
-    def run(self) -> Outcome:
+    def run(self) -> SweepOutcome:
         """The sweep to its end: every planned cell tuned and run on its final seeds (resuming what a store
         already holds), then the tables written; returns what ran and where the tables are."""
         start = time.perf_counter()
@@ -338,7 +338,7 @@ class Sweep:
             raise
         finally:
             self.progress.close()
-        return Outcome(self.results, refused, len(self.plan.cells), time.perf_counter() - start)
+        return SweepOutcome(self.results, refused, len(self.plan.cells), time.perf_counter() - start)
 
     def _write(self, finished: bool) -> dict[str, str]:
         records = tables.collect(self.plan, self.storage)
