@@ -57,8 +57,8 @@ first, so only a single-worker sweep reproduces its parameters exactly.
 from __future__ import annotations
 
 import json
+import logging
 import math
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -98,6 +98,8 @@ from bench.sweep.tuning import (
     train_and_score,
     trial_attrs,
 )
+
+log = logging.getLogger("dmlbench.sweep")
 
 POLL_S = 10.0  # how often a worker waiting for other workers' trials looks again
 
@@ -252,12 +254,14 @@ class Sweep:
             self.line(f"results of another version of {self.protocol.name} moved to {moved}")
 
     def line(self, text: str) -> None:
-        """A status line through the progress bars when running; before them, on stderr unless quiet (redo
-        notices always)."""
+        """A status line through the progress bars when running; before them, a record of the `dmlbench`
+        logger: INFO unless quiet, WARNING for a redo (records discarded are said even when quiet)."""
         if hasattr(self, "progress"):
             self.progress.line(text)
-        elif not self.options.quiet or text.startswith("redo"):
-            print(text, file=sys.stderr, flush=True)
+        elif text.startswith("redo"):
+            log.warning(text)
+        elif not self.options.quiet:
+            log.info(text)
 
     def _redo_cells(self) -> list[Cell]:
         known = {c.id: c for c in self.plan.cells}
