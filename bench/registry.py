@@ -369,7 +369,9 @@ def check_params(entry: Entry, params: dict[str, Any]) -> None:
         )
 
 
-def _build(kind: str, name: str, params: dict[str, Any], context: dict[str, Any] | None = None) -> Any:
+def build(kind: str, name: str, params: dict[str, Any], context: dict[str, Any] | None = None) -> Any:
+    """The ``kind`` entry ``name`` built with ``params`` and the context values it needs (``entry.needs``);
+    unknown parameters and a constructor's ValueError or TypeError are a BenchError naming the entry."""
     entry = get(kind, name)
     check_params(entry, params)
     context = context or {}
@@ -384,17 +386,17 @@ def _build(kind: str, name: str, params: dict[str, Any], context: dict[str, Any]
 
 def build_loss(name: str, context: dict[str, Any] | None = None, **params: Any) -> Any:
     """A module called as ``loss(embeddings, labels, indices_tuple=None)``."""
-    return _build("loss", name, params, context)
+    return build("loss", name, params, context)
 
 
 def build_miner(name: str, context: dict[str, Any] | None = None, **params: Any) -> Any:
     """A callable ``miner(embeddings, labels)`` returning an index tuple (see bench.tuples)."""
-    return _build("miner", name, params, context)
+    return build("miner", name, params, context)
 
 
 def build_trunk(name: str, **params: Any) -> Any:
     """A trunk module; ``in_shape`` and ``embedding_dim`` come with ``params``."""
-    return _build("trunk", name, params)
+    return build("trunk", name, params)
 
 
 # --------------------------------------------------------------------------- loss x miner

@@ -294,7 +294,9 @@ def augment(x: torch.Tensor, kind: str, generator: torch.Generator) -> torch.Ten
     return torch.nn.functional.grid_sample(x, grid, padding_mode="zeros", align_corners=False)
 
 
-def _seed_everything(seed: int) -> torch.Generator:
+def seed_everything(seed: int) -> torch.Generator:
+    """Seed Python's, NumPy's and torch's global generators with ``seed``; returns a torch generator seeded
+    alike (the data order's). Training starts here, and so does anything that must start as training does."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
@@ -337,7 +339,7 @@ def train(config: TrainConfig, data, *, checkpoint_every: int = 0, on_checkpoint
     """
     config.check()
     device = torch.device(config.device)
-    generator = _seed_everything(config.seed)
+    generator = seed_everything(config.seed)
     _, labels = torch.unique(data.y, return_inverse=True)
     num_classes = int(labels.max()) + 1
     files = not isinstance(data.x, torch.Tensor)  # image files, decoded by loader workers

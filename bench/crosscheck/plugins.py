@@ -38,7 +38,7 @@ def _build(entry: Any) -> tuple[Any, Any, str]:
         ref_entry = registry.get(entry.kind, ref)
         accepted = ref_entry.parameters()
         params = {k: v for k, v in defaults.items() if k in accepted}
-        other = registry._build(entry.kind, ref, params, _CONTEXT)
+        other = registry.build(entry.kind, ref, params, _CONTEXT)
         return own, other, call(ref, params)
     params = {k: v for k, v in defaults.items() if k in inspect.signature(ref).parameters}
     return own, ref(**params, **needs), call(getattr(ref, "__qualname__", repr(ref)), params)

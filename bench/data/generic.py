@@ -122,8 +122,9 @@ def load_npz(path: str | Path, size: int = 28, resize: str = "stretch") -> Label
 
 
 def _check_label_range(y: np.ndarray, file: Path) -> None:
-    """Class ids that become distinct int64 values: a float id of 1e30 or inf, or a uint64 beyond int64,
-    used to wrap on conversion and silently merge classes. Float ids must be exact integers (|y| < 2^53)."""
+    """Class ids must become distinct int64 values: a float id of 1e30 or inf, or a uint64 beyond int64,
+    would wrap on conversion and silently merge classes, so they are refused. Float ids must be exact
+    integers (|y| < 2^53)."""
     if y.dtype.kind == "f":
         finite = np.isfinite(y)
         if not finite.all() or np.abs(y).max() >= 2**53:

@@ -3,7 +3,7 @@
 A protocol with ``model.normalize: true`` trains every loss on L2-normalised
 embeddings; ranking the raw trunk outputs instead would score a geometry the
 model never saw (the gap is loss-dependent and measured above the claims'
-equivalence margin, issue 11). So every metric and every saved embedding
+equivalence margin; docs/METHODS.md, *Geometry*). So every metric and every saved embedding
 goes through `to_geometry`, and every record names the geometry it used.
 PML's testers normalise by default for the same reason.
 """

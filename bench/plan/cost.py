@@ -37,8 +37,8 @@ TRUNK_COSTS.update({
     "resnet50": TrunkCost((3.0, 4.5), 0.09, ref_batch=32, ref_pixels=224 * 224),
 })
 # On one GPU. Conv-4 measured on an H100 (benchmarks/bench_step_time.py: 8.0-8.5 ms at batch 128,
-# 13,180 images embedded in 0.04 s). The ResNets are not measured here (no GPU was lent when
-# they were added): eager PyTorch trains a ResNet-50 at about 1,000-1,600 images/s in bf16 on
+# 13,180 images embedded in 0.04 s). The ResNets are not measured on a GPU here (a guess until
+# someone measures them): eager PyTorch trains a ResNet-50 at about 1,000-1,600 images/s in bf16 on
 # one A100/H100-class GPU, i.e. 20-32 ms for a batch of 32 at 224x224; pass a measured
 # `--step-ms` for a real figure.
 _GPU_GUESS = "not measured: published eager-PyTorch throughput; pass --step-ms from benchmarks/bench_trunk_step.py"

@@ -21,8 +21,8 @@ not significant), `same` (change within tolerance), `better?`, `better`
 (the mirror image), `missing` (in the baseline, absent from the current
 run: fails the check unless allowed, since a cell that produced nothing has
 regressed completely), `new` (only in the current run), `not a number`
-(a NaN or infinite value on either side: a comparison of nothing, which
-used to read as `same`), `seeds differ` (a seed of the current run has no
+(a NaN or infinite value on either side: a comparison of nothing, never
+read as `same`), `seeds differ` (a seed of the current run has no
 baseline row: the baseline's interval is not over the seeds it claims).
 The last two always fail.
 """

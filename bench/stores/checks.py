@@ -2,16 +2,17 @@
 
 A sweep keeps its state in two stores, the Optuna storage (trials, the
 truth the tables are rebuilt from) and the MLflow tracking store (a
-browsable copy). Three mistakes with them used to pass silently:
+browsable copy). Three mistakes with them are refused, since each would
+otherwise pass silently:
 
-* ``--storage ""``: read as "not given", so the sweep wrote to the default
-  database the user meant to avoid;
+* ``--storage ""``: it would read as "not given", and the sweep would write
+  to the default database the user meant to avoid;
 * the two pointed at one SQLite file, or each at the other's: Optuna and
-  MLflow then create their tables side by side in one database (both have a
-  ``trials``-like schema and an ``alembic_version`` table), and the next
-  version migration of either breaks the other;
+  MLflow would create their tables side by side in one database (both have
+  a ``trials``-like schema and an ``alembic_version`` table), and the next
+  version migration of either would break the other;
 * an emptied or replaced Optuna database beside results that say cells were
-  done: the sweep retrained everything and overwrote the tables.
+  done: the sweep would retrain everything and overwrite the tables.
 """
 
 from __future__ import annotations

@@ -160,7 +160,7 @@ def record(path: Path, protocol: Protocol, row: dict[str, Any], order: list[str]
 
 
 @dataclass
-class Outcome:
+class CheckOutcome:
     """What one budget check did: rows trained now, rows found recorded, where the file is."""
 
     path: Path
@@ -171,7 +171,7 @@ class Outcome:
 
 def budget_check(protocol: Protocol, multiple: int = 2, *, storage: str | None = None, tracking_uri: str | None = None,
                  results_dir: str | Path = "results", data_root: str | None = None, quiet: bool = False,
-                 shard: tuple[int, int] = (1, 1)) -> Outcome:
+                 shard: tuple[int, int] = (1, 1)) -> CheckOutcome:
     """Retrain every cell's final configuration at ``multiple`` x the budget on the final seeds, resuming.
 
     ``shard`` (k, n) trains only the k-th of every n (cell, seed) pairs: n workers started with shards
@@ -207,7 +207,7 @@ def budget_check(protocol: Protocol, multiple: int = 2, *, storage: str | None =
     check = _Check(protocol, multiple, prepared, path, [t.cell.id for t in cells], tracking_uri, fingerprints, quiet)
     kept = len([i for i in range(len(pairs)) if i % n == k - 1]) - len(todo)
     check.run(cells, todo, kept)
-    return Outcome(path, len(todo), kept, time.perf_counter() - start)
+    return CheckOutcome(path, len(todo), kept, time.perf_counter() - start)
 
 
 class _Check:
@@ -294,7 +294,7 @@ class _Check:
         self.progress.iteration(it, total, loss)
 
 
-def describe(outcome: Outcome, multiple: int) -> str:
+def describe(outcome: CheckOutcome, multiple: int) -> str:
     """The closing line: what was trained, what was kept, where the rows are."""
     minutes, seconds = divmod(int(outcome.wall_time_s), 60)
     return (f"budget check x{multiple}: {outcome.trained} seed(s) trained, {outcome.kept} kept, in "

@@ -26,9 +26,9 @@ from bench.sweep.tuning import Prepared, final_seed, score_model, clusters_on_te
 def initial_trunk(protocol: Protocol, seed: int, in_shape: tuple[int, ...]) -> Any:
     """The trunk final seed ``seed`` starts from: seeded and built exactly as bench.training.train does."""
     from bench.trunks import protocol_trunk
-    from bench.training import _seed_everything  # the training loop's own seeding, so the two cannot drift
+    from bench.training import seed_everything  # the training loop's own seeding, so the two cannot drift
 
-    _seed_everything(final_seed(protocol.seed, seed))
+    seed_everything(final_seed(protocol.seed, seed))
     return protocol_trunk(protocol.doc, in_shape).to(protocol.doc["training"]["device"]).eval()
 
 

@@ -7,7 +7,7 @@ this object is `bench.sweep.tables.read` of the directory the sweep wrote.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,10 @@ class SweepResult:
     `summary`: one row per cell (means and 95% intervals over seeds);
     `trials`: one row per tuning trial; `manifest`: protocol hash, split
     fingerprints, budget, code version; `path`: the results directory;
-    `refused`: cells the budget audit left out, with the reason; `cells`:
-    how many cells the plan holds; `wall_time_s`: this call's duration.
+    `cells`: how many cells the plan holds; `wall_time_s`: this call's
+    duration. No cell is left out by the budget audit: `run_protocol`
+    raises instead of returning such a sweep (the manifest's ``refused``
+    names them).
     """
 
     path: Path
@@ -33,14 +35,12 @@ class SweepResult:
     manifest: dict[str, Any]
     cells: int
     wall_time_s: float
-    refused: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def read(cls, path: str | Path, cells: int, wall_time_s: float,
-             refused: dict[str, str] | None = None) -> SweepResult:
+    def read(cls, path: str | Path, cells: int, wall_time_s: float) -> SweepResult:
         """The tables as written in `path` (`bench.sweep.tables.read`)."""
         from bench.sweep.tables import read
 
         tables = read(path)
         return cls(Path(path), tables["finals"], tables["summary"], tables["trials"], tables["manifest"], cells,
-                   wall_time_s, dict(refused or {}))
+                   wall_time_s)

@@ -57,8 +57,8 @@ first, so only a single-worker sweep reproduces its parameters exactly.
 from __future__ import annotations
 
 import json
+import logging
 import math
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -96,6 +96,8 @@ from bench.sweep.tuning import (
     trial_attrs,
 )
 
+log = logging.getLogger("dmlbench.sweep")
+
 POLL_S = 10.0  # how often a worker waiting for other workers' trials looks again
 
 
@@ -118,7 +120,7 @@ class Options:
 
 
 @dataclass
-class Outcome:
+class SweepOutcome:
     """Where the tables went, the cells the budget audit refused, and how long the sweep took."""
 
     results: Path
@@ -207,12 +209,14 @@ class Sweep:
             self.line(f"results of another version of {self.protocol.name} moved to {moved}")
 
     def line(self, text: str) -> None:
-        """A status line through the progress bars when running; before them, on stderr unless quiet (redo
-        notices always)."""
+        """A status line through the progress bars when running; before them, a record of the `dmlbench`
+        logger: INFO unless quiet, WARNING for a redo (records discarded are said even when quiet)."""
         if hasattr(self, "progress"):
             self.progress.line(text)
-        elif not self.options.quiet or text.startswith("redo"):
-            print(text, file=sys.stderr, flush=True)
+        elif text.startswith("redo"):
+            log.warning(text)
+        elif not self.options.quiet:
+            log.info(text)
 
     def _redo_cells(self) -> list[Cell]:
         known = {c.id: c for c in self.plan.cells}
@@ -260,7 +264,7 @@ class Sweep:
 
     # ---- main loop
 
-    def run(self) -> Outcome:
+    def run(self) -> SweepOutcome:
         """The sweep to its end: every planned cell tuned and run on its final seeds (resuming what a store
         already holds), then the tables written; returns what ran and where the tables are."""
         start = time.perf_counter()
@@ -293,7 +297,7 @@ class Sweep:
             raise
         finally:
             self.progress.close()
-        return Outcome(self.results, refused, len(self.plan.cells), time.perf_counter() - start)
+        return SweepOutcome(self.results, refused, len(self.plan.cells), time.perf_counter() - start)
 
     def _write(self, finished: bool) -> dict[str, str]:
         records = tables.collect(self.plan, self.storage)
@@ -490,4 +494,4 @@ def run_protocol(path: str | Path | Protocol, options: Options) -> SweepResult:
         first = next(iter(outcome.refused.items()))
         raise BenchError(f"refused to report {len(outcome.refused)} cell(s) whose budget differs from the protocol's "
                          f"(see {outcome.results / tables.MANIFEST}): {first[0]}: {first[1]}")
-    return SweepResult.read(outcome.results, outcome.cells, outcome.wall_time_s, outcome.refused)
+    return SweepResult.read(outcome.results, outcome.cells, outcome.wall_time_s)

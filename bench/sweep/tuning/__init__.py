@@ -23,32 +23,25 @@ from bench.sweep.tuning._objective import (
     final_config,
     run_trial,
     score_model,
-    split_params,
-    suggest,
     clusters_on_test,
     train_and_score,
-    train_config,
     trial_attrs,
 )
 from bench.sweep.tuning._search_strategy import make_pruner, make_sampler
-from bench.sweep.tuning._seeds import derive_seed, final_seed, sampler_seed, trial_seed
+from bench.sweep.tuning._seeds import derive_seed, final_seed
 from bench.sweep.tuning._slots import (
-    ATTR_OWNER,
     ATTR_SURPLUS,
-    GRACE_S,
-    HEARTBEAT_S,
     Heartbeat,
     Slot,
     SlotStudy,
     best_trial,
     held,
     open_storage,
-    owner_record,
     study_name,
 )
 
-__all__ = ["ATTR_OWNER", "ATTR_SURPLUS", "GRACE_S", "HEARTBEAT_S", "Heartbeat", "Hooks", "Prepared", "RunResult",
-           "Slot", "SlotStudy", "TestClassGuard", "TestLeakError", "TrialOutcome", "best_trial", "derive_seed",
-           "final_config", "final_seed", "held", "load_sides", "make_guard", "make_pruner", "make_sampler", "open_storage", "owner_record",
-           "prepare", "run_trial", "sampler_seed", "score_model", "select_sides", "split_params", "study_name", "suggest",
-           "clusters_on_test", "train_and_score", "train_config", "trial_attrs", "trial_seed"]
+# what is used outside the package (TrialOutcome: run_trial's return type); the rest stays in its room
+__all__ = ["ATTR_SURPLUS", "Heartbeat", "Hooks", "Prepared", "RunResult", "Slot", "SlotStudy", "TestClassGuard",
+           "TestLeakError", "TrialOutcome", "best_trial", "clusters_on_test", "derive_seed", "final_config",
+           "final_seed", "held", "load_sides", "make_guard", "make_pruner", "make_sampler", "open_storage", "prepare",
+           "run_trial", "score_model", "select_sides", "study_name", "train_and_score", "trial_attrs"]

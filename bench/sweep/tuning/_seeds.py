@@ -4,7 +4,7 @@ Common random numbers: a run's seed does not depend on the cell. Final seed
 ``s`` gives every cell the same trunk initialisation and the same batch
 order, and tuning slot ``t`` on fold ``f`` the same for every cell, so two
 cells differ only by their method and the comparison between them is
-paired (METHODS.md; issue 11). The sampler's seed does depend on the cell:
+paired (docs/METHODS.md, *Fair comparison*). The sampler's seed does depend on the cell:
 each cell's search space is its own.
 """
 
