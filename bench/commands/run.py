@@ -110,7 +110,7 @@ def _cells_without_result(protocol: Any, result: SweepResult) -> dict[str, str]:
     for cell in (c.id for c in plan(protocol).cells):
         if cell in done:
             continue
-        why = result.refused.get(cell, "") if hasattr(result, "refused") else ""
+        why = (result.manifest.get("refused") or {}).get(cell, "")
         for frame, kind in ((finals, "final seed"), (trials, "trial")):
             if why or frame.empty or "reason" not in frame:
                 continue
