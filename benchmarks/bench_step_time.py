@@ -20,7 +20,8 @@ import torch
 
 from bench.data import load
 from bench.registry import build_trunk
-from bench.training import TrainConfig, embed, train
+from bench.evaluation import embed
+from bench.training import TrainConfig, train
 
 
 def _sync(device: str) -> None:

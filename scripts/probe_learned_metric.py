@@ -29,7 +29,8 @@ import torch.nn.functional as F
 from bench.data import load
 from bench.metrics import retrieval_metrics
 from bench.miners.margohnm import MargOHNMMiner
-from bench.training import TrainConfig, embed, train
+from bench.evaluation import embed
+from bench.training import TrainConfig, train
 
 RUNS = {  # name: (loss params, miner)
     "euclidean quadruplet + margohnm": ({}, "margohnm"),

@@ -17,7 +17,8 @@ from bench.data import LabeledData, load
 from bench.errors import BenchError, DivergedError
 from bench.registry import build_trunk
 from bench.data.splits import ClassSplit, fingerprint
-from bench.training import SYNC_EVERY, TrainConfig, augment, embed, evaluate, train
+from bench.evaluation import embed, evaluate
+from bench.training import SYNC_EVERY, TrainConfig, augment, train
 
 
 @pytest.fixture(scope="module")

@@ -52,7 +52,8 @@ from bench.plan import Cell, plan as make_plan
 from bench.sweep.progress import Progress
 from bench.protocol import Protocol, device_problem
 from bench.stores.urls import redact
-from bench.sweep.tuning import clusters_on_test, final_config, open_storage, prepare, train_and_score
+from bench.evaluation import clusters_on_test
+from bench.sweep.tuning import final_config, open_storage, prepare, train_and_score
 
 RUN_COLUMNS = ["protocol_hash", "cell", "seed", "multiple", "iterations", "samples_seen", "wall_time_s"]
 TAIL_COLUMNS = ["state", "reason", "params", "git_commit", "git_dirty"]

@@ -71,6 +71,7 @@ from bench.stores import checks as store_checks
 from bench.stores import tracking
 from bench.sweep.artifacts import write_cell_artifacts
 from bench.errors import BenchError
+from bench.evaluation import clusters_on_test
 from bench.sweep.floor import update_floor
 from bench.stores.mlflow_runs import MlflowRecords
 from bench.plan import Cell, Plan, plan as make_plan
@@ -94,7 +95,6 @@ from bench.sweep.tuning import (
     prepare,
     run_trial,
     study_name,
-    clusters_on_test,
     train_and_score,
     trial_attrs,
 )

@@ -9,9 +9,10 @@ Three rules of the fair protocol are enforced here, in code:
   so a resumed sweep reproduces an uninterrupted one and cells are paired.
 
 The rooms: ``_data`` (prepare, Prepared, TestClassGuard), ``_objective``
-(suggest, split_params, train_and_score, run_trial), ``_slots`` (SlotStudy,
-Heartbeat, owner records, storage), ``_search_strategy`` (Optuna's TPE
-sampler and pruner), ``_seeds``. Import from ``bench.sweep.tuning``; the private
+(suggest, split_params, train_and_score, run_trial; the scoring is
+bench.evaluation's), ``_slots`` (SlotStudy, Heartbeat, owner records,
+storage), ``_search_strategy`` (Optuna's TPE sampler and pruner),
+``_seeds``. Import from ``bench.sweep.tuning``; the private
 modules may move.
 """
 
@@ -22,10 +23,8 @@ from bench.sweep.tuning._objective import (
     TrialOutcome,
     final_config,
     run_trial,
-    score_model,
     split_params,
     suggest,
-    clusters_on_test,
     train_and_score,
     train_config,
     trial_attrs,
@@ -50,5 +49,5 @@ from bench.sweep.tuning._slots import (
 __all__ = ["ATTR_OWNER", "ATTR_SURPLUS", "GRACE_S", "HEARTBEAT_S", "Heartbeat", "Hooks", "Prepared", "RunResult",
            "Slot", "SlotStudy", "TestClassGuard", "TestLeakError", "TrialOutcome", "best_trial", "derive_seed",
            "final_config", "final_seed", "held", "load_sides", "make_guard", "make_pruner", "make_sampler", "open_storage", "owner_record",
-           "prepare", "run_trial", "sampler_seed", "score_model", "select_sides", "split_params", "study_name", "suggest",
-           "clusters_on_test", "train_and_score", "train_config", "trial_attrs", "trial_seed"]
+           "prepare", "run_trial", "sampler_seed", "select_sides", "split_params", "study_name", "suggest",
+           "train_and_score", "train_config", "trial_attrs", "trial_seed"]
