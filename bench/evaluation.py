@@ -11,8 +11,8 @@ through `embed` too.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -111,7 +111,11 @@ def score_query_gallery(protocol: Protocol, model: Any, data: Any, *, device: st
     less the query itself; ``reid_map`` and ``cmc_at_{k}`` apply the
     Market-1501 rules (`bench.metrics.query_gallery`).
     """
-    from bench.metrics.query_gallery import RANKING_METRICS, query_gallery_metrics, reid_metrics
+    from bench.metrics.query_gallery import (
+        RANKING_METRICS,
+        query_gallery_metrics,
+        reid_metrics,
+    )
     from bench.protocol.schema import REID_METRICS
 
     ev, normalize = protocol.doc["evaluation"], protocol.doc["model"]["normalize"]

@@ -19,8 +19,8 @@ import time
 import torch
 
 from bench.data import load
-from bench.registry import build_trunk
 from bench.evaluation import embed
+from bench.registry import build_trunk
 from bench.training import TrainConfig, train
 
 

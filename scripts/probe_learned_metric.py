@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 
 from bench.data import load
+from bench.evaluation import embed
 from bench.metrics import retrieval_metrics
 from bench.miners.margohnm import MargOHNMMiner
-from bench.evaluation import embed
 from bench.training import TrainConfig, train
 
 RUNS = {  # name: (loss params, miner)

@@ -95,7 +95,7 @@ def test_rows_at_the_multiple_with_the_finals_seeds_and_params(checked: Path) ->
 
 def test_a_killed_check_resumes_without_redoing_finished_seeds(checked: Path, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    import bench.sweep.final_run as final_run  # the budget check trains through it
+    from bench.sweep import final_run  # the budget check trains through it
 
     run = _copy(checked, tmp_path / "run")
     path = run / "results" / "reports-tiny" / "budget_check.csv"
@@ -140,7 +140,7 @@ def test_a_killed_check_resumes_without_redoing_finished_seeds(checked: Path, tm
 def test_shards_split_the_check_without_training_a_seed_twice(checked: Path, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Two workers with --shard 1/2 and 2/2 train disjoint halves whose union is the whole check."""
-    import bench.sweep.final_run as final_run  # the budget check trains through it
+    from bench.sweep import final_run  # the budget check trains through it
 
     run = _copy(checked, tmp_path / "run")
     path = run / "results" / "reports-tiny" / "budget_check.csv"

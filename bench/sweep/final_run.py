@@ -65,7 +65,7 @@ class FinalRun:
     scored (those of ``tables.metric_names`` the evaluation gave; none when the run failed)."""
 
     seed: int
-    config: Any
+    config: TrainConfig
     result: RunResult
     metrics: dict[str, float]
     run_id: str
