@@ -57,7 +57,7 @@ def trained_normalized(config: TrainConfig) -> bool:
 
     The loss's ``normalize`` as given, else its default; a loss without one
     (PML-backed) normalises, as PML's default distances do. A protocol run
-    takes the same from ``model.normalize`` (`bench.sweep.tuning.score_model`).
+    takes the same from ``model.normalize`` (`bench.evaluation.score_model`).
     """
     from bench import registry
 
@@ -128,8 +128,9 @@ def train_and_evaluate(config: TrainConfig, train_spec: str = DEFAULT_TRAIN, tes
     from bench.metrics import geometry
     from bench.stores import provenance, tracking
     from bench.stores.mlflow_runs import MlflowWriter
+    from bench.evaluation import evaluate
+    from bench.training import train
     from bench.sweep.tuning import load_sides, make_guard, select_sides
-    from bench.training import evaluate, train
 
     check_config(config)
     d = (choice or DataChoice()).section(train_spec, test_spec, size)

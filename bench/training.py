@@ -13,8 +13,9 @@ also when divergence is detected. A NaN or infinite loss raises
 
 Data held in memory is indexed on the device; image files
 (`bench.data.images.ImageFiles`) are decoded and augmented by DataLoader
-workers, the PK sampler serving as their batch sampler (`_batches`), and
-embedded by streaming them through the same loader (`embed`).
+workers, the PK sampler serving as their batch sampler (`_batches`).
+Embedding and scoring a model live in `bench.evaluation`; dataset-level
+miners embed the training set through its `embed`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from bench import registry
 
 from bench.devices import device_problem, precision_problem
 from bench.errors import BenchError, DivergedError
+from bench.evaluation import embed
 
 SYNC_EVERY = 25  # iterations between reads of the loss buffer (progress, divergence check)
 FINAL_LOSS_WINDOW = 50  # final_loss is the mean of the last this-many losses
@@ -431,64 +433,3 @@ def _decoded(files: Any, idx: torch.Tensor, step: int, seed: int, device: torch.
     from bench.data.loading import decode_batch
 
     return decode_batch(files, idx.cpu(), step, seed).to(device)
-
-
-def _inputs(x: Any, batch_size: int, device: torch.device) -> Iterator[torch.Tensor]:
-    """Batches of `x` on `device`: slices of a tensor, or image files streamed through the loader."""
-    if isinstance(x, torch.Tensor):
-        yield from (x[i:i + batch_size].to(device) for i in range(0, len(x), batch_size))
-        return
-    from bench.data.loading import eval_loader, stream
-
-    yield from (xb for xb, _ in stream(eval_loader(x, batch_size, device), device))
-
-
-def embed(model: nn.Module, x: Any, batch_size: int = 512, device: str | torch.device = "cpu",
-          normalize: bool = False) -> torch.Tensor:
-    """Embeddings of ``x`` (a tensor, or `ImageFiles` streamed through the loader) in eval mode without
-    gradients, on the CPU; the model's mode is restored.
-
-    Restoring the mode lets dataset-level miners embed the training set in
-    the middle of training (they normalise as their own ``normalize`` says,
-    hence raw by default). ``normalize=True`` returns them in the protocol's
-    L2-normalised geometry (`bench.metrics.geometry`), what every metric and
-    saved embedding of a normalising protocol must use.
-    """
-    from bench.metrics.geometry import geometry, to_geometry
-
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            out = [model(xb).float().cpu() for xb in _inputs(x, batch_size, torch.device(device))]
-    finally:
-        model.train(was_training)
-    if not out:
-        raise BenchError("nothing to embed: the data is empty")
-    return to_geometry(torch.cat(out), geometry(normalize))
-
-
-def evaluate(model: nn.Module, data, ks: Sequence[int] = (1, 2, 4, 8), lake_runs=None, clustering: bool = True,
-             batch_size: int = 512, device: str | torch.device = "cpu", seed: int = 0,
-             normalize: bool = False) -> dict[str, float]:
-    """Retrieval metrics on ``data`` (query = reference set), NMI/AMI and Lake's runs when given.
-
-    Keys follow the results tables: ``precision_at_1``, ``r_precision``,
-    ``map_at_r``, ``recall_at_{k}``, ``nmi``, ``ami``, ``lake_accuracy``.
-    Every metric is computed in one geometry: L2-normalised embeddings when
-    ``normalize`` (pass the protocol's ``model.normalize``: the geometry the
-    losses trained in), raw trunk outputs otherwise; records name it with
-    `bench.metrics.geometry(normalize)`. Values are floats only, so a caller
-    can log them as metrics as they are.
-    """
-    from bench.metrics import clustering_metrics, lake_runs_accuracy, retrieval_metrics
-
-    emb = embed(model, data.x, batch_size, device, normalize)
-    metrics = retrieval_metrics(emb, data.y, ks=ks)
-    metrics.pop("num_queries", None)
-    if clustering:
-        metrics.update(clustering_metrics(emb, data.y, seed=seed))
-    if lake_runs:
-        lake = lake_runs_accuracy(lambda x: embed(model, x, batch_size, device, normalize), lake_runs)
-        metrics["lake_accuracy"] = float(lake["accuracy"])
-    return metrics

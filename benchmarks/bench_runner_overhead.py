@@ -53,7 +53,7 @@ def bare_run(protocol, prepared, cell, seed: int) -> float:
     from bench import registry
     
     from bench.data.samplers import PKSampler
-    from bench.training import evaluate
+    from bench.evaluation import evaluate
 
     t = protocol.doc["training"]
     start = time.perf_counter()

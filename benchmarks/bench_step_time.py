@@ -19,8 +19,9 @@ import time
 import torch
 
 from bench.data import load
+from bench.evaluation import embed
 from bench.registry import build_trunk
-from bench.training import TrainConfig, embed, train
+from bench.training import TrainConfig, train
 
 
 def _sync(device: str) -> None:

@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--channels", type=int, default=3, help="1 for grey images (Omniglot's Conv-4 step)")
     parser.add_argument("--import-torchvision", action="store_true", help="import torchvision before timing")
     parser.add_argument("--embed", action="store_true",
-                        help="also time evaluation's embedding (no gradient, fp32, as bench.training.embed)")
+                        help="also time evaluation's embedding (no gradient, fp32, as bench.evaluation.embed)")
     args = parser.parse_args()
     if args.import_torchvision:
         from bench.vision import torchvision
@@ -92,9 +92,9 @@ def main() -> None:
 
 
 def embed_ms(data: LabeledData, trunk: str, repeats: int, device: str) -> float:
-    """Wall ms an image of `bench.training.embed`, what evaluation and dataset-level miners pay."""
+    """Wall ms an image of `bench.evaluation.embed`, what evaluation and dataset-level miners pay."""
     from bench.trunks import trunk_from
-    from bench.training import embed
+    from bench.evaluation import embed
 
     model = trunk_from(trunk, tuple(data.x.shape[1:]), 128, {}).to(device)
     embed(model, data.x[:4], device=device)  # warm-up

@@ -40,7 +40,8 @@ from bench.errors import BenchError  # noqa: E402
 from bench.plan import plan  # noqa: E402
 from bench.protocol import Protocol, load_protocol  # noqa: E402
 from bench.stats import t_interval, welch  # noqa: E402
-from bench.training import TrainConfig, evaluate, train  # noqa: E402
+from bench.evaluation import evaluate
+from bench.training import TrainConfig, train  # noqa: E402
 from bench.sweep.tuning import final_config  # noqa: E402
 
 CELL = "triplet+batch_hard"

@@ -20,7 +20,7 @@ from pytorch_metric_learning import losses, miners, samplers
 from torch import nn
 
 from bench.data import load, load_lake_runs
-from bench.training import evaluate
+from bench.evaluation import evaluate
 
 
 def conv4(embedding_dim: int = 64) -> nn.Module:

@@ -22,7 +22,8 @@ import torch
 
 from bench.commands.train import parse_params
 from bench.data import load, load_lake_runs
-from bench.training import TrainConfig, evaluate, train
+from bench.evaluation import evaluate
+from bench.training import TrainConfig, train
 
 
 def main() -> None:

@@ -27,9 +27,10 @@ import torch
 import torch.nn.functional as F
 
 from bench.data import load
+from bench.evaluation import embed
 from bench.metrics import retrieval_metrics
 from bench.miners.margohnm import MargOHNMMiner
-from bench.training import TrainConfig, embed, train
+from bench.training import TrainConfig, train
 
 RUNS = {  # name: (loss params, miner)
     "euclidean quadruplet + margohnm": ({}, "margohnm"),

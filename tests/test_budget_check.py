@@ -95,7 +95,7 @@ def test_rows_at_the_multiple_with_the_finals_seeds_and_params(checked: Path) ->
 
 def test_a_killed_check_resumes_without_redoing_finished_seeds(checked: Path, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    import bench.sweep.budget_check as bc
+    from bench.sweep import final_run  # the budget check trains through it
 
     run = _copy(checked, tmp_path / "run")
     path = run / "results" / "reports-tiny" / "budget_check.csv"
@@ -107,7 +107,7 @@ def test_a_killed_check_resumes_without_redoing_finished_seeds(checked: Path, tm
     stale = partial.index[-2]  # a row of other parameters (its cell run again since) is trained again
     partial.loc[stale, ["params", "map_at_r"]] = ['{"loss.margin": 9.0}', 0.5]
     partial.to_csv(path, index=False)
-    real, calls = bc.train_and_score, []
+    real, calls = final_run.train_and_score, []
 
     def killed_on_the_third(*args: object, **kwargs: object) -> object:
         calls.append(1)
@@ -115,11 +115,11 @@ def test_a_killed_check_resumes_without_redoing_finished_seeds(checked: Path, tm
             raise KeyboardInterrupt  # as Ctrl-C or SIGTERM in the middle of a seed
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(bc, "train_and_score", killed_on_the_third)
+    monkeypatch.setattr(final_run, "train_and_score", killed_on_the_third)
     assert main(_args(run)) == 130
     after_kill = pd.read_csv(path)  # whole rows only: the two seeds trained before the kill, nothing else
     assert len(after_kill) == len(partial) + 1 and not after_kill.duplicated(["cell", "seed", "multiple"]).any()
-    monkeypatch.setattr(bc, "train_and_score", real)
+    monkeypatch.setattr(final_run, "train_and_score", real)
     calls.clear()
     assert main(_args(run)) == 0
     resumed = pd.read_csv(path)
@@ -140,20 +140,20 @@ def test_a_killed_check_resumes_without_redoing_finished_seeds(checked: Path, tm
 def test_shards_split_the_check_without_training_a_seed_twice(checked: Path, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Two workers with --shard 1/2 and 2/2 train disjoint halves whose union is the whole check."""
-    import bench.sweep.budget_check as bc
+    from bench.sweep import final_run  # the budget check trains through it
 
     run = _copy(checked, tmp_path / "run")
     path = run / "results" / "reports-tiny" / "budget_check.csv"
     full = _table(run)
     full[full["multiple"] == 1].to_csv(path, index=False)  # the 2x rows to be trained again
-    real, trained = bc.train_and_score, []
+    real, trained = final_run.train_and_score, []
 
     def counted(*args: object, **kwargs: object) -> object:
         out = real(*args, **kwargs)
         trained.append(1)
         return out
 
-    monkeypatch.setattr(bc, "train_and_score", counted)
+    monkeypatch.setattr(final_run, "train_and_score", counted)
     assert main(_args(run, "--shard", "1/2")) == 0
     first = len(trained)
     assert main(_args(run, "--shard", "2/2")) == 0

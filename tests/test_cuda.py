@@ -92,8 +92,9 @@ def test_training_runs_on_cuda_learn(data_root: Path) -> None:
     """Conv-4 on 40 Omniglot classes: parameters (a learned metric's too) live on the GPU, and a
     triplet run beats the untrained trunk."""
     from bench.data import load
+    from bench.evaluation import evaluate
     from bench.registry import build_trunk
-    from bench.training import TrainConfig, evaluate, train
+    from bench.training import TrainConfig, train
 
     background = load("omniglot:background", data_root, 28)
     evaluation = load("omniglot:evaluation", data_root, 28)

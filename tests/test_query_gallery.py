@@ -370,8 +370,7 @@ def test_one_set_as_query_and_gallery_never_retrieves_itself(tmp_path) -> None:
     from bench.protocol import load_protocol
     from bench.sweep.tuning import prepare
     from bench.sweep.floor import initial_trunk
-    from bench.training import embed
-    from bench.sweep.tuning import score_model
+    from bench.evaluation import embed, score_model
 
     train = _npz(tmp_path / "train.npz", np.repeat(np.arange(4), 4))
     test = tmp_path / "test.npz"  # noise: no class structure, so only a query's own image would find its class
@@ -396,7 +395,7 @@ def test_reid_metrics_run_on_npz_with_cameras(tmp_path, capsys) -> None:
 
     from bench.sweep.floor import initial_trunk
     from bench.protocol import load_protocol
-    from bench.training import embed
+    from bench.evaluation import embed
     from bench.sweep.tuning import prepare
 
     rng = np.random.default_rng(5)

@@ -25,7 +25,8 @@ from bench.data.images import ImageFiles
 from bench.data.loading import ImageDataset
 from bench.errors import BenchError
 from bench.protocol import parse_protocol
-from bench.training import TrainConfig, _batches, embed, train
+from bench.evaluation import embed
+from bench.training import TrainConfig, _batches, train
 
 AUGMENT = {"train": [{"RandomResizedCrop": {"size": 12, "scale": [0.3, 1.0]}}, "RandomHorizontalFlip",
                      {"ColorJitter": {"brightness": 0.3}}],

@@ -16,9 +16,11 @@ from bench.data import LabeledData, load
 from bench.data.splits import ClassSplit, fingerprint
 from bench.errors import BenchError, DivergedError
 from bench.registry import build_trunk
+from bench.data.splits import ClassSplit, fingerprint
+from bench.evaluation import embed, evaluate
 from bench.stores import provenance, tracking
 from bench.stores.mlflow_runs import MlflowWriter
-from bench.training import SYNC_EVERY, TrainConfig, augment, embed, evaluate, train
+from bench.training import SYNC_EVERY, TrainConfig, augment, train
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ def write_cell_artifacts(model: Any, test: Any, directory: Path, *, protocol_see
     """
     import torch
 
-    from bench.training import embed
+    from bench.evaluation import embed
 
     emb = embed(model, test.x, device=device, normalize=normalize)  # the geometry every metric uses
     y = test.y

@@ -8,14 +8,16 @@ After a finished run, the budget check retrains every cell's final
 configuration (the best trial's parameters, exactly those the finals used)
 at ``multiple`` times ``training.iterations``, with the same final seeds
 (common random numbers: the same initial trunk and the same batch order, the
-first ``iterations`` batches identical to the finals'), and evaluates it by
-the finals' own call (`bench.sweep.tuning.train_and_score`). The reports then pair
-each seed with its final (bench.reports.budget): the change of the primary
-metric per cell and Kendall's tau between the two rankings.
+first ``iterations`` batches identical to the finals'), by the finals' own
+run (`bench.sweep.final_run.train_final`: the multiple is its one difference
+in training and scoring). The reports then pair each seed with its final
+(bench.reports.budget): the change of the primary metric per cell and
+Kendall's tau between the two rankings.
 
-What scales with the multiple: the iterations, and the schedule's warm-up
-(in iterations), so the learning-rate schedule keeps its shape (its
-milestones and cosine are already fractions of the budget). What does not:
+What scales with the multiple (`bench.sweep.final_run.final_run_config`): the
+iterations, and the schedule's warm-up (in iterations), so the learning-rate
+schedule keeps its shape (its milestones and cosine are already fractions of
+the budget). What does not:
 the method's own parameters, even those counted in iterations (an offline
 miner's ``refresh_every``, MargOHNM's warm-up): they are the tuned method,
 and the check asks how that method does with more training.
@@ -36,7 +38,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +54,8 @@ from bench.stores.urls import redact, sqlite_path
 from bench.sweep import tables
 from bench.sweep.preflight import refuse
 from bench.sweep.progress import Progress
-from bench.sweep.tuning import clusters_on_test, final_config, open_storage, train_and_score
+from bench.sweep.final_run import FinalRun, Record, train_final
+from bench.sweep.tuning import open_storage
 
 RUN_COLUMNS = ["protocol_hash", "cell", "seed", "multiple", "iterations", "samples_seen", "wall_time_s"]
 TAIL_COLUMNS = ["state", "reason", "params", "git_commit", "git_dirty"]
@@ -61,15 +64,6 @@ TAIL_COLUMNS = ["state", "reason", "params", "git_commit", "git_dirty"]
 def columns(protocol: Protocol) -> list[str]:
     """budget_check.csv's columns: the run, the finals' validation score, every test metric, the state."""
     return [*RUN_COLUMNS, f"val_{protocol.primary}", *tables.metric_names(protocol.doc), *TAIL_COLUMNS]
-
-
-def scaled_config(protocol: Protocol, cell: Cell, params: dict[str, Any], seed: int, multiple: int) -> Any:
-    """Final seed ``seed`` of ``cell`` with ``params``, trained ``multiple`` times as long: the finals' config
-    (`final_config`, so the same training seed) with the iterations and the schedule's warm-up scaled."""
-    config = final_config(protocol, cell, params, seed)
-    schedule = dict(config.schedule)
-    schedule["warmup"] = int(schedule.get("warmup", 0)) * multiple
-    return replace(config, iterations=config.iterations * multiple, schedule=schedule)
 
 
 @dataclass(frozen=True)
@@ -252,36 +246,10 @@ class _Check:
 
     def _seed(self, tuned: Tuned, seed: int) -> None:
         p = self.protocol
-        key = f"budget_check/x{self.multiple}/{tuned.cell.id}/seed{seed}"
-        run_id = self.mlflow.run(key, f"budget check x{self.multiple} {tuned.cell.id} seed {seed}",
-                                 tags={"kind": "budget_check", "cell": tuned.cell.id, "seed": seed,
-                                       "multiple": self.multiple})
-        config = scaled_config(p, tuned.cell, tuned.params, seed, self.multiple)
-        self.progress.run_started(self.iterations)
-        try:
-            self.prepared.guard.check(self.prepared.train.classes, "budget check training")
-            result = train_and_score(p, config, self.prepared.train, self.prepared.test,
-                                     clustering=clusters_on_test(p), lake_runs=self.prepared.lake_runs,
-                                     progress=self._step)
-        except BaseException:
-            self.mlflow.end(run_id, "KILLED")
-            raise
-        self.progress.run_finished()
-        metrics = {m: float(result.metrics[m]) if m in result.metrics else math.nan
-                   for m in tables.metric_names(p.doc)}
-        row = {"protocol_hash": p.hash, "cell": tuned.cell.id, "seed": seed, "multiple": self.multiple,
-               "iterations": result.iterations, "samples_seen": result.samples_seen,
-               "wall_time_s": round(result.wall_time_s, 3), f"val_{p.primary}": tuned.validation, **metrics,
-               "state": result.state, "reason": result.reason,
-               "params": params_text(tuned.params), **self.code}
-        record(self.path, p, row, self.order)
-        self.mlflow.log(run_id, params={**config.to_dict(), "multiple": self.multiple},
-                        metrics={**{k: v for k, v in metrics.items() if math.isfinite(v)},
-                                 "iterations": result.iterations, "samples_seen": result.samples_seen,
-                                 "final_loss": result.final_loss, "wall_time_s": result.wall_time_s},
-                        tags={"state": result.state, "reason": result.reason[:500]})
-        self.mlflow.end(run_id, result.state)
-        score = f" {p.primary}={metrics[p.primary]:.4f}" if math.isfinite(metrics[p.primary]) else ""
+        run = train_final(p, self.prepared, tuned.cell, tuned.params, seed, _Row(self, tuned, seed),
+                          mlflow=self.mlflow, progress=self.progress, step=self._step, multiple=self.multiple)
+        result, primary = run.result, run.metrics.get(p.primary, math.nan)
+        score = f" {p.primary}={primary:.4f}" if math.isfinite(primary) else ""
         why = f" ({result.reason})" if result.reason and result.state != "COMPLETE" else ""
         self.progress.line(f"{tuned.cell.id} x{self.multiple} seed {seed} {result.state}{score} "
                            f"[{result.iterations} it, {result.wall_time_s:.1f} s]{why} | {self.progress.eta()}")
@@ -292,6 +260,31 @@ class _Check:
         if STOP.is_set():
             raise KeyboardInterrupt
         self.progress.iteration(it, total, loss)
+
+
+class _Row(Record):
+    """A budget check seed's record: one row of budget_check.csv (NaN for a metric the run did not give), and
+    an MLflow run of kind ``budget_check`` logging the finite metrics."""
+
+    def __init__(self, check: _Check, tuned: Tuned, seed: int) -> None:
+        m = check.multiple
+        super().__init__(f"budget_check/x{m}/{tuned.cell.id}/seed{seed}",
+                         f"budget check x{m} {tuned.cell.id} seed {seed}",
+                         {"kind": "budget_check", "cell": tuned.cell.id, "seed": seed, "multiple": m},
+                         params={"multiple": m}, purpose="budget check training")
+        self.check, self.tuned = check, tuned
+
+    def write(self, run: FinalRun) -> None:
+        c, p, result = self.check, self.check.protocol, run.result
+        metrics = {m: run.metrics.get(m, math.nan) for m in tables.metric_names(p.doc)}
+        row = {"protocol_hash": p.hash, "cell": self.tuned.cell.id, "seed": run.seed, "multiple": c.multiple,
+               "iterations": result.iterations, "samples_seen": result.samples_seen,
+               "wall_time_s": round(result.wall_time_s, 3), f"val_{p.primary}": self.tuned.validation, **metrics,
+               "state": result.state, "reason": result.reason, "params": params_text(self.tuned.params), **c.code}
+        record(c.path, p, row, c.order)
+
+    def logged_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        return {k: v for k, v in metrics.items() if math.isfinite(v)}
 
 
 def describe(outcome: CheckOutcome, multiple: int) -> str:

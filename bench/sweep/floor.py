@@ -3,7 +3,7 @@
 With common random numbers (bench.sweep.tuning._seeds) final seed ``s`` gives
 every cell the same initial trunk, so the floor of seed ``s`` is that
 trunk before its first step, scored on the test data by the same
-evaluation call the final seeds use (`bench.sweep.tuning.score_model`). It
+evaluation call the final seeds use (`bench.evaluation.score_model`). It
 depends on the protocol alone, not on any cell; recomputing it is cheap
 (embedding Omniglot's evaluation set takes about 8 s), so `update_floor`
 keeps the rows already in ``floor.csv`` for this protocol version and
@@ -20,7 +20,8 @@ import pandas as pd
 from bench.atomic import write_with
 from bench.sweep import tables
 from bench.protocol import Protocol
-from bench.sweep.tuning import Prepared, final_seed, score_model, clusters_on_test
+from bench.evaluation import clusters_on_test, score_model
+from bench.sweep.tuning import Prepared, final_seed
 
 
 def initial_trunk(protocol: Protocol, seed: int, in_shape: tuple[int, ...]) -> Any:

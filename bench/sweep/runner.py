@@ -1,8 +1,9 @@
 """Running a protocol: tune every cell, retrain the best with the final seeds, score the floor, write the tables.
 
 `Sweep` only orchestrates: the data, the trial objective, trial slots and
-the search strategy are bench.sweep.tuning's; MLflow runs bench.stores.mlflow_runs';
-report artifacts bench.sweep.artifacts'; the untrained-trunk floor bench.sweep.floor's;
+the search strategy are bench.sweep.tuning's; a final seed's training, scoring
+and artifacts bench.sweep.final_run's (shared with the budget check); MLflow
+runs bench.stores.mlflow_runs'; the untrained-trunk floor bench.sweep.floor's;
 the tables bench.sweep.tables'.
 
 Where things are recorded:
@@ -69,10 +70,10 @@ from bench.errors import BenchError
 from bench.plan import Cell, Plan
 from bench.protocol import Protocol, load_protocol
 from bench.stores import provenance, tracking
+from bench.sweep.final_run import FinalRun, Record, train_final
 from bench.stores.mlflow_runs import MlflowRecords
 from bench.stores.urls import default_url, redact
 from bench.sweep import tables
-from bench.sweep.artifacts import write_cell_artifacts
 from bench.sweep.floor import update_floor
 from bench.sweep.progress import Progress
 from bench.sweep.preflight import refuse
@@ -85,14 +86,11 @@ from bench.sweep.tuning import (
     Slot,
     SlotStudy,
     best_trial,
-    clusters_on_test,
-    final_config,
     make_pruner,
     make_sampler,
     open_storage,
     run_trial,
     study_name,
-    train_and_score,
     trial_attrs,
 )
 
@@ -372,47 +370,20 @@ class Sweep:
     # ---- one final seed
 
     def _final(self, cell: Cell, study: SlotStudy, slot: Slot, best: Any) -> None:
-        from optuna.trial import TrialState
-
+        """Final seed ``slot`` of a cell with the best trial's parameters (bench.sweep.final_run), recorded in
+        its slot of the finals study; the first seed also writes the cell's artifacts."""
         seed = self.protocol.final_seeds[slot.slot]
-        parent = self._cell_run(cell)
         if slot.slot == 0:
-            self.mlflow.artifact(parent, "best_params.json", text=json.dumps(
+            self.mlflow.artifact(self._cell_run(cell), "best_params.json", text=json.dumps(
                 {"trial": best.user_attrs["slot"], f"val_{self.primary}": best.value, "params": best.params},
                 indent=2, sort_keys=True))
-        run_id = self.mlflow.run(f"{cell.id}/seed{seed}", f"final seed {seed}", parent,
-                                 tags={"cell": cell.id, "kind": "final", "seed": seed})
-        config = final_config(self.protocol, cell, best.params, seed)
-        self.progress.run_started(self.plan.budget.iterations)
-        try:
-            with Heartbeat(self.storage, slot.trial_id):
-                self.prepared.guard.check(self.prepared.train.classes, "final training")
-                result = train_and_score(self.protocol, config, self.prepared.train, self.prepared.test,
-                                         clustering=clusters_on_test(self.protocol),
-                                         lake_runs=self.prepared.lake_runs, progress=self.step)
-        except BaseException:
-            study.abandon(slot, "interrupted")
-            self.mlflow.end(run_id, "KILLED")
-            raise
-        self.progress.run_finished()
-        metrics = {m: float(result.metrics[m]) for m in self.metrics if m in result.metrics}
-        attrs = {"seed": seed, "params": best.params, "val_value": best.value, "best_trial": best.user_attrs["slot"],
-                 "metrics": metrics, "iterations": result.iterations, "samples_seen": result.samples_seen,
-                 "wall_time_s": round(result.wall_time_s, 3), "train_fingerprint": self.fingerprints["train"],
-                 "test_fingerprint": self.fingerprints["test"], "reason": result.reason, **self.code}
-        for key, value in attrs.items():
-            slot.trial.set_user_attr(key, value)
-        if slot.slot == 0 and result.state == "COMPLETE":
-            self._artifacts(cell, result, run_id)
-        state = TrialState[result.state]
-        study.study.tell(slot.trial, metrics.get(self.primary) if state == TrialState.COMPLETE else None, state=state)
-        self.mlflow.log(run_id, params={**config.to_dict(), "best_trial": best.user_attrs["slot"]},
-                        metrics={**metrics, "final_loss": result.final_loss, "iterations": result.iterations,
-                                 "samples_seen": result.samples_seen, "wall_time_s": result.wall_time_s},
-                        tags={"state": result.state, "reason": result.reason[:500]})
-        self.mlflow.end(run_id, result.state)
+        record = _FinalSlot(self, cell, study, slot, best, seed)
+        run = train_final(self.protocol, self.prepared, cell, best.params, seed, record, mlflow=self.mlflow,
+                          progress=self.progress, step=self.step,
+                          artifacts=tables.cell_dir(self.results, cell.id) if slot.slot == 0 else None)
+        result = run.result
         self.progress.recorded(self._done_iterations()[0])
-        self.progress.final(cell.id, seed, result.state, metrics, self.primary, result.wall_time_s, result.reason)
+        self.progress.final(cell.id, seed, result.state, run.metrics, self.primary, result.wall_time_s, result.reason)
 
     def _floor_records(self, floor: Any) -> None:
         """One MLflow run per floor seed (kind ``floor``), so a leaderboard rebuilt from MLflow alone has it."""
@@ -430,16 +401,37 @@ class Sweep:
             raise KeyboardInterrupt
         self.progress.iteration(it, total, loss)
 
-    def _artifacts(self, cell: Cell, result: RunResult, run_id: str) -> None:
-        """Test pair distances (and the 2-D embedding) of the first final seed, for reports."""
-        from bench.data.query_gallery import one_set
 
-        written = write_cell_artifacts(result.model, one_set(self.prepared.test), tables.cell_dir(self.results, cell.id),
-                                       protocol_seed=self.protocol.seed,
-                                       normalize=self.protocol.doc["model"]["normalize"],
-                                       device=self.protocol.doc["training"]["device"])
-        for path in written:
-            self.mlflow.artifact(run_id, path.name, path=path)
+class _FinalSlot(Record):
+    """A final seed's record: its slot of the cell's finals study (held by a heartbeat while it trains,
+    given back if interrupted), the attributes the tables are rebuilt from, the primary metric told."""
+
+    def __init__(self, sweep: Sweep, cell: Cell, study: SlotStudy, slot: Slot, best: Any, seed: int) -> None:
+        super().__init__(f"{cell.id}/seed{seed}", f"final seed {seed}",
+                         {"cell": cell.id, "kind": "final", "seed": seed}, parent=sweep._cell_run(cell),
+                         params={"best_trial": best.user_attrs["slot"]})
+        self.sweep, self.study, self.slot, self.best = sweep, study, slot, best
+
+    def held(self) -> Heartbeat:
+        return Heartbeat(self.sweep.storage, self.slot.trial_id)
+
+    def abandon(self) -> None:
+        self.study.abandon(self.slot, "interrupted")
+
+    def write(self, run: FinalRun) -> None:
+        from optuna.trial import TrialState
+
+        s, best, result = self.sweep, self.best, run.result
+        attrs = {"seed": run.seed, "params": best.params, "val_value": best.value,
+                 "best_trial": best.user_attrs["slot"], "metrics": run.metrics, "iterations": result.iterations,
+                 "samples_seen": result.samples_seen, "wall_time_s": round(result.wall_time_s, 3),
+                 "train_fingerprint": s.fingerprints["train"], "test_fingerprint": s.fingerprints["test"],
+                 "reason": result.reason, **s.code}
+        for key, value in attrs.items():
+            self.slot.trial.set_user_attr(key, value)
+        state = TrialState[result.state]
+        self.study.study.tell(self.slot.trial, run.metrics.get(s.primary) if state == TrialState.COMPLETE else None,
+                              state=state)
 
 
 class _TrialHooks(Hooks):

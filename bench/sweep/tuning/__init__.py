@@ -9,9 +9,10 @@ Three rules of the fair protocol are enforced here, in code:
   so a resumed sweep reproduces an uninterrupted one and cells are paired.
 
 The rooms: ``_data`` (prepare, Prepared, TestClassGuard), ``_objective``
-(suggest, split_params, train_and_score, run_trial), ``_slots`` (SlotStudy,
-Heartbeat, owner records, storage), ``_search_strategy`` (Optuna's TPE
-sampler and pruner), ``_seeds``. Import from ``bench.sweep.tuning``; the private
+(suggest, split_params, train_and_score, run_trial; the scoring is
+bench.evaluation's), ``_slots`` (SlotStudy, Heartbeat, owner records,
+storage), ``_search_strategy`` (Optuna's TPE sampler and pruner),
+``_seeds``. Import from ``bench.sweep.tuning``; the private
 modules may move.
 """
 
@@ -22,8 +23,6 @@ from bench.sweep.tuning._objective import (
     TrialOutcome,
     final_config,
     run_trial,
-    score_model,
-    clusters_on_test,
     train_and_score,
     trial_attrs,
 )
@@ -42,6 +41,6 @@ from bench.sweep.tuning._slots import (
 
 # what is used outside the package (TrialOutcome: run_trial's return type); the rest stays in its room
 __all__ = ["ATTR_SURPLUS", "Heartbeat", "Hooks", "Prepared", "RunResult", "Slot", "SlotStudy", "TestClassGuard",
-           "TestLeakError", "TrialOutcome", "best_trial", "clusters_on_test", "derive_seed", "final_config",
+           "TestLeakError", "TrialOutcome", "best_trial", "derive_seed", "final_config",
            "final_seed", "held", "load_sides", "make_guard", "make_pruner", "make_sampler", "open_storage", "prepare",
-           "run_trial", "score_model", "select_sides", "study_name", "train_and_score", "trial_attrs"]
+           "run_trial", "select_sides", "study_name", "train_and_score", "trial_attrs"]

@@ -119,58 +119,13 @@ def suggest(trial: Any, cell: Cell) -> dict[str, Any]:
     return params
 
 
-def clusters_on_test(protocol: Protocol) -> bool:
-    """Whether the test evaluation clusters the embeddings (NMI or AMI asked for): k-means is its dearest part."""
-    return bool({"nmi", "ami"} & set(protocol.doc["evaluation"]["metrics"]))
-
-
-def score_model(protocol: Protocol, model: Any, data: Any, *, clustering: bool, lake_runs: Any = None,
-                device: str = "cpu", seed: int = 0) -> dict[str, float]:
-    """The protocol's evaluation of a model on ``data``: the one path final seeds and the floor share."""
-    from bench.data.query_gallery import QueryGallery
-    from bench.training import evaluate
-
-    ev = protocol.doc["evaluation"]
-    if isinstance(data, QueryGallery):
-        return score_query_gallery(protocol, model, data, device=device)
-    return evaluate(model, data, ks=tuple(ev["ks"]), lake_runs=lake_runs, clustering=clustering, device=device,
-                    seed=seed, normalize=protocol.doc["model"]["normalize"])
-
-
-def score_query_gallery(protocol: Protocol, model: Any, data: Any, *, device: str = "cpu") -> dict[str, float]:
-    """The protocol's metrics of a query set ranked against its gallery, in the protocol's geometry.
-
-    Retrieval metrics (P@1, R-Precision, MAP@R, Recall@k) rank the gallery
-    less the query itself; ``reid_map`` and ``cmc_at_{k}`` apply the
-    Market-1501 rules (`bench.metrics.query_gallery`).
-    """
-    from bench.metrics.query_gallery import RANKING_METRICS, query_gallery_metrics, reid_metrics
-    from bench.protocol.schema import REID_METRICS
-    from bench.training import embed
-
-    ev, normalize = protocol.doc["evaluation"], protocol.doc["model"]["normalize"]
-    query = embed(model, data.query.x, device=device, normalize=normalize)
-    gallery = query if data.query is data.gallery else embed(model, data.gallery.x, device=device, normalize=normalize)
-    ids = {"query_ids": data.query_ids, "gallery_ids": data.gallery_ids}
-    out: dict[str, float] = {}
-    ranking = [m for m in ev["metrics"] if m in RANKING_METRICS]
-    if ranking:
-        out.update(query_gallery_metrics(query, data.query.y, gallery, data.gallery.y, ks=tuple(ev["ks"]),
-                                         metrics=ranking, **ids))
-    if set(REID_METRICS) & set(ev["metrics"]):
-        q_cam, g_cam = data.cameras()
-        out.update(reid_metrics(query, data.query.y, q_cam, gallery, data.gallery.y, g_cam, ks=tuple(ev["ks"]), **ids))
-    out.pop("num_queries", None)
-    out.pop("skipped_queries", None)
-    return out
-
-
 def train_and_score(protocol: Protocol, config: Any, data: Any, score_on: Any, *, clustering: bool,
                     lake_runs: Any = None, on_checkpoint: Callable | None = None, checkpoint_every: int = 0,
                     progress: Callable | None = None) -> RunResult:
     """Train, then evaluate on ``score_on``; divergence and bad parameter values become a FAIL, not a crash."""
     import optuna
 
+    from bench.evaluation import score_model
     from bench.training import train
 
     start = time.perf_counter()
@@ -227,7 +182,7 @@ def run_trial(protocol: Protocol, prepared: Prepared, cell: Cell, trial: Any, sl
         config = train_config(protocol, cell, loss_params, miner_params, seed)
 
         def on_checkpoint(it: int, model: Any, f: int = f, val: Any = val) -> None:
-            from bench.training import evaluate
+            from bench.evaluation import evaluate
 
             value = evaluate(model, val, ks=tuple(protocol.doc["evaluation"]["ks"]), clustering=False,
                              device=config.device, normalize=protocol.doc["model"]["normalize"])[primary]

@@ -1,0 +1,145 @@
+"""One final run: a cell retrained with its best trial's parameters on one final seed, scored on the test set.
+
+The sweep's final seeds (bench.sweep.runner) and the budget check's seeds
+(bench.sweep.budget_check) are the same run, told apart by three things:
+
+* the iteration multiple: 1 for a final seed; the budget check trains
+  ``multiple`` times as long, its schedule's warm-up scaled alike
+  (`final_run_config`);
+* where the record goes: a `Record` the caller subclasses. A final seed's
+  goes into its slot of the cell's finals study in the Optuna storage (under
+  the slot's heartbeat, the slot given back if the run is interrupted); a
+  budget check's into a row of budget_check.csv. Both also get an MLflow run,
+  named and tagged by the record;
+* the artifacts: the test pair distances (and the 2-D embedding) written to
+  a cell's directory and attached to the MLflow run, for the first final
+  seed only (``artifacts``).
+
+Everything else is `train_final`: the test-class guard, training and
+scoring by `bench.sweep.tuning.train_and_score` (the one call, so a budget
+check seed's first ``iterations`` batches are the final's), the MLflow run
+(opened by its key, so a resumed run finds it; ended KILLED when
+interrupted), the progress bars. A record is written only once the run is
+scored, so an interrupted run leaves nothing recorded and resuming trains
+it again; one already recorded is skipped by the caller.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench.evaluation import clusters_on_test
+from bench.plan import Cell
+from bench.protocol import Protocol
+from bench.sweep import tables
+from bench.sweep.artifacts import write_cell_artifacts
+from bench.sweep.tuning import Prepared, RunResult, final_config, train_and_score
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from bench.stores.mlflow_runs import MlflowRecords
+    from bench.sweep.progress import Progress
+    from bench.training import TrainConfig
+
+
+def final_run_config(protocol: Protocol, cell: Cell, params: dict[str, Any], seed: int,
+                     multiple: int = 1) -> TrainConfig:
+    """Final seed ``seed`` of ``cell`` with ``params``, trained ``multiple`` times as long: the finals' config
+    (`final_config`, so the same training seed) with the iterations and the schedule's warm-up scaled; at
+    ``multiple`` 1 the finals' config as it is."""
+    config = final_config(protocol, cell, params, seed)
+    if multiple == 1:
+        return config
+    schedule = dict(config.schedule)
+    schedule["warmup"] = int(schedule.get("warmup", 0)) * multiple
+    return replace(config, iterations=config.iterations * multiple, schedule=schedule)
+
+
+@dataclass
+class FinalRun:
+    """What one final run produced: its config, the training result, and the protocol's test metrics it
+    scored (those of ``tables.metric_names`` the evaluation gave; none when the run failed)."""
+
+    seed: int
+    config: TrainConfig
+    result: RunResult
+    metrics: dict[str, float]
+    run_id: str
+
+
+class Record:
+    """Where a final run is recorded: its MLflow run (key, name, tags, parent run, the parameters logged
+    beside the config) and, through a subclass's `write`, the caller's own store."""
+
+    def __init__(self, key: str, name: str, tags: dict[str, Any], *, parent: str | None = None,
+                 params: dict[str, Any] | None = None, purpose: str = "final training") -> None:
+        self.key, self.name, self.tags, self.parent = key, name, tags, parent
+        self.params = params or {}
+        self.purpose = purpose  # what the test-class guard calls this training
+
+    def held(self) -> AbstractContextManager[Any]:
+        """Held around training (a slot's heartbeat)."""
+        return nullcontext()
+
+    def abandon(self) -> None:
+        """The run was interrupted: give back what `held` claimed."""
+
+    def write(self, run: FinalRun) -> None:
+        """Record the scored run in the caller's store (the Optuna slot, the CSV row)."""
+        raise NotImplementedError
+
+    def logged_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        """The test metrics as the MLflow run logs them."""
+        return metrics
+
+
+def train_final(protocol: Protocol, prepared: Prepared, cell: Cell, params: dict[str, Any], seed: int,
+                record: Record, *, mlflow: MlflowRecords, progress: Progress,
+                step: Callable[[int, int, float], None], multiple: int = 1,
+                artifacts: Path | None = None) -> FinalRun:
+    """Train final seed ``seed`` of ``cell`` with ``params`` (``multiple`` x the budget), score it on the test
+    set, write the artifacts into ``artifacts`` (a cell's directory; None: none) when it completed, record
+    it (``record``) and log its MLflow run. ``step`` is the training loop's progress callback (it may raise
+    KeyboardInterrupt); an interruption ends the MLflow run KILLED, records nothing and is raised again."""
+    run_id = mlflow.run(record.key, record.name, record.parent, tags=record.tags)
+    config = final_run_config(protocol, cell, params, seed, multiple)
+    progress.run_started(config.iterations)
+    try:
+        with record.held():
+            prepared.guard.check(prepared.train.classes, record.purpose)
+            result = train_and_score(protocol, config, prepared.train, prepared.test,
+                                     clustering=clusters_on_test(protocol), lake_runs=prepared.lake_runs,
+                                     progress=step)
+    except BaseException:
+        record.abandon()
+        mlflow.end(run_id, "KILLED")
+        raise
+    progress.run_finished()
+    metrics = {m: float(result.metrics[m]) for m in tables.metric_names(protocol.doc) if m in result.metrics}
+    run = FinalRun(seed, config, result, metrics, run_id)
+    if artifacts is not None and result.state == "COMPLETE":
+        _artifacts(protocol, prepared, result, artifacts, mlflow, run_id)
+    record.write(run)
+    mlflow.log(run_id, params={**config.to_dict(), **record.params},
+               metrics={**record.logged_metrics(metrics), "final_loss": result.final_loss,
+                        "iterations": result.iterations, "samples_seen": result.samples_seen,
+                        "wall_time_s": result.wall_time_s},
+               tags={"state": result.state, "reason": result.reason[:500]})
+    mlflow.end(run_id, result.state)
+    return run
+
+
+def _artifacts(protocol: Protocol, prepared: Prepared, result: RunResult, directory: Path, mlflow: MlflowRecords,
+               run_id: str) -> None:
+    """Test pair distances (and the 2-D embedding) of the run, for reports, attached to its MLflow run."""
+    from bench.data.query_gallery import one_set
+
+    written = write_cell_artifacts(result.model, one_set(prepared.test), directory, protocol_seed=protocol.seed,
+                                   normalize=protocol.doc["model"]["normalize"],
+                                   device=protocol.doc["training"]["device"])
+    for path in written:
+        mlflow.artifact(run_id, path.name, path=path)
