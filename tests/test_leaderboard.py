@@ -339,3 +339,19 @@ def test_a_planned_cell_without_a_result_is_a_row_that_says_why(sweep_copy: Path
 
     out = leaderboard.text(leaderboard.build(source.load(sweep_copy)))  # what `dmlbench run` prints at its end
     assert f"{gone} (no result)" in out and f"{gone}: no result: every trial failed" in out
+
+
+def test_the_spearman_warning_needs_enough_cells_to_mean_something() -> None:
+    from bench.reports import leaderboard
+    from bench.reports.source import Results
+
+    def board(n: int) -> leaderboard.Board:
+        rows = [{"cell": f"c{i}", "seed": s, "map_at_r": 0.3 + 0.05 * i + 0.001 * s, "val_map_at_r": 0.9 - 0.05 * i}
+                for i in range(n) for s in range(3)]  # validation ranks the cells in reverse of the test
+        return leaderboard.build(Results(Path("mem"), {"protocol": "p", "protocol_hash": "h",
+                                                       "primary_metric": "map_at_r"}, pd.DataFrame(rows)))
+
+    few, many = board(leaderboard.MIN_TRANSFER_CELLS - 1), board(leaderboard.MIN_TRANSFER_CELLS)
+    assert few.transfer == many.transfer == -1.0
+    assert not any("Spearman" in w for w in few.warnings)
+    assert any("Spearman) of map_at_r is -1.00" in w for w in many.warnings)

@@ -17,7 +17,7 @@ import copy
 import hashlib
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import replace, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +48,26 @@ class Protocol:
     `doc` is the canonical form (defaults filled, registry search spaces
     merged); code reads it, never the raw YAML, so every consumer sees the
     same values the hash covers. `text` is the file as written, kept as the
-    artifact of every record.
+    artifact of every record. `data` is the fingerprint of the data a sweep
+    read (`bench.data.fingerprint`), set once the data are loaded: the
+    sweep's records are keyed by `key12`, the protocol's hash and the data's
+    together, so a sweep on changed data never reuses or mixes old records.
     """
 
     doc: dict[str, Any]
     hash: str
     source: str
     text: str
+    data: str = ""
+
+    def with_data(self, fingerprint: str) -> Protocol:
+        """This protocol bound to the data it runs on (its records' key then names both)."""
+        return replace(self, data=fingerprint)
+
+    @property
+    def key12(self) -> str:
+        """What a sweep's studies and MLflow runs are keyed by: the hash, and the data once bound."""
+        return f"{self.hash12}.{self.data[:8]}" if self.data else self.hash12
 
     @property
     def name(self) -> str:

@@ -88,6 +88,13 @@ def check_comparable(baseline: Results, current: Results) -> None:
             f"cannot compare: {baseline.root} is protocol {baseline.protocol} hash {baseline.protocol_hash[:12] or '?'}, "
             f"{current.root} is protocol {current.protocol} hash {current.protocol_hash[:12] or '?'}"
         )
+    db, dc = baseline.manifest.get("data_fingerprint"), current.manifest.get("data_fingerprint")
+    if db != dc:  # the samples themselves: same classes and split, other images (or no fingerprint recorded)
+        raise BenchError(
+            f"cannot compare: the data differ (data fingerprint {str(db or 'not recorded')[:8]} in {baseline.root}, "
+            f"{str(dc or 'not recorded')[:8]} in {current.root}): the same protocol on other samples"
+            + ("; a baseline made before dmlbench recorded its data must be made again" if not db or not dc else "")
+        )
     fb, fc = baseline.fingerprints, current.fingerprints
     for key in sorted(set(fb) | set(fc)):
         if fb.get(key) != fc.get(key):

@@ -68,7 +68,7 @@ def check_separate(storage_url: str, tracking_uri: str) -> None:
 
 
 def check_not_emptied(manifest: dict[str, Any] | None, protocol_hash: str, results: Path, storage_url: str,
-                      label: str, ours: list[str]) -> None:
+                      label: str, prefix: str) -> None:
     """Results of this very protocol say cells were done, yet the storage knows none of its studies:
     the storage was emptied, replaced or mistyped, and running on would retrain every cell and then
     overwrite those tables with new numbers. Checked before the storage is opened (opening creates it)."""
@@ -87,7 +87,7 @@ def check_not_emptied(manifest: dict[str, Any] | None, protocol_hash: str, resul
             known = set(optuna.get_all_study_names(storage_url))
         except Exception:  # noqa: BLE001 - unreachable storage: opening it says why, with one line
             return
-    if not known & set(ours):
+    if not any(name.startswith(prefix) for name in known):  # on any data: changed data move results aside
         raise BenchError(f"{results} holds results of this protocol, but the Optuna storage {label} has none of "
                          "its studies: point --storage at the sweep's database (manifest.json names it), or move "
                          f"{results} aside to start afresh")

@@ -11,7 +11,7 @@ bench/stores/provenance.py; where the store is, from bench/stores/tracking.py.
 
 `MlflowRecords`: one experiment per protocol (``dmlbench/<name>``), a parent
 run per cell, child runs per trial, per fold and per final seed. Each run
-carries the tag ``dmlbench.key`` (``<hash12>/<cell>/trial3/fold0``...) and
+carries the tag ``dmlbench.key`` (``<key12>/<cell>/trial3/fold0``, the protocol's hash and its data's...) and
 is looked up by it before one is created, so a resumed or shared sweep
 records nothing twice.
 """
@@ -197,7 +197,7 @@ class MlflowRecords(MlflowWriter):
         worker keeps the oldest run and deletes its own if newer. The wait matters: MLflow stamps a run's
         start time in the client before the insert, so a worker that looked at once could miss a run
         stamped earlier but inserted later, and both would keep their own (seen on PostgreSQL)."""
-        full_key = f"{self.protocol.hash12}/{key}"
+        full_key = f"{self.protocol.key12}/{key}"
         found = self._find(full_key)
         if found:
             run_id = found[0].info.run_id
@@ -230,8 +230,8 @@ class MlflowRecords(MlflowWriter):
 
     def delete_cell(self, cell_id: str) -> int:
         """Delete the runs of one cell of this protocol version (the cell run, its trials, folds, seeds)."""
-        prefix = f"{self.protocol.hash12}/{cell_id}"
-        runs = search_all(self.client, self.experiment_id, f"tags.`dmlbench.key` LIKE '{self.protocol.hash12}/%'")
+        prefix = f"{self.protocol.key12}/{cell_id}"
+        runs = search_all(self.client, self.experiment_id, f"tags.`dmlbench.key` LIKE '{self.protocol.key12}/%'")
         doomed = [r.info.run_id for r in runs
                   if (key := r.data.tags.get("dmlbench.key", "")) == prefix or key.startswith(prefix + "/")]
         for run_id in doomed:

@@ -86,6 +86,10 @@ def tuned_cells(protocol: Protocol, results: Path, storage_url: str) -> list[Tun
     if manifest.get("protocol_hash") != protocol.hash:
         raise BenchError(f"budget-check: {results} holds results of another version of {protocol.name} "
                          f"(hash {str(manifest.get('protocol_hash'))[:12]}, the file's is {protocol.hash12}): {run}")
+    if protocol.data and manifest.get("data_fingerprint") != protocol.data:
+        raise BenchError(f"budget-check: {results} holds results of {protocol.name} on other data (data fingerprint "
+                         f"{str(manifest.get('data_fingerprint') or 'not recorded')[:8]}, the data here "
+                         f"{protocol.data[:8]}): retraining on these data would not check that run")
     if not manifest.get("finished"):
         raise BenchError(f"budget-check: the run of {protocol.name} in {results} has not finished: {run}")
     db = sqlite_path(storage_url)
@@ -181,6 +185,7 @@ def budget_check(protocol: Protocol, multiple: int = 2, *, storage: str | None =
     # what `validate` and `run` refuse (bench.sweep.preflight), the data loaded on the way
     prepared = refuse(protocol, data_root=data_root, stores=True, storage=storage, tracking_uri=tracking_uri,
                       results_dir=results_dir).prepared
+    protocol = protocol.with_data(prepared.data_fingerprint())  # the run's records are keyed by its data too
     results = tables.protocol_dir(results_dir, protocol.name)
     storage_url = storage or default_storage()
     tracking_uri = tracking.resolve_tracking_uri(tracking_uri)
@@ -216,7 +221,7 @@ class _Check:
         self.code = {"git_commit": provenance.git_commit(), "git_dirty": provenance.git_dirty()}
         base_tags = provenance.standard_tags(fingerprints["split"], protocol=protocol.name, protocol_hash=protocol.hash,
                                            train_fingerprint=fingerprints["train"],
-                                           test_fingerprint=fingerprints["test"])
+                                           test_fingerprint=fingerprints["test"], data_fingerprint=protocol.data)
         self.mlflow = MlflowRecords(protocol, tracking_uri, base_tags)
         self.quiet = quiet
 

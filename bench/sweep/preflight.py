@@ -147,7 +147,6 @@ def _check_stores(protocol: Protocol, found: Preflight, check: Callable[..., boo
     from bench.stores import checks, tracking
     from bench.stores.urls import default_url, redact
     from bench.sweep import tables
-    from bench.sweep.tuning import study_name
 
     results_dir = "results" if results_dir is None else results_dir
     if not check("--storage", lambda: checks.check_given(storage, None)) \
@@ -166,11 +165,10 @@ def _check_stores(protocol: Protocol, found: Preflight, check: Callable[..., boo
         return
     if found.plan is None:
         return
-    cells = found.plan.cells
     results = tables.protocol_dir(results_dir, protocol.name)
     check("--storage", lambda: checks.check_not_emptied(
         tables.read_manifest(results), protocol.hash, results, storage_url, redact(storage_url),
-        [study_name(protocol, c, finals=f) for c in cells for f in (False, True)]))
+        f"{protocol.name}:{protocol.hash12}"))
 
 
 # --------------------------------------------------------------------------- the data and the weights

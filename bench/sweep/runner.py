@@ -62,7 +62,7 @@ import logging
 import math
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -161,8 +161,10 @@ class Sweep:
         checked = refuse(protocol, data_root=options.data_root, stores=True, storage=options.storage,
                          tracking_uri=options.tracking_uri, results_dir=options.results_dir)
         assert checked.plan is not None and checked.prepared is not None  # refuse() raised otherwise
-        self.plan: Plan = checked.plan
         self.prepared: Prepared = checked.prepared
+        # the records are keyed by the protocol and the data read: changed data are a new version
+        self.protocol = protocol = protocol.with_data(self.prepared.data_fingerprint())
+        self.plan: Plan = replace(checked.plan, protocol=protocol)
         self.storage_url = options.storage or default_storage()
         self.tracking_uri = tracking.resolve_tracking_uri(self.options.tracking_uri)
         self.results = tables.protocol_dir(options.results_dir, protocol.name)
@@ -178,11 +180,12 @@ class Sweep:
         from bench.metrics.geometry import geometry
 
         self.code = {"git_commit": provenance.git_commit(), "git_dirty": provenance.git_dirty()}  # on every record
-        moved = tables.claim_dir(self.results, self.protocol.hash)
+        moved = tables.claim_dir(self.results, self.protocol.hash, self.protocol.data)
         self.fingerprints = self.prepared.fingerprints()
         base_tags = provenance.standard_tags(self.fingerprints["split"], protocol=self.protocol.name,
                                            protocol_hash=self.protocol.hash, train_fingerprint=self.fingerprints["train"],
-                                           test_fingerprint=self.fingerprints["test"])
+                                           test_fingerprint=self.fingerprints["test"],
+                                           data_fingerprint=self.protocol.data)
         self.mlflow = MlflowRecords(self.protocol, self.tracking_uri, base_tags)
         for cell in self._redo_cells():
             self._discard(cell)
@@ -190,6 +193,7 @@ class Sweep:
             "protocol": self.protocol.name, "protocol_hash": self.protocol.hash, "protocol_file": self.protocol.source,
             "protocol_text": self.protocol.text,
             "primary_metric": self.primary, "metrics": self.metrics, "fingerprints": self.fingerprints,
+            "data_fingerprint": self.protocol.data,
             "geometry": geometry(self.protocol.doc["model"]["normalize"]),
             "package_versions": provenance.package_versions(), **self.code, "tracking_uri": redact(self.tracking_uri),
             "storage": redact(self.storage_url), "experiment": f"dmlbench/{self.protocol.name}",
@@ -204,7 +208,7 @@ class Sweep:
                                        self.plan.budget.seeds) for c in self.plan.cells}
         self.cell_runs: dict[str, str] = {}
         if moved:
-            self.line(f"results of another version of {self.protocol.name} moved to {moved}")
+            self.line(f"results of another version of {self.protocol.name} (its protocol or its data) moved to {moved}")
 
     def line(self, text: str) -> None:
         """A status line through the progress bars when running; before them, a record of the `dmlbench`

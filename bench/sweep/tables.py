@@ -268,13 +268,15 @@ def tables(plan: Plan, records: Records, refused: dict[str, str]) -> dict[str, p
 # --------------------------------------------------------------------------- files
 
 
-def claim_dir(results: Path, protocol_hash: str) -> str | None:
+def claim_dir(results: Path, protocol_hash: str, data_fingerprint: str | None = None) -> str | None:
     """Make ``results`` hold this protocol's tables: a directory from another version of the protocol
-    (another hash) is moved aside to ``<name>@<hash12>``, never mixed or overwritten. Returns where it went."""
+    (another hash) or of its data (another data fingerprint, or none recorded) is moved aside to
+    ``<name>@<hash12>``, never mixed or overwritten. Returns where it went."""
     manifest = read_manifest(results)
-    if manifest is None or manifest.get("protocol_hash") == protocol_hash:
+    if manifest is None or (manifest.get("protocol_hash") == protocol_hash
+                            and (data_fingerprint is None or manifest.get("data_fingerprint") == data_fingerprint)):
         return None
-    old = manifest.get("protocol_hash", "unknown")[:12]
+    old = str(manifest.get("protocol_hash", "unknown"))[:12]
     target = results.with_name(f"{results.name}@{old}")
     n = 1
     while target.exists():

@@ -83,6 +83,12 @@ class Prepared:
         self.guard.check(val.classes, f"fold {f} validation")
         return tr, val
 
+    def data_fingerprint(self) -> str:
+        """The content of what training and testing read (`bench.data.fingerprint`): samples and labels."""
+        from bench.data.fingerprint import content_fingerprint
+
+        return content_fingerprint(self.train, self.test, self.lake_runs)
+
     def fingerprints(self) -> dict[str, Any]:
         from bench.data.splits import fingerprint
 

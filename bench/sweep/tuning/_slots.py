@@ -255,4 +255,4 @@ class SlotStudy:
 
 def study_name(protocol: Protocol, cell: Cell, finals: bool = False) -> str:
     """The Optuna study of a cell's tuning (or its final seeds) under this protocol version."""
-    return f"{protocol.name}:{protocol.hash12}:{cell.id}" + (":final" if finals else "")
+    return f"{protocol.name}:{protocol.key12}:{cell.id}" + (":final" if finals else "")
