@@ -97,6 +97,22 @@ def test_list_formats_carry_the_same_rows(capsys: pytest.CaptureFixture[str]) ->
     assert all(f"miner  {m}" in text for m in miners)
 
 
+def test_list_shows_each_methods_default_search_space(capsys: pytest.CaptureFixture[str]) -> None:
+    """What a sweep tunes when a protocol does not say: the entry's search space, in every format."""
+    assert main(["list", "--kind", "loss", "--format", "json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["triplet"]["search_space"] == registry.get("loss", "triplet").search_space
+    assert rows["triplet"]["search_space"]["margin"]["log"] is True
+    assert main(["list", "--kind", "miner", "--format", "csv"]) == 0
+    table = {r["name"]: r for r in csv.DictReader(io.StringIO(capsys.readouterr().out))}
+    assert json.loads(table["semihard"]["search_space"]) == registry.get("miner", "semihard").search_space
+    assert json.loads(table["batch_hard"]["search_space"]) == {}
+    assert main(["list", "--kind", "loss"]) == 0
+    text = capsys.readouterr().out
+    triplet = text.split("loss   triplet(")[1].split("\nloss ")[0]
+    assert "tunes by default: margin float [0.01, 1] log" in triplet
+
+
 def test_plan_json_lists_planned_and_dropped_cells(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", str(SMOKE), "--format", "json"]) == 0
     out, err = capsys.readouterr()

@@ -77,7 +77,8 @@ def test_every_cell_has_the_same_budget(grid_plan):
     assert b.total_iterations == 3 * 2 * 100 + 4 * 100
     assert grid_plan.total_iterations == len(grid_plan.cells) * b.total_iterations
     text = format_plan(grid_plan)
-    rows = [line for line in text.splitlines() if line.startswith("  ") and "+" in line.split()[0]
+    table = text.split("\nsearch spaces")[0]  # the cells table; the search spaces name the cells again
+    rows = [line for line in table.splitlines() if line.startswith("  ") and "+" in line.split()[0]
             and line.split()[0] in {c.id for c in grid_plan.cells}]
     assert len(rows) == len(grid_plan.cells)
     assert {tuple(r.split()[1:7]) for r in rows} == {("3", "2", "100", "4", "1,000", "32,000")}
@@ -228,3 +229,87 @@ def test_a_bf16_estimate_says_the_table_is_fp32_and_whether_this_cpu_has_amx():
     fp32 = parse_protocol(GRID)
     assert fp32.doc["training"]["precision"] == "fp32"
     assert "step time above is fp32's" not in format_plan(plan(fp32), cpuinfo=NO_AMX)
+
+
+def test_the_trunk_is_timed_here_at_the_protocols_shape(grid_plan):
+    """plan(measure=True) times the protocol's trunk on this machine at its batch and image size (no scaling),
+    on the threads asked for; --step-ms overrides it; the estimate's steps follow the timed step."""
+    from bench.plan.measure import channels_of, measure_trunk
+
+    protocol = grid_plan.protocol
+    assert channels_of(protocol.doc) == 1  # Omniglot is stored grey
+    m = measure_trunk(protocol, budget_s=0.5, threads=1, embed_batch=64)
+    assert m.step_s > 0 and 1 <= m.steps <= 7 and m.threads == 1 and m.device == "cpu"
+    assert m.embed_s > 0 and 16 <= m.embed_batch <= 64
+    timed = plan(protocol, measure=True, threads=1)
+    cost = timed.cost
+    assert cost.threads == 1 and cost.ref_batch == 32 and cost.ref_pixels == 28 * 28 and cost.ref_hw == (28, 28)
+    assert cost.step_s[0] == cost.step_s[1] and "measured on this machine" in cost.source
+    flat = plan(protocol, step_s=cost.step_s[0])  # the same step given by hand: the same steps term
+    steps = grid_plan.total_iterations
+    assert timed.estimate.mid_s - timed.sweep_s == pytest.approx(flat.estimate.mid_s - flat.sweep_s, abs=1e-6 * steps
+                                                                  + 60)  # embedding differs, a little
+    assert plan(protocol, step_s=0.1, measure=True).cost.source == "--step-ms"  # given by hand: not timed
+    text = format_plan(timed)
+    assert "measured on this machine: median of" in text and "1 thread(s)" in text
+    assert "assumes: the trunk's training step (fp32" in text and "`run --threads 1`" in text
+    assert "not timed: the loss and miner" in text and "step time above is fp32's" not in text
+    assert "built-in per-trunk table" in format_plan(grid_plan)
+
+
+def test_a_sweeps_fixed_costs_are_counted_once():
+    from bench.plan.cost import SWEEP_FIXED_S
+
+    p = plan(parse_protocol(GRID), step_s=0.01)
+    assert p.sweep_s > SWEEP_FIXED_S  # start-up and stores, plus the floor's evaluations
+    assert p.estimate.mid_s == pytest.approx(p.sweep_s + sum(e.mid_s for e in p.estimates.values()))
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
+def test_a_cuda_protocol_without_cuda_keeps_the_table_and_says_so():
+    from bench.plan.cost import GPU_TRUNK_COSTS
+
+    cuda = parse_protocol(GRID.replace("iterations: 100}", "iterations: 100, device: cuda}"))
+    p = plan(cuda, measure=True)
+    assert p.cost == GPU_TRUNK_COSTS["conv4"] and "no CUDA device" in p.cost_note
+    assert "not measured here: the protocol trains on 'cuda' but no CUDA device" in format_plan(p)
+
+
+def test_plan_command_measures_by_default_and_shows_search_spaces(capsys):
+    import csv
+    import io
+    import json
+
+    smoke = str(REPO / "protocols" / "omniglot-smoke.yaml")
+    assert main(["plan", smoke, "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "measured on this machine: median of" in out and "assumes:" in out
+    section = out.split("search spaces")[1].split("\n\n")[0]
+    assert "  triplet+semihard            loss.margin float [0.01, 1] log; miner.margin float [0.01, 1] log" in section
+    assert "  quadruplet+margohnm         miner.w1 float [0.6, 2]; miner.w2 float [0.1, 0.5]" in section
+    assert "  triplet-fixed+hard          nothing (fixed parameters only)" in section
+    assert main(["plan", smoke, "--no-measure"]) == 0
+    assert "built-in per-trunk table" in capsys.readouterr().out
+    assert main(["plan", smoke, "--no-measure", "--format", "json"]) == 0
+    rows = {r["cell"]: r for r in json.loads(capsys.readouterr().out) if r["status"] == "planned"}
+    assert rows["quadruplet+none"]["search_space"] == {"loss.alpha1": {"type": "float", "low": 0.6, "high": 1.5,
+                                                                       "log": False},
+                                                       "loss.alpha2": {"type": "float", "low": 0.1, "high": 0.5,
+                                                                       "log": False}}
+    assert rows["triplet-fixed+hard"]["search_space"] == {}
+    assert main(["plan", smoke, "--no-measure", "--format", "csv"]) == 0
+    table = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    infonce = next(r for r in table if r["cell"] == "infonce+none")
+    assert json.loads(infonce["search_space"])["loss.temperature"]["log"] is True
+
+
+def test_a_distribution_in_one_line():
+    from bench.plan.space import describe_distribution, describe_space
+
+    assert describe_distribution({"type": "float", "low": 0.01, "high": 1.0, "log": True}) == "float [0.01, 1] log"
+    assert describe_distribution({"type": "int", "low": 1, "high": 8, "step": 2}) == "int [1, 8] step 2"
+    assert describe_distribution({"type": "categorical", "choices": ["all", None, 3]}) == "{all, null, 3}"
+    assert describe_space({}) == "nothing (fixed parameters only)"
+    assert describe_space({"loss.a": {"type": "int", "low": 0, "high": 2}, "miner.b": {"type": "categorical",
+                                                                                        "choices": [1]}}) \
+        == "loss.a int [0, 2]; miner.b {1}"

@@ -1,4 +1,5 @@
-"""`dmlbench list`: every registered name with its parameters, defaults, counterpart and source.
+"""`dmlbench list`: every registered name with its parameters, defaults, default search space, counterpart
+and source.
 
 Installed plugins (entry points) are imported here, so a broken one is one
 line naming it (exit 2); ``--plugin`` files are loaded by the CLI before.
@@ -18,14 +19,12 @@ def rows(kind: str | None = None) -> list[dict[str, Any]]:
     """One row per registry entry (of `kind`, if given), in registry order."""
     from bench import registry
 
-    
-
     out = []
     for entry in registry.entries(kind):
         params = {n: None if d is inspect.Parameter.empty else d for n, d in entry.parameters().items()}
         required = [n for n, d in entry.parameters().items() if d is inspect.Parameter.empty]
         out.append({"kind": entry.kind, "name": entry.name, "pml_backed": entry.pml_backed, "parameters": params,
-                    "required": required, "summary": entry.summary, "counterpart": entry.counterpart or None,
+                    "required": required, "search_space": dict(entry.search_space), "summary": entry.summary, "counterpart": entry.counterpart or None,
                     "needs": list(entry.needs), "source": entry.source, "version": entry.version or None,
                     "source_sha256": entry.source_hash or None,
                     "reference": entry.reference if entry.reference is None or isinstance(entry.reference, str)
@@ -35,12 +34,16 @@ def rows(kind: str | None = None) -> list[dict[str, Any]]:
 
 def text(table: list[dict[str, Any]]) -> str:
     """One line per registry entry (parameters with defaults, required ones bare), then its details."""
+    from bench.plan.space import describe_space
+
     lines = []
     for r in table:
         params = ", ".join(n if n in r["required"] else f"{n}={d!r}" for n, d in r["parameters"].items())
         origin = " [PML]" if r["pml_backed"] else ""
         lines.append(f"{r['kind']:<6} {r['name']}{origin}({params})")
         lines.append(f"       {r['summary']}")
+        if r["search_space"]:
+            lines.append(f"       tunes by default: {describe_space(r['search_space'])}")
         if r["counterpart"]:
             lines.append(f"       counterpart: {r['counterpart']}")
         if r["needs"]:
@@ -58,7 +61,8 @@ def text(table: list[dict[str, Any]]) -> str:
 @format_option
 @quiet_option
 def command(kind: str | None, fmt: str, quiet: bool) -> int:
-    """Every loss, miner and trunk the registry knows, with parameters, defaults, PML counterpart and source.
+    """Every loss, miner and trunk the registry knows, with parameters, defaults, what a sweep tunes by default
+    (a protocol's search_space overrides it per parameter; null drops one), PML counterpart and source.
 
     Any other PML loss or miner is usable as pml:<ClassName> without being listed.
     """

@@ -1,13 +1,16 @@
 """`dmlbench plan FILE`: the cells a protocol expands to, what is dropped and why, and the budget.
 
-Nothing is loaded or trained: this is the look before the sweep, showing
-that every cell gets the same trials and iterations and about how long the
-whole sweep takes on this machine.
+No data is loaded and nothing is trained: this is the look before the
+sweep, showing that every cell gets the same trials and iterations, what
+each cell tunes, and about how long the whole sweep takes on this machine,
+from a few training steps of the protocol's trunk timed here on random
+inputs (`bench.plan.measure`; ``--no-measure`` uses the built-in table).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -16,7 +19,8 @@ from bench.clock import hms
 from bench.commands._output import emit, format_option, quiet_option
 from bench.errors import BenchError
 from bench.plan import NOT_SELECTED
-from bench.plan.cost import DATASET_SIZES, sized_test, trunk_cost
+from bench.plan.cost import DATASET_SIZES, STEP_FIXED_S, SWEEP_FIXED_S, sized_test, trunk_cost
+from bench.plan.space import describe_space
 from bench.protocol.schema import image_hw
 
 if TYPE_CHECKING:
@@ -33,7 +37,7 @@ def rows(p: Plan) -> list[dict[str, Any]]:
                     "iterations_per_run": b.iterations, "seeds": b.seeds, "iterations": b.total_iterations,
                     "samples_max": b.samples_seen, "est_time_s": None if e is None else round(e.mid_s, 1),
                     "method_ms": round(p.method_s[c.id] * 1000, 3) if c.id in p.method_s else None,
-                    "reason": ""})
+                    "search_space": c.search_space, "reason": ""})
     out += [{"cell": d.cell, "status": "dropped", "reason": d.reason} for d in p.dropped]
     return out
 
@@ -48,7 +52,14 @@ def _not_nan(ctx: click.Context, param: click.Parameter, value: float | None) ->
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--step-ms", type=click.FloatRange(min=0, max=3.6e6, min_open=True), default=None, callback=_not_nan,
               help="a training step's time measured on your device (benchmarks/bench_trunk_step.py), "
-                   "at the protocol's batch and image size: replaces the built-in cost table")
+                   "at the protocol's batch and image size: replaces the step timed here (or the built-in table)")
+@click.option("--measure/--no-measure", default=True, show_default=True,
+              help="time a few training steps and embeddings of the protocol's trunk on this machine (a few "
+                   "seconds) for the estimate; --no-measure uses the built-in per-trunk table (one reference "
+                   "machine's figures). A CUDA protocol on a machine without CUDA keeps the table")
+@click.option("--threads", default=None, type=click.IntRange(min=1),
+              help="torch CPU threads to time the trunk on: pass what `run --threads` will get (default: "
+                   "torch's, as `run` without --threads)")
 @click.option("--budget-check", "check_multiple", type=click.IntRange(min=0, max=1000), default=0, show_default=True,
               help="add a budget check at this whole multiple of the budget to the estimate, as `dmlbench "
                    "budget-check --multiple` trains it (0: none)")
@@ -57,10 +68,12 @@ def _not_nan(ctx: click.Context, param: click.Parameter, value: float | None) ->
                    "them to its steps: a method that costs more than the trunk is named")
 @format_option
 @quiet_option
-def command(file: str, step_ms: float | None, check_multiple: int, time_methods: bool, fmt: str, quiet: bool) -> int:
-    """Expand protocol FILE into cells (loss x miner), print dropped pairs, budget and time estimate.
+def command(file: str, step_ms: float | None, measure: bool, threads: int | None, check_multiple: int,
+            time_methods: bool, fmt: str, quiet: bool) -> int:
+    """Expand protocol FILE into cells (loss x miner), print dropped pairs, search spaces, budget and time estimate.
 
-    The estimate is wall time on this machine for a CPU protocol and GPU-hours for a CUDA one."""
+    The estimate is wall time on this machine for a CPU protocol and GPU-hours for a CUDA one, from the
+    protocol's trunk timed here (a few seconds; --no-measure: a built-in table)."""
     from bench.data import check_path
     from bench.data.query_gallery import test_specs
     from bench.plan import plan
@@ -79,7 +92,8 @@ def command(file: str, step_ms: float | None, check_multiple: int, time_methods:
         first = refused[0]
         raise BenchError(f"--time-methods times on the protocol's device: {first.message}" if first.note
                          else first.message)
-    p = plan(protocol, None if step_ms is None else step_ms / 1000, check_multiple, time_methods)
+    p = plan(protocol, None if step_ms is None else step_ms / 1000, check_multiple, time_methods, measure=measure,
+             threads=threads)
     emit(fmt, lambda: format_plan(p), lambda: rows(p))
     return 0
 
@@ -153,6 +167,9 @@ def format_plan(p: Plan, cpuinfo: str | None = None) -> str:
         lines.append(f"  {c.id:<{width}}  {b.trials:>6}  {b.folds:>5}  {b.iterations:>9}  {b.seeds:>5}  "
                      f"{b.total_iterations:>10,}  {b.samples_seen:>12,}  {hms(e.mid_s)}"
                      + (f"  {'-' if method is None else f'{method * 1000:.3g}':>13}" if timed else ""))
+    lines += ["", "search spaces (what each cell's trials tune; [low, high], log: sampled on a log scale, "
+                  "{...}: choices):"]
+    lines += [f"  {c.id:<{width}}  {describe_space(c.search_space)}" for c in p.cells]
     if p.dropped:
         lines += ["", f"dropped ({len(p.dropped)}):"]
         lines += [f"  {d.cell}: {d.reason}" for d in p.dropped if d.reason != NOT_SELECTED]
@@ -166,6 +183,8 @@ def format_plan(p: Plan, cpuinfo: str | None = None) -> str:
     trunk = doc["model"]["trunk"]
     cost = p.cost or trunk_cost(p.protocol)
     note = cost.source or ("" if cost.measured else "not measured: scaled from conv4")
+    if p.cost_note:
+        note = f"{note}; {p.cost_note}" if note else p.cost_note
     step = f"{cost.step_s[0] * 1000:.3g}" + ("" if cost.step_s[0] == cost.step_s[1] else f"-{cost.step_s[1] * 1000:.3g}")
     h, w = cost.ref_hw or (math.isqrt(cost.ref_pixels),) * 2
     basis = (f"{trunk} step {step} ms at {h}x{w}, "
@@ -186,6 +205,7 @@ def format_plan(p: Plan, cpuinfo: str | None = None) -> str:
         f"total: {len(p.cells)} cells, {len(p.cells) * b.trials} trials, {len(p.cells) * b.tuning_runs} tuning runs, "
         f"{len(p.cells) * b.seeds} final runs, {p.total_iterations:,} iterations",
         where.format(check=check) + f"{basis})",
+        _assumptions(p, cost, gpu),
     ]
     if timed:
         lines.append(f"loss+miner: timed here on one thread, random {b.batch_size}-sample batches (early training, "
@@ -195,12 +215,40 @@ def format_plan(p: Plan, cpuinfo: str | None = None) -> str:
         slow = [(c, s) for c, s in p.method_s.items() if s > step_s]
         lines += [f"note: {c}'s loss and miner take {s * 1000:.3g} ms a step, {s / step_s:.1f}x the trunk's "
                   f"{step_s * 1000:.3g} ms: this cell costs more than the others" for c, s in slow]
-    if not gpu and training["precision"] == "bf16" and cost.source != "--step-ms":
+    if not gpu and training["precision"] == "bf16" and cost.source != "--step-ms" and cost.threads is None:
         amx = "has no AMX" if lacks_amx(_cpuinfo() if cpuinfo is None else cpuinfo) else "has AMX or is not x86"
         lines.append(f"note: the step time above is fp32's; bf16 + channels-last measured 2.1-2.5x faster on a "
                      f"CPU with AMX, 1.2x on one without (this CPU {amx}): time a step with "
                      f"benchmarks/bench_precision.py and pass --step-ms")
     return "\n".join(lines)
+
+
+def _assumptions(p: Plan, cost: Any, gpu: bool) -> str:
+    """What the estimate rests on: where the trunk's step comes from, and what was not timed."""
+    training = p.protocol.doc["training"]
+    if cost.threads is not None:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        step = (f"the trunk's training step ({training['precision']}"
+                f"{', channels-last' if _channels_last(training) else ''}, forward + backward + "
+                f"{training['optimizer']} step) and its embedding (no gradient) as timed here just now on random "
+                + ("inputs; " if gpu else
+                   f"inputs on {cost.threads} CPU thread(s) (pass `run --threads {cost.threads}` to match), with "
+                   f"this machine's load then ({load:.1f} on {os.cpu_count()} cores): a busier machine is slower; "))
+    elif cost.source == "--step-ms":
+        step = "the step time given (--step-ms), an embedding scaled from the table; "
+    else:
+        step = ("the built-in per-trunk table (one reference machine's figures, scaled to this batch and image "
+                "size: 2-3x off on another machine; `dmlbench plan` without --no-measure times it here); ")
+    method = "timed above" if p.method_s else f"{STEP_FIXED_S * 1000:g} ms a step; --time-methods times them"
+    return (f"assumes: {step}not timed: the loss and miner ({method}), reading the data a step (in memory: "
+            f"nothing), the metrics (fixed per-pair and k-means figures), the records (MLflow, Optuna: "
+            f"fixed figures a run), and once a sweep {SWEEP_FIXED_S:g} s of start-up, data loading and opening "
+            f"the stores, plus the floor")
+
+
+def _channels_last(training: dict[str, Any]) -> bool:
+    setting = training.get("channels_last")
+    return training["precision"] != "fp32" if setting is None else bool(setting)
 
 
 def _augment_text(augment: dict[str, Any] | None) -> str:

@@ -1,21 +1,28 @@
 """How long a plan takes: per-trunk step costs, dataset sizes, and the estimate of one cell.
 
-The estimate uses the per-trunk costs in `TRUNK_COSTS`, measured on this
+`dmlbench plan` times the protocol's trunk on this machine (`bench.plan.measure`:
+a training step at the protocol's batch, image size and precision, and an
+embedded image) and the estimate uses that (`measured_cost`). Without it
+(``--no-measure``, or a CUDA protocol on a machine without CUDA) the estimate
+falls back on the per-trunk costs in `TRUNK_COSTS`, measured on this
 project's reference machine (2 CPU cores), or `GPU_TRUNK_COSTS` for a
 protocol that trains on CUDA (then it is GPU-hours), scaled by batch size
-and pixels; a step time measured on one's own device (`--step-ms`, from
-`benchmarks/bench_trunk_step.py`) replaces the table. It is an estimate to
-decide whether a sweep fits an afternoon or a GPU allocation, not a promise.
+and pixels: one machine's figures, 2-3x off on another. A step time given by
+hand (`--step-ms`) replaces both. It is an estimate to decide whether a
+sweep fits an afternoon or a GPU allocation, not a promise.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench import registry
 from bench.plan.types import Budget, Cell, Estimate, TrunkCost
 from bench.protocol import Protocol
 from bench.protocol.schema import image_hw
+
+if TYPE_CHECKING:
+    from bench.plan.measure import Measured
 
 # One place for the machine's speed. conv4 and mlp are measured here (Conv-4 at
 # 28x28, batch 128: 75-135 ms a step; MLP on 784-d: 2-4 ms; embedding Omniglot's
@@ -72,6 +79,11 @@ DATASET_SIZES: dict[str, tuple[int, float]] = {  # spec -> (classes, images per 
     "market1501:gallery": (752, 19732 / 752),  # 750 test identities, distractors (0) and junk (-1)
 }
 OVERHEAD_S_PER_RUN = 0.4  # MLflow and Optuna records per training run (SQLite)
+# Once a sweep, whatever its cells: starting Python and importing torch, Optuna and MLflow (3-6 s here),
+# the preflight reading the data (4 s for Omniglot), creating the MLflow and Optuna databases (3-7 s), and at
+# the end the floor and the tables. Measured on omniglot-smoke: 19 s before the first trial, 30 s outside
+# the cells in all, on a loaded 2-core machine. The floor's evaluations are added by `sweep_overhead_s`.
+SWEEP_FIXED_S = 20.0
 STEP_FIXED_S = 0.005  # per step whatever the batch: optimiser, loss and miner calls (measured: small batches)
 # Metrics on N embeddings (measured here, 64-d): retrieval is O(N^2), 2.1 s at
 # N = 13,180; k-means for NMI/AMI is O(N x classes x iterations), 85 s at
@@ -123,6 +135,17 @@ def trunk_cost(protocol: Protocol, step_s: float | None = None) -> TrunkCost:
     return TrunkCost((step_s, step_s), embed_s, ref_batch=batch, ref_pixels=h * w, ref_hw=(h, w), source="--step-ms")
 
 
+def measured_cost(protocol: Protocol, m: Measured) -> TrunkCost:
+    """A cost entry made of the trunk timed here (`bench.plan.measure.measure_trunk`), at the protocol's
+    batch and image size: no scaling, no range."""
+    doc = protocol.doc
+    h, w = image_hw(doc["data"]["image_size"])
+    batch = doc["training"]["P"] * doc["training"]["K"]
+    where = "on this machine" if m.device == "cpu" else f"on {m.device} here"
+    return TrunkCost((m.step_s, m.step_s), m.embed_s, ref_batch=batch, ref_pixels=h * w, ref_hw=(h, w),
+                     source=f"measured {where}: median of {m.steps} steps, {m.threads} thread(s)", threads=m.threads)
+
+
 def estimate_cell(protocol: Protocol, cell: Cell, budget: Budget, cost: TrunkCost | None = None,
                   check_multiple: float = 0, method_s: float = 0.0) -> Estimate:
     """Seconds for one cell: training steps, evaluations (validation, pruning checks, test) and records.
@@ -136,7 +159,6 @@ def estimate_cell(protocol: Protocol, cell: Cell, budget: Budget, cost: TrunkCos
     scale = (budget.batch_size / cost.ref_batch) * (pixels / cost.ref_pixels)
     embed_one = cost.embed_s * pixels / cost.ref_pixels
     _, train_images = dataset_size(doc["data"]["train"], doc["data"]["train_classes"])
-    test_classes, test_images = dataset_size(sized_test(doc["data"]["test"]), doc["data"]["test_classes"])
     folds = doc["data"]["validation"]["folds"]
     val_images = train_images / folds
     per_step_extra = _miner_step_extra(cell, train_images * (folds - 1) / folds, embed_one) + method_s
@@ -144,10 +166,7 @@ def estimate_cell(protocol: Protocol, cell: Cell, budget: Budget, cost: TrunkCos
     checks = 0 if pruner["type"] == "none" else budget.iterations // pruner["check_every"]
     one_val = val_images * embed_one + _metrics_s(val_images, 0, clustering=False)
     tuning_eval = budget.tuning_runs * (1 + checks) * one_val
-    metrics = doc["evaluation"]["metrics"]
-    lake = LAKE_IMAGES if "lake_accuracy" in metrics else 0
-    clustering = "nmi" in metrics or "ami" in metrics
-    final_eval = budget.seeds * ((test_images + lake) * embed_one + _metrics_s(test_images, test_classes, clustering))
+    final_eval = budget.seeds * _test_eval_s(protocol, cost)
     fixed = tuning_eval + final_eval + (budget.tuning_runs + budget.seeds + budget.trials + 1) * OVERHEAD_S_PER_RUN
     steps = budget.total_iterations + check_multiple * budget.final_iterations
     if check_multiple:
@@ -155,6 +174,24 @@ def estimate_cell(protocol: Protocol, cell: Cell, budget: Budget, cost: TrunkCos
     low = steps * (cost.step_s[0] * scale + STEP_FIXED_S + per_step_extra) + fixed
     high = steps * (cost.step_s[1] * scale + STEP_FIXED_S + per_step_extra) + fixed
     return Estimate(low, high, cost.measured)
+
+
+def sweep_overhead_s(protocol: Protocol, budget: Budget, cost: TrunkCost | None = None) -> float:
+    """Seconds a sweep spends outside its cells: start-up, reading the data, opening the stores
+    (`SWEEP_FIXED_S`), and the floor (the untrained trunk scored like a final seed, once per seed)."""
+    return SWEEP_FIXED_S + budget.seeds * (_test_eval_s(protocol, cost or trunk_cost(protocol)) + OVERHEAD_S_PER_RUN)
+
+
+def _test_eval_s(protocol: Protocol, cost: TrunkCost) -> float:
+    """One evaluation on the test side: embedding it (and Lake's runs) and its metrics."""
+    doc = protocol.doc
+    h, w = image_hw(doc["data"]["image_size"])
+    embed_one = cost.embed_s * h * w / cost.ref_pixels
+    test_classes, test_images = dataset_size(sized_test(doc["data"]["test"]), doc["data"]["test_classes"])
+    metrics = doc["evaluation"]["metrics"]
+    lake = LAKE_IMAGES if "lake_accuracy" in metrics else 0
+    clustering = "nmi" in metrics or "ami" in metrics
+    return (test_images + lake) * embed_one + _metrics_s(test_images, test_classes, clustering)
 
 
 def _miner_step_extra(cell: Cell, train_images: float, embed_one: float) -> float:

@@ -16,7 +16,7 @@ from typing import Any
 
 from bench import registry
 from bench.errors import BenchError
-from bench.plan.cost import estimate_cell, trunk_cost
+from bench.plan.cost import dataset_size, estimate_cell, measured_cost, sized_test, sweep_overhead_s, trunk_cost
 from bench.plan.types import Budget, Cell, Dropped, Plan
 from bench.protocol import NO_MINER, Protocol
 from bench.protocol.load import method_params
@@ -25,12 +25,15 @@ NOT_SELECTED = "not selected by the protocol (the loss's `miners` list)"
 
 
 def plan(protocol: Protocol, step_s: float | None = None, check_multiple: float = 0,
-         time_methods: bool = False) -> Plan:
+         time_methods: bool = False, measure: bool = False, threads: int | None = None) -> Plan:
     """Cells (loss x miner) in grid order, dropped pairs with their reasons, one budget for all.
 
     ``step_s`` is a training step time measured on one's own device (it replaces the cost table);
     ``check_multiple`` adds a budget check at that multiple to the time estimate; ``time_methods``
-    times each cell's loss and miner (`bench.plan.method_cost`) and adds them to its steps."""
+    times each cell's loss and miner (`bench.plan.method_cost`) and adds them to its steps; ``measure``
+    times the protocol's trunk here (`bench.plan.measure`, a few seconds, on ``threads`` CPU threads) in
+    place of the cost table, unless ``step_s`` is given or the protocol's device is not on this machine
+    (then the table stays and ``Plan.cost_note`` says why)."""
     doc = protocol.doc
     grid = doc["grid"]
     cells: list[Cell] = []
@@ -56,7 +59,17 @@ def plan(protocol: Protocol, step_s: float | None = None, check_multiple: float 
     training, validation = doc["training"], doc["data"]["validation"]
     budget = Budget(trials=doc["tuning"]["trials"], folds=validation["use"], iterations=training["iterations"],
                     batch_size=training["P"] * training["K"], seeds=len(doc["final"]["seeds"]))
-    cost = trunk_cost(protocol, step_s)
+    cost, cost_note = trunk_cost(protocol, step_s), ""
+    if measure and step_s is None:
+        from bench.plan.measure import EMBED_BATCH, measure_trunk, unavailable  # torch: only when measuring
+
+        why = unavailable(protocol)
+        if why:
+            cost_note = f"not measured here: the protocol trains on {why}"
+        else:
+            _, test_images = dataset_size(sized_test(doc["data"]["test"]), doc["data"]["test_classes"])
+            batch = min(EMBED_BATCH, int(test_images)) if test_images else EMBED_BATCH  # what the test embeds in
+            cost = measured_cost(protocol, measure_trunk(protocol, threads=threads, embed_batch=batch))
     method_s: dict[str, float] = {}
     if time_methods:
         from bench.plan.method_cost import time_cells  # imports torch: only when timing is asked for
@@ -64,7 +77,8 @@ def plan(protocol: Protocol, step_s: float | None = None, check_multiple: float 
         method_s = time_cells(protocol, tuple(cells))
     estimates = {c.id: estimate_cell(protocol, c, budget, cost, check_multiple, method_s.get(c.id, 0.0))
                  for c in cells}
-    return Plan(protocol, tuple(cells), tuple(dropped), budget, estimates, cost, check_multiple, method_s)
+    return Plan(protocol, tuple(cells), tuple(dropped), budget, estimates, cost, check_multiple, method_s,
+                cost_note, sweep_overhead_s(protocol, budget, cost))
 
 
 def _cell(cell_id: str, loss_entry: registry.Entry, loss_item: dict[str, Any],

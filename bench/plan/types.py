@@ -23,6 +23,7 @@ class TrunkCost:
     ref_hw: tuple[int, int] | None = None  # the measured image's height and width, when not square
     measured: bool = True
     source: str = ""  # where the figure comes from, printed beside the estimate
+    threads: int | None = None  # CPU threads it was timed on here (None: not timed here)
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,8 @@ class Plan:
     cost: TrunkCost | None = None  # the trunk cost the estimates used
     check_multiple: float = 0  # a budget check at this multiple is in the estimates (0: none)
     method_s: dict[str, float] = field(default_factory=dict)  # timed loss + miner seconds a step, per cell id
+    cost_note: str = ""  # why the trunk was not timed here when that was asked for (e.g. no CUDA device)
+    sweep_s: float = 0.0  # once a sweep, outside every cell: start-up, data, stores, the floor (in `estimate`)
 
     @property
     def total_iterations(self) -> int:
@@ -116,7 +119,7 @@ class Plan:
     @property
     def estimate(self) -> Estimate:
         values = list(self.estimates.values())
-        return Estimate(sum(e.low_s for e in values), sum(e.high_s for e in values),
+        return Estimate(self.sweep_s + sum(e.low_s for e in values), self.sweep_s + sum(e.high_s for e in values),
                         all(e.measured for e in values))
 
     def cell(self, cell_id: str) -> Cell:

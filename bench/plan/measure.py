@@ -1,0 +1,180 @@
+"""The protocol's trunk timed on this machine: a training step, and an embedded image.
+
+The cost table (`bench.plan.cost.TRUNK_COSTS`) holds one machine's figures
+at one batch and image size, scaled to the protocol's; that made `plan`
+2.2-3.3x optimistic on a machine other than the one it was measured on, and
+it knows nothing of the threads a run is given. `measure_trunk` therefore
+builds the protocol's trunk (`bench.trunks.trunk_from`, random weights: a
+pretrained file changes no time) and times, on random inputs of the
+protocol's shape (P x K images, its image size and channels), what training
+does a step: the forward in the protocol's precision and memory format, a
+backward, an optimiser step. One or two warm-up steps, then the median of a
+few, their number capped by ``budget_s``. It also times the no-gradient
+forward that evaluation embeds with, per image at evaluation's batch size
+(or the largest batch that fits the budget, for a big trunk on a CPU).
+
+What is not timed here: the loss and miner (a small fixed term a step, or
+`bench.plan.method_cost` with ``--time-methods``), reading the data, and the
+metrics (`bench.plan.cost`'s per-pair and k-means figures).
+"""
+
+from __future__ import annotations
+
+import inspect
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from bench.evaluation import embed
+from bench.protocol import Protocol
+from bench.protocol.schema import image_hw
+from bench.training import OPTIMIZERS, TrainConfig, use_channels_last
+
+__all__ = ["EMBED_BATCH", "Measured", "channels_of", "measure_trunk", "unavailable"]
+
+EMBED_BATCH: int = inspect.signature(embed).parameters["batch_size"].default  # what evaluation embeds with
+GREY_DATASETS = ("omniglot", "fashion-mnist", "mnist")  # named datasets stored with one channel
+MAX_STEPS = 7  # timed steps at most; fewer when a step is slow (the budget caps them)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A training step's median seconds and an embedded image's seconds, as timed here, and how."""
+
+    step_s: float
+    steps: int  # timed steps (after the warm-up) the median is of
+    embed_s: float  # per image, no gradient, eval mode
+    embed_batch: int  # the batch it was timed at
+    threads: int
+    device: str
+
+
+def channels_of(doc: dict[str, Any]) -> int:
+    """The channels the trunk sees: ``data.channels``, else 1 for the grey named datasets, else 3 (RGB)."""
+    channels = doc["data"].get("channels")
+    if channels is not None:
+        return int(channels)
+    name = str(doc["data"]["train"]).split(":", 1)[0]
+    return 1 if name in GREY_DATASETS else 3
+
+
+def unavailable(protocol: Protocol) -> str | None:
+    """Why the protocol's device cannot be timed on here (None: it can)."""
+    from bench.devices import device_problem
+
+    return device_problem(str(protocol.doc["training"]["device"]))
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def _optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
+    """The protocol's optimiser (the same update cost as training's `bench.training` builds)."""
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    if name == "rmsprop":
+        return torch.optim.RMSprop(params, lr=lr)
+    return torch.optim.SGD(params, lr=lr, momentum=0.9)
+
+
+def measure_trunk(protocol: Protocol, budget_s: float = 3.0, threads: int | None = None,
+                  embed_batch: int = EMBED_BATCH) -> Measured:
+    """Time the protocol's trunk here: training steps for up to about ``budget_s`` seconds, then embedding
+    for up to about half that (each at least once after a warm-up). ``threads``: torch CPU threads while
+    timing (None: as set now, what `run` uses without ``--threads``); ``embed_batch``: the batch evaluation
+    embeds in (`EMBED_BATCH`, or the whole test set when it is smaller)."""
+    doc = protocol.doc
+    model, training = doc["model"], doc["training"]
+    assert training["optimizer"] in OPTIMIZERS
+    device = torch.device(str(training["device"]))
+    h, w = image_hw(doc["data"]["image_size"])
+    in_shape = (channels_of(doc), h, w)
+    batch = training["P"] * training["K"]
+    config = TrainConfig(precision=training["precision"], channels_last=training["channels_last"],
+                         device=str(device))
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        used = torch.get_num_threads()
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # every RNG left as it was
+            torch.manual_seed(0)
+            step_s, steps, trunk = _time_steps(model, training, config, in_shape, batch, device, budget_s)
+            embed_s, timed_batch = _time_embedding(trunk, in_shape, device, budget_s / 2,
+                                                   max(1, min(embed_batch, EMBED_BATCH)))
+    finally:
+        torch.set_num_threads(before)
+    return Measured(step_s, steps, embed_s, timed_batch, used, str(device))
+
+
+def _time_steps(model: dict[str, Any], training: dict[str, Any], config: TrainConfig, in_shape: tuple[int, ...],
+                batch: int, device: torch.device, budget_s: float) -> tuple[float, int, torch.nn.Module]:
+    from bench.trunks import trunk_from
+
+    trunk = trunk_from(model["trunk"], in_shape, model["embedding_dim"], dict(model["trunk_params"]),
+                       None, bool(model.get("freeze_bn", False))).to(device)
+    x = torch.randn(batch, *in_shape, device=device)
+    channels_last = use_channels_last(config, x)
+    if channels_last:
+        trunk = trunk.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    optimizer = _optimizer(training["optimizer"], trunk.parameters(), float(training["lr"]))
+    autocast = (torch.autocast(device.type, dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[config.precision])
+                if config.precision != "fp32" else None)
+    trunk.train()
+
+    def step() -> float:
+        _sync(device)
+        start = time.perf_counter()
+        if autocast is None:
+            emb = trunk(x)
+        else:
+            with autocast:
+                emb = trunk(x)
+        loss = emb.float().pow(2).mean()  # the loss proper is the method's, timed elsewhere
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        _sync(device)
+        return time.perf_counter() - start
+
+    began = time.perf_counter()
+    step()  # warm-up: allocations, kernel selection, lazy initialisation
+    if time.perf_counter() - began < budget_s / 4:
+        step()  # a second one where steps are cheap: the first is often far slower than the rest
+    times: list[float] = []
+    while not times or (len(times) < MAX_STEPS and time.perf_counter() - began < budget_s):
+        times.append(step())
+    return statistics.median(times), len(times), trunk
+
+
+def _time_embedding(trunk: torch.nn.Module, in_shape: tuple[int, ...], device: torch.device,
+                    budget_s: float, target: int) -> tuple[float, int]:
+    """Seconds per image of a no-gradient forward in eval mode at batch ``target``, or at the largest batch
+    (growing 4x from 16) whose timing fits ``budget_s``, as `bench.evaluation.embed` runs it."""
+    trunk.eval()
+    began = time.perf_counter()
+    size, per_image = min(16, target), 0.0
+    with torch.no_grad():
+        while True:
+            x = torch.randn(size, *in_shape, device=device)
+            times = []
+            for _ in range(3):  # the first of each size warms it up
+                _sync(device)
+                start = time.perf_counter()
+                trunk(x)
+                _sync(device)
+                times.append(time.perf_counter() - start)
+            per_image = min(times[1:]) / size  # the less disturbed of two, on a shared machine
+            bigger = min(size * 4, target)
+            left = budget_s - (time.perf_counter() - began)
+            if size == target or 3 * per_image * bigger > left:
+                return per_image, size
+            size = bigger
