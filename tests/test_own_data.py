@@ -291,6 +291,33 @@ def test_train_takes_class_lists_split_and_threads(tmp_path: Path, capsys: pytes
     assert "same dataset" in capsys.readouterr().err
 
 
+def test_train_prints_and_records_the_untrained_floor_beside_its_score(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """The floor is the same seed's initial trunk scored the same way: it does not depend on training."""
+    from mlflow.tracking import MlflowClient
+
+    pool = write_folder(tmp_path / "faces", ["ann", "bob", "cid", "dan", "eve", "fay"])
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    common = ["train", "--data", f"folder:{pool}", "--split", "0.5", "--trunk", "mlp", "--embedding-dim", "8",
+              "--size", "8", "--loss", "contrastive", "--P", "2", "--K", "2", "--iterations", "3", "--threads", "1",
+              "--tracking-uri", uri, "--quiet"]
+    assert main([*common, "--format", "json", "--lr", "0.5"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert main([*common, "--format", "json", "--lr", "1e-6"]) == 0
+    two = json.loads(capsys.readouterr().out)
+    assert set(one["floor"]) == set(one["metrics"]) and one["floor"] == two["floor"]
+    assert one["metrics"] != two["metrics"]
+    assert main([*common]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[0].split() == ["metric", "trained", "floor"]
+    row = next(line.split() for line in text if line.startswith("precision_at_1"))
+    assert row[2] == f"{one['floor']['precision_at_1']:.4f}"
+    client = MlflowClient(tracking_uri=uri)
+    run = client.get_run(one["run_id"])
+    assert run.data.metrics["floor_precision_at_1"] == pytest.approx(one["floor"]["precision_at_1"])
+    assert run.data.metrics["precision_at_1"] == pytest.approx(one["metrics"]["precision_at_1"])
+
+
 # --------------------------------------------------------------------------- end to end
 
 
