@@ -211,6 +211,40 @@ def test_plan_and_validate_refuse_a_missing_path(tmp_path: Path, capsys: pytest.
     assert "is a folder, expected an .npz file" in capsys.readouterr().err
 
 
+def test_relative_paths_in_a_protocol_file_are_relative_to_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """data specs and a model.pretrained path resolve against the protocol's folder, not the working
+    directory; the hash covers them as written, so a copy of the folder elsewhere keeps it."""
+    from bench.protocol import load_protocol
+
+    project = tmp_path / "project"
+    write_folder(project / "imgs", ["a", "b", "c", "d"])
+    (project / "data").mkdir()
+    write_npz(project / "data" / "x.npz", 4)
+    data = "  train: folder:imgs\n  test: npz:data/x.npz\n  train_classes: [a, b, c]\n  test_classes: [0, 1, 2]"
+    path = protocol_file(project, data)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    protocol = load_protocol(path)
+    assert protocol.doc["data"]["train"] == f"folder:{project / 'imgs'}"
+    assert protocol.doc["data"]["test"] == f"npz:{project / 'data' / 'x.npz'}"
+    assert main(["plan", str(path)]) == 0, capsys.readouterr().err  # the data is found from another folder
+    capsys.readouterr()
+    text = path.read_text().replace("  image_size: 8", "  image_size: 8\n  # moved")
+    moved = tmp_path / "copy" / "p.yaml"
+    moved.parent.mkdir()
+    moved.write_text(path.read_text())
+    assert load_protocol(moved).hash == protocol.hash  # the path as written is hashed
+    assert load_protocol(moved).doc["data"]["train"] == f"folder:{moved.parent / 'imgs'}"
+    assert parse_protocol(text).doc["data"]["train"] == f"folder:{elsewhere / 'imgs'}"  # text: the working dir
+    assert main(["plan", str(moved)]) == 2
+    assert f"{moved.parent / 'imgs'} does not exist" in capsys.readouterr().err  # the absolute path looked at
+    weights = path.read_text().replace("normalize: true}", "normalize: true, pretrained: w/trunk.pt}")
+    (project / "w.yaml").write_text(weights)
+    assert load_protocol(project / "w.yaml").doc["model"]["pretrained"] == str(project / "w" / "trunk.pt")
+
+
 def test_plan_describes_a_pool_split(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pool = write_folder(tmp_path / "faces", [f"s{i}" for i in range(4)])
     path = protocol_file(tmp_path, f"  pool: folder:{pool}\n  split: {{test_classes: 0.5, seed: 2}}")
