@@ -11,7 +11,9 @@ two explicit ways only:
 * a module or ``.py`` file named on the command line, ``dmlbench --plugin
   mymodule ...``, imported before the command runs.
 
-Both run `bench.registry.register` decorators; while they import, the
+Both run `bench.registry.register` decorators, or an entry point names the
+class itself (`bench.registry.get` takes it under the entry point's name,
+its tuple kind from its ``tuples`` class attribute); while they import, the
 origin (package and version, or file) is held here so that the entries
 they register carry it, and with it the sha256 of their module's file, which
 every run records and a protocol using them folds into its hash.
@@ -75,6 +77,11 @@ def file_sha256(obj: Any) -> str:
 def entry_points(kind: str) -> dict[str, metadata.EntryPoint]:
     """The installed entry points of one kind, by name (read afresh: a package installed meanwhile counts)."""
     return {ep.name: ep for ep in metadata.entry_points(group=GROUPS[kind])}
+
+
+def entry_point_package(ep: metadata.EntryPoint) -> tuple[str, str]:
+    """The name and version of the package that declares ``ep``."""
+    return _dist(ep)
 
 
 def _dist(ep: metadata.EntryPoint) -> tuple[str, str]:

@@ -213,6 +213,8 @@ _BY_KEY = {(e.kind, e.name): e for e in ENTRIES}
 
 
 KINDS = ("loss", "miner", "trunk")
+TUPLE_KINDS = ("pairs", "triplets", "quadruplets", "npair", "proxy")  # what `tuples` may say (COMPATIBLE below)
+TUPLES_ATTRIBUTE = "tuples"  # the class attribute an entry-point loss or miner without `register` declares them in
 _REGISTERED: dict[tuple[str, str], Entry] = {}  # entries from `register` (plugins), by (kind, name)
 _PLUGIN_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")  # no ":" ("pml:" is PML's); safe in an MLflow tag key
 
@@ -226,6 +228,10 @@ def register(kind: str, name: str, *, tuples: str = "", summary: str = "", count
     """Add a loss, miner or trunk to the registry without editing bench/: decorate its class or factory.
 
     The fields are those of `Entry` (what the planner and validator need);
+    ``tuples`` is what a loss consumes or a miner produces (`TUPLE_KINDS`): a
+    loss that ignores ``indices_tuple`` (learns from the labels alone, as a
+    proxy loss does) declares ``"proxy"``, which `incompatibility` pairs with
+    no miner, so it runs only with ``none``;
     the class must be importable by its module and name, which an installed
     package or a ``--plugin`` file is. A name taken by another entry is refused.
     """
@@ -234,7 +240,7 @@ def register(kind: str, name: str, *, tuples: str = "", summary: str = "", count
     if not isinstance(name, str) or not _PLUGIN_NAME.match(name):
         raise BenchError(f"register: {kind} name {name!r} must be a letter then letters, digits, '_', '.' or '-'")
     if kind != "trunk" and not tuples:
-        raise BenchError(f"register: {kind} {name!r} must declare tuples= (pairs, triplets, quadruplets, npair, proxy)")
+        raise BenchError(f"register: {kind} {name!r} must declare tuples= ({', '.join(TUPLE_KINDS)})")
 
     def decorate(obj: Any) -> Any:
         from bench import plugins
@@ -323,15 +329,58 @@ def get(kind: str, name: str) -> Entry:
 
     ep = plugins.entry_points(kind).get(name) if kind in plugins.GROUPS else None
     if ep is not None:
-        plugins.load_entry_point(kind, ep)
+        obj = plugins.load_entry_point(kind, ep)
         entry = _REGISTERED.get((kind, name))
         if entry is None:
-            raise BenchError(f"plugin {ep.value!r} ({plugins.GROUPS[kind]} entry point {name!r}) registers no "
-                             f"{kind} named {name!r}: decorate it with bench.registry.register({kind!r}, {name!r}, ...)")
+            entry = _entry_point_entry(kind, name, ep, obj)
+            _REGISTERED[(kind, name)] = entry
         return entry
     dynamic = "timm:<timm model name>" if kind == "trunk" else "pml:<PML class name>"
     raise BenchError(f"unknown {kind} {name!r}: expected one of {', '.join(names(kind))}, or {dynamic} "
                      "(a plugin's name needs its package installed or `dmlbench --plugin FILE` before the command)")
+
+
+
+
+def _entry_point_entry(kind: str, name: str, ep: Any, obj: Any) -> Entry:
+    """The entry of an installed entry point that names its class (or factory) itself, without `register`.
+
+    As with pytest's or MLflow's entry points, the object named is the
+    method, under the entry point's name; its parameters come from its
+    signature (``num_classes``/``embedding_size`` are supplied at build time,
+    as for PML's classes). What a signature cannot say: a loss's or miner's
+    tuple kind, read from its class attribute ``tuples`` (refused, in one
+    line saying what to add, when absent); a search space, tuples' sizes and
+    the rest stay with `register`.
+    """
+    from bench import plugins
+
+    where = f"plugin {ep.value!r} ({plugins.GROUPS[kind]} entry point {name!r})"
+    if not _PLUGIN_NAME.match(name):
+        raise BenchError(f"{where}: the name {name!r} must be a letter then letters, digits, '_', '.' or '-'")
+    if not callable(obj):
+        raise BenchError(f"{where} names a {type(obj).__name__}, not a {kind} class: name the class, or "
+                         f"decorate it with bench.registry.register({kind!r}, {name!r}, ...)")
+    tuples = ""
+    if kind != "trunk":
+        tuples = getattr(obj, TUPLES_ATTRIBUTE, "")
+        verb = "consumes" if kind == "loss" else "produces"
+        if not tuples:
+            raise BenchError(f"{where}: say which tuples the {kind} {verb}: add a class attribute "
+                             f"{TUPLES_ATTRIBUTE} = \"pairs\" (or {', '.join(TUPLE_KINDS[1:])}) to {ep.attr}, or "
+                             f"decorate it with bench.registry.register({kind!r}, {name!r}, tuples=...)")
+        if tuples not in TUPLE_KINDS:
+            raise BenchError(f"{where}: {ep.attr}.{TUPLES_ATTRIBUTE} is {tuples!r}: expected one of "
+                             f"{', '.join(TUPLE_KINDS)}")
+    try:
+        taken = inspect.signature(obj).parameters
+    except (TypeError, ValueError):
+        taken = {}  # type: ignore[assignment]
+    needs = tuple(n for n in ("num_classes", "embedding_size") if kind != "trunk" and n in taken)
+    package, version = plugins.entry_point_package(ep)
+    summary = (getattr(obj, "__doc__", None) or "").strip().split("\n")[0]
+    return Entry(name, kind, f"{ep.module}:{ep.attr}", summary, "", str(tuples), needs=needs,
+                 source=f"entry point {package}", version=version, source_hash=plugins.file_sha256(obj))
 
 
 def _pml_entry(kind: str, name: str) -> Entry:
@@ -432,7 +481,8 @@ def incompatibility(loss: Entry, miner: Entry | None) -> str | None:
 
 # why a loss that consumes these tuples cannot use a miner's other tuples (`incompatibility`)
 _REFUSAL = {
-    "proxy": "{loss} is a proxy loss: it learns class proxies from labels, so {miner}'s {produces} would be ignored",
+    "proxy": "{loss} learns from labels alone (tuples 'proxy': a proxy loss, or any loss that ignores mined "
+             "tuples), so {miner}'s {produces} would be ignored",
     "npair": "{loss} takes one positive pair per class (N-pair batches); {miner} produces {produces}",
     "quadruplets": "{loss} needs quadruplets; {miner} produces {produces} (use a quadruplet-capable miner)",
 }

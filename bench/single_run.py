@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bench.errors import BenchError
@@ -24,11 +24,24 @@ DEFAULT_TEST = "omniglot:evaluation"
 
 @dataclass(frozen=True)
 class SingleRun:
-    """What one run produced: its test metrics and where MLflow recorded it."""
+    """What one run produced: its test metrics, the untrained trunk's (`floor`), and where MLflow recorded it."""
 
     metrics: dict[str, float]
     run_id: str
     tracking_uri: str
+    floor: dict[str, float] = field(default_factory=dict)  # metric -> the untrained trunk's score
+
+
+def initial_trunk(config: TrainConfig, in_shape: tuple[int, ...]) -> Any:
+    """The trunk `bench.training.train` starts from with this config's seed (its own seeding, then the same
+    build), in eval mode: what the run's floor scores, as `bench.sweep.floor` does for a protocol."""
+    from bench.training import seed_everything
+    from bench.trunks import trunk_from
+
+    seed_everything(config.seed)
+    trunk = trunk_from(config.trunk, in_shape, config.embedding_dim, config.trunk_params, config.pretrained,
+                       config.freeze_bn)
+    return trunk.to(config.device).eval()
 
 
 def check_config(config: TrainConfig, size: int | None = None) -> None:
@@ -171,9 +184,13 @@ def train_and_evaluate(config: TrainConfig, train_spec: str = DEFAULT_TRAIN, tes
         normalize = trained_normalized(config)
         metrics = evaluate(result.model, test_data, lake_runs=lake_runs, device=config.device, seed=config.seed,
                            normalize=normalize)
+        # the floor: the same seed's initial trunk, scored by the same call on the same test data
+        floor = evaluate(initial_trunk(config, tuple(train_data.x.shape[1:])), test_data, lake_runs=lake_runs,
+                         device=config.device, seed=config.seed, normalize=normalize)
         writer.log(run_id, params={"geometry": geometry(normalize)},
-                   metrics={**metrics, "final_loss": result.final_loss, "wall_time_s": result.wall_time_s,
+                   metrics={**metrics, **{f"floor_{k}": v for k, v in floor.items()},
+                            "final_loss": result.final_loss, "wall_time_s": result.wall_time_s,
                             "samples_seen": result.samples_seen, "iterations": result.iterations})
         if result.reason:
             writer.log(run_id, params={"train_note": result.reason})
-    return SingleRun(metrics, run_id, uri)
+    return SingleRun(metrics, run_id, uri, floor)

@@ -300,6 +300,38 @@ def test_folder_corrupt_image_is_named(tmp_path: Path) -> None:
         load(f"folder:{tmp_path}")
 
 
+def test_folder_skips_and_counts_files_that_are_not_images_by_extension(tmp_path: Path, caplog) -> None:
+    """One rule: no image extension -> skipped and counted (one notice); hidden -> skipped; an image
+    extension that does not decode -> an error naming the file."""
+    for c in "ab":
+        _write(tmp_path / c / "0.png", np.zeros((5, 5), np.uint8), "L", "PNG")
+        _write(tmp_path / c / "1.JPG", np.zeros((5, 5), np.uint8), "L", "JPEG")
+    (tmp_path / "README.txt").write_text("my faces\n")
+    (tmp_path / "a" / "notes.txt").write_text("x")
+    (tmp_path / "a" / "Thumbs.db").write_bytes(b"\xd0\xcf\x11\xe0")
+    (tmp_path / "b" / "labels.csv").write_text("file,label\n")
+    (tmp_path / "b" / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")
+    with caplog.at_level("INFO", logger="dmlbench"):
+        data = load(f"folder:{tmp_path}", size=4)
+    assert len(data) == 4 and data.y.tolist() == [0, 0, 1, 1]
+    assert data.meta["skipped_files"] == 4
+    notices = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(notices) == 1 and "skipped 4 file(s)" in notices[0] and "README.txt" in notices[0]
+    data.x.to_tensor()  # what is left decodes
+    bad = tmp_path / "b" / "broken.jpg"
+    bad.write_bytes(b"not a jpeg at all")
+    with pytest.raises(BenchError, match=f"corrupt or unreadable image {bad}"):
+        load(f"folder:{tmp_path}", size=4)
+
+
+def test_folder_class_of_only_non_images_says_what_was_skipped(tmp_path: Path) -> None:
+    _write(tmp_path / "a" / "0.png", np.zeros((5, 5), np.uint8), "L", "PNG")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "notes.txt").write_text("x")
+    with pytest.raises(BenchError, match=r"holds no images \(skipped 1 file\(s\) without an image extension, e.g. notes.txt"):
+        load(f"folder:{tmp_path}", size=4)
+
+
 def test_folder_needs_two_non_empty_classes(tmp_path: Path) -> None:
     _write(tmp_path / "only" / "a.png", np.zeros((5, 5), np.uint8), "L", "PNG")
     with pytest.raises(BenchError, match="1 class sub-folder.*at least 2"):

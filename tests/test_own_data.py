@@ -211,6 +211,40 @@ def test_plan_and_validate_refuse_a_missing_path(tmp_path: Path, capsys: pytest.
     assert "is a folder, expected an .npz file" in capsys.readouterr().err
 
 
+def test_relative_paths_in_a_protocol_file_are_relative_to_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """data specs and a model.pretrained path resolve against the protocol's folder, not the working
+    directory; the hash covers them as written, so a copy of the folder elsewhere keeps it."""
+    from bench.protocol import load_protocol
+
+    project = tmp_path / "project"
+    write_folder(project / "imgs", ["a", "b", "c", "d"])
+    (project / "data").mkdir()
+    write_npz(project / "data" / "x.npz", 4)
+    data = "  train: folder:imgs\n  test: npz:data/x.npz\n  train_classes: [a, b, c]\n  test_classes: [0, 1, 2]"
+    path = protocol_file(project, data)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    protocol = load_protocol(path)
+    assert protocol.doc["data"]["train"] == f"folder:{project / 'imgs'}"
+    assert protocol.doc["data"]["test"] == f"npz:{project / 'data' / 'x.npz'}"
+    assert main(["plan", str(path)]) == 0, capsys.readouterr().err  # the data is found from another folder
+    capsys.readouterr()
+    text = path.read_text().replace("  image_size: 8", "  image_size: 8\n  # moved")
+    moved = tmp_path / "copy" / "p.yaml"
+    moved.parent.mkdir()
+    moved.write_text(path.read_text())
+    assert load_protocol(moved).hash == protocol.hash  # the path as written is hashed
+    assert load_protocol(moved).doc["data"]["train"] == f"folder:{moved.parent / 'imgs'}"
+    assert parse_protocol(text).doc["data"]["train"] == f"folder:{elsewhere / 'imgs'}"  # text: the working dir
+    assert main(["plan", str(moved)]) == 2
+    assert f"{moved.parent / 'imgs'} does not exist" in capsys.readouterr().err  # the absolute path looked at
+    weights = path.read_text().replace("normalize: true}", "normalize: true, pretrained: w/trunk.pt}")
+    (project / "w.yaml").write_text(weights)
+    assert load_protocol(project / "w.yaml").doc["model"]["pretrained"] == str(project / "w" / "trunk.pt")
+
+
 def test_plan_describes_a_pool_split(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pool = write_folder(tmp_path / "faces", [f"s{i}" for i in range(4)])
     path = protocol_file(tmp_path, f"  pool: folder:{pool}\n  split: {{test_classes: 0.5, seed: 2}}")
@@ -289,6 +323,33 @@ def test_train_takes_class_lists_split_and_threads(tmp_path: Path, capsys: pytes
     assert "test class" in capsys.readouterr().err
     assert main([*common, "--test-data", f"folder:{pool}"]) == 2
     assert "same dataset" in capsys.readouterr().err
+
+
+def test_train_prints_and_records_the_untrained_floor_beside_its_score(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """The floor is the same seed's initial trunk scored the same way: it does not depend on training."""
+    from mlflow.tracking import MlflowClient
+
+    pool = write_folder(tmp_path / "faces", ["ann", "bob", "cid", "dan", "eve", "fay"])
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    common = ["train", "--data", f"folder:{pool}", "--split", "0.5", "--trunk", "mlp", "--embedding-dim", "8",
+              "--size", "8", "--loss", "contrastive", "--P", "2", "--K", "2", "--iterations", "3", "--threads", "1",
+              "--tracking-uri", uri, "--quiet"]
+    assert main([*common, "--format", "json", "--lr", "0.5"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert main([*common, "--format", "json", "--lr", "1e-6"]) == 0
+    two = json.loads(capsys.readouterr().out)
+    assert set(one["floor"]) == set(one["metrics"]) and one["floor"] == two["floor"]
+    assert one["metrics"] != two["metrics"]
+    assert main([*common]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[0].split() == ["metric", "trained", "floor"]
+    row = next(line.split() for line in text if line.startswith("precision_at_1"))
+    assert row[2] == f"{one['floor']['precision_at_1']:.4f}"
+    client = MlflowClient(tracking_uri=uri)
+    run = client.get_run(one["run_id"])
+    assert run.data.metrics["floor_precision_at_1"] == pytest.approx(one["floor"]["precision_at_1"])
+    assert run.data.metrics["precision_at_1"] == pytest.approx(one["metrics"]["precision_at_1"])
 
 
 # --------------------------------------------------------------------------- end to end

@@ -333,3 +333,119 @@ def test_every_built_in_search_space_names_parameters_its_method_takes():
     for entry in registry.ENTRIES:
         if entry.search_space:
             assert set(entry.search_space) <= set(entry.parameters()), entry.name
+
+
+PLAIN_MODULE = '''
+import torch
+
+
+class CentroidLoss(torch.nn.Module):
+    """Distance of each embedding to its class centroid (a plain class: no register)."""
+
+    tuples = "proxy"
+
+    def __init__(self, scale: float = 1.0, num_classes: int = 0) -> None:
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, embeddings, labels, indices_tuple=None):
+        out = embeddings.sum() * 0.0
+        for c in labels.unique():
+            x = embeddings[labels == c]
+            out = out + ((x - x.mean(0)) ** 2).sum()
+        return self.scale * out
+
+
+class NoTuplesLoss(torch.nn.Module):
+    def __init__(self, margin: float = 0.1) -> None:
+        super().__init__()
+
+
+class EveryPairMiner:
+    """Every pair of the batch (a plain class)."""
+
+    tuples = "pairs"
+
+    def __init__(self, limit: int = 10) -> None:
+        self.limit = limit
+
+    def __call__(self, embeddings, labels):
+        from bench.tuples import all_pairs
+
+        return all_pairs(labels)
+
+
+class TinyTrunk(torch.nn.Module):
+    """A flatten and a linear layer (a plain class)."""
+
+    def __init__(self, in_shape, embedding_dim: int, bias: bool = True) -> None:
+        super().__init__()
+        import math
+
+        self.fc = torch.nn.Linear(math.prod(in_shape), embedding_dim, bias=bias)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+'''
+
+
+@pytest.fixture
+def plain_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A package whose entry points name its classes, with no `register` call, installed as pip would."""
+    site = tmp_path / "site"
+    (site / "plain_dml").mkdir(parents=True)
+    (site / "plain_dml" / "__init__.py").write_text(PLAIN_MODULE)
+    info = site / "plain_dml-2.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: plain-dml\nVersion: 2.0\n")
+    (info / "entry_points.txt").write_text(
+        "[dmlbench.losses]\ncentroid = plain_dml:CentroidLoss\nno_tuples = plain_dml:NoTuplesLoss\n"
+        "[dmlbench.miners]\nevery_pair = plain_dml:EveryPairMiner\n"
+        "[dmlbench.trunks]\ntiny = plain_dml:TinyTrunk\n")
+    monkeypatch.syspath_prepend(str(site))
+    yield
+    for key in [k for k, e in registry._REGISTERED.items() if e.plugin]:
+        del registry._REGISTERED[key]
+    sys.modules.pop("plain_dml", None)
+
+
+def test_an_entry_point_naming_a_class_is_that_method_without_register(plain_installed, capsys):
+    loss = registry.get("loss", "centroid")
+    assert loss.tuples == "proxy" and loss.source == "entry point plain-dml" and loss.version == "2.0"
+    assert loss.needs == ("num_classes",) and list(loss.parameters()) == ["scale"] and loss.search_space == {}
+    assert len(loss.source_hash) == 64 and loss.plugin
+    built = registry.build_loss("centroid", {"num_classes": 3}, scale=2.0)
+    assert built.scale == 2.0
+    miner = registry.get("miner", "every_pair")
+    assert miner.tuples == "pairs" and registry.incompatibility(loss, miner) is not None  # a proxy loss
+    trunk = registry.build_trunk("tiny", in_shape=(1, 4, 4), embedding_dim=3, bias=False)
+    assert trunk(torch.zeros(2, 1, 4, 4)).shape == (2, 3)
+    assert registry.get("trunk", "tiny").tuples == ""
+    with pytest.raises(BenchError, match=r"add a class attribute tuples = \"pairs\" .* to NoTuplesLoss, or decorate"):
+        registry.get("loss", "no_tuples")
+    assert main(["train", "--loss", "no_tuples", "--iterations", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("dmlbench: error:") == 1 and "tuples = \"pairs\"" in err and "Traceback" not in err
+
+
+def test_a_protocol_names_entry_point_classes_without_register(plain_installed):
+    from bench.protocol import parse_protocol
+    from bench.protocol.load import plugin_fingerprints
+
+    text = PROTOCOL.replace("trunk: mlp, trunk_params: {{hidden: [32]}}", "trunk: tiny").format(second="centroid")
+    text = text.replace("plugin_triplet, miners: [none, file_hardest]", "centroid, label: c2, miners: [none]")
+    text = text.replace("[{name: none}, {name: file_hardest}]", "[{name: none}, {name: every_pair}]")
+    protocol = parse_protocol(text)
+    assert set(protocol.doc["grid"]["losses"][0]["search_space"]) == set()
+    assert {"loss:centroid", "trunk:tiny"} <= set(plugin_fingerprints(protocol.doc))  # in the hash, as register's
+
+
+def test_a_loss_that_ignores_miners_declares_proxy_and_readme_says_so():
+    """README, "Your own loss, miner or trunk": tuples="proxy" for a loss that never reads indices_tuple;
+    every miner is then dropped with a reason that fits any such loss, not only proxy losses."""
+    ignores = registry.Entry("centroid_x", "loss", "x:Y", "", "", "proxy")
+    why = registry.incompatibility(ignores, registry.get("miner", "batch_hard"))
+    assert why is not None and "learns from labels alone" in why and "would be ignored" in why
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## Your own loss, miner or trunk")[1].split("\n## ")[0]
+    assert 'loss that ignores miners' in section and 'declares `tuples="proxy"`' in section

@@ -75,9 +75,16 @@ def parse_split(text: str | None) -> float | None:
     return value if value < 1 else int(value)
 
 
-def _table(metrics: dict[str, float]) -> str:
+def _table(metrics: dict[str, float], floor: dict[str, float]) -> str:
+    """Each metric's score beside the untrained trunk's (the floor): what training added."""
     width = max(map(len, metrics))
-    return "\n".join(f"{name:<{width}}  {value:.4f}" for name, value in metrics.items())
+    head = f"{'metric':<{width}}  {'trained':>7}  {'floor':>7}"
+    return "\n".join([head, *(f"{name:<{width}}  {value:>7.4f}  {_score(floor.get(name)):>7}"
+                              for name, value in metrics.items())])
+
+
+def _score(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
 
 
 @click.command("train")
@@ -139,6 +146,9 @@ def command(train_spec: str, test_spec: str, train_classes: str | None, test_cla
             warmup: int, device: str, tracking_uri: str | None, experiment: str, fmt: str, quiet: bool) -> int:
     """Train one trunk with one loss (and miner), evaluate on the test classes, log to MLflow.
 
+    Each metric is printed beside the floor: the same seed's untrained trunk,
+    scored the same way (recorded as ``floor_<metric>``).
+
     Exit 1 when the loss diverges (the MLflow run is recorded as failed);
     2 on bad input; 3 when a test class is also a training class (compared
     by dataset and class name, so two folders that both number from 0 are fine).
@@ -171,7 +181,8 @@ def command(train_spec: str, test_spec: str, train_classes: str | None, test_cla
         torch.set_num_threads(threads)
     run = train_and_evaluate(config, train_spec, test_spec, data_root, size, tracking_uri, experiment,
                              progress_bar=not quiet, choice=choice)
-    emit(fmt, lambda: _table(run.metrics), lambda: [{"metric": k, "value": v} for k, v in run.metrics.items()],
-         lambda: {"metrics": run.metrics, "run_id": run.run_id, "tracking_uri": run.tracking_uri})
+    emit(fmt, lambda: _table(run.metrics, run.floor),
+         lambda: [{"metric": k, "value": v, "floor": run.floor.get(k)} for k, v in run.metrics.items()],
+         lambda: {"metrics": run.metrics, "floor": run.floor, "run_id": run.run_id, "tracking_uri": run.tracking_uri})
     log.info(f"MLflow run {run.run_id} in {run.tracking_uri}")
     return 0

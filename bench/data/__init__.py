@@ -3,8 +3,9 @@
 ``load("omniglot:background")`` and friends; `load_lake_runs` for Lake's
 20 one-shot runs. A spec's dataset is looked up through `resolve_root`
 (explicit root, ``$DMLBENCH_DATA``, ``../shared/data``, ``./data``);
-``npz:PATH`` and ``folder:PATH`` name their file directly (relative to the
-current directory) and ignore the root.
+``npz:PATH`` and ``folder:PATH`` name their file directly and ignore the
+root: a relative PATH is relative to the current directory here, and to the
+protocol file's folder in a protocol (`resolve_spec`, `bench.protocol.load`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from bench.data.generic import load_folder, load_npz
 from bench.data.omniglot import load_lake_runs, load_omniglot
 from bench.errors import BenchError
 
-__all__ = ["ImageFiles", "LabeledData", "SPECS", "cache_dir", "check_path", "class_keys", "load", "load_lake_runs", "resolve_root"]
+__all__ = ["ImageFiles", "LabeledData", "SPECS", "cache_dir", "check_path", "class_keys", "load", "load_lake_runs",
+           "resolve_root", "resolve_spec"]
 
 _Loader = Callable[[str, "str | Path | None", int, str], LabeledData]
 
@@ -108,6 +110,19 @@ def _with_pipeline(data: LabeledData, spec: str, augment: Mapping[str, Any] | No
                              "use data.augmentation (shift or affine) for it")
         return data
     return replace(data, x=data.x.with_options(augment=steps, loader=dict(loader or {})))
+
+
+def resolve_spec(spec: str, base: str | Path) -> str:
+    """A ``folder:``/``npz:`` spec with its path made absolute: ``~`` expanded, a relative path joined to
+    `base` (a protocol file's folder); any other spec as it is. The path is normalised, not resolved
+    through symbolic links, so the spec still says the folder the user named."""
+    kind, sep, path = spec.partition(":")
+    if not sep or kind not in _PATHS or not path:
+        return spec
+    target = Path(path).expanduser()
+    if not target.is_absolute():
+        target = Path(base) / target
+    return f"{kind}:{os.path.normpath(target)}"
 
 
 def check_path(spec: str) -> None:

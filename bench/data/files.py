@@ -36,6 +36,7 @@ class FileIndex:
     name: str
     per_sample: dict[str, tuple[int, ...]] = field(default_factory=dict)
     class_names: dict[int, str] = field(default_factory=dict)
+    skipped: int = 0  # files left out by the reader's rule (a folder's non-image files)
 
     def __post_init__(self) -> None:
         if len(self.paths) != len(self.labels):
@@ -64,6 +65,8 @@ def labeled_from_index(index: FileIndex, size: int = 28, resize: str = "stretch"
     meta: dict[str, Any] = {"source": str(index.root)}
     if index.class_names:
         meta["class_names"] = dict(index.class_names)
+    if index.skipped:
+        meta["skipped_files"] = index.skipped
     return LabeledData(files, torch.tensor(index.labels, dtype=torch.int64), index.name, meta, per_sample)
 
 

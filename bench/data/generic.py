@@ -9,6 +9,7 @@ int64, at least two classes.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -19,15 +20,25 @@ from bench.data.resize import fit_square, resize_area
 from bench.data.files import FileIndex
 from bench.errors import BenchError
 
+log = logging.getLogger("dmlbench.data")
+
+
+def image_suffixes() -> frozenset[str]:
+    """The file extensions Pillow reads (``.png``, ``.jpg``, ``.pgm``, ...), lower case, with the dot."""
+    from PIL import Image
+
+    return frozenset(suffix.lower() for suffix in Image.registered_extensions())
+
 
 def load_folder(path: str | Path, size: int = 28, resize: str = "stretch") -> LabeledData:
     """Images under ``path/<class>/``, class ids 0.. in sorted folder-name order, read lazily.
 
     Nothing is decoded here (`bench.data.files.labeled_from_index`); each
-    file's header is read, so channels are decided for the whole set (one
+    image's header is read, so channels are decided for the whole set (one
     colour image makes every image RGB, grey ones repeated over three
-    channels, else all are one channel) and a stray file in a class folder
-    is named rather than skipped, so nothing is left out silently.
+    channels, else all are one channel) and a file with an image extension
+    that does not decode is named now. Which files count is `folder_index`'s
+    rule; the number skipped is in ``meta["skipped_files"]``.
     """
     from bench.data.files import labeled_from_index
 
@@ -35,7 +46,16 @@ def load_folder(path: str | Path, size: int = 28, resize: str = "stretch") -> La
 
 
 def folder_index(path: str | Path) -> FileIndex:
-    """The `FileIndex` of a folder of class sub-folders (hidden entries skipped, broken links named)."""
+    """The `FileIndex` of a folder of class sub-folders (hidden entries skipped, broken links named).
+
+    One rule for what is an image: a file whose extension is one Pillow reads
+    (`image_suffixes`, any case). Hidden files and folders (a leading ``.``:
+    ``.DS_Store``) are skipped; any other file without such an extension
+    (``README.txt``, ``Thumbs.db``, ``labels.csv``), in a class folder or
+    beside the class folders, is skipped and counted, and the count is told
+    once as a notice; a file with an image extension that does not decode is
+    an error naming it (when its header is read, or when it is decoded).
+    """
     root = Path(path)
     if not root.is_dir():
         raise BenchError(f"image folder {root} does not exist")
@@ -43,6 +63,8 @@ def folder_index(path: str | Path) -> FileIndex:
     class_dirs = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
     if len(class_dirs) < 2:
         raise BenchError(f"image folder {root} has {len(class_dirs)} class sub-folder(s); at least 2 are needed")
+    suffixes = image_suffixes()
+    skipped = [f for f in root.iterdir() if f.is_file() and not f.name.startswith(".")]
     paths: list[str] = []
     labels: list[int] = []
     for label, class_dir in enumerate(class_dirs):
@@ -51,13 +73,21 @@ def folder_index(path: str | Path) -> FileIndex:
         if nested:  # its images would be left out without a word
             raise BenchError(f"class folder {class_dir} holds a sub-folder {nested[0]!r}: a class is one folder of "
                              "images; move its images up, or make it a class of its own")
-        files = sorted(f.name for f in class_dir.iterdir() if f.is_file() and not f.name.startswith("."))
+        visible = [f for f in class_dir.iterdir() if f.is_file() and not f.name.startswith(".")]
+        files = sorted(f.name for f in visible if f.suffix.lower() in suffixes)
+        skipped += [f for f in visible if f.suffix.lower() not in suffixes]
         if not files:
-            raise BenchError(f"class folder {class_dir} holds no images")
+            raise BenchError(f"class folder {class_dir} holds no images"
+                             + (f" (skipped {len(visible)} file(s) without an image extension, e.g. "
+                                f"{sorted(f.name for f in visible)[0]})" if visible else ""))
         paths += [f"{class_dir.name}/{name}" for name in files]
         labels += [label] * len(files)
+    if skipped:
+        names = sorted({f.name for f in skipped})
+        log.info(f"folder:{root}: skipped {len(skipped)} file(s) without an image extension "
+                 f"({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})")
     return FileIndex(root, tuple(paths), tuple(labels), f"folder:{root}",
-                     class_names={i: d.name for i, d in enumerate(class_dirs)})
+                     class_names={i: d.name for i, d in enumerate(class_dirs)}, skipped=len(skipped))
 
 
 

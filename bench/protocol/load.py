@@ -17,7 +17,8 @@ import copy
 import hashlib
 import json
 import math
-from dataclasses import replace, dataclass
+import os
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +48,13 @@ class Protocol:
 
     `doc` is the canonical form (defaults filled, registry search spaces
     merged); code reads it, never the raw YAML, so every consumer sees the
-    same values the hash covers. `text` is the file as written, kept as the
-    artifact of every record. `data` is the fingerprint of the data a sweep
-    read (`bench.data.fingerprint`), set once the data are loaded: the
-    sweep's records are keyed by `key12`, the protocol's hash and the data's
-    together, so a sweep on changed data never reuses or mixes old records.
+    same values the hash covers, except that its paths are absolute
+    (`resolve_paths`) where the hash took them as written. `text` is the
+    file as written, kept as the artifact of every record. `data` is the
+    fingerprint of the data a sweep read (`bench.data.fingerprint`), set
+    once the data are loaded: the sweep's records are keyed by `key12`, the
+    protocol's hash and the data's together, so a sweep on changed data
+    never reuses or mixes old records.
     """
 
     doc: dict[str, Any]
@@ -119,15 +122,22 @@ def _lines(node: yaml.Node | None, path: tuple = (), out: dict | None = None) ->
 
 
 def load_protocol(path: str | Path) -> Protocol:
-    """Read, validate and normalise a protocol file; a ProtocolError lists what is wrong."""
+    """Read, validate and normalise a protocol file; a ProtocolError lists what is wrong.
+
+    Relative paths in it (``folder:``/``npz:`` data specs, a ``model.pretrained`` path) are relative to
+    the file's folder, wherever the command runs from (`parse_protocol`)."""
     path = Path(path)
-    return parse_protocol(read_text(path, "protocol"), str(path)[:200])
+    return parse_protocol(read_text(path, "protocol"), str(path)[:200], base=path.expanduser().resolve().parent)
 
 
-def parse_protocol(text: str, source: str = "<protocol>") -> Protocol:
+def parse_protocol(text: str, source: str = "<protocol>", base: str | Path | None = None) -> Protocol:
     """A protocol from YAML text, schema-checked, defaults filled in, then registry names and cross-field
     rules checked; every problem is one line naming ``source``, the line and the key path, all of them
-    in one ProtocolError."""
+    in one ProtocolError.
+
+    The hash covers the paths as written (a checkout elsewhere keeps it); `doc` then holds them absolute
+    (`resolve_paths`), joined to `base`: the protocol file's folder, or, for text without a file
+    (``base`` None), the current directory at the time of parsing."""
     try:
         raw, node = load_yaml(text, source)
     except YamlRefused as e:
@@ -146,7 +156,33 @@ def parse_protocol(text: str, source: str = "<protocol>") -> Protocol:
     doc = _with_defaults(raw)
     _check_semantics(doc, report)
     report.raise_if_any()
-    return Protocol(doc=doc, hash=protocol_hash(doc), source=source, text=text)
+    digest = protocol_hash(doc)
+    return Protocol(doc=resolve_paths(doc, Path.cwd() if base is None else Path(base)), hash=digest,
+                    source=source, text=text)
+
+
+def resolve_paths(doc: dict[str, Any], base: Path) -> dict[str, Any]:
+    """The document with every path-valued key made absolute against ``base``: ``folder:``/``npz:`` specs of
+    ``data.train`` and ``data.test`` (``data.pool`` is both by now; query and gallery too), and
+    ``model.pretrained`` when it is a path (a ``/`` in it or a leading ``~``; a bare file name is looked up in
+    torch hub's cache, `bench.models.weights.resolve`). What the data loaders, the trainer and the manifest
+    receive; the hash is taken before, on the paths as written."""
+    from bench.data import resolve_spec
+
+    out = copy.deepcopy(doc)
+    data = out["data"]
+    for key in ("train", "test"):
+        value = data.get(key)
+        if isinstance(value, str):
+            data[key] = resolve_spec(value, base)
+        elif isinstance(value, dict):
+            data[key] = {side: resolve_spec(spec, base) if isinstance(spec, str) else spec
+                         for side, spec in value.items()}
+    weights = out["model"].get("pretrained")
+    if isinstance(weights, str) and ("/" in weights or "\\" in weights or weights.startswith("~")):
+        path = Path(weights).expanduser()
+        out["model"]["pretrained"] = os.path.normpath(path if path.is_absolute() else base / path)
+    return out
 
 
 def protocol_hash(doc: dict[str, Any]) -> str:
