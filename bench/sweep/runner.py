@@ -76,7 +76,7 @@ from bench.stores.urls import default_url, redact
 from bench.sweep import tables
 from bench.sweep.floor import update_floor
 from bench.sweep.progress import Progress
-from bench.sweep.preflight import refuse
+from bench.sweep.preflight import refuse, short_classes_notice
 from bench.sweep.result import SweepResult
 from bench.sweep.tuning import (
     Heartbeat,
@@ -163,6 +163,7 @@ class Sweep:
         assert checked.plan is not None and checked.prepared is not None  # refuse() raised otherwise
         self.plan: Plan = checked.plan
         self.prepared: Prepared = checked.prepared
+        self.sampler = checked.sampler
         self.storage_url = options.storage or default_storage()
         self.tracking_uri = tracking.resolve_tracking_uri(self.options.tracking_uri)
         self.results = tables.protocol_dir(options.results_dir, protocol.name)
@@ -196,6 +197,7 @@ class Sweep:
             "datasets": {"train": self.protocol.doc["data"]["train"], "test": self.protocol.doc["data"]["test"]},
             **_query_counts(self.prepared.test),
             "budget": vars(self.plan.budget), "cells": [c.id for c in self.plan.cells],
+            **({"sampler": self.sampler} if self.sampler else {}),
             "dropped": {d.cell: d.reason for d in self.plan.dropped}, "created": tables.now(), "finished": None,
         }
         self.tuning = {c.id: SlotStudy(self.storage, study_name(self.protocol, c), self.plan.budget.trials,
@@ -205,6 +207,9 @@ class Sweep:
         self.cell_runs: dict[str, str] = {}
         if moved:
             self.line(f"results of another version of {self.protocol.name} moved to {moved}")
+        notice = short_classes_notice(self.sampler) if self.sampler else None
+        if notice:
+            log.warning(notice)  # said even when quiet: the batches are not P x K distinct images
 
     def line(self, text: str) -> None:
         """A status line through the progress bars when running; before them, a record of the `dmlbench`
