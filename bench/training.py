@@ -9,7 +9,9 @@ The loop is kept close to a bare PyTorch loop (the harness overhead goal is
 1.05x): losses stay on the device in a preallocated buffer and are read back
 only every ``SYNC_EVERY`` iterations, at checkpoints and at the end, which is
 also when divergence is detected. A NaN or infinite loss raises
-`DivergedError` with the first iteration where it appeared.
+`DivergedError` with the first iteration where it appeared; an exception
+raised by the loss or the miner (`method_call`) raises `MethodError` with the
+iteration it came from. Either is a failed trial or final seed, not a crash.
 
 Data held in memory is indexed on the device; image files
 (`bench.data.images.ImageFiles`) are decoded and augmented by DataLoader
@@ -36,7 +38,7 @@ from torch import nn
 from bench import registry
 
 from bench.devices import device_problem, precision_problem
-from bench.errors import BenchError, DivergedError
+from bench.errors import BenchError, DivergedError, MethodError
 from bench.evaluation import embed
 
 SYNC_EVERY = 25  # iterations between reads of the loss buffer (progress, divergence check)
@@ -173,8 +175,40 @@ def build(config: TrainConfig, in_shape: tuple[int, ...], num_classes: int, devi
         loss = loss.to(device)
     miner = registry.build_miner(config.miner, context, **config.miner_params) if config.miner else None
     if miner is not None and hasattr(miner, "bind_loss"):
-        miner.bind_loss(loss)
+        method_call("miner", str(config.miner), 0, miner.bind_loss, loss, where="bind_loss")
     return trunk, loss, miner
+
+
+HARNESS = "_dmlbench_harness"  # set on an exception the harness raised inside a method's call (an embedding)
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    oom = getattr(torch, "OutOfMemoryError", None)
+    return isinstance(error, MemoryError) or (oom is not None and isinstance(error, oom)) \
+        or (isinstance(error, RuntimeError) and "out of memory" in str(error))
+
+
+def method_call(role: str, name: str, iteration: int, fn: Callable[..., Any], *args: Any, where: str = "") -> Any:
+    """``fn(*args)``, a loss's or a miner's call, with what it raises made a `MethodError` (the method's failure:
+    a failed trial, not a crash). What is not the method's own failure passes unchanged: a BenchError (a test-class
+    guard's among them), KeyboardInterrupt and the like (not Exceptions), running out of memory, and an exception
+    the harness raised from inside the call (marked ``HARNESS``: a dataset-level miner's embedding of the data)."""
+    try:
+        return fn(*args)
+    except BenchError:
+        raise
+    except Exception as e:
+        if getattr(e, HARNESS, False) or _out_of_memory(e):
+            raise
+        raise MethodError(role, name, iteration, e, where) from e
+
+
+def loss_value(name: str, iteration: int, value: Any) -> torch.Tensor:
+    """A loss's result, refused (a `MethodError`) unless it is a tensor of one element, which the loop steps on."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return value
+    shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+    raise MethodError("loss", name, iteration, TypeError(f"returned {shape}, expected a tensor of one element"))
 
 
 def _optimizer(config: TrainConfig, trunk: nn.Module, loss: Any) -> torch.optim.Optimizer:
@@ -356,12 +390,18 @@ def train(config: TrainConfig, data, *, checkpoint_every: int = 0, on_checkpoint
     base_lrs = [group["lr"] for group in optimizer.param_groups]
     scaler = torch.amp.GradScaler(device.type) if config.precision == "fp16" else None
     dataset_level = bool(getattr(miner, "dataset_level", False))
+    miner_name = str(config.miner)
     # a dataset-level miner picks its own batches: the PK iterator is then empty and never read
     batches: Iterator[tuple[torch.Tensor, torch.Tensor]] = iter(()) if dataset_level \
         else _batches(x, labels, config, device)
 
     def embed_indices(indices: torch.Tensor) -> torch.Tensor:
-        return embed(trunk, x[indices], device=device).to(device)
+        try:
+            return embed(trunk, x[indices], device=device).to(device)
+        except Exception as e:  # the harness's, though raised inside the miner's call: not the miner's failure
+            with contextlib.suppress(AttributeError):
+                setattr(e, HARNESS, True)
+            raise
 
     total = config.iterations
     losses = torch.zeros(total, device=device)
@@ -382,7 +422,8 @@ def train(config: TrainConfig, data, *, checkpoint_every: int = 0, on_checkpoint
     start = time.perf_counter()
     for it in range(1, total + 1):
         if dataset_level:
-            idx, tuples = miner.batch(it - 1, embed_indices, labels_dev, generator)
+            idx, tuples = method_call("miner", miner_name, it, miner.batch, it - 1, embed_indices, labels_dev,
+                                      generator)
             idx = torch.as_tensor(idx, dtype=torch.long, device=device)
             xb = _decoded(x, idx, it - 1, config.seed, device) if files else x[idx]
         else:
@@ -396,8 +437,8 @@ def train(config: TrainConfig, data, *, checkpoint_every: int = 0, on_checkpoint
             emb = trunk(xb)
         emb = emb.float()  # the losses and miners in fp32 whatever the trunk ran in (a no-op in fp32)
         if miner is not None and not dataset_level:
-            tuples = miner(emb, yb)
-        loss = loss_fn(emb, yb, tuples)
+            tuples = method_call("miner", miner_name, it, miner, emb, yb)
+        loss = loss_value(config.loss, it, method_call("loss", config.loss, it, loss_fn, emb, yb, tuples))
         if loss.requires_grad:  # a loss with no tuple may still be a zero tied to the graph: step as PML does
             if scheduled:
                 _set_lr(optimizer, base_lrs, lr_factor(config.schedule, it, total))

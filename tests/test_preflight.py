@@ -86,6 +86,9 @@ CASES = {
                                                         "--tracking-uri", str(tmp / "one.db")], "the same database"),
     "stores-swapped": (TINY, _swapped, "were --storage and --tracking-uri swapped"),
     "storage-emptied-beside-results": (TINY, _emptied, "has none of its studies"),
+    "K-above-the-images-of-a-class": (_edit("P: 4, K: 4", "P: 4, K: 24, short_classes: refuse"), None,
+                                      "training.short_classes: 8 of 8 training classes have fewer than K=24 "
+                                      "images (the smallest 20)"),
     "results-dir-a-file": (TINY, lambda tmp: (tmp / "afile").write_text("x") and ["--results-dir", str(tmp / "afile" / "results")],
                            "is a file, not a folder"),
 }
@@ -161,3 +164,92 @@ def test_a_clean_protocol_has_no_problem_and_its_data_are_loaded_once(data_root:
     found = preflight.inspect(parse_protocol(TINY), data_root=str(data_root))
     assert found.problems == [] and found.plan is not None and found.prepared is not None
     assert [c.id for c in found.plan.cells] == ["triplet+none"]
+
+
+BROKEN_METHODS = """\
+import torch
+from bench.registry import register
+
+
+@register("loss", "broken_loss", tuples="triplets")
+class BrokenLoss(torch.nn.Module):
+    def forward(self, embeddings, labels, indices_tuple=None):
+        raise RuntimeError("boom")
+
+
+@register("miner", "broken_miner", tuples="triplets")
+class BrokenMiner:
+    def __call__(self, embeddings, labels):
+        return embeddings[:, 0] @ torch.ones(3)  # a shape error
+"""
+
+
+def test_a_method_that_raises_is_refused_before_anything_is_spent(tmp_path: Path, data_root: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Each cell's loss and miner run one step on a random batch: one problem per broken cell, naming the method."""
+    import sys
+
+    from bench import registry
+
+    plugin = tmp_path / "broken_methods.py"
+    plugin.write_text(BROKEN_METHODS)
+    text = TINY.replace("    - {name: triplet, miners: [none]}\n",
+                        "    - {name: triplet, miners: [none, broken_miner]}\n"
+                        "    - {name: broken_loss, miners: [none]}\n"
+                        "  miners: [{name: none}, {name: broken_miner}]\n")
+    (tmp_path / "p.yaml").write_text(text)
+    stores = _store_args(tmp_path)
+    try:
+        capsys.readouterr()
+        assert main(["--plugin", str(plugin), "validate", str(tmp_path / "p.yaml"), "--data-root", str(data_root),
+                     *stores]) == 2
+        listed = _error_lines(capsys.readouterr().err)
+        assert len(listed) == 2 and listed[0].startswith(
+            "tiny: grid.triplet+broken_miner: miner broken_miner raised RuntimeError: inconsistent tensor size")
+        assert listed[1] == "tiny: grid.broken_loss+none: loss broken_loss raised RuntimeError: boom"
+        assert main(["--plugin", str(plugin), "run", str(tmp_path / "p.yaml"), "--data-root", str(data_root),
+                     "--quiet", *stores]) == 2
+        refused = _error_lines(capsys.readouterr().err)
+        assert refused == listed[:1]
+        assert not (tmp_path / "runs").exists()
+        found = preflight.problems(parse_protocol(text), data_root=str(data_root))
+        assert [p.key for p in found] == ["grid.triplet+broken_miner", "grid.broken_loss+none"]
+    finally:
+        for key in [k for k in registry._REGISTERED if k[1].startswith("broken_")]:
+            del registry._REGISTERED[key]
+        sys.modules.pop("dmlbench_plugin_broken_methods", None)
+
+
+def test_every_cell_of_the_shipped_protocols_passes_the_method_check() -> None:
+    """The built-in methods (dataset-level miners' losses among them) run a step on every shipped protocol's shape."""
+    from bench.plan import plan
+    from bench.plan.method_cost import check_cell
+
+    root = Path(__file__).parent.parent / "protocols"
+    for path in sorted(root.glob("*.yaml")):
+        protocol = load_protocol(path)
+        for cell in plan(protocol).cells:
+            assert check_cell(protocol, cell) is None, (path.name, cell.id)
+
+
+def test_classes_below_K_are_drawn_with_replacement_said_once_and_recorded(tmp_path: Path, data_root: Path,
+                                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """The default, `repeat`: no problem, one notice, the count in the manifest; a protocol that leaves the key
+    out and one that writes the default have one hash."""
+    text = _edit("P: 4, K: 4", "P: 4, K: 24")
+    protocol = parse_protocol(text)
+    assert parse_protocol(_edit("P: 4, K: 4", "P: 4, K: 24, short_classes: repeat")).hash == protocol.hash
+    assert parse_protocol(_edit("P: 4, K: 4", "P: 4, K: 24, short_classes: refuse")).hash != protocol.hash
+    found = preflight.inspect(protocol, data_root=str(data_root))
+    assert found.problems == []
+    assert found.sampler == {"K": 24, "policy": "repeat", "classes": 8, "short_classes": 8, "smallest": 20}
+    assert preflight.inspect(parse_protocol(TINY), data_root=str(data_root)).sampler["short_classes"] == 0
+    (tmp_path / "p.yaml").write_text(text)
+    caplog.set_level("INFO", logger="dmlbench")
+    assert main(["run", str(tmp_path / "p.yaml"), "--data-root", str(data_root), "--quiet", "--threads", "1",
+                 *_store_args(tmp_path)]) == 0
+    notices = [r.getMessage() for r in caplog.records if "drawn with replacement" in r.getMessage()]
+    assert notices == ["8 of 8 training classes have fewer than K=24 images (the smallest 20): drawn with "
+                       "replacement (training.short_classes: repeat)"]
+    manifest = json.loads((tmp_path / "results" / "tiny" / "manifest.json").read_text())
+    assert manifest["sampler"] == found.sampler

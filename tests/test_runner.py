@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from bench.errors import BenchError
 from bench.plan import plan
@@ -289,6 +290,54 @@ def test_failed_final_seed_stays_visible_and_is_counted(sweep):
     assert summary.loc["triplet+none", "map_at_r_mean"] == pytest.approx(ok.mean())
     written = read(root / "results" / "tiny")["summary"].set_index("cell")
     assert (written["n_failed"] == 0).all()  # the real sweep: nothing failed in the finals
+
+
+class RaisesLater(torch.nn.Module):
+    """A plugin loss with a bug that shows only in training: its second call on raises (always, or only when
+    trained on every training class, as the final seeds are); its first call, the pre-flight's, passes."""
+
+    def __init__(self, num_classes: int, finals_only: bool = False) -> None:
+        super().__init__()
+        self.num_classes, self.finals_only, self.calls = num_classes, finals_only, 0
+
+    def forward(self, embeddings, labels, indices_tuple=None):
+        self.calls += 1
+        if self.calls > 1 and (not self.finals_only or self.num_classes >= 12):
+            raise RuntimeError("boom")
+        return embeddings.pow(2).mean() * 0.0 + embeddings.sum() * 0.0
+
+
+RAISING = TINY.replace("validation: {folds: 3, use: 1, group_by: alphabet}", "validation: {folds: 3, use: 1}") \
+    .replace("""  losses:
+    - {name: triplet}
+""", """  losses:
+    - {name: triplet, miners: [none]}
+    - {name: raises_later, miners: [none]}
+    - {name: raises_later, label: raises-in-finals, params: {finals_only: true}, miners: [none]}
+""")
+
+
+def test_a_loss_that_raises_fails_its_trial_or_final_seed_with_its_reason_and_the_sweep_goes_on(tmp_path,
+                                                                                                data_root):
+    from bench import registry
+
+    registry.register("loss", "raises_later", tuples="triplets", needs=("num_classes",))(RaisesLater)
+    try:
+        path = tmp_path / "raising.yaml"
+        path.write_text(RAISING.replace("ITERATIONS", "6"))
+        run_protocol(path, _options(tmp_path, data_root))
+    finally:
+        del registry._REGISTERED[("loss", "raises_later")]
+    tables = read(tmp_path / "results" / "tiny")
+    trials = tables["trials"].set_index("cell")
+    failed = trials.loc[["raises_later+none"]]
+    assert list(failed["state"]) == ["FAIL", "FAIL"]
+    assert (failed["reason"] == "fold 0: loss raises_later raised RuntimeError: boom").all()
+    assert list(trials.loc[["raises-in-finals+none"], "state"]) == ["COMPLETE", "COMPLETE"]
+    finals = tables["finals"].set_index("cell")
+    assert list(finals.loc[["raises-in-finals+none"], "state"]) == ["FAIL", "FAIL"]
+    assert (finals.loc[["raises-in-finals+none"], "reason"] == "loss raises_later raised RuntimeError: boom").all()
+    assert list(finals.loc[["triplet+none"], "state"]) == ["COMPLETE", "COMPLETE"]  # the other cells ran
 
 
 def test_records_and_manifest_name_the_commit_each_cell_ran(sweep):

@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 from bench.cli import main
 from bench.data import LabeledData, load
 from bench.data.splits import ClassSplit, fingerprint
-from bench.errors import BenchError, DivergedError
+from bench.errors import BenchError, DivergedError, MethodError
 from bench.registry import build_trunk
 from bench.data.splits import ClassSplit, fingerprint
 from bench.evaluation import embed, evaluate
@@ -85,6 +85,78 @@ def test_a_nan_loss_raises_diverged_error_at_its_iteration(omniglot) -> None:
     assert 1 <= info.value.iteration <= 40
     assert not math.isfinite(info.value.value)
     assert isinstance(info.value, BenchError)
+
+
+class _Raises(torch.nn.Module):
+    """A loss (or miner) that raises ``error`` from its ``at``-th call on (a plugin's bug, a shape error)."""
+
+    def __init__(self, error: BaseException, at: int = 1) -> None:
+        super().__init__()
+        self.error, self.at, self.calls = error, at, 0
+
+    def forward(self, embeddings, labels, indices_tuple=None):
+        self.calls += 1
+        if self.calls >= self.at:
+            raise self.error
+        return embeddings.pow(2).mean()
+
+
+def test_a_loss_or_miner_that_raises_is_a_method_error_at_its_iteration(omniglot, monkeypatch) -> None:
+    """The method's exception, one line with its type, and the step it came from; a bad return value alike."""
+    import bench.registry
+
+    train_data, _ = omniglot
+    monkeypatch.setattr(bench.registry, "build_loss", lambda *a, **k: _Raises(RuntimeError("boom\nsecond line"), 3))
+    with pytest.raises(MethodError) as info:
+        train(quick(miner=None, iterations=10), train_data)
+    assert str(info.value) == "loss triplet raised RuntimeError: boom" and info.value.iteration == 3
+    assert isinstance(info.value, BenchError) and info.value.exit_code == 1
+    monkeypatch.setattr(bench.registry, "build_loss", lambda *a, **k: (lambda e, y, t=None: e[:, :2]))
+    with pytest.raises(MethodError, match=r"loss triplet raised TypeError: returned \(32, 2\)"):
+        train(quick(miner=None, iterations=10), train_data)
+    monkeypatch.undo()
+    real_miner = bench.registry.build_miner
+    monkeypatch.setattr(bench.registry, "build_miner", lambda *a, **k: _Raises(IndexError("index 40 is out of "
+                                                                                          "bounds")))
+    with pytest.raises(MethodError, match=r"^miner batch_hard raised IndexError: index 40 is out of bounds$") as info:
+        train(quick(iterations=10), train_data)
+    assert info.value.iteration == 1
+
+    class Binds:
+        def bind_loss(self, loss):
+            raise AttributeError("no margin")
+
+    monkeypatch.setattr(bench.registry, "build_miner", lambda *a, **k: Binds())
+    with pytest.raises(MethodError, match=r"miner batch_hard \(bind_loss\) raised AttributeError: no margin"):
+        train(quick(iterations=10), train_data)
+    monkeypatch.setattr(bench.registry, "build_miner", real_miner)
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), torch.OutOfMemoryError("CUDA out of memory"),
+                                   MemoryError(), BenchError("a user error"), DivergedError(2, math.nan)],
+                         ids=["interrupt", "oom", "memory", "bench-error", "diverged"])
+def test_what_is_not_the_methods_failure_passes_unchanged(omniglot, monkeypatch, error) -> None:
+    import bench.registry
+
+    train_data, _ = omniglot
+    monkeypatch.setattr(bench.registry, "build_loss", lambda *a, **k: _Raises(error, 2))
+    with pytest.raises(type(error)) as info:
+        train(quick(miner=None, iterations=10), train_data)
+    assert info.value is error
+
+
+def test_an_error_embedding_for_a_dataset_level_miner_is_the_harnesses(omniglot, monkeypatch) -> None:
+    import bench.training
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the harness's bug")
+
+    train_data, _ = omniglot
+    monkeypatch.setattr(bench.training, "embed", broken)
+    config = quick(miner="offline", miner_params={"refresh_every": 10, "triplets_per_batch": 16}, iterations=4)
+    with pytest.raises(RuntimeError, match="the harness's bug") as info:
+        train(config, train_data)
+    assert not isinstance(info.value, MethodError)
 
 
 def test_steps_without_a_valid_tuple_do_not_crash(omniglot) -> None:

@@ -15,12 +15,19 @@ bound for methods whose work shrinks as training sorts the classes.
 
 Dataset-level miners are not timed here: their cost is embedding the
 training set, which `plan` already counts (`Entry.embeds_per_step`).
+
+The same build serves the pre-flight's `check_cell` (bench.sweep.preflight):
+one step of every cell's methods on the CPU, so a loss or miner that raises
+is refused by `validate` and `run` before a trial is spent on it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -31,30 +38,76 @@ from bench.plan.types import Cell
 from bench.protocol import Protocol
 
 
+def _built(protocol: Protocol, cell: Cell, device: torch.device) -> tuple[Any, Any, torch.Tensor, Callable[[], torch.Tensor]]:
+    """The cell's loss and miner as training builds them (the miner bound to the loss, `method_call` naming a
+    ``bind_loss`` that raises), the labels of a P x K batch and a maker of random embeddings of its shape (on the
+    unit sphere when the protocol normalises, requiring grad). Call it under `_rng_kept`."""
+    from bench.training import method_call
+
+    doc = protocol.doc
+    p, k, dim = doc["training"]["P"], doc["training"]["K"], doc["model"]["embedding_dim"]
+    labels = torch.arange(p, device=device).repeat_interleave(k)
+    classes, _ = dataset_size(doc["data"]["train"], doc["data"]["train_classes"])  # proxies: one per training class
+    context = {"num_classes": max(p, int(classes)), "embedding_size": dim}
+    torch.manual_seed(0)
+    loss_fn = registry.build_loss(cell.loss, context, **cell.loss_params)
+    if isinstance(loss_fn, torch.nn.Module):
+        loss_fn = loss_fn.to(device)
+    miner = registry.build_miner(cell.miner, context, **cell.miner_params) if cell.miner else None
+    if miner is not None and hasattr(miner, "bind_loss"):
+        method_call("miner", str(cell.miner), 0, miner.bind_loss, loss_fn, where="bind_loss")
+
+    def batch() -> torch.Tensor:
+        x = torch.randn(len(labels), dim, device=device)
+        if doc["model"]["normalize"]:
+            x = torch.nn.functional.normalize(x, dim=1)
+        return x.requires_grad_(True)
+
+    return loss_fn, miner, labels, batch
+
+
+def _rng_kept(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """Every RNG left as it was (building a proxy loss and drawing batches take random numbers)."""
+    return torch.random.fork_rng(devices=[device] if device.type == "cuda" else [])
+
+
+def check_cell(protocol: Protocol, cell: Cell) -> str | None:
+    """What is wrong with running ``cell``'s loss and miner, or None: one step (mining, loss, backward) on a random
+    batch of the protocol's shape, on the CPU, so a method that raises is found before a trial is spent on it.
+
+    A dataset-level miner (registry scope ``dataset``) picks its batches by embedding the training set, which needs
+    the data and a trunk: it is built and bound to the loss, not called, and the loss runs on the batch without it
+    (``indices_tuple`` None). The message names the method and its exception (`bench.errors.MethodError`); an
+    exception out of the harness itself (a BenchError aside) is not caught here."""
+    from bench.errors import BenchError
+    from bench.training import loss_value, method_call
+
+    device = torch.device("cpu")
+    try:
+        with _rng_kept(device):
+            loss_fn, miner, labels, batch = _built(protocol, cell, device)
+            x = batch()
+            tuples = None
+            if miner is not None and not cell.dataset_level:
+                tuples = method_call("miner", str(cell.miner), 1, miner, x, labels)
+            loss = loss_value(cell.loss, 1, method_call("loss", cell.loss, 1, loss_fn, x, labels, tuples))
+            if loss.requires_grad:
+                method_call("loss", cell.loss, 1, loss.backward, where="backward")
+    except BenchError as e:
+        return str(e)
+    return None
+
+
 def time_cell(protocol: Protocol, cell: Cell, repeats: int = 3) -> float | None:
     """Median seconds of one step's mining, loss and backward for ``cell`` (None: dataset-level miner)."""
     if cell.dataset_level:
         return None
-    doc = protocol.doc
-    p, k, dim = doc["training"]["P"], doc["training"]["K"], doc["model"]["embedding_dim"]
-    device = torch.device(str(doc["training"]["device"]))
-    labels = torch.arange(p, device=device).repeat_interleave(k)
-    classes, _ = dataset_size(doc["data"]["train"], doc["data"]["train_classes"])  # proxies: one per training class
-    context = {"num_classes": max(p, int(classes)), "embedding_size": dim}
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # leaves every RNG as it was
-        torch.manual_seed(0)
-        loss_fn = registry.build_loss(cell.loss, context, **cell.loss_params)
-        if isinstance(loss_fn, torch.nn.Module):
-            loss_fn = loss_fn.to(device)
-        miner = registry.build_miner(cell.miner, context, **cell.miner_params) if cell.miner else None
-        if miner is not None and hasattr(miner, "bind_loss"):
-            miner.bind_loss(loss_fn)
+    device = torch.device(str(protocol.doc["training"]["device"]))
+    with _rng_kept(device):
+        loss_fn, miner, labels, batch = _built(protocol, cell, device)
         times = []
         for _ in range(repeats + 1):  # the first call warms up allocators and lazy imports
-            x = torch.randn(len(labels), dim, device=device)
-            if doc["model"]["normalize"]:
-                x = torch.nn.functional.normalize(x, dim=1)
-            x.requires_grad_(True)
+            x = batch()
             _sync(device)
             start = time.perf_counter()
             loss = loss_fn(x, labels, miner(x, labels) if miner is not None else None)

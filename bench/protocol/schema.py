@@ -190,6 +190,7 @@ SCHEMA: dict[str, Any] = {
                 "weight_decay": {"type": "number", "minimum": 0},
                 "P": {"type": "integer", "minimum": 2},
                 "K": {"type": "integer", "minimum": 2},
+                "short_classes": {"enum": ["repeat", "refuse"]},
                 "iterations": _POS_INT,
                 "device": {"type": "string"},
                 "precision": {"enum": ["fp32", "bf16", "fp16"]},
@@ -280,6 +281,7 @@ ABSENT_DEFAULTS: dict[str, Any] = {
     "model.pretrained": None,  # None: random initialisation
     "model.freeze_bn": False,
     "training.trunk_lr": None,  # None: training.lr for the whole trunk
+    "training.short_classes": "repeat",  # a class with fewer than K images: drawn with replacement (PML's way)
 }
 
 

@@ -5,6 +5,11 @@ all ask `inspect` (or `problems`, or `refuse`), so a protocol `validate`
 passes is one `run` accepts, and each refusal has one wording. In order:
 
 * the plan (``grid``): a dead search parameter (`bench.sweep.probe.check_live`);
+* every cell's loss and miner (``grid.<cell>``, one problem per cell): one step of
+  mining, loss and backward on a random batch of the protocol's shape, on the
+  CPU (`bench.plan.method_cost.check_cell`), so a method that raises is found
+  before a trial is spent on it; a dataset-level miner is built, not called
+  (its batches need the data), and its loss runs without it;
 * ``training.device`` and ``training.precision`` on this machine (`bench.devices`);
 * the stores, when asked: an empty ``--storage``/``--tracking-uri``, an
   unreachable server, an unwritable ``--results-dir``, the two stores in one
@@ -13,7 +18,10 @@ passes is one `run` accepts, and each refusal has one wording. In order:
 * the data (``data``): the paths, then loading and splitting as a sweep does
   (class and sample counts, P x K on every fold); the pretrained weights file
   (``model.pretrained``) is there, then fits the trunk; ``evaluation.ks``
-  below the test set's size.
+  below the test set's size; training classes with fewer than K images
+  (``training.short_classes``: refused under ``refuse``, counted in
+  `Preflight.sampler` under ``repeat``, the default, which draws them with
+  replacement).
 
 A check that needs what an earlier one found wrong (the ks without the data)
 is skipped. A device or precision this machine lacks is a ``note``: the file
@@ -54,6 +62,7 @@ class Preflight:
     problems: list[Problem] = field(default_factory=list)
     plan: Plan | None = None
     prepared: Any = None  # bench.sweep.tuning.Prepared when the data were loaded
+    sampler: dict[str, Any] | None = None  # K, the policy and the training classes below K (`short_classes`)
 
     @property
     def errors(self) -> list[Problem]:
@@ -85,13 +94,18 @@ def inspect(protocol: Protocol, *, data_root: str | None = None, data: bool = Tr
     def stop() -> bool:
         return first and bool(found.problems)
 
+    def plan_made() -> None:
+        found.plan = make_plan(protocol)
+
     def plan_live() -> None:
         from bench.sweep.probe import check_live
 
-        found.plan = make_plan(protocol)
+        assert found.plan is not None
         check_live(found.plan)  # a dead search parameter would waste the budget: refuse before any record
 
-    check("grid", plan_live)
+    # the methods first: the liveness probe runs them too, and would stop at a broken one with a traceback
+    if check("grid", plan_made) and _check_methods(protocol, found.plan, check, stop) and not stop():
+        check("grid", plan_live)
     training = protocol.doc["training"]
     if stop() or not check("training.device", lambda: _prefixed(protocol, "training.device", device_problem(
             training["device"], availability=False))):
@@ -106,6 +120,20 @@ def inspect(protocol: Protocol, *, data_root: str | None = None, data: bool = Tr
     if data and not stop():
         _check_data(protocol, found, check, stop, data_root)
     return found
+
+
+def _check_methods(protocol: Protocol, plan: Plan | None, check: Callable[..., bool], stop: Callable[[], bool]) -> bool:
+    """One step of every cell's loss and miner (`bench.plan.method_cost.check_cell`); False when one raised."""
+    from bench.plan.method_cost import check_cell
+
+    assert plan is not None
+    ok = True
+    for cell in plan.cells:
+        ok &= check(f"grid.{cell.id}", lambda cell=cell: _prefixed(protocol, f"grid.{cell.id}",
+                                                                   check_cell(protocol, cell)))
+        if stop():
+            break
+    return ok
 
 
 def problems(protocol: Protocol, **options: Any) -> list[Problem]:
@@ -230,3 +258,37 @@ def _check_data(protocol: Protocol, found: Preflight, check: Callable[..., bool]
         check("model.pretrained", lambda: check_weights(protocol, tuple(prepared.train.x.shape[1:])))  # damaged
     if not stop():
         check("evaluation.ks", lambda: check_ks(protocol, len(prepared.test)))  # query/gallery: its gallery's size
+    if not stop():
+        found.sampler = short_classes(protocol, prepared.train.y)
+        check("training.short_classes", lambda: short_classes_problem(protocol, found.sampler))
+
+
+def short_classes(protocol: Protocol, labels: Any) -> dict[str, Any]:
+    """K, ``training.short_classes`` and how many of the training classes (of ``labels``) have fewer than K
+    images, the smallest count among them: what the manifest records under ``sampler``."""
+    import torch
+
+    from bench.protocol.schema import setting
+
+    k = int(protocol.doc["training"]["K"])
+    _, counts = torch.unique(torch.as_tensor(labels), return_counts=True)
+    short = counts[counts < k]
+    return {"K": k, "policy": setting(protocol.doc, "training.short_classes"), "classes": len(counts),
+            "short_classes": len(short), "smallest": int(short.min()) if len(short) else int(counts.min())}
+
+
+def short_classes_problem(protocol: Protocol, sampler: dict[str, Any]) -> str | None:
+    """Under ``training.short_classes: refuse``, the training classes with fewer than K images, in one line."""
+    if sampler["policy"] != "refuse" or not sampler["short_classes"]:
+        return None
+    return (f"{protocol.name}: training.short_classes: {sampler['short_classes']} of {sampler['classes']} training "
+            f"classes have fewer than K={sampler['K']} images (the smallest {sampler['smallest']}); lower "
+            f"training.K, or set training.short_classes: repeat to draw them with replacement")
+
+
+def short_classes_notice(sampler: dict[str, Any]) -> str | None:
+    """Under ``repeat``, the one line saying how many training classes will be drawn with replacement."""
+    if not sampler["short_classes"]:
+        return None
+    return (f"{sampler['short_classes']} of {sampler['classes']} training classes have fewer than K={sampler['K']} "
+            f"images (the smallest {sampler['smallest']}): drawn with replacement (training.short_classes: repeat)")

@@ -76,7 +76,7 @@ from bench.stores.urls import default_url, redact
 from bench.sweep import tables
 from bench.sweep.floor import update_floor
 from bench.sweep.progress import Progress
-from bench.sweep.preflight import refuse
+from bench.sweep.preflight import refuse, short_classes_notice
 from bench.sweep.result import SweepResult
 from bench.sweep.tuning import (
     Heartbeat,
@@ -165,6 +165,7 @@ class Sweep:
         # the records are keyed by the protocol and the data read: changed data are a new version
         self.protocol = protocol = protocol.with_data(self.prepared.data_fingerprint())
         self.plan: Plan = replace(checked.plan, protocol=protocol)
+        self.sampler = checked.sampler
         self.storage_url = options.storage or default_storage()
         self.tracking_uri = tracking.resolve_tracking_uri(self.options.tracking_uri)
         self.results = tables.protocol_dir(options.results_dir, protocol.name)
@@ -200,6 +201,7 @@ class Sweep:
             "datasets": {"train": self.protocol.doc["data"]["train"], "test": self.protocol.doc["data"]["test"]},
             **_query_counts(self.prepared.test),
             "budget": vars(self.plan.budget), "cells": [c.id for c in self.plan.cells],
+            **({"sampler": self.sampler} if self.sampler else {}),
             "dropped": {d.cell: d.reason for d in self.plan.dropped}, "created": tables.now(), "finished": None,
         }
         self.tuning = {c.id: SlotStudy(self.storage, study_name(self.protocol, c), self.plan.budget.trials,
@@ -209,6 +211,9 @@ class Sweep:
         self.cell_runs: dict[str, str] = {}
         if moved:
             self.line(f"results of another version of {self.protocol.name} (its protocol or its data) moved to {moved}")
+        notice = short_classes_notice(self.sampler) if self.sampler else None
+        if notice:
+            log.warning(notice)  # said even when quiet: the batches are not P x K distinct images
 
     def line(self, text: str) -> None:
         """A status line through the progress bars when running; before them, a record of the `dmlbench`

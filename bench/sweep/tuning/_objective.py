@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bench.errors import BenchError, DivergedError
+from bench.errors import BenchError, DivergedError, MethodError
 from bench.plan import Cell
 from bench.protocol import Protocol
 from bench.data.splits import ClassSplit
@@ -122,7 +122,8 @@ def suggest(trial: Any, cell: Cell) -> dict[str, Any]:
 def train_and_score(protocol: Protocol, config: Any, data: Any, score_on: Any, *, clustering: bool,
                     lake_runs: Any = None, on_checkpoint: Callable | None = None, checkpoint_every: int = 0,
                     progress: Callable | None = None) -> RunResult:
-    """Train, then evaluate on ``score_on``; divergence and bad parameter values become a FAIL, not a crash."""
+    """Train, then evaluate on ``score_on``; divergence, a loss or miner that raises (`MethodError`) and bad
+    parameter values become a FAIL, not a crash."""
     import optuna
 
     from bench.evaluation import score_model
@@ -142,6 +143,9 @@ def train_and_score(protocol: Protocol, config: Any, data: Any, score_on: Any, *
                        on_checkpoint=checkpoint if on_checkpoint else None, progress=progress)
     except DivergedError as e:
         return RunResult("FAIL", e.iteration, e.iteration * batch, time.perf_counter() - start, reason=str(e))
+    except MethodError as e:  # the loss or miner raised: its steps before that one were trained
+        done = max(e.iteration - 1, 0)
+        return RunResult("FAIL", done, done * batch, time.perf_counter() - start, reason=str(e))
     except optuna.TrialPruned:
         it = last["it"]
         return RunResult("PRUNED", it, it * batch, time.perf_counter() - start,
