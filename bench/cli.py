@@ -48,7 +48,6 @@ from typing import Any
 import click
 
 from bench import __version__
-
 from bench.errors import BenchError
 
 COMMANDS = {
@@ -103,10 +102,15 @@ def _module_exists(name: str) -> bool:
 
 @click.group(cls=LazyGroup, epilog=EPILOG)
 @click.version_option(__version__, prog_name="dmlbench")
-@click.option("--plugin", "plugins", multiple=True, metavar="MODULE|FILE.py",
-              help="import this module (from the current directory or sys.path) or .py file first, so that the "
-                   "losses, miners and trunks it registers can be named; repeatable. Give every worker, resume "
-                   "and leaderboard of a protocol the same --plugin.")
+@click.option(
+    "--plugin",
+    "plugins",
+    multiple=True,
+    metavar="MODULE|FILE.py",
+    help="import this module (from the current directory or sys.path) or .py file first, so that the "
+    "losses, miners and trunks it registers can be named; repeatable. Give every worker, resume "
+    "and leaderboard of a protocol the same --plugin.",
+)
 def cli(plugins: tuple[str, ...]) -> None:
     """dmlbench: fair, rerunnable comparisons of deep metric learning methods."""
     from bench.plugins import load_plugin
@@ -182,8 +186,11 @@ def main(argv: list[str] | None = None) -> int:
         if e.filename is None:  # not a file the user named or a disk we write to: a bug, keep the traceback
             raise
         where = str(e.filename)[:200] + (f" -> {str(e.filename2)[:200]}" if e.filename2 else "")
-        click.echo(f"dmlbench: error: {where}: {e.strerror or e} (nothing half-written: files are replaced "
-                   "whole or not at all)", err=True)
+        click.echo(
+            f"dmlbench: error: {where}: {e.strerror or e} (nothing half-written: files are replaced "
+            "whole or not at all)",
+            err=True,
+        )
         return EXIT_BAD_INPUT
     except click.exceptions.Abort:
         click.echo("dmlbench: interrupted", err=True)

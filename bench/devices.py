@@ -54,7 +54,12 @@ def precision_problem(precision: Any, device: Any, availability: bool = True) ->
         return None
     if precision == "fp16" and dev.type == "cpu":
         return FP16_ON_CPU
-    if availability and precision == "bf16" and dev.type == "cuda" and device_problem(device) is None \
-            and not torch.cuda.is_bf16_supported():
+    if (
+        availability
+        and precision == "bf16"
+        and dev.type == "cuda"
+        and device_problem(device) is None
+        and not torch.cuda.is_bf16_supported()
+    ):
         return f"bf16 asked for, but {torch.cuda.get_device_name(dev)} has no bf16: use fp16"
     return None

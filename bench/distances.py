@@ -175,4 +175,3 @@ def resolve(distance: Any, normalize: bool = True, allowed: tuple[str, ...] = DI
 def pairwise(x: torch.Tensor, y: torch.Tensor | None = None, kind: str = "euclidean") -> torch.Tensor:
     """Distance matrix of the named kind on the embeddings as given (no normalisation)."""
     return resolve(kind, normalize=False).matrix(x, y)
-

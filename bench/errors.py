@@ -34,6 +34,8 @@ class MethodError(BenchError):
     def __init__(self, role: str, name: str, iteration: int, error: BaseException, where: str = ""):
         lines = str(error).strip().splitlines()
         message = lines[0][:300] if lines else ""
-        super().__init__(f"{role} {name}{f' ({where})' if where else ''} raised {type(error).__name__}"
-                         + (f": {message}" if message else ""))
+        super().__init__(
+            f"{role} {name}{f' ({where})' if where else ''} raised {type(error).__name__}"
+            + (f": {message}" if message else "")
+        )
         self.role, self.name, self.iteration, self.error = role, name, iteration, error

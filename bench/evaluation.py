@@ -26,15 +26,16 @@ if TYPE_CHECKING:
 def _inputs(x: Any, batch_size: int, device: torch.device) -> Iterator[torch.Tensor]:
     """Batches of `x` on `device`: slices of a tensor, or image files streamed through the loader."""
     if isinstance(x, torch.Tensor):
-        yield from (x[i:i + batch_size].to(device) for i in range(0, len(x), batch_size))
+        yield from (x[i : i + batch_size].to(device) for i in range(0, len(x), batch_size))
         return
     from bench.data.loading import eval_loader, stream
 
     yield from (xb for xb, _ in stream(eval_loader(x, batch_size, device), device))
 
 
-def embed(model: nn.Module, x: Any, batch_size: int = 512, device: str | torch.device = "cpu",
-          normalize: bool = False) -> torch.Tensor:
+def embed(
+    model: nn.Module, x: Any, batch_size: int = 512, device: str | torch.device = "cpu", normalize: bool = False
+) -> torch.Tensor:
     """Embeddings of ``x`` (a tensor, or `ImageFiles` streamed through the loader) in eval mode without
     gradients, on the CPU; the model's mode is restored.
 
@@ -58,9 +59,17 @@ def embed(model: nn.Module, x: Any, batch_size: int = 512, device: str | torch.d
     return to_geometry(torch.cat(out), geometry(normalize))
 
 
-def evaluate(model: nn.Module, data, ks: Sequence[int] = (1, 2, 4, 8), lake_runs=None, clustering: bool = True,
-             batch_size: int = 512, device: str | torch.device = "cpu", seed: int = 0,
-             normalize: bool = False) -> dict[str, float]:
+def evaluate(
+    model: nn.Module,
+    data,
+    ks: Sequence[int] = (1, 2, 4, 8),
+    lake_runs=None,
+    clustering: bool = True,
+    batch_size: int = 512,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    normalize: bool = False,
+) -> dict[str, float]:
     """Retrieval metrics on ``data`` (query = reference set), NMI/AMI and Lake's runs when given.
 
     Keys follow the results tables: ``precision_at_1``, ``r_precision``,
@@ -92,16 +101,32 @@ def clusters_on_test(protocol: Protocol) -> bool:
     return bool({"nmi", "ami"} & set(protocol.doc["evaluation"]["metrics"]))
 
 
-def score_model(protocol: Protocol, model: Any, data: Any, *, clustering: bool, lake_runs: Any = None,
-                device: str = "cpu", seed: int = 0) -> dict[str, float]:
+def score_model(
+    protocol: Protocol,
+    model: Any,
+    data: Any,
+    *,
+    clustering: bool,
+    lake_runs: Any = None,
+    device: str = "cpu",
+    seed: int = 0,
+) -> dict[str, float]:
     """The protocol's evaluation of a model on ``data``: the one path final seeds and the floor share."""
     from bench.data.query_gallery import QueryGallery
 
     ev = protocol.doc["evaluation"]
     if isinstance(data, QueryGallery):
         return score_query_gallery(protocol, model, data, device=device)
-    return evaluate(model, data, ks=tuple(ev["ks"]), lake_runs=lake_runs, clustering=clustering, device=device,
-                    seed=seed, normalize=protocol.doc["model"]["normalize"])
+    return evaluate(
+        model,
+        data,
+        ks=tuple(ev["ks"]),
+        lake_runs=lake_runs,
+        clustering=clustering,
+        device=device,
+        seed=seed,
+        normalize=protocol.doc["model"]["normalize"],
+    )
 
 
 def score_query_gallery(protocol: Protocol, model: Any, data: Any, *, device: str = "cpu") -> dict[str, float]:
@@ -125,8 +150,11 @@ def score_query_gallery(protocol: Protocol, model: Any, data: Any, *, device: st
     out: dict[str, float] = {}
     ranking = [m for m in ev["metrics"] if m in RANKING_METRICS]
     if ranking:
-        out.update(query_gallery_metrics(query, data.query.y, gallery, data.gallery.y, ks=tuple(ev["ks"]),
-                                         metrics=ranking, **ids))
+        out.update(
+            query_gallery_metrics(
+                query, data.query.y, gallery, data.gallery.y, ks=tuple(ev["ks"]), metrics=ranking, **ids
+            )
+        )
     if set(REID_METRICS) & set(ev["metrics"]):
         q_cam, g_cam = data.cameras()
         out.update(reid_metrics(query, data.query.y, q_cam, gallery, data.gallery.y, g_cam, ks=tuple(ev["ks"]), **ids))

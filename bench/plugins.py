@@ -98,8 +98,10 @@ def load_entry_point(kind: str, ep: metadata.EntryPoint) -> Any:
         try:
             return ep.load()
         except Exception as e:  # noqa: BLE001 - any import failure of foreign code is the plugin's, one line
-            raise BenchError(f"plugin {ep.value!r} ({GROUPS[kind]} entry point {ep.name!r} of package {name}) "
-                             f"failed to import: {type(e).__name__}: {e}") from None
+            raise BenchError(
+                f"plugin {ep.value!r} ({GROUPS[kind]} entry point {ep.name!r} of package {name}) "
+                f"failed to import: {type(e).__name__}: {e}"
+            ) from None
 
 
 def load_plugin(spec: str) -> None:

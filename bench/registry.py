@@ -123,90 +123,236 @@ _M = "bench.miners"
 
 ENTRIES: tuple[Entry, ...] = (
     # ---- own losses -------------------------------------------------------
-    Entry("contrastive", "loss", f"{_L}.contrastive:ContrastiveLoss",
-          "Hadsell et al. 2006: pull positives within pos_margin, push negatives beyond neg_margin",
-          "pml ContrastiveLoss(pos_margin, neg_margin, distance=LpDistance(power)); form='hadsell' vs loop reference",
-          "pairs", {"pos_margin": _f(0.0, 0.5), "neg_margin": _f(0.3, 2.0)}),
-    Entry("triplet", "loss", f"{_L}.triplet:TripletLoss",
-          "Schroff et al. 2015 / Hermans et al. 2017: [D(a,p) - D(a,n) + margin]_+ or its soft form",
-          "pml TripletMarginLoss(margin, smooth_loss)", "triplets", {"margin": _f(0.01, 1.0, log=True)}),
-    Entry("quadruplet", "loss", f"{_L}.quadruplet:QuadrupletLoss",
-          "Chen et al. 2017: triplet term plus a weaker push between pairs of other classes; optional learned metric",
-          "none: loop reference", "quadruplets", {"alpha1": _f(0.6, 2.0), "alpha2": _f(0.05, 0.5)},
-          min_classes=3),
-    Entry("lifted_structure", "loss", f"{_L}.lifted:LiftedStructureLoss",
-          "Song et al. 2016: every positive pair against all negatives of both its ends, O(B^2)",
-          "pml LiftedStructureLoss(neg_margin, pos_margin=0)", "pairs", {"scale": _f(1.0, 64.0, log=True)}),
-    Entry("npair", "loss", f"{_L}.npair:NPairLoss",
-          "Sohn 2016: one positive against every other class's positive, plus an L2 penalty",
-          "pml NPairsLoss + LpRegularizer", "npair",
-          {"l2_reg": _f(1e-4, 1e-1, log=True), "temperature": _f(0.02, 1.0, log=True)}),
-    Entry("infonce", "loss", f"{_L}.infonce:InfoNCELoss",
-          "Oord et al. 2018 / SimCLR: supervised NT-Xent over cosine similarities, O(B^2)",
-          "pml NTXentLoss(temperature)", "pairs", {"temperature": _f(0.01, 0.5, log=True)}),
+    Entry(
+        "contrastive",
+        "loss",
+        f"{_L}.contrastive:ContrastiveLoss",
+        "Hadsell et al. 2006: pull positives within pos_margin, push negatives beyond neg_margin",
+        "pml ContrastiveLoss(pos_margin, neg_margin, distance=LpDistance(power)); form='hadsell' vs loop reference",
+        "pairs",
+        {"pos_margin": _f(0.0, 0.5), "neg_margin": _f(0.3, 2.0)},
+    ),
+    Entry(
+        "triplet",
+        "loss",
+        f"{_L}.triplet:TripletLoss",
+        "Schroff et al. 2015 / Hermans et al. 2017: [D(a,p) - D(a,n) + margin]_+ or its soft form",
+        "pml TripletMarginLoss(margin, smooth_loss)",
+        "triplets",
+        {"margin": _f(0.01, 1.0, log=True)},
+    ),
+    Entry(
+        "quadruplet",
+        "loss",
+        f"{_L}.quadruplet:QuadrupletLoss",
+        "Chen et al. 2017: triplet term plus a weaker push between pairs of other classes; optional learned metric",
+        "none: loop reference",
+        "quadruplets",
+        {"alpha1": _f(0.6, 2.0), "alpha2": _f(0.05, 0.5)},
+        min_classes=3,
+    ),
+    Entry(
+        "lifted_structure",
+        "loss",
+        f"{_L}.lifted:LiftedStructureLoss",
+        "Song et al. 2016: every positive pair against all negatives of both its ends, O(B^2)",
+        "pml LiftedStructureLoss(neg_margin, pos_margin=0)",
+        "pairs",
+        {"scale": _f(1.0, 64.0, log=True)},
+    ),
+    Entry(
+        "npair",
+        "loss",
+        f"{_L}.npair:NPairLoss",
+        "Sohn 2016: one positive against every other class's positive, plus an L2 penalty",
+        "pml NPairsLoss + LpRegularizer",
+        "npair",
+        {"l2_reg": _f(1e-4, 1e-1, log=True), "temperature": _f(0.02, 1.0, log=True)},
+    ),
+    Entry(
+        "infonce",
+        "loss",
+        f"{_L}.infonce:InfoNCELoss",
+        "Oord et al. 2018 / SimCLR: supervised NT-Xent over cosine similarities, O(B^2)",
+        "pml NTXentLoss(temperature)",
+        "pairs",
+        {"temperature": _f(0.01, 0.5, log=True)},
+    ),
     # ---- PML-backed losses (no own implementation) -------------------------
-    Entry("pml:multi_similarity", "loss", f"{_L}.pml_backed:MultiSimilarityLoss",
-          "Wang et al. 2019 (PML)", "is PML's MultiSimilarityLoss", "pairs",
-          {"alpha": _f(0.01, 20.0, log=True), "beta": _f(10.0, 80.0), "base": _f(0.0, 1.0)}, pml_backed=True),
-    Entry("pml:margin", "loss", f"{_L}.pml_backed:MarginLoss",
-          "Wu et al. 2017 (PML)", "is PML's MarginLoss", "triplets",
-          {"margin": _f(0.01, 1.0), "beta": _f(0.5, 1.5)}, pml_backed=True),
-    Entry("pml:proxy_anchor", "loss", f"{_L}.pml_backed:ProxyAnchorLoss",
-          "Kim et al. 2020 (PML)", "is PML's ProxyAnchorLoss", "proxy",
-          {"margin": _f(0.0, 0.5), "alpha": _f(1.0, 64.0, log=True)}, ("num_classes", "embedding_size"), True),
-    Entry("pml:arcface", "loss", f"{_L}.pml_backed:ArcFaceLoss",
-          "Deng et al. 2019 (PML)", "is PML's ArcFaceLoss", "proxy",
-          {"margin": _f(10.0, 60.0), "scale": _f(8.0, 64.0, log=True)}, ("num_classes", "embedding_size"), True),
-    Entry("pml:cosface", "loss", f"{_L}.pml_backed:CosFaceLoss",
-          "Wang et al. 2018 (PML)", "is PML's CosFaceLoss", "proxy",
-          {"margin": _f(0.1, 0.6), "scale": _f(8.0, 64.0, log=True)}, ("num_classes", "embedding_size"), True),
-    Entry("pml:supcon", "loss", f"{_L}.pml_backed:SupConLoss",
-          "Khosla et al. 2020 (PML)", "is PML's SupConLoss", "pairs",
-          {"temperature": _f(0.01, 0.5, log=True)}, pml_backed=True),
-    Entry("pml:circle", "loss", f"{_L}.pml_backed:CircleLoss",
-          "Sun et al. 2020 (PML)", "is PML's CircleLoss", "pairs",
-          {"m": _f(0.1, 0.6), "gamma": _f(16.0, 256.0, log=True)}, pml_backed=True),
+    Entry(
+        "pml:multi_similarity",
+        "loss",
+        f"{_L}.pml_backed:MultiSimilarityLoss",
+        "Wang et al. 2019 (PML)",
+        "is PML's MultiSimilarityLoss",
+        "pairs",
+        {"alpha": _f(0.01, 20.0, log=True), "beta": _f(10.0, 80.0), "base": _f(0.0, 1.0)},
+        pml_backed=True,
+    ),
+    Entry(
+        "pml:margin",
+        "loss",
+        f"{_L}.pml_backed:MarginLoss",
+        "Wu et al. 2017 (PML)",
+        "is PML's MarginLoss",
+        "triplets",
+        {"margin": _f(0.01, 1.0), "beta": _f(0.5, 1.5)},
+        pml_backed=True,
+    ),
+    Entry(
+        "pml:proxy_anchor",
+        "loss",
+        f"{_L}.pml_backed:ProxyAnchorLoss",
+        "Kim et al. 2020 (PML)",
+        "is PML's ProxyAnchorLoss",
+        "proxy",
+        {"margin": _f(0.0, 0.5), "alpha": _f(1.0, 64.0, log=True)},
+        ("num_classes", "embedding_size"),
+        True,
+    ),
+    Entry(
+        "pml:arcface",
+        "loss",
+        f"{_L}.pml_backed:ArcFaceLoss",
+        "Deng et al. 2019 (PML)",
+        "is PML's ArcFaceLoss",
+        "proxy",
+        {"margin": _f(10.0, 60.0), "scale": _f(8.0, 64.0, log=True)},
+        ("num_classes", "embedding_size"),
+        True,
+    ),
+    Entry(
+        "pml:cosface",
+        "loss",
+        f"{_L}.pml_backed:CosFaceLoss",
+        "Wang et al. 2018 (PML)",
+        "is PML's CosFaceLoss",
+        "proxy",
+        {"margin": _f(0.1, 0.6), "scale": _f(8.0, 64.0, log=True)},
+        ("num_classes", "embedding_size"),
+        True,
+    ),
+    Entry(
+        "pml:supcon",
+        "loss",
+        f"{_L}.pml_backed:SupConLoss",
+        "Khosla et al. 2020 (PML)",
+        "is PML's SupConLoss",
+        "pairs",
+        {"temperature": _f(0.01, 0.5, log=True)},
+        pml_backed=True,
+    ),
+    Entry(
+        "pml:circle",
+        "loss",
+        f"{_L}.pml_backed:CircleLoss",
+        "Sun et al. 2020 (PML)",
+        "is PML's CircleLoss",
+        "pairs",
+        {"m": _f(0.1, 0.6), "gamma": _f(16.0, 256.0, log=True)},
+        pml_backed=True,
+    ),
     # ---- own miners -------------------------------------------------------
-    Entry("batch_all", "miner", f"{_M}.batch_all:BatchAllMiner",
-          "Hermans et al. 2017: every valid triplet; reports the fraction with positive loss",
-          "pml TripletMarginMiner(type_of_triplets='all', margin=inf)", "triplets"),
-    Entry("batch_hard", "miner", f"{_M}.batch_hard:BatchHardMiner",
-          "Hermans et al. 2017: per anchor the farthest positive and nearest negative",
-          "pml BatchHardMiner()", "triplets"),
-    Entry("semihard", "miner", f"{_M}.semihard:SemiHardMiner",
-          "Schroff et al. 2015: negatives farther than the positive but within the margin",
-          "pml TripletMarginMiner(type_of_triplets='semihard') for semantics='all'; loop reference for 'nearest'",
-          "triplets", {"margin": _f(0.01, 1.0, log=True)}),
-    Entry("hard", "miner", f"{_M}.hard:HardMiner",
-          "negatives nearer than the positive", "pml TripletMarginMiner(type_of_triplets='hard')",
-          "triplets"),
-    Entry("offline", "miner", f"{_M}.offline:OfflineMiner",
-          "FaceNet offline variant: re-embed the training split every n steps, mine globally",
-          "none: loop reference", "triplets", {"margin": _f(0.01, 1.0, log=True)},
-          scope="dataset", batch=ServedBatch(("triplets_per_batch",), 3),
-          embeds_per_step=lambda p, n: min(n, p["subset_size"] or n) / max(1, p["refresh_every"])),
-    Entry("hardest_of_pool", "miner", f"{_M}.hardest_of_pool:HardestOfPoolMiner",
-          "Craeymeersch: draw a pool of random tuples, keep the hardest plus some random ones",
-          "none: loop reference", "quadruplets",
-          scope="dataset", batch=ServedBatch(("num_hardest", "num_random"), 4, ("kind", "triplet", 3)),
-          embeds_per_step=lambda p, n: 4 * p["pool_size"], min_classes=3),
-    Entry("margohnm", "miner", f"{_M}.margohnm:MargOHNMMiner",
-          "Chen et al. 2017 sec. 3.3: adaptive margins from batch distance means; keep violating quadruplets",
-          "none: loop reference", "quadruplets", {"w1": _f(0.6, 2.0), "w2": _f(0.1, 0.5)},
-          supplies=("alpha1", "alpha2"), min_classes=3),
+    Entry(
+        "batch_all",
+        "miner",
+        f"{_M}.batch_all:BatchAllMiner",
+        "Hermans et al. 2017: every valid triplet; reports the fraction with positive loss",
+        "pml TripletMarginMiner(type_of_triplets='all', margin=inf)",
+        "triplets",
+    ),
+    Entry(
+        "batch_hard",
+        "miner",
+        f"{_M}.batch_hard:BatchHardMiner",
+        "Hermans et al. 2017: per anchor the farthest positive and nearest negative",
+        "pml BatchHardMiner()",
+        "triplets",
+    ),
+    Entry(
+        "semihard",
+        "miner",
+        f"{_M}.semihard:SemiHardMiner",
+        "Schroff et al. 2015: negatives farther than the positive but within the margin",
+        "pml TripletMarginMiner(type_of_triplets='semihard') for semantics='all'; loop reference for 'nearest'",
+        "triplets",
+        {"margin": _f(0.01, 1.0, log=True)},
+    ),
+    Entry(
+        "hard",
+        "miner",
+        f"{_M}.hard:HardMiner",
+        "negatives nearer than the positive",
+        "pml TripletMarginMiner(type_of_triplets='hard')",
+        "triplets",
+    ),
+    Entry(
+        "offline",
+        "miner",
+        f"{_M}.offline:OfflineMiner",
+        "FaceNet offline variant: re-embed the training split every n steps, mine globally",
+        "none: loop reference",
+        "triplets",
+        {"margin": _f(0.01, 1.0, log=True)},
+        scope="dataset",
+        batch=ServedBatch(("triplets_per_batch",), 3),
+        embeds_per_step=lambda p, n: min(n, p["subset_size"] or n) / max(1, p["refresh_every"]),
+    ),
+    Entry(
+        "hardest_of_pool",
+        "miner",
+        f"{_M}.hardest_of_pool:HardestOfPoolMiner",
+        "Craeymeersch: draw a pool of random tuples, keep the hardest plus some random ones",
+        "none: loop reference",
+        "quadruplets",
+        scope="dataset",
+        batch=ServedBatch(("num_hardest", "num_random"), 4, ("kind", "triplet", 3)),
+        embeds_per_step=lambda p, n: 4 * p["pool_size"],
+        min_classes=3,
+    ),
+    Entry(
+        "margohnm",
+        "miner",
+        f"{_M}.margohnm:MargOHNMMiner",
+        "Chen et al. 2017 sec. 3.3: adaptive margins from batch distance means; keep violating quadruplets",
+        "none: loop reference",
+        "quadruplets",
+        {"w1": _f(0.6, 2.0), "w2": _f(0.1, 0.5)},
+        supplies=("alpha1", "alpha2"),
+        min_classes=3,
+    ),
     # ---- PML-backed miners --------------------------------------------------
-    Entry("pml:multi_similarity", "miner", f"{_M}.pml_backed:MultiSimilarityMiner",
-          "Wang et al. 2019 (PML)", "is PML's MultiSimilarityMiner", "pairs",
-          {"epsilon": _f(0.01, 0.5)}, pml_backed=True),
+    Entry(
+        "pml:multi_similarity",
+        "miner",
+        f"{_M}.pml_backed:MultiSimilarityMiner",
+        "Wang et al. 2019 (PML)",
+        "is PML's MultiSimilarityMiner",
+        "pairs",
+        {"epsilon": _f(0.01, 0.5)},
+        pml_backed=True,
+    ),
     # ---- trunks ------------------------------------------------------------
     Entry("conv4", "trunk", "bench.models:Conv4", "Vinyals 2016 / Snell 2017 few-shot encoder", "", ""),
     Entry("lecun2006", "trunk", "bench.models:LeCun2006", "Hadsell, Chopra, LeCun 2006 MNIST network", "", ""),
     Entry("omniglot_encoder", "trunk", "bench.models:OmniglotEncoder", "Craeymeersch's Omniglot encoder", "", ""),
     Entry("mlp", "trunk", "bench.models:MLP", "linear layers with ReLU, for vector inputs", "", ""),
-    Entry("resnet18", "trunk", "bench.models.backbones:resnet18",
-          "He et al. 2016, torchvision's ResNet-18 without classifier, a linear embedding head", "", ""),
-    Entry("resnet50", "trunk", "bench.models.backbones:resnet50",
-          "He et al. 2016, torchvision's ResNet-50 without classifier, a linear embedding head", "", ""),
+    Entry(
+        "resnet18",
+        "trunk",
+        "bench.models.backbones:resnet18",
+        "He et al. 2016, torchvision's ResNet-18 without classifier, a linear embedding head",
+        "",
+        "",
+    ),
+    Entry(
+        "resnet50",
+        "trunk",
+        "bench.models.backbones:resnet50",
+        "He et al. 2016, torchvision's ResNet-50 without classifier, a linear embedding head",
+        "",
+        "",
+    ),
 )
 
 _BY_KEY = {(e.kind, e.name): e for e in ENTRIES}
@@ -219,12 +365,23 @@ _REGISTERED: dict[tuple[str, str], Entry] = {}  # entries from `register` (plugi
 _PLUGIN_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")  # no ":" ("pml:" is PML's); safe in an MLflow tag key
 
 
-def register(kind: str, name: str, *, tuples: str = "", summary: str = "", counterpart: str = "",
-             search_space: dict[str, dict[str, Any]] | None = None, needs: tuple[str, ...] = (),
-             scope: Literal["batch", "dataset"] = "batch", supplies: tuple[str, ...] = (),
-             batch: ServedBatch | None = None,
-             embeds_per_step: Callable[[dict[str, Any], float], float] | None = None,
-             min_classes: int = 2, min_per_class: int = 2, reference: Any = None) -> Callable[[Any], Any]:
+def register(
+    kind: str,
+    name: str,
+    *,
+    tuples: str = "",
+    summary: str = "",
+    counterpart: str = "",
+    search_space: dict[str, dict[str, Any]] | None = None,
+    needs: tuple[str, ...] = (),
+    scope: Literal["batch", "dataset"] = "batch",
+    supplies: tuple[str, ...] = (),
+    batch: ServedBatch | None = None,
+    embeds_per_step: Callable[[dict[str, Any], float], float] | None = None,
+    min_classes: int = 2,
+    min_per_class: int = 2,
+    reference: Any = None,
+) -> Callable[[Any], Any]:
     """Add a loss, miner or trunk to the registry without editing bench/: decorate its class or factory.
 
     The fields are those of `Entry` (what the planner and validator need);
@@ -245,19 +402,33 @@ def register(kind: str, name: str, *, tuples: str = "", summary: str = "", count
     def decorate(obj: Any) -> Any:
         from bench import plugins
 
-        
-
         origin = plugins.current_origin(obj.__module__)
-        entry = Entry(name, kind, f"{obj.__module__}:{obj.__qualname__}", summary or (obj.__doc__ or "").strip()
-                      .split("\n")[0], counterpart, tuples, dict(search_space or {}), tuple(needs), scope=scope,
-                      supplies=tuple(supplies), batch=batch, embeds_per_step=embeds_per_step,
-                      min_classes=min_classes, min_per_class=min_per_class, source=origin.source,
-                      version=origin.version, source_hash=plugins.file_sha256(obj), reference=reference)
+        entry = Entry(
+            name,
+            kind,
+            f"{obj.__module__}:{obj.__qualname__}",
+            summary or (obj.__doc__ or "").strip().split("\n")[0],
+            counterpart,
+            tuples,
+            dict(search_space or {}),
+            tuple(needs),
+            scope=scope,
+            supplies=tuple(supplies),
+            batch=batch,
+            embeds_per_step=embeds_per_step,
+            min_classes=min_classes,
+            min_per_class=min_per_class,
+            source=origin.source,
+            version=origin.version,
+            source_hash=plugins.file_sha256(obj),
+            reference=reference,
+        )
         _check_search_space(entry, obj)
         old = _BY_KEY.get((kind, name)) or _REGISTERED.get((kind, name))
         if old is not None and old.target != entry.target:
-            raise BenchError(f"register: {kind} {name!r} is already {old.target} ({old.source}); "
-                             f"{entry.target} cannot take the name")
+            raise BenchError(
+                f"register: {kind} {name!r} is already {old.target} ({old.source}); {entry.target} cannot take the name"
+            )
         _REGISTERED[(kind, name)] = entry
         return obj
 
@@ -276,15 +447,15 @@ def _check_search_space(entry: Entry, obj: Any) -> None:
     taken = {n for n, p in sig.parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
     unknown = sorted(set(entry.search_space) - taken)
     if unknown:
-        raise BenchError(f"register: {entry.kind} {entry.name!r}: search_space names {', '.join(map(repr, unknown))}, "
-                         f"which {entry.target} does not take (its parameters: {', '.join(sorted(taken)) or 'none'})")
+        raise BenchError(
+            f"register: {entry.kind} {entry.name!r}: search_space names {', '.join(map(repr, unknown))}, "
+            f"which {entry.target} does not take (its parameters: {', '.join(sorted(taken)) or 'none'})"
+        )
 
 
 def names(kind: str) -> list[str]:
     """The known names of one kind: built-ins in table order, then registered and installed plugins."""
     from bench import plugins
-
-    
 
     out = [e.name for e in ENTRIES if e.kind == kind]
     out += [n for k, n in _REGISTERED if k == kind and n not in out]
@@ -294,8 +465,6 @@ def names(kind: str) -> list[str]:
 def entries(kind: str | None = None) -> list[Entry]:
     """Every entry (of ``kind``), installed plugins imported: for listing and cross-checking."""
     from bench import plugins
-
-    
 
     for k in [kind] if kind else KINDS:
         for name in plugins.entry_points(k):
@@ -325,8 +494,6 @@ def get(kind: str, name: str) -> Entry:
         return _timm_entry(name)
     from bench import plugins
 
-    
-
     ep = plugins.entry_points(kind).get(name) if kind in plugins.GROUPS else None
     if ep is not None:
         obj = plugins.load_entry_point(kind, ep)
@@ -336,10 +503,10 @@ def get(kind: str, name: str) -> Entry:
             _REGISTERED[(kind, name)] = entry
         return entry
     dynamic = "timm:<timm model name>" if kind == "trunk" else "pml:<PML class name>"
-    raise BenchError(f"unknown {kind} {name!r}: expected one of {', '.join(names(kind))}, or {dynamic} "
-                     "(a plugin's name needs its package installed or `dmlbench --plugin FILE` before the command)")
-
-
+    raise BenchError(
+        f"unknown {kind} {name!r}: expected one of {', '.join(names(kind))}, or {dynamic} "
+        "(a plugin's name needs its package installed or `dmlbench --plugin FILE` before the command)"
+    )
 
 
 def _entry_point_entry(kind: str, name: str, ep: Any, obj: Any) -> Entry:
@@ -359,19 +526,24 @@ def _entry_point_entry(kind: str, name: str, ep: Any, obj: Any) -> Entry:
     if not _PLUGIN_NAME.match(name):
         raise BenchError(f"{where}: the name {name!r} must be a letter then letters, digits, '_', '.' or '-'")
     if not callable(obj):
-        raise BenchError(f"{where} names a {type(obj).__name__}, not a {kind} class: name the class, or "
-                         f"decorate it with bench.registry.register({kind!r}, {name!r}, ...)")
+        raise BenchError(
+            f"{where} names a {type(obj).__name__}, not a {kind} class: name the class, or "
+            f"decorate it with bench.registry.register({kind!r}, {name!r}, ...)"
+        )
     tuples = ""
     if kind != "trunk":
         tuples = getattr(obj, TUPLES_ATTRIBUTE, "")
         verb = "consumes" if kind == "loss" else "produces"
         if not tuples:
-            raise BenchError(f"{where}: say which tuples the {kind} {verb}: add a class attribute "
-                             f"{TUPLES_ATTRIBUTE} = \"pairs\" (or {', '.join(TUPLE_KINDS[1:])}) to {ep.attr}, or "
-                             f"decorate it with bench.registry.register({kind!r}, {name!r}, tuples=...)")
+            raise BenchError(
+                f"{where}: say which tuples the {kind} {verb}: add a class attribute "
+                f'{TUPLES_ATTRIBUTE} = "pairs" (or {", ".join(TUPLE_KINDS[1:])}) to {ep.attr}, or '
+                f"decorate it with bench.registry.register({kind!r}, {name!r}, tuples=...)"
+            )
         if tuples not in TUPLE_KINDS:
-            raise BenchError(f"{where}: {ep.attr}.{TUPLES_ATTRIBUTE} is {tuples!r}: expected one of "
-                             f"{', '.join(TUPLE_KINDS)}")
+            raise BenchError(
+                f"{where}: {ep.attr}.{TUPLES_ATTRIBUTE} is {tuples!r}: expected one of {', '.join(TUPLE_KINDS)}"
+            )
     try:
         taken = inspect.signature(obj).parameters
     except (TypeError, ValueError):
@@ -379,19 +551,38 @@ def _entry_point_entry(kind: str, name: str, ep: Any, obj: Any) -> Entry:
     needs = tuple(n for n in ("num_classes", "embedding_size") if kind != "trunk" and n in taken)
     package, version = plugins.entry_point_package(ep)
     summary = (getattr(obj, "__doc__", None) or "").strip().split("\n")[0]
-    return Entry(name, kind, f"{ep.module}:{ep.attr}", summary, "", str(tuples), needs=needs,
-                 source=f"entry point {package}", version=version, source_hash=plugins.file_sha256(obj))
+    return Entry(
+        name,
+        kind,
+        f"{ep.module}:{ep.attr}",
+        summary,
+        "",
+        str(tuples),
+        needs=needs,
+        source=f"entry point {package}",
+        version=version,
+        source_hash=plugins.file_sha256(obj),
+    )
 
 
 def _pml_entry(kind: str, name: str) -> Entry:
     """Any PML loss or miner by its class name, behind the generic adapter; cached like a registered one."""
     module = "bench.losses.pml_backed" if kind == "loss" else "bench.miners.pml_backed"
     adapters = importlib.import_module(module)
-    cls_name = name[len("pml:"):]
+    cls_name = name[len("pml:") :]
     adapter = adapters.adapter(cls_name)  # a BenchError for an unknown class or one whose tuples are unknown
     needs = tuple(n for n in ("num_classes", "embedding_size") if n in inspect.signature(adapter).parameters)
-    entry = Entry(name, kind, f"{module}:{adapter.__name__}", f"PML's {cls_name}, through the generic adapter",
-                  f"is PML's {cls_name}", adapter.tuples, needs=needs, pml_backed=True, source="pml")
+    entry = Entry(
+        name,
+        kind,
+        f"{module}:{adapter.__name__}",
+        f"PML's {cls_name}, through the generic adapter",
+        f"is PML's {cls_name}",
+        adapter.tuples,
+        needs=needs,
+        pml_backed=True,
+        source="pml",
+    )
     _REGISTERED[(kind, name)] = entry
     return entry
 
@@ -401,10 +592,18 @@ def _timm_entry(name: str) -> Entry:
     registered entries (unlike PML's), so `names` lists the built-in trunks only, not every timm name looked up."""
     from bench.models import backbones
 
-    model = name[len("timm:"):]
+    model = name[len("timm:") :]
     backbones.check_timm_name(model)  # a BenchError without timm (how to install it) or for an unknown model
-    return Entry(name, "trunk", f"bench.models.backbones:timm_{model}", f"timm's {model}, a linear embedding head",
-                 "", "", source="timm", version=backbones.timm_module().__version__)
+    return Entry(
+        name,
+        "trunk",
+        f"bench.models.backbones:timm_{model}",
+        f"timm's {model}, a linear embedding head",
+        "",
+        "",
+        source="timm",
+        version=backbones.timm_module().__version__,
+    )
 
 
 def check_params(entry: Entry, params: dict[str, Any]) -> None:
@@ -482,7 +681,7 @@ def incompatibility(loss: Entry, miner: Entry | None) -> str | None:
 # why a loss that consumes these tuples cannot use a miner's other tuples (`incompatibility`)
 _REFUSAL = {
     "proxy": "{loss} learns from labels alone (tuples 'proxy': a proxy loss, or any loss that ignores mined "
-             "tuples), so {miner}'s {produces} would be ignored",
+    "tuples), so {miner}'s {produces} would be ignored",
     "npair": "{loss} takes one positive pair per class (N-pair batches); {miner} produces {produces}",
     "quadruplets": "{loss} needs quadruplets; {miner} produces {produces} (use a quadruplet-capable miner)",
 }

@@ -39,8 +39,9 @@ def initial_trunk(config: TrainConfig, in_shape: tuple[int, ...]) -> Any:
     from bench.trunks import trunk_from
 
     seed_everything(config.seed)
-    trunk = trunk_from(config.trunk, in_shape, config.embedding_dim, config.trunk_params, config.pretrained,
-                       config.freeze_bn)
+    trunk = trunk_from(
+        config.trunk, in_shape, config.embedding_dim, config.trunk_params, config.pretrained, config.freeze_bn
+    )
     return trunk.to(config.device).eval()
 
 
@@ -48,11 +49,11 @@ def check_config(config: TrainConfig, size: int | None = None) -> None:
     """Unknown names and parameters fail in a second, before data, models and MLflow are loaded."""
     from bench import registry
 
-    
-
-    for kind, name, params in (("trunk", config.trunk, config.trunk_params),
-                               ("loss", config.loss, config.loss_params),
-                               ("miner", config.miner, config.miner_params)):
+    for kind, name, params in (
+        ("trunk", config.trunk, config.trunk_params),
+        ("loss", config.loss, config.loss_params),
+        ("miner", config.miner, config.miner_params),
+    ):
         if name is None:
             if params:
                 raise BenchError("miner parameters given without a miner")
@@ -73,8 +74,6 @@ def trained_normalized(config: TrainConfig) -> bool:
     takes the same from ``model.normalize`` (`bench.evaluation.score_model`).
     """
     from bench import registry
-
-    
 
     default = registry.get("loss", config.loss).parameters().get("normalize", True)
     return bool(config.loss_params.get("normalize", default))
@@ -111,19 +110,40 @@ class DataChoice:
         """The equivalent ``data`` section, so `train` selects classes exactly as `run` does."""
         split = None if self.split is None else {"test_classes": self.split, "seed": self.split_seed}
         test = train_spec if split is not None else test_spec
-        if split is None and train_spec == test_spec and not (isinstance(self.train_classes, list)
-                                                              and isinstance(self.test_classes, list)):
-            raise BenchError("train and test name the same dataset: give disjoint --train-classes and "
-                             "--test-classes lists, or --split")
-        return {"train": train_spec, "test": test, "image_size": size, "resize": self.resize,
-                "channels": self.channels, "train_classes": self.train_classes, "test_classes": self.test_classes,
-                "split": split, "augment": self.augment, "loader": self.loader}
+        if (
+            split is None
+            and train_spec == test_spec
+            and not (isinstance(self.train_classes, list) and isinstance(self.test_classes, list))
+        ):
+            raise BenchError(
+                "train and test name the same dataset: give disjoint --train-classes and "
+                "--test-classes lists, or --split"
+            )
+        return {
+            "train": train_spec,
+            "test": test,
+            "image_size": size,
+            "resize": self.resize,
+            "channels": self.channels,
+            "train_classes": self.train_classes,
+            "test_classes": self.test_classes,
+            "split": split,
+            "augment": self.augment,
+            "loader": self.loader,
+        }
 
 
-def train_and_evaluate(config: TrainConfig, train_spec: str = DEFAULT_TRAIN, test_spec: str = DEFAULT_TEST,
-                       data_root: str | None = None, size: int = 28, tracking_uri: str | None = None,
-                       experiment: str = "dmlbench-train", progress_bar: bool = False,
-                       choice: DataChoice | None = None) -> SingleRun:
+def train_and_evaluate(
+    config: TrainConfig,
+    train_spec: str = DEFAULT_TRAIN,
+    test_spec: str = DEFAULT_TEST,
+    data_root: str | None = None,
+    size: int = 28,
+    tracking_uri: str | None = None,
+    experiment: str = "dmlbench-train",
+    progress_bar: bool = False,
+    choice: DataChoice | None = None,
+) -> SingleRun:
     """Load, train, evaluate and record one run.
 
     `train_spec` and `test_spec` are dataset specs (`omniglot:background`);
@@ -138,12 +158,12 @@ def train_and_evaluate(config: TrainConfig, train_spec: str = DEFAULT_TRAIN, tes
     from tqdm import tqdm
 
     from bench import data as datasets
+    from bench.evaluation import evaluate
     from bench.metrics import geometry
     from bench.stores import provenance, tracking
     from bench.stores.mlflow_runs import MlflowWriter
-    from bench.evaluation import evaluate
-    from bench.training import train
     from bench.sweep.tuning import load_sides, make_guard, select_sides
+    from bench.training import train
 
     check_config(config)
     d = (choice or DataChoice()).section(train_spec, test_spec, size)
@@ -156,9 +176,14 @@ def train_and_evaluate(config: TrainConfig, train_spec: str = DEFAULT_TRAIN, tes
 
     uri = tracking.resolve_tracking_uri(tracking_uri)
     prints = split_fingerprints(train_data.classes, test_data.classes)
-    tags = provenance.standard_tags(prints["split"], train_fingerprint=prints["train"],
-                                  test_fingerprint=prints["test"], train_data=train_spec, test_data=test_spec,
-                                  command="train")
+    tags = provenance.standard_tags(
+        prints["split"],
+        train_fingerprint=prints["train"],
+        test_fingerprint=prints["test"],
+        train_data=train_spec,
+        test_data=test_spec,
+        command="train",
+    )
     run_name = f"{config.loss}+{config.miner or 'none'}/{config.trunk}/seed{config.seed}"
     writer = MlflowWriter(uri, experiment, tags)
     with writer.recording(run_name) as run_id:
@@ -167,11 +192,25 @@ def train_and_evaluate(config: TrainConfig, train_spec: str = DEFAULT_TRAIN, tes
             from bench.data.augment import normalise
 
             chosen["augment"] = json.dumps(normalise(d["augment"]), sort_keys=True)
-        writer.log(run_id, params={**config.to_dict(), "train_data": train_spec, "test_data": test_spec, "size": size,
-                                   "resize": d["resize"], **{k: str(v) for k, v in chosen.items()}})
-        bar = tqdm(total=config.iterations, desc="train", unit="it", file=sys.stderr,
-                   disable=not progress_bar or not is_terminal(sys.stderr),
-                   leave=False)
+        writer.log(
+            run_id,
+            params={
+                **config.to_dict(),
+                "train_data": train_spec,
+                "test_data": test_spec,
+                "size": size,
+                "resize": d["resize"],
+                **{k: str(v) for k, v in chosen.items()},
+            },
+        )
+        bar = tqdm(
+            total=config.iterations,
+            desc="train",
+            unit="it",
+            file=sys.stderr,
+            disable=not progress_bar or not is_terminal(sys.stderr),
+            leave=False,
+        )
 
         def progress(iteration: int, total: int, loss: float) -> None:
             bar.update(iteration - bar.n)
@@ -182,15 +221,30 @@ def train_and_evaluate(config: TrainConfig, train_spec: str = DEFAULT_TRAIN, tes
         finally:
             bar.close()
         normalize = trained_normalized(config)
-        metrics = evaluate(result.model, test_data, lake_runs=lake_runs, device=config.device, seed=config.seed,
-                           normalize=normalize)
+        metrics = evaluate(
+            result.model, test_data, lake_runs=lake_runs, device=config.device, seed=config.seed, normalize=normalize
+        )
         # the floor: the same seed's initial trunk, scored by the same call on the same test data
-        floor = evaluate(initial_trunk(config, tuple(train_data.x.shape[1:])), test_data, lake_runs=lake_runs,
-                         device=config.device, seed=config.seed, normalize=normalize)
-        writer.log(run_id, params={"geometry": geometry(normalize)},
-                   metrics={**metrics, **{f"floor_{k}": v for k, v in floor.items()},
-                            "final_loss": result.final_loss, "wall_time_s": result.wall_time_s,
-                            "samples_seen": result.samples_seen, "iterations": result.iterations})
+        floor = evaluate(
+            initial_trunk(config, tuple(train_data.x.shape[1:])),
+            test_data,
+            lake_runs=lake_runs,
+            device=config.device,
+            seed=config.seed,
+            normalize=normalize,
+        )
+        writer.log(
+            run_id,
+            params={"geometry": geometry(normalize)},
+            metrics={
+                **metrics,
+                **{f"floor_{k}": v for k, v in floor.items()},
+                "final_loss": result.final_loss,
+                "wall_time_s": result.wall_time_s,
+                "samples_seen": result.samples_seen,
+                "iterations": result.iterations,
+            },
+        )
         if result.reason:
             writer.log(run_id, params={"train_note": result.reason})
     return SingleRun(metrics, run_id, uri, floor)

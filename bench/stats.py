@@ -58,8 +58,15 @@ class Interval:
 # The range each metric can take; an interval reaching beyond it is clipped for display (`within`).
 # AMI can fall below 0 (worse than chance), so only its top is bounded.
 METRIC_RANGES: dict[str, tuple[float, float]] = {
-    "precision_at_1": (0.0, 1.0), "r_precision": (0.0, 1.0), "map_at_r": (0.0, 1.0), "recall_at_k": (0.0, 1.0),
-    "nmi": (0.0, 1.0), "ami": (-1.0, 1.0), "lake_accuracy": (0.0, 1.0), "reid_map": (0.0, 1.0), "cmc_at_k": (0.0, 1.0),
+    "precision_at_1": (0.0, 1.0),
+    "r_precision": (0.0, 1.0),
+    "map_at_r": (0.0, 1.0),
+    "recall_at_k": (0.0, 1.0),
+    "nmi": (0.0, 1.0),
+    "ami": (-1.0, 1.0),
+    "lake_accuracy": (0.0, 1.0),
+    "reid_map": (0.0, 1.0),
+    "cmc_at_k": (0.0, 1.0),
 }
 
 
@@ -143,17 +150,27 @@ def _untestable(diff: float, na: int, nb: int, test: str) -> Difference:
 
 
 def _constant(diff: float, na: int, nb: int, test: str) -> Difference:
-    return Difference(diff, diff, diff, math.inf, 0.0 if diff > 0 else 1.0, 0.0 if diff < 0 else 1.0, na, nb, test,
-                      0.0)
+    return Difference(diff, diff, diff, math.inf, 0.0 if diff > 0 else 1.0, 0.0 if diff < 0 else 1.0, na, nb, test, 0.0)
 
 
-def _from_scipy(result: Any, diff: float, se: float, level: float, na: int, nb: int, test: str,
-                shift: float = 0.0) -> Difference:
+def _from_scipy(
+    result: Any, diff: float, se: float, level: float, na: int, nb: int, test: str, shift: float = 0.0
+) -> Difference:
     """scipy's interval and one-sided p-values (from its t statistic and df), shifted by `shift`."""
     ci = result.confidence_interval(level)
     t, df = float(result.statistic), float(result.df)
-    return Difference(diff, float(ci.low) - shift, float(ci.high) - shift, df, float(_st.t.sf(t, df)),
-                      float(_st.t.cdf(t, df)), na, nb, test, se)
+    return Difference(
+        diff,
+        float(ci.low) - shift,
+        float(ci.high) - shift,
+        df,
+        float(_st.t.sf(t, df)),
+        float(_st.t.cdf(t, df)),
+        na,
+        nb,
+        test,
+        se,
+    )
 
 
 def welch(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, level: float = LEVEL) -> Difference:
@@ -185,8 +202,13 @@ def paired(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, lev
     return _from_scipy(_st.ttest_rel(x, y), diff, float(_st.sem(x - y)), level, n, n, "paired")
 
 
-def compare(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray,
-            seeds_a: Sequence[int], seeds_b: Sequence[int], level: float = LEVEL) -> Difference:
+def compare(
+    a: Sequence[float] | np.ndarray,
+    b: Sequence[float] | np.ndarray,
+    seeds_a: Sequence[int],
+    seeds_b: Sequence[int],
+    level: float = LEVEL,
+) -> Difference:
     """`a - b`: paired when both were run with the same set of final seeds (values in seed order), else Welch."""
     if len(seeds_a) >= 2 and list(seeds_a) == list(seeds_b):
         return paired(a, b, level)
@@ -202,8 +224,9 @@ def one_sample(values: Sequence[float] | np.ndarray, reference: float, level: fl
         return _untestable(diff, n, 0, "one-sample")
     if x.var(ddof=1) == 0.0:
         return _constant(diff, n, 0, "one-sample")
-    return _from_scipy(_st.ttest_1samp(x, reference), diff, float(_st.sem(x)), level, n, 0, "one-sample",
-                       shift=reference)
+    return _from_scipy(
+        _st.ttest_1samp(x, reference), diff, float(_st.sem(x)), level, n, 0, "one-sample", shift=reference
+    )
 
 
 def holm(p: Sequence[float]) -> list[float]:

@@ -27,16 +27,15 @@ import math
 import numbers
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from bench import registry
-
 from bench.devices import device_problem, precision_problem
 from bench.errors import BenchError, DivergedError, MethodError
 from bench.evaluation import embed
@@ -99,15 +98,20 @@ class TrainConfig:
             raise BenchError(f"seed must be an integer, got {self.seed!r}")
         for name in ("lr", "weight_decay"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
-                    or value < 0 or (name == "lr" and value == 0):
-                raise BenchError(f"{name} must be a finite number {'> 0' if name == 'lr' else '>= 0'}, "
-                                 f"got {value!r}")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, numbers.Real)
+                or not math.isfinite(value)
+                or value < 0
+                or (name == "lr" and value == 0)
+            ):
+                raise BenchError(f"{name} must be a finite number {'> 0' if name == 'lr' else '>= 0'}, got {value!r}")
         if self.optimizer not in OPTIMIZERS:
             raise BenchError(f"unknown optimizer {self.optimizer!r}: expected one of {', '.join(OPTIMIZERS)}")
         if self.augmentation is not None and self.augmentation not in AUGMENTATIONS:
-            raise BenchError(f"unknown augmentation {self.augmentation!r}: "
-                             f"expected none or one of {', '.join(AUGMENTATIONS)}")
+            raise BenchError(
+                f"unknown augmentation {self.augmentation!r}: expected none or one of {', '.join(AUGMENTATIONS)}"
+            )
         for name in ("trunk_params", "loss_params", "miner_params"):
             if not isinstance(getattr(self, name), dict):
                 raise BenchError(f"{name} must be a mapping of parameter names to values")
@@ -132,8 +136,12 @@ class TrainConfig:
         """trunk_lr a positive number or None, freeze_bn a bool, and the pretrained file present (one line
         saying where to put it), all before data or MLflow are touched."""
         if self.trunk_lr is not None:
-            if isinstance(self.trunk_lr, bool) or not isinstance(self.trunk_lr, numbers.Real) \
-                    or not math.isfinite(self.trunk_lr) or self.trunk_lr <= 0:
+            if (
+                isinstance(self.trunk_lr, bool)
+                or not isinstance(self.trunk_lr, numbers.Real)
+                or not math.isfinite(self.trunk_lr)
+                or self.trunk_lr <= 0
+            ):
                 raise BenchError(f"trunk_lr must be a finite number > 0 or null, got {self.trunk_lr!r}")
             self.trunk_lr = float(self.trunk_lr)
         if not isinstance(self.freeze_bn, bool):
@@ -167,8 +175,9 @@ def build(config: TrainConfig, in_shape: tuple[int, ...], num_classes: int, devi
     class count and embedding size."""
     from bench.trunks import trunk_from
 
-    trunk = trunk_from(config.trunk, in_shape, config.embedding_dim, config.trunk_params, config.pretrained,
-                       config.freeze_bn).to(device)
+    trunk = trunk_from(
+        config.trunk, in_shape, config.embedding_dim, config.trunk_params, config.pretrained, config.freeze_bn
+    ).to(device)
     context = {"num_classes": num_classes, "embedding_size": config.embedding_dim}
     loss = registry.build_loss(config.loss, context, **config.loss_params)
     if isinstance(loss, nn.Module):
@@ -184,8 +193,11 @@ HARNESS = "_dmlbench_harness"  # set on an exception the harness raised inside a
 
 def _out_of_memory(error: BaseException) -> bool:
     oom = getattr(torch, "OutOfMemoryError", None)
-    return isinstance(error, MemoryError) or (oom is not None and isinstance(error, oom)) \
+    return (
+        isinstance(error, MemoryError)
+        or (oom is not None and isinstance(error, oom))
         or (isinstance(error, RuntimeError) and "out of memory" in str(error))
+    )
 
 
 def method_call(role: str, name: str, iteration: int, fn: Callable[..., Any], *args: Any, where: str = "") -> Any:
@@ -257,9 +269,12 @@ def schedule_problem(schedule: object, iterations: int) -> str | None:
             return f"an exponential schedule needs start: the fraction of the budget in [0, 1) after which it decays, got {start!r}"
     if kind == "step":
         milestones = schedule.get("milestones")
-        if not isinstance(milestones, (list, tuple)) or not milestones or any(
-                isinstance(m, bool) or not isinstance(m, numbers.Real) or not 0 < float(m) < 1 for m in milestones) \
-                or list(milestones) != sorted(set(milestones)):
+        if (
+            not isinstance(milestones, (list, tuple))
+            or not milestones
+            or any(isinstance(m, bool) or not isinstance(m, numbers.Real) or not 0 < float(m) < 1 for m in milestones)
+            or list(milestones) != sorted(set(milestones))
+        ):
             return f"a step schedule needs milestones: increasing fractions of the budget in (0, 1), got {milestones!r}"
     return None
 
@@ -348,8 +363,9 @@ def _pk_sampler(labels: torch.Tensor, config: TrainConfig) -> Any:
     return PKSampler(labels, config.P, config.K, config.seed)
 
 
-def _batches(x: Any, labels: torch.Tensor, config: TrainConfig, device: torch.device,
-             start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def _batches(
+    x: Any, labels: torch.Tensor, config: TrainConfig, device: torch.device, start: int = 0
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """(images, sample indices) on `device` for steps start, start+1, ...: indexed from the tensor in
     memory, or decoded from image files by loader workers with the PK sampler as their batch sampler."""
     sampler = _pk_sampler(labels, config)
@@ -362,8 +378,14 @@ def _batches(x: Any, labels: torch.Tensor, config: TrainConfig, device: torch.de
     return stream(train_loader(x, batch_sampler, config.seed, device), device)
 
 
-def train(config: TrainConfig, data, *, checkpoint_every: int = 0, on_checkpoint: Checkpoint | None = None,
-          progress: Progress | None = None) -> TrainResult:
+def train(
+    config: TrainConfig,
+    data,
+    *,
+    checkpoint_every: int = 0,
+    on_checkpoint: Checkpoint | None = None,
+    progress: Progress | None = None,
+) -> TrainResult:
     """Train ``config.trunk`` on ``data`` (a LabeledData) for ``config.iterations`` steps.
 
     Labels are remapped to 0..C-1 (proxy losses index their proxies by
@@ -392,8 +414,9 @@ def train(config: TrainConfig, data, *, checkpoint_every: int = 0, on_checkpoint
     dataset_level = bool(getattr(miner, "dataset_level", False))
     miner_name = str(config.miner)
     # a dataset-level miner picks its own batches: the PK iterator is then empty and never read
-    batches: Iterator[tuple[torch.Tensor, torch.Tensor]] = iter(()) if dataset_level \
-        else _batches(x, labels, config, device)
+    batches: Iterator[tuple[torch.Tensor, torch.Tensor]] = (
+        iter(()) if dataset_level else _batches(x, labels, config, device)
+    )
 
     def embed_indices(indices: torch.Tensor) -> torch.Tensor:
         try:
@@ -422,8 +445,9 @@ def train(config: TrainConfig, data, *, checkpoint_every: int = 0, on_checkpoint
     start = time.perf_counter()
     for it in range(1, total + 1):
         if dataset_level:
-            idx, tuples = method_call("miner", miner_name, it, miner.batch, it - 1, embed_indices, labels_dev,
-                                      generator)
+            idx, tuples = method_call(
+                "miner", miner_name, it, miner.batch, it - 1, embed_indices, labels_dev, generator
+            )
             idx = torch.as_tensor(idx, dtype=torch.long, device=device)
             xb = _decoded(x, idx, it - 1, config.seed, device) if files else x[idx]
         else:
@@ -465,7 +489,7 @@ def train(config: TrainConfig, data, *, checkpoint_every: int = 0, on_checkpoint
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     wall = time.perf_counter() - start
-    final = float(losses[-min(FINAL_LOSS_WINDOW, total):].mean())
+    final = float(losses[-min(FINAL_LOSS_WINDOW, total) :].mean())
     reason = f"{empty_steps} of {total} steps had no valid tuple" if empty_steps else ""
     return TrainResult(trunk.eval(), loss_fn, total, samples_seen, wall, final, "ok", reason)
 

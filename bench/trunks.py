@@ -30,8 +30,14 @@ MAX_EMBEDDING_DIM = 65_536  # far above any embedding in the literature (512-204
 MAX_PARAMETERS = 500_000_000  # 2 GB of float32 weights: more is a typo here, not a trunk this benchmark trains
 
 
-def trunk_from(name: str, in_shape: tuple[int, ...], embedding_dim: int, params: dict[str, Any],
-               pretrained: str | None = None, freeze_bn: bool = False) -> nn.Module:
+def trunk_from(
+    name: str,
+    in_shape: tuple[int, ...],
+    embedding_dim: int,
+    params: dict[str, Any],
+    pretrained: str | None = None,
+    freeze_bn: bool = False,
+) -> nn.Module:
     """The registry's trunk ``name`` with ``model.pretrained`` loaded and ``model.freeze_bn`` applied.
 
     Loading draws no random numbers, so a seeded build gives the same head
@@ -49,8 +55,14 @@ def protocol_trunk(doc: dict[str, Any], in_shape: tuple[int, ...]) -> nn.Module:
     """The trunk a protocol's ``model`` section names, as `trunk_from` builds it (the floor's trunk, and the
     check of a sweep's weights file before its first trial)."""
     m = doc["model"]
-    return trunk_from(m["trunk"], in_shape, m["embedding_dim"], dict(m["trunk_params"]),
-                      setting(doc, "model.pretrained"), setting(doc, "model.freeze_bn"))
+    return trunk_from(
+        m["trunk"],
+        in_shape,
+        m["embedding_dim"],
+        dict(m["trunk_params"]),
+        setting(doc, "model.pretrained"),
+        setting(doc, "model.freeze_bn"),
+    )
 
 
 def check_size(name: str, in_shape: Sequence[int], embedding_dim: int, params: dict) -> None:
@@ -71,12 +83,21 @@ def check_size(name: str, in_shape: Sequence[int], embedding_dim: int, params: d
         raise BenchError(f"trunk {name!r} with {params} has a layer of size 0")
     count = sum(p.numel() for p in trunk.parameters())
     if count > MAX_PARAMETERS:
-        raise BenchError(f"trunk {name!r} with {params or 'its defaults'} has {count:,} parameters: expected at "
-                         f"most {MAX_PARAMETERS:,} (a typo in a size?)")
+        raise BenchError(
+            f"trunk {name!r} with {params or 'its defaults'} has {count:,} parameters: expected at "
+            f"most {MAX_PARAMETERS:,} (a typo in a size?)"
+        )
 
 
-def option_problems(name: str, in_shape: tuple[int, ...], embedding_dim: int, params: dict[str, Any],
-                    pretrained: str | None, freeze_bn: bool, trunk_lr: float | None) -> dict[str, str]:
+def option_problems(
+    name: str,
+    in_shape: tuple[int, ...],
+    embedding_dim: int,
+    params: dict[str, Any],
+    pretrained: str | None,
+    freeze_bn: bool,
+    trunk_lr: float | None,
+) -> dict[str, str]:
     """What is wrong with the trunk options, by dotted protocol key, found without touching a file.
 
     For `dmlbench validate` and `plan`: a ``hub`` spec the trunk has no
@@ -93,8 +114,9 @@ def option_problems(name: str, in_shape: tuple[int, ...], embedding_dim: int, pa
     if freeze_bn or trunk_lr is not None:
         with torch.device("meta"):
             trunk = registry.build_trunk(name, in_shape=in_shape, embedding_dim=embedding_dim, **params)
-        checks: list[tuple[str, Callable[[nn.Module], object]]] = [("model.freeze_bn", freeze_batchnorm)] \
-            if freeze_bn else []
+        checks: list[tuple[str, Callable[[nn.Module], object]]] = (
+            [("model.freeze_bn", freeze_batchnorm)] if freeze_bn else []
+        )
         checks += [("training.trunk_lr", head_parameters)] if trunk_lr is not None else []
         for key, check in checks:
             try:

@@ -21,7 +21,7 @@ does).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Union
+from typing import Any, NamedTuple
 
 import torch
 
@@ -62,7 +62,7 @@ class ViolatingQuadruplets:
     count: int  # how many quadruplets violate, as the miner measured them
 
 
-IndexTuple = Union[tuple[torch.Tensor, ...], Quadruplets, ViolatingQuadruplets]
+IndexTuple = tuple[torch.Tensor, ...] | Quadruplets | ViolatingQuadruplets
 """What a miner returns and a loss consumes: triplets, pairs, `Quadruplets` (their own type), or
 `ViolatingQuadruplets` for a loss that sums them."""
 

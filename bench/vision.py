@@ -37,4 +37,3 @@ def torchvision() -> Any:
         sys.modules[_STUB] = types.ModuleType(_STUB)
         import torchvision as tv
     return tv
-

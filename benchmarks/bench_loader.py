@@ -34,7 +34,6 @@ from bench.data.samplers import PKBatchSampler, PKSampler
 from bench.training import TrainConfig, train
 
 
-
 def write_jpegs(root: Path, images: int, classes: int, side: int) -> None:
     rng = np.random.default_rng(0)
     for i in range(images):
@@ -65,8 +64,16 @@ def step_rate(trunk: str, shape: tuple[int, ...], steps: int, P: int, K: int, de
     data = LabeledData(torch.rand((P * 4, *shape), generator=g), torch.arange(P).repeat_interleave(4), "random")
     seconds = []
     for iterations in (2, 2 + steps):
-        config = TrainConfig(trunk=trunk, embedding_dim=128, loss="triplet", P=P, K=K, iterations=iterations,
-                             device=device, precision=precision)
+        config = TrainConfig(
+            trunk=trunk,
+            embedding_dim=128,
+            loss="triplet",
+            P=P,
+            K=K,
+            iterations=iterations,
+            device=device,
+            precision=precision,
+        )
         start = time.perf_counter()
         train(config, data)
         seconds.append(time.perf_counter() - start)
@@ -97,17 +104,26 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="dmlbench-loader-") as tmp:
         write_jpegs(Path(tmp), args.images, args.classes, args.side)
         data = load(f"folder:{tmp}", size=args.crop, augment=pipeline)
-        rates: dict[str, list[float]] = {"loader, 0 workers": [], f"loader, {args.workers} workers": [],
-                                         f"{args.trunk} step": []}
+        rates: dict[str, list[float]] = {
+            "loader, 0 workers": [],
+            f"loader, {args.workers} workers": [],
+            f"{args.trunk} step": [],
+        }
         for _ in range(args.repeats):
             rates["loader, 0 workers"].append(loader_rate(data, 0, args.batches, args.P, args.K, device))
             rates[f"loader, {args.workers} workers"].append(
-                loader_rate(data, args.workers, args.batches, args.P, args.K, device))
-            rates[f"{args.trunk} step"].append(step_rate(args.trunk, (3, args.crop, args.crop), args.steps, args.P,
-                                                         args.K, args.device, args.precision))
-    print(f"{args.images} JPEGs {args.side}x{args.side} -> RandomResizedCrop {args.crop} + flip, batch "
-          f"{args.P}x{args.K}, device {args.device}, {torch.get_num_threads()} torch thread(s), "
-          f"median of {args.repeats}")
+                loader_rate(data, args.workers, args.batches, args.P, args.K, device)
+            )
+            rates[f"{args.trunk} step"].append(
+                step_rate(
+                    args.trunk, (3, args.crop, args.crop), args.steps, args.P, args.K, args.device, args.precision
+                )
+            )
+    print(
+        f"{args.images} JPEGs {args.side}x{args.side} -> RandomResizedCrop {args.crop} + flip, batch "
+        f"{args.P}x{args.K}, device {args.device}, {torch.get_num_threads()} torch thread(s), "
+        f"median of {args.repeats}"
+    )
     medians = {name: statistics.median(values) for name, values in rates.items()}
     for name, value in medians.items():
         print(f"  {name:<24} {value:8.1f} images/s")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from bench_triplet_mining import timed  # the script's own folder is on sys.path
@@ -48,16 +48,22 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 128])
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--spread", type=float, default=None,
-                        help="samples of a class around a class centre with this noise (default: all random)")
+    parser.add_argument(
+        "--spread",
+        type=float,
+        default=None,
+        help="samples of a class around a class centre with this noise (default: all random)",
+    )
     parser.add_argument("--learned-metric", action="store_true")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(0)
-    print(f"K={args.k} dim={args.dim} learned_metric={args.learned_metric} spread={args.spread} "
-          f"threads={args.threads} repeats={args.repeats}: forward+backward with mining, median ms")
+    print(
+        f"K={args.k} dim={args.dim} learned_metric={args.learned_metric} spread={args.spread} "
+        f"threads={args.threads} repeats={args.repeats}: forward+backward with mining, median ms"
+    )
     print(f"{'batch':>5} {'unlisted ms':>12} {'listed ms':>10} {'ratio':>7}  values")
     for batch in args.batches:
         y = torch.arange(batch // args.k).repeat_interleave(args.k)

@@ -25,7 +25,6 @@ import time
 import torch
 
 from bench import registry
-
 from bench.data import load
 from bench.data.samplers import PKSampler
 from bench.training import TrainConfig, train
@@ -73,10 +72,20 @@ def main() -> int:
     data = background.subset(background.classes[:200])
     _, y = torch.unique(data.y, return_inverse=True)
     failed = False
-    print(f"{'configuration':<54} {'bare s':>8} {'harness s':>10} {'ratio':>6} {'best-of':>8}  (medians of {args.repeats})")
+    print(
+        f"{'configuration':<54} {'bare s':>8} {'harness s':>10} {'ratio':>6} {'best-of':>8}  (medians of {args.repeats})"
+    )
     for name, (changes, gated) in CONFIGS.items():
-        config = TrainConfig(loss="triplet", loss_params={"margin": 0.2}, miner="batch_hard", P=32, K=4,
-                             iterations=args.iterations, seed=0, **changes)
+        config = TrainConfig(
+            loss="triplet",
+            loss_params={"margin": 0.2},
+            miner="batch_hard",
+            P=32,
+            K=4,
+            iterations=args.iterations,
+            seed=0,
+            **changes,
+        )
         sampler = iter(PKSampler(y, config.P, config.K, config.seed))
         batches = [torch.as_tensor(next(sampler), dtype=torch.long) for _ in range(args.iterations)]
         bare, ours = [], []

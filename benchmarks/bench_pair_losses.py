@@ -23,8 +23,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -41,8 +41,11 @@ def build(name: str, side: str) -> Callable:
         return build_loss(name, margin=1.0) if name == "lifted_structure" else build_loss(name, temperature=0.1)
     from pytorch_metric_learning import losses
 
-    return losses.LiftedStructureLoss(neg_margin=1.0, pos_margin=0.0) if name == "lifted_structure" \
+    return (
+        losses.LiftedStructureLoss(neg_margin=1.0, pos_margin=0.0)
+        if name == "lifted_structure"
         else losses.NTXentLoss(temperature=0.1)
+    )
 
 
 def inputs(batch: int, k: int, dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,8 +95,23 @@ def child_peak(args: argparse.Namespace) -> None:
 
 
 def peak_memory(name: str, side: str, args: argparse.Namespace) -> int:
-    cmd = [sys.executable, __file__, "--memory", name, side, "--batch", str(args.batch), "--k", str(args.k),
-           "--dim", str(args.dim), "--seed", str(args.seed), "--threads", str(args.threads)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--memory",
+        name,
+        side,
+        "--batch",
+        str(args.batch),
+        "--k",
+        str(args.k),
+        "--dim",
+        str(args.dim),
+        "--seed",
+        str(args.seed),
+        "--threads",
+        str(args.threads),
+    ]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])["peak_bytes"]
 
@@ -118,10 +136,14 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     x, y = inputs(args.batch, args.k, args.dim, args.seed)
 
-    print(f"B={args.batch} K={args.k} dim={args.dim} float32 threads={args.threads}; forward+backward; "
-          f"median of {args.own_runs} own / {args.pml_runs} PML runs, alternating; peak memory in fresh processes")
-    print(f"{'loss':<17} {'own ms':>8} {'PML ms':>9} {'speed':>8} {'own MB':>7} {'PML MB':>8} {'memory':>8}"
-          f"  value (own / PML)        rel diff value, grad")
+    print(
+        f"B={args.batch} K={args.k} dim={args.dim} float32 threads={args.threads}; forward+backward; "
+        f"median of {args.own_runs} own / {args.pml_runs} PML runs, alternating; peak memory in fresh processes"
+    )
+    print(
+        f"{'loss':<17} {'own ms':>8} {'PML ms':>9} {'speed':>8} {'own MB':>7} {'PML MB':>8} {'memory':>8}"
+        f"  value (own / PML)        rel diff value, grad"
+    )
     for name in LOSSES:
         own, pml = build(name, "own"), build(name, "pml")
         step(own, x, y)  # warm-up
@@ -136,9 +158,11 @@ def main() -> None:
         o, p = statistics.median(own_t), statistics.median(pml_t)
         own_m, pml_m = peak_memory(name, "own", args), peak_memory(name, "pml", args)
         dv, dg = rel(own_v, pml_v), rel(own_g, pml_g)
-        print(f"{name:<17} {o * 1e3:8.2f} {p * 1e3:9.0f} {p / o:7.0f}x {own_m / 2**20:7.1f} {pml_m / 2**20:8.0f}"
-              f" {pml_m / max(own_m, 1):7.0f}x  {float(own_v):.6g} / {float(pml_v):.6g}  {dv:.1e}, {dg:.1e}"
-              f"  {'OK' if max(dv, dg) < 1e-4 else 'DIFFERENT'}")
+        print(
+            f"{name:<17} {o * 1e3:8.2f} {p * 1e3:9.0f} {p / o:7.0f}x {own_m / 2**20:7.1f} {pml_m / 2**20:8.0f}"
+            f" {pml_m / max(own_m, 1):7.0f}x  {float(own_v):.6g} / {float(pml_v):.6g}  {dv:.1e}, {dg:.1e}"
+            f"  {'OK' if max(dv, dg) < 1e-4 else 'DIFFERENT'}"
+        )
 
 
 if __name__ == "__main__":

@@ -32,9 +32,20 @@ VARIANTS = {  # name: (precision, channels_last)
 
 
 def step_ms(data, batch: int, precision: str, channels_last: bool, iterations: int, device: str) -> float:
-    config = TrainConfig(trunk="conv4", embedding_dim=64, loss="triplet", loss_params={"margin": 0.2},
-                         miner="batch_hard", P=batch // 4, K=4, iterations=iterations, seed=0,
-                         precision=precision, channels_last=channels_last, device=device)
+    config = TrainConfig(
+        trunk="conv4",
+        embedding_dim=64,
+        loss="triplet",
+        loss_params={"margin": 0.2},
+        miner="batch_hard",
+        P=batch // 4,
+        K=4,
+        iterations=iterations,
+        seed=0,
+        precision=precision,
+        channels_last=channels_last,
+        device=device,
+    )
     return train(config, data).wall_time_s / iterations * 1000
 
 
@@ -59,8 +70,9 @@ def main() -> None:
                     times[name].append(step_ms(data, batch, precision, channels_last, args.iterations, args.device))
             for name, values in times.items():
                 speedup = statistics.median(f / v for f, v in zip(times["fp32"], values))
-                print(f"{threads:>7} {batch:>5} {name:<20} {statistics.median(values):>8.1f} {speedup:>6.2f}x",
-                      flush=True)
+                print(
+                    f"{threads:>7} {batch:>5} {name:<20} {statistics.median(values):>8.1f} {speedup:>6.2f}x", flush=True
+                )
 
 
 if __name__ == "__main__":

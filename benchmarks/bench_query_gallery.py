@@ -52,8 +52,15 @@ def _one(name: str, queries: int, dim: int) -> dict[str, float]:
         out = query_gallery_metrics(q, qy, g, gy, ks=(1, 10), **ids)
     wall = time.perf_counter() - start
     peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
-    return {"set": name, "queries": n, "gallery": ng, "seconds": round(wall, 2), "peak_mb": round(peak),
-            "per_1000_queries_s": round(1000 * wall / n, 2), **{k: round(v, 4) for k, v in out.items()}}
+    return {
+        "set": name,
+        "queries": n,
+        "gallery": ng,
+        "seconds": round(wall, 2),
+        "peak_mb": round(peak),
+        "per_1000_queries_s": round(1000 * wall / n, 2),
+        **{k: round(v, 4) for k, v in out.items()},
+    }
 
 
 def main() -> None:
@@ -67,8 +74,9 @@ def main() -> None:
         return
     for name in SETS:
         cmd = [sys.executable, __file__, "--child", name, "--queries", str(args.queries), "--dim", str(args.dim)]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env={"OMP_NUM_THREADS": "1",
-                                                                                     "PYTHONPATH": "."})
+        out = subprocess.run(
+            cmd, check=True, capture_output=True, text=True, env={"OMP_NUM_THREADS": "1", "PYTHONPATH": "."}
+        )
         print(out.stdout.strip())
 
 

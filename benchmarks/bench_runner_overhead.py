@@ -51,7 +51,6 @@ grid:
 def bare_run(protocol, prepared, cell, seed: int) -> float:
     """The same training and evaluation, with nothing of the harness around it."""
     from bench import registry
-    
     from bench.data.samplers import PKSampler
     from bench.evaluation import evaluate
 
@@ -93,8 +92,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         protocol = parse_protocol(PROTOCOL.format(iterations=args.iterations, seeds=args.repeats + 2), "overhead")
-        sweep = Sweep(protocol, Options(storage=f"sqlite:///{root / 'optuna.db'}", tracking_uri=str(root / "mlruns"),
-                                        results_dir=root / "results", data_root=args.data_root, quiet=True))
+        sweep = Sweep(
+            protocol,
+            Options(
+                storage=f"sqlite:///{root / 'optuna.db'}",
+                tracking_uri=str(root / "mlruns"),
+                results_dir=root / "results",
+                data_root=args.data_root,
+                quiet=True,
+            ),
+        )
         sweep.setup()
         from bench.sweep.progress import Progress
 
@@ -119,8 +126,10 @@ def main() -> int:
             print(f"repeat {i + 1}: bare {bare[-1]:.2f} s, runner {harness[-1]:.2f} s", flush=True)
     b, h = statistics.median(bare), statistics.median(harness)
     ratio = h / b
-    print(f"{args.iterations} iterations of conv4 28x28 batch 32 (triplet + batch_hard) and evaluation "
-          f"on 20 test classes: bare median {b:.2f} s, runner median {h:.2f} s, ratio {ratio:.3f} (goal <= 1.05)")
+    print(
+        f"{args.iterations} iterations of conv4 28x28 batch 32 (triplet + batch_hard) and evaluation "
+        f"on 20 test classes: bare median {b:.2f} s, runner median {h:.2f} s, ratio {ratio:.3f} (goal <= 1.05)"
+    )
     return 0 if ratio <= 1.05 else 1
 
 

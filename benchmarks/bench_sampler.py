@@ -57,8 +57,10 @@ def main() -> None:
     background = load("omniglot:background")
     _, all_labels = torch.unique(background.y, return_inverse=True)
     print(f"{'labels':<34} {'P x K':>6} {'loop us':>8} {'vectorised us':>14} {'ratio':>6}  (medians of {args.repeats})")
-    for name, labels in (("omniglot background (964 classes)", all_labels),
-                         ("200 of its classes", all_labels[all_labels < 200])):
+    for name, labels in (
+        ("omniglot background (964 classes)", all_labels),
+        ("200 of its classes", all_labels[all_labels < 200]),
+    ):
         for P, K in ((32, 4), (16, 4)):
             loop, vec = [], []
             for _ in range(args.repeats):  # fresh samplers each repeat: the vectorised one's cache starts cold

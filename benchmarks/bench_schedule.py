@@ -42,13 +42,25 @@ def main() -> None:
         for r in range(args.repeats):
             order = list(SCHEDULES) if r % 2 == 0 else list(reversed(SCHEDULES))  # ABBA
             for name in order:
-                config = TrainConfig(trunk=trunk, embedding_dim=64, loss="triplet", miner="batch_hard", P=32, K=4,
-                                     iterations=args.iterations, seed=0, precision="bf16" if trunk == "conv4" else "fp32",
-                                     schedule=SCHEDULES[name])
+                config = TrainConfig(
+                    trunk=trunk,
+                    embedding_dim=64,
+                    loss="triplet",
+                    miner="batch_hard",
+                    P=32,
+                    K=4,
+                    iterations=args.iterations,
+                    seed=0,
+                    precision="bf16" if trunk == "conv4" else "fp32",
+                    schedule=SCHEDULES[name],
+                )
                 times[name].append(timed(config, data))
         base, sched = statistics.median(times["constant"]), statistics.median(times["cosine"])
-        print(f"{trunk}: constant {base:.2f} s, cosine + warm-up {sched:.2f} s for {args.iterations} iterations "
-              f"(medians of {args.repeats}): {sched / base:.3f}x", flush=True)
+        print(
+            f"{trunk}: constant {base:.2f} s, cosine + warm-up {sched:.2f} s for {args.iterations} iterations "
+            f"(medians of {args.repeats}): {sched / base:.3f}x",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -30,12 +30,15 @@ def setups(margin: float) -> dict[str, tuple[Callable, Callable]]:
         return (lambda x, y: own_loss(x, y, own_miner(x, y)), lambda x, y: pml_loss(x, y, pml_miner(x, y)))
 
     return {
-        "batch_all": pair(build_miner("batch_all", margin=margin),
-                          miners.TripletMarginMiner(margin=float("inf"), type_of_triplets="all")),
-        "semihard": pair(build_miner("semihard", margin=margin),
-                         miners.TripletMarginMiner(margin=margin, type_of_triplets="semihard")),
-        "hard": pair(build_miner("hard"),
-                     miners.TripletMarginMiner(margin=margin, type_of_triplets="hard")),
+        "batch_all": pair(
+            build_miner("batch_all", margin=margin),
+            miners.TripletMarginMiner(margin=float("inf"), type_of_triplets="all"),
+        ),
+        "semihard": pair(
+            build_miner("semihard", margin=margin),
+            miners.TripletMarginMiner(margin=margin, type_of_triplets="semihard"),
+        ),
+        "hard": pair(build_miner("hard"), miners.TripletMarginMiner(margin=margin, type_of_triplets="hard")),
         "batch_hard": pair(build_miner("batch_hard"), miners.BatchHardMiner()),
     }
 
@@ -63,8 +66,10 @@ def main() -> None:
     x = torch.randn(args.batch, args.dim, generator=g)
     y = torch.arange(args.batch // args.k).repeat_interleave(args.k)
 
-    print(f"B={args.batch} K={args.k} dim={args.dim} margin={args.margin} threads={args.threads} "
-          f"repeats={args.repeats}, forward+backward with mining, median ms")
+    print(
+        f"B={args.batch} K={args.k} dim={args.dim} margin={args.margin} threads={args.threads} "
+        f"repeats={args.repeats}, forward+backward with mining, median ms"
+    )
     print(f"{'miner':<11} {'own ms':>9} {'PML ms':>9} {'PML/own':>8}  values equal")
     for name, (own, pml) in setups(args.margin).items():
         own_v, pml_v = timed(own, x, y)[1], timed(pml, x, y)[1]  # warm-up and value check

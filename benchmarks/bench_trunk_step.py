@@ -32,11 +32,22 @@ from bench.data import LabeledData
 from bench.training import TrainConfig, train
 
 
-def step_times(data: LabeledData, trunk: str, batch: int, precision: str, iterations: int,
-               device: str) -> tuple[float, float]:
+def step_times(
+    data: LabeledData, trunk: str, batch: int, precision: str, iterations: int, device: str
+) -> tuple[float, float]:
     """(wall ms, CPU ms) a step of ``iterations`` steps; channels-last follows the precision (on for bf16)."""
-    config = TrainConfig(trunk=trunk, embedding_dim=128, loss="triplet", miner="batch_hard", P=batch // 4, K=4,
-                         iterations=iterations, seed=0, precision=precision, device=device)
+    config = TrainConfig(
+        trunk=trunk,
+        embedding_dim=128,
+        loss="triplet",
+        miner="batch_hard",
+        P=batch // 4,
+        K=4,
+        iterations=iterations,
+        seed=0,
+        precision=precision,
+        device=device,
+    )
     cpu = time.process_time()
     wall = train(config, data).wall_time_s
     return wall / iterations * 1000, (time.process_time() - cpu) / iterations * 1000
@@ -54,8 +65,11 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--channels", type=int, default=3, help="1 for grey images (Omniglot's Conv-4 step)")
     parser.add_argument("--import-torchvision", action="store_true", help="import torchvision before timing")
-    parser.add_argument("--embed", action="store_true",
-                        help="also time evaluation's embedding (no gradient, fp32, as bench.evaluation.embed)")
+    parser.add_argument(
+        "--embed",
+        action="store_true",
+        help="also time evaluation's embedding (no gradient, fp32, as bench.evaluation.embed)",
+    )
     args = parser.parse_args()
     if args.import_torchvision:
         from bench.vision import torchvision
@@ -64,12 +78,17 @@ def main() -> None:
     if args.batch % 4 or args.batch < 8:
         parser.error("--batch must be a multiple of 4, at least 8 (P classes x K=4)")
     g = torch.Generator().manual_seed(0)
-    data = LabeledData(torch.rand(args.batch, args.channels, args.size, args.size, generator=g),
-                       torch.arange(args.batch // 4).repeat_interleave(4), "random")
+    data = LabeledData(
+        torch.rand(args.batch, args.channels, args.size, args.size, generator=g),
+        torch.arange(args.batch // 4).repeat_interleave(4),
+        "random",
+    )
     first = args.precision[0]
-    print(f"{args.trunk}, batch {args.batch}, {args.channels}x{args.size}x{args.size}, {args.device}, torchvision "
-          f"{'' if 'torchvision' in sys.modules else 'not '}imported before timing; medians of {args.repeats} runs of "
-          f"{args.iterations} steps")
+    print(
+        f"{args.trunk}, batch {args.batch}, {args.channels}x{args.size}x{args.size}, {args.device}, torchvision "
+        f"{'' if 'torchvision' in sys.modules else 'not '}imported before timing; medians of {args.repeats} runs of "
+        f"{args.iterations} steps"
+    )
     print(f"{'threads':>7} {'precision':<9} {'wall ms/step':>12} {'CPU ms/step':>11} {'x ' + first:>8}")
     for threads in args.threads:
         torch.set_num_threads(threads)
@@ -84,17 +103,23 @@ def main() -> None:
                 cpu[precision].append(c)
         for precision in args.precision:
             speedup = statistics.median(f / v for f, v in zip(wall[first], wall[precision]))
-            print(f"{threads:>7} {precision:<9} {statistics.median(wall[precision]):>12.0f} "
-                  f"{statistics.median(cpu[precision]):>11.0f} {speedup:>7.2f}x", flush=True)
+            print(
+                f"{threads:>7} {precision:<9} {statistics.median(wall[precision]):>12.0f} "
+                f"{statistics.median(cpu[precision]):>11.0f} {speedup:>7.2f}x",
+                flush=True,
+            )
         if args.embed:
-            print(f"{threads:>7} embedding: {embed_ms(data, args.trunk, args.repeats, args.device):.1f} ms an image "
-                  "(median)", flush=True)
+            print(
+                f"{threads:>7} embedding: {embed_ms(data, args.trunk, args.repeats, args.device):.1f} ms an image "
+                "(median)",
+                flush=True,
+            )
 
 
 def embed_ms(data: LabeledData, trunk: str, repeats: int, device: str) -> float:
     """Wall ms an image of `bench.evaluation.embed`, what evaluation and dataset-level miners pay."""
-    from bench.trunks import trunk_from
     from bench.evaluation import embed
+    from bench.trunks import trunk_from
 
     model = trunk_from(trunk, tuple(data.x.shape[1:]), 128, {}).to(device)
     embed(model, data.x[:4], device=device)  # warm-up

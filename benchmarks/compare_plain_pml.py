@@ -33,16 +33,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the plain script bes
 
 import plain_pml_script  # noqa: E402
 
-from bench.sweep import tables as result_tables  # noqa: E402
 from bench.commands.train import parse_params  # noqa: E402
 from bench.data import load, load_lake_runs  # noqa: E402
 from bench.errors import BenchError  # noqa: E402
+from bench.evaluation import evaluate
 from bench.plan import plan  # noqa: E402
 from bench.protocol import Protocol, load_protocol  # noqa: E402
 from bench.stats import t_interval, welch  # noqa: E402
-from bench.evaluation import evaluate
-from bench.training import TrainConfig, train  # noqa: E402
+from bench.sweep import tables as result_tables  # noqa: E402
 from bench.sweep.tuning import final_config  # noqa: E402
+from bench.training import TrainConfig, train  # noqa: E402
 
 CELL = "triplet+batch_hard"
 METRICS = ("lake_accuracy", "map_at_r")
@@ -60,8 +60,9 @@ def tuned_params(results: str | None, cell: str, given: dict[str, Any]) -> dict[
     return {**params, **given}
 
 
-def harness_config(protocol: Protocol, cell_id: str, params: dict[str, Any], seed: int,
-                   iterations: int | None) -> TrainConfig:
+def harness_config(
+    protocol: Protocol, cell_id: str, params: dict[str, Any], seed: int, iterations: int | None
+) -> TrainConfig:
     """Final seed ``seed`` of the cell as the runner would train it, at ``iterations`` if given."""
     cell = plan(protocol).cell(cell_id)
     config = final_config(protocol, cell, params, seed)
@@ -74,8 +75,9 @@ def harness_run(config: TrainConfig, protocol: Protocol, lake_runs: list[Any]) -
     train_data = load(data["train"], None, data["image_size"])
     test_data = load(data["test"], None, data["image_size"])
     result = train(config, train_data)
-    return evaluate(result.model, test_data, lake_runs=lake_runs, clustering=False,
-                    normalize=protocol.doc["model"]["normalize"])
+    return evaluate(
+        result.model, test_data, lake_runs=lake_runs, clustering=False, normalize=protocol.doc["model"]["normalize"]
+    )
 
 
 def _summary(name: str, values: list[float]) -> str:
@@ -89,8 +91,13 @@ def main() -> None:
     parser.add_argument("--protocol", default="protocols/omniglot-standard.yaml")
     parser.add_argument("--results", default=None, help="results directory whose best trial gives the parameters")
     parser.add_argument("--cell", default=CELL)
-    parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                        help="a tuned value, e.g. loss.margin=0.2 (repeatable; over --results)")
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a tuned value, e.g. loss.margin=0.2 (repeatable; over --results)",
+    )
     parser.add_argument("--iterations", type=int, default=None, help="default: the protocol's")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--threads", type=int, default=1)
@@ -99,13 +106,17 @@ def main() -> None:
     protocol = load_protocol(args.protocol)
     training, data = protocol.doc["training"], protocol.doc["data"]
     if (data.get("train"), data.get("test"), data["image_size"]) != ("omniglot:background", "omniglot:evaluation", 28):
-        raise BenchError(f"{args.protocol}: the plain script trains on omniglot:background and tests on "
-                         "omniglot:evaluation at 28x28; this protocol does not")
+        raise BenchError(
+            f"{args.protocol}: the plain script trains on omniglot:background and tests on "
+            "omniglot:evaluation at 28x28; this protocol does not"
+        )
     params = tuned_params(args.results, args.cell, parse_params(tuple(args.param), "--param"))
     iterations = args.iterations or training["iterations"]
     batch = training["P"] * training["K"]
-    print(f"{iterations} iterations of {training['P']} x {training['K']} = {batch}; harness cell {args.cell} "
-          f"with {params or 'its defaults'}; {args.threads} thread(s)")
+    print(
+        f"{iterations} iterations of {training['P']} x {training['K']} = {batch}; harness cell {args.cell} "
+        f"with {params or 'its defaults'}; {args.threads} thread(s)"
+    )
     lake_runs = load_lake_runs(None, 28)
     scores: dict[str, dict[str, list[float]]] = {arm: {m: [] for m in METRICS} for arm in ("plain", "harness")}
     print("seed  arm      lake_accuracy  map_at_r  seconds")
@@ -118,15 +129,20 @@ def main() -> None:
                 m = harness_run(harness_config(protocol, args.cell, params, seed, iterations), protocol, lake_runs)
             for name in METRICS:
                 scores[arm][name].append(float(m[name]))
-            print(f"{seed:>4}  {arm:<7}  {m['lake_accuracy']:>13.4f}  {m['map_at_r']:>8.4f}  "
-                  f"{time.perf_counter() - start:>7.0f}", flush=True)
+            print(
+                f"{seed:>4}  {arm:<7}  {m['lake_accuracy']:>13.4f}  {m['map_at_r']:>8.4f}  "
+                f"{time.perf_counter() - start:>7.0f}",
+                flush=True,
+            )
     for name in METRICS:
         d = welch(scores["harness"][name], scores["plain"][name])
         print(f"\n{name} (mean [95% t-interval over {len(args.seeds)} seeds])")
         print(_summary("plain", scores["plain"][name]))
         print(_summary("harness", scores["harness"][name]))
-        print(f"harness - plain: {d.diff:+.4f} [{d.low:+.4f}, {d.high:+.4f}] (Welch); "
-              f"{'harness >= plain' if d.diff >= 0 else 'HARNESS BELOW PLAIN'}")
+        print(
+            f"harness - plain: {d.diff:+.4f} [{d.low:+.4f}, {d.high:+.4f}] (Welch); "
+            f"{'harness >= plain' if d.diff >= 0 else 'HARNESS BELOW PLAIN'}"
+        )
 
 
 if __name__ == "__main__":

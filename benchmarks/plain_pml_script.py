@@ -25,21 +25,26 @@ from bench.evaluation import evaluate
 
 def conv4(embedding_dim: int = 64) -> nn.Module:
     """Four conv-BN-ReLU-pool blocks (28x28 -> 64 x 1 x 1), then a linear layer, as bench's trunk."""
-    blocks = [[nn.Conv2d(1 if i == 0 else 64, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2)]
-              for i in range(4)]
+    blocks = [
+        [nn.Conv2d(1 if i == 0 else 64, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2)]
+        for i in range(4)
+    ]
     return nn.Sequential(*sum(blocks, []), nn.Flatten(), nn.Linear(64, embedding_dim))
 
 
-def train_model(iterations: int = 3000, seed: int = 0, batch_size: int = 128, m: int = 4,
-                root: str | None = None) -> nn.Module:
+def train_model(
+    iterations: int = 3000, seed: int = 0, batch_size: int = 128, m: int = 4, root: str | None = None
+) -> nn.Module:
     """``iterations`` Adam steps on batches of ``batch_size`` (``m`` drawings a character)."""
     torch.manual_seed(seed)
     np.random.seed(seed)  # MPerClassSampler draws from numpy's global generator
     train = load("omniglot:background", root)
-    sampler = samplers.MPerClassSampler(train.y, m=m, batch_size=batch_size,
-                                        length_before_new_iter=iterations * batch_size)
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(train.x, train.y),
-                                         batch_size=batch_size, sampler=sampler)
+    sampler = samplers.MPerClassSampler(
+        train.y, m=m, batch_size=batch_size, length_before_new_iter=iterations * batch_size
+    )
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(train.x, train.y), batch_size=batch_size, sampler=sampler
+    )
     model = conv4()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn, miner = losses.TripletMarginLoss(), miners.BatchHardMiner()
@@ -53,8 +58,9 @@ def train_model(iterations: int = 3000, seed: int = 0, batch_size: int = 128, m:
     return model
 
 
-def main(iterations: int = 3000, seed: int = 0, batch_size: int = 128, m: int = 4,
-         root: str | None = None) -> dict[str, float]:
+def main(
+    iterations: int = 3000, seed: int = 0, batch_size: int = 128, m: int = 4, root: str | None = None
+) -> dict[str, float]:
     """Train, then bench's test metrics on the evaluation characters (Lake's runs included)."""
     model = train_model(iterations, seed, batch_size, m, root)
     test = load("omniglot:evaluation", root)

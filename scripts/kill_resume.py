@@ -35,9 +35,22 @@ VOLATILE = ("wall", "time", "created", "finished", "started", "run_id", "git_") 
 
 def command(protocol: Path, work: Path, threads: int) -> list[str]:
     """The same command for the first run and every resume: same stores, same threads."""
-    return [sys.executable, "-m", "bench", "run", str(protocol), "--quiet", "--threads", str(threads),
-            "--storage", f"sqlite:///{work / 'optuna.db'}", "--tracking-uri", str(work / "mlflow.db"),
-            "--results-dir", str(work / "results")]
+    return [
+        sys.executable,
+        "-m",
+        "bench",
+        "run",
+        str(protocol),
+        "--quiet",
+        "--threads",
+        str(threads),
+        "--storage",
+        f"sqlite:///{work / 'optuna.db'}",
+        "--tracking-uri",
+        str(work / "mlflow.db"),
+        "--results-dir",
+        str(work / "results"),
+    ]
 
 
 def tables(work: Path) -> dict[str, pd.DataFrame]:
@@ -109,6 +122,7 @@ class Watch:
 
 def moments(total_s: float, n: int, rng: random.Random) -> list[tuple[str, Callable[[Watch], bool]]]:
     """n kill moments: half at times spread over the run, half on events in the log and files."""
+
     def at(t: float) -> Callable[[Watch], bool]:
         return lambda w: time.monotonic() - w.start >= t
 
@@ -120,6 +134,7 @@ def moments(total_s: float, n: int, rng: random.Random) -> list[tuple[str, Calla
             if count >= k and "t" not in seen:
                 seen["t"] = time.monotonic()
             return "t" in seen and time.monotonic() - seen["t"] >= delay
+
         return ready
 
     def on_final(k: int) -> Callable[[Watch], bool]:
@@ -133,6 +148,7 @@ def moments(total_s: float, n: int, rng: random.Random) -> list[tuple[str, Calla
             if m != state["last"]:
                 state["last"], state["count"] = m, state["count"] + 1
             return state["count"] >= k
+
         return ready
 
     events: list[tuple[str, Callable[[Watch], bool]]] = [
@@ -143,9 +159,10 @@ def moments(total_s: float, n: int, rng: random.Random) -> list[tuple[str, Calla
         ("near the end (floor, last tables)", at(total_s * rng.uniform(0.93, 0.99))),
     ]
     timed = n - min(len(events), n // 2)
-    spread = [(f"at {f:.0%} of the run", at(total_s * f))
-              for f in ((i + rng.uniform(0.1, 0.9)) / timed for i in range(timed))]
-    out = spread + events[:n - timed]
+    spread = [
+        (f"at {f:.0%} of the run", at(total_s * f)) for f in ((i + rng.uniform(0.1, 0.9)) / timed for i in range(timed))
+    ]
+    out = spread + events[: n - timed]
     rng.shuffle(out)
     return out
 
@@ -185,15 +202,22 @@ def main() -> int:
         else:
             w.kill()
             killed = f"not killed: the run ended before the moment ({what})"
-        rerun = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=(work / "log.txt").open("a"),
-                               env={**os.environ, "OMP_NUM_THREADS": "1"}, check=False)
+        rerun = subprocess.run(
+            argv,
+            stdout=subprocess.DEVNULL,
+            stderr=(work / "log.txt").open("a"),
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            check=False,
+        )
         if rerun.returncode != 0:
             print(f"{i + 1}: {killed}; resume exit {rerun.returncode} (log {work / 'log.txt'})", flush=True)
             continue
         diffs = differences(expected, tables(work))
         same += not diffs
-        print(f"{i + 1}: {killed}; resumed: " + ("identical" if not diffs else "DIFFERENT: " + "; ".join(diffs[:3])),
-              flush=True)
+        print(
+            f"{i + 1}: {killed}; resumed: " + ("identical" if not diffs else "DIFFERENT: " + "; ".join(diffs[:3])),
+            flush=True,
+        )
     print(f"{same} of {args.kills} identical ({killed_count} killed mid-run; the others ended before their moment)")
     if not args.keep and same == args.kills:
         import shutil

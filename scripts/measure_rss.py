@@ -51,17 +51,46 @@ def write_jpegs(root: Path, images: int, per_class: int, side: int, seed: int = 
 
 
 def measure(folder: Path, args: argparse.Namespace, workdir: Path) -> dict[str, float]:
-    command = ["train", "--data", f"folder:{folder}", "--split", "0.5", "--size", str(args.side), "--trunk", "conv4",
-               "--embedding-dim", "64", "--P", "32", "--K", "4", "--iterations", str(args.iterations),
-               "--threads", "1", "--tracking-uri", str(workdir / "mlflow.db"), "--quiet", "--format", "json"]
+    command = [
+        "train",
+        "--data",
+        f"folder:{folder}",
+        "--split",
+        "0.5",
+        "--size",
+        str(args.side),
+        "--trunk",
+        "conv4",
+        "--embedding-dim",
+        "64",
+        "--P",
+        "32",
+        "--K",
+        "4",
+        "--iterations",
+        str(args.iterations),
+        "--threads",
+        "1",
+        "--tracking-uri",
+        str(workdir / "mlflow.db"),
+        "--quiet",
+        "--format",
+        "json",
+    ]
     if args.code is None:
         command += ["--workers", str(args.workers)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if args.code is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(args.code), env.get("PYTHONPATH")]))
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", RUNNER, *command], env=env, cwd=args.code or None,
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", RUNNER, *command],
+        env=env,
+        cwd=args.code or None,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         sys.exit(f"dmlbench train failed ({done.returncode}):\n{done.stderr[-2000:]}")
     out = json.loads(done.stdout.strip().splitlines()[-1])
@@ -89,11 +118,16 @@ def main() -> None:
             print(f"wrote {n} JPEGs in {time.perf_counter() - started:.0f} s", file=sys.stderr)
             row = {"images": n, **measure(folder, args, Path(tmp))}
             rows.append(row)
-            print(f"{n:>7} images: peak RSS {row['vmhwm_mb']:.0f} MB (largest worker {row['children_max_mb']:.0f} MB), "
-                  f"{row['seconds']:.0f} s", flush=True)
+            print(
+                f"{n:>7} images: peak RSS {row['vmhwm_mb']:.0f} MB (largest worker {row['children_max_mb']:.0f} MB), "
+                f"{row['seconds']:.0f} s",
+                flush=True,
+            )
     if len(rows) > 1:
-        print(f"ratio of peak RSS, {rows[-1]['images']} vs {rows[0]['images']} images: "
-              f"{rows[-1]['vmhwm_mb'] / rows[0]['vmhwm_mb']:.2f}x")
+        print(
+            f"ratio of peak RSS, {rows[-1]['images']} vs {rows[0]['images']} images: "
+            f"{rows[-1]['vmhwm_mb'] / rows[0]['vmhwm_mb']:.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -48,16 +48,29 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     background, evaluation = load("omniglot:background"), load("omniglot:evaluation")
     runs = load_lake_runs()
-    print("iterations,method,batch,augmentation,schedule,lake_accuracy,map_at_r,precision_at_1,train_s,ms_per_step,"
-          "cpu_ms_per_step,eval_s")
+    print(
+        "iterations,method,batch,augmentation,schedule,lake_accuracy,map_at_r,precision_at_1,train_s,ms_per_step,"
+        "cpu_ms_per_step,eval_s"
+    )
     for iterations in args.iterations:
-        config = TrainConfig(trunk="conv4", embedding_dim=args.embedding_dim, loss=args.loss,
-                             loss_params=parse_params(tuple(args.loss_param), "--loss-param"), miner=args.miner,
-                             P=args.P, K=args.K, iterations=iterations, seed=args.seed,
-                             augmentation=args.augmentation, precision=args.precision,
-                             schedule={"type": args.schedule, "warmup": round(args.warmup * iterations),
-                                       **({"milestones": args.milestones, "gamma": args.gamma}
-                                          if args.schedule == "step" else {})})
+        config = TrainConfig(
+            trunk="conv4",
+            embedding_dim=args.embedding_dim,
+            loss=args.loss,
+            loss_params=parse_params(tuple(args.loss_param), "--loss-param"),
+            miner=args.miner,
+            P=args.P,
+            K=args.K,
+            iterations=iterations,
+            seed=args.seed,
+            augmentation=args.augmentation,
+            precision=args.precision,
+            schedule={
+                "type": args.schedule,
+                "warmup": round(args.warmup * iterations),
+                **({"milestones": args.milestones, "gamma": args.gamma} if args.schedule == "step" else {}),
+            },
+        )
         cpu = time.process_time()  # one thread: the step's cost even while other processes share the cores
         result = train(config, background)
         cpu = time.process_time() - cpu
@@ -65,10 +78,13 @@ def main() -> None:
         m = evaluate(result.model, evaluation, lake_runs=runs, clustering=False, normalize=True)
         eval_s = time.perf_counter() - start
         method = f"{args.loss}+{args.miner or 'none'}"
-        print(f"{iterations},{method},{args.P}x{args.K},{args.augmentation},{args.schedule},"
-              f"{m['lake_accuracy']:.4f},{m['map_at_r']:.4f},{m['precision_at_1']:.4f},{result.wall_time_s:.1f},"
-              f"{1000 * result.wall_time_s / iterations:.1f},"
-              f"{1000 * cpu / iterations:.1f},{eval_s:.1f}", flush=True)
+        print(
+            f"{iterations},{method},{args.P}x{args.K},{args.augmentation},{args.schedule},"
+            f"{m['lake_accuracy']:.4f},{m['map_at_r']:.4f},{m['precision_at_1']:.4f},{result.wall_time_s:.1f},"
+            f"{1000 * result.wall_time_s / iterations:.1f},"
+            f"{1000 * cpu / iterations:.1f},{eval_s:.1f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

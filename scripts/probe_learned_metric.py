@@ -72,9 +72,12 @@ def trace_margohnm(every: int) -> None:
         out = mine(self, embeddings, labels)
         if self._calls % every == 0:
             s = self.stats
-            print(f"  call {self._calls:4d} warmup={int(s['warmup'])} mu_p={s.get('mu_p', math.nan):.3f} "
-                  f"mu_n={s.get('mu_n', math.nan):.3f} alpha1={s['alpha1']:.3f} alpha2={s['alpha2']:.3f} "
-                  f"violating={int(s['num_violating'])} mean_loss={s['mean_loss']:.4f}", flush=True)
+            print(
+                f"  call {self._calls:4d} warmup={int(s['warmup'])} mu_p={s.get('mu_p', math.nan):.3f} "
+                f"mu_n={s.get('mu_n', math.nan):.3f} alpha1={s['alpha1']:.3f} alpha2={s['alpha2']:.3f} "
+                f"violating={int(s['num_violating'])} mean_loss={s['mean_loss']:.4f}",
+                flush=True,
+            )
         return out
 
     MargOHNMMiner.mine = traced  # type: ignore[method-assign]
@@ -100,8 +103,17 @@ def main() -> None:
     print(f"{'run':34} {'test: Euclidean':>16} {'test: g':>8} {'seen: Euclidean':>16} {'seen: g':>8}")
     for name in args.runs:
         loss_params, miner = RUNS[name]
-        config = TrainConfig(trunk="conv4", embedding_dim=64, loss="quadruplet", loss_params=loss_params,
-                             miner=miner, P=16, K=4, iterations=args.iterations, seed=0)
+        config = TrainConfig(
+            trunk="conv4",
+            embedding_dim=64,
+            loss="quadruplet",
+            loss_params=loss_params,
+            miner=miner,
+            P=16,
+            K=4,
+            iterations=args.iterations,
+            seed=0,
+        )
         result = train(config, train_data)
         (te, tg), (se, sg) = scores(result, test), scores(result, seen)
         print(f"{name:34} {te:16.3f} {tg:8.3f} {se:16.3f} {sg:8.3f}", flush=True)

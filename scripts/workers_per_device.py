@@ -30,15 +30,30 @@ def run_sweep(protocol: Path, workers: int, device: str | None, threads: int) ->
     """Finished tuning trials and wall seconds of one sweep with `workers` processes."""
     with tempfile.TemporaryDirectory(prefix="dmlbench-workers-") as tmp:
         work = Path(tmp)
-        argv = [sys.executable, "-m", "bench", "run", str(protocol), "--quiet", "--threads", str(threads),
-                "--storage", f"sqlite:///{work / 'optuna.db'}", "--tracking-uri", str(work / "mlflow.db"),
-                "--results-dir", str(work / "results")]
+        argv = [
+            sys.executable,
+            "-m",
+            "bench",
+            "run",
+            str(protocol),
+            "--quiet",
+            "--threads",
+            str(threads),
+            "--storage",
+            f"sqlite:///{work / 'optuna.db'}",
+            "--tracking-uri",
+            str(work / "mlflow.db"),
+            "--results-dir",
+            str(work / "results"),
+        ]
         env = dict(os.environ, OMP_NUM_THREADS=str(threads))
         if device is not None:
             env["CUDA_VISIBLE_DEVICES"] = device
         start = time.monotonic()
-        procs = [subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-                 for _ in range(workers)]
+        procs = [
+            subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            for _ in range(workers)
+        ]
         failed = [(p.wait(), p.stderr.read() if p.stderr else "") for p in procs]
         wall = time.monotonic() - start
         bad = [err for code, err in failed if code != 0]

@@ -47,8 +47,9 @@ LOSSES = """\
 CELLS = ("triplet+batch_hard", "triplet+batch_all", "contrastive+none")
 
 
-def run_sweep(base: Path, key: str, iterations: int, data_root: Path, name: str = "reports-tiny",
-              losses: str = LOSSES) -> Path:
+def run_sweep(
+    base: Path, key: str, iterations: int, data_root: Path, name: str = "reports-tiny", losses: str = LOSSES
+) -> Path:
     """`dmlbench run` on the tiny protocol; returns results/<name>/ (cached under `base`/`key`)."""
     results = base / key / "results"
     done = base / key / "done"
@@ -62,9 +63,21 @@ def run_sweep(base: Path, key: str, iterations: int, data_root: Path, name: str 
             proto = base / key / f"{name}.yaml"
             proto.write_text(TINY.format(name=name, iterations=iterations, losses=losses))
             runs = base / key / "runs"
-            code = main(["run", str(proto), "--results-dir", str(results), "--data-root", str(data_root),
-                         "--storage", f"sqlite:///{runs / 'optuna.db'}", "--tracking-uri", str(runs / "mlflow.db"),
-                         "--quiet"])
+            code = main(
+                [
+                    "run",
+                    str(proto),
+                    "--results-dir",
+                    str(results),
+                    "--data-root",
+                    str(data_root),
+                    "--storage",
+                    f"sqlite:///{runs / 'optuna.db'}",
+                    "--tracking-uri",
+                    str(runs / "mlflow.db"),
+                    "--quiet",
+                ]
+            )
             if code != 0:
                 pytest.fail(f"the tiny sweep {key} failed (exit {code})")
             done.write_text("ok")

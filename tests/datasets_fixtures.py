@@ -21,8 +21,20 @@ import scipy.io
 from PIL import Image, ImageDraw
 
 Written = dict[str, list[tuple[str, int]]]
-SOP_SUPER = ("bicycle", "cabinet", "chair", "coffee_maker", "fan", "kettle",
-             "lamp", "mug", "sofa", "stapler", "table", "toaster")
+SOP_SUPER = (
+    "bicycle",
+    "cabinet",
+    "chair",
+    "coffee_maker",
+    "fan",
+    "kettle",
+    "lamp",
+    "mug",
+    "sofa",
+    "stapler",
+    "table",
+    "toaster",
+)
 
 
 def jpeg(path: Path, rng: random.Random, grey: bool = False) -> None:
@@ -37,8 +49,9 @@ def jpeg(path: Path, rng: random.Random, grey: bool = False) -> None:
     (img.convert("L") if grey else img).save(path, "JPEG", quality=90)
 
 
-def write_cub(root: Path, classes: tuple[int, ...] = (1, 2, 3, 101, 102, 103), per_class: int = 3,
-              seed: int = 0) -> Written:
+def write_cub(
+    root: Path, classes: tuple[int, ...] = (1, 2, 3, 101, 102, 103), per_class: int = 3, seed: int = 0
+) -> Written:
     """``CUB_200_2011/`` with `per_class` images of each species in `classes` (ids 1..200), one of them grey."""
     rng = random.Random(seed)
     folder = root / "CUB_200_2011"
@@ -56,14 +69,19 @@ def write_cub(root: Path, classes: tuple[int, ...] = (1, 2, 3, 101, 102, 103), p
             labels.append(f"{image_id} {species}")
             split_lines.append(f"{image_id} {k % 2}")
             written["train" if species <= 100 else "test"].append((f"images/{relative}", species - 1))
-    for file, lines in (("images.txt", images), ("image_class_labels.txt", labels),
-                        ("train_test_split.txt", split_lines), ("classes.txt", class_lines)):
+    for file, lines in (
+        ("images.txt", images),
+        ("image_class_labels.txt", labels),
+        ("train_test_split.txt", split_lines),
+        ("classes.txt", class_lines),
+    ):
         (folder / file).write_text("\n".join(lines) + "\n")
     return written
 
 
-def write_cars(root: Path, classes: tuple[int, ...] = (1, 2, 98, 99, 100, 196), per_class: int = 3,
-               seed: int = 1) -> Written:
+def write_cars(
+    root: Path, classes: tuple[int, ...] = (1, 2, 98, 99, 100, 196), per_class: int = 3, seed: int = 1
+) -> Written:
     """``cars196/car_ims/NNNNNN.jpg`` and ``cars_annos.mat`` (a 1 x N ``annotations`` struct array and a
     1 x 196 ``class_names`` cell, as Stanford's file), for `per_class` images of each class in `classes`."""
     rng = random.Random(seed)
@@ -78,8 +96,14 @@ def write_cars(root: Path, classes: tuple[int, ...] = (1, 2, 98, 99, 100, 196), 
             relative = f"car_ims/{number:06d}.jpg"
             jpeg(folder / relative, rng)
             box = [np.array([[v]], dtype=np.uint16) for v in (1, 2, 9, 9)]
-            entries.append((np.array([relative]), *box, np.array([[car_class]], dtype=np.uint8),
-                            np.array([[k % 2]], dtype=np.uint8)))
+            entries.append(
+                (
+                    np.array([relative]),
+                    *box,
+                    np.array([[car_class]], dtype=np.uint8),
+                    np.array([[k % 2]], dtype=np.uint8),
+                )
+            )
             written["train" if car_class <= 98 else "test"].append((relative, car_class - 1))
     annotations = np.empty((1, len(entries)), dtype=[(f, object) for f in fields])
     for i, entry in enumerate(entries):
@@ -91,8 +115,9 @@ def write_cars(root: Path, classes: tuple[int, ...] = (1, 2, 98, 99, 100, 196), 
     return written
 
 
-def write_sop(root: Path, train_products: int = 4, test_products: int = 3, per_product: int = 2,
-              seed: int = 2) -> Written:
+def write_sop(
+    root: Path, train_products: int = 4, test_products: int = 3, per_product: int = 2, seed: int = 2
+) -> Written:
     """``Stanford_Online_Products/`` with ``Ebay_train.txt``/``Ebay_test.txt``: products numbered 1.. across
     both files (test ids after train ids, as published), super-classes cycling over the twelve categories."""
     rng = random.Random(seed)
@@ -113,8 +138,9 @@ def write_sop(root: Path, train_products: int = 4, test_products: int = 3, per_p
     return written
 
 
-def write_inshop(root: Path, train_items: tuple[int, ...] = (1, 4, 5), test_items: tuple[int, ...] = (2, 3, 7),
-                 seed: int = 3) -> Written:
+def write_inshop(
+    root: Path, train_items: tuple[int, ...] = (1, 4, 5), test_items: tuple[int, ...] = (2, 3, 7), seed: int = 3
+) -> Written:
     """``inshop/Eval/list_eval_partition.txt`` (count line, header, columns padded with spaces) and
     ``img/<GENDER>/<Category>/id_NNNNNNNN/NN_V_view.jpg``: three images of each train item, and of each
     test item one query and two gallery images."""
@@ -137,8 +163,9 @@ def write_inshop(root: Path, train_items: tuple[int, ...] = (1, 4, 5), test_item
     return written
 
 
-def write_market(root: Path, train_ids: tuple[int, ...] = (2, 7, 11), test_ids: tuple[int, ...] = (1, 3, 5),
-                 seed: int = 4) -> Written:
+def write_market(
+    root: Path, train_ids: tuple[int, ...] = (2, 7, 11), test_ids: tuple[int, ...] = (1, 3, 5), seed: int = 4
+) -> Written:
     """``Market-1501-v15.09.15/`` with ``bounding_box_train/`` (train persons on cameras 1-3),
     ``query/`` (each test person once, camera 1) and ``bounding_box_test/`` (each test person on cameras
     1, 2 and 4, two junk ``-1`` boxes, two ``0000`` distractors), plus a ``Thumbs.db`` in every folder."""

@@ -20,8 +20,18 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 # Lowest first. A module may import its own layer (without a cycle) and the layers below it.
 LAYERS: list[list[str]] = [
-    ["bench", "bench.errors", "bench.devices", "bench.atomic", "bench.clock", "bench.vision", "bench.tuples", "bench.stats",
-     "bench.protocol.schema", "bench.protocol.safe_yaml"],
+    [
+        "bench",
+        "bench.errors",
+        "bench.devices",
+        "bench.atomic",
+        "bench.clock",
+        "bench.vision",
+        "bench.tuples",
+        "bench.stats",
+        "bench.protocol.schema",
+        "bench.protocol.safe_yaml",
+    ],
     ["bench.distances", "bench.reducers", "bench.metrics", "bench.data"],
     ["bench.losses", "bench.miners", "bench.models"],
     ["bench.plugins", "bench.registry"],
@@ -143,9 +153,12 @@ def test_no_import_of_another_packages_private_module():
     def package(module: str) -> str:
         return module if MODULES[module].name == "__init__.py" else module.rsplit(".", 1)[0]
 
-    reach_ins = sorted(f"{m} -> {t}" for m, targets in GRAPH.items() for t in targets
-                       if t.rsplit(".", 1)[-1].startswith("_") and t.rsplit(".", 1)[0] != package(m)
-                       and not t.endswith("__main__"))
+    reach_ins = sorted(
+        f"{m} -> {t}"
+        for m, targets in GRAPH.items()
+        for t in targets
+        if t.rsplit(".", 1)[-1].startswith("_") and t.rsplit(".", 1)[0] != package(m) and not t.endswith("__main__")
+    )
     assert reach_ins == []
 
 
@@ -155,8 +168,13 @@ def test_every_package_declares_its_public_names():
         if path.name != "__init__.py" or module == "bench":
             continue
         tree = ast.parse(path.read_text())
-        names = {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
-                 for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
+        names = {
+            t.id
+            for node in tree.body
+            if isinstance(node, (ast.Assign, ast.AnnAssign))
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(t, ast.Name)
+        }
         if "__all__" not in names:
             missing.append(module)
     assert missing == []
@@ -170,7 +188,8 @@ def test_the_top_of_bench_stays_small():
 def test_graph_sees_function_level_imports():
     """The rules above hold for imports inside functions too: the graph is built from every import node."""
     assert "bench.sweep.floor" in GRAPH["bench.sweep.runner"] or any(
-        "bench.sweep" in t for t in GRAPH["bench.commands.run"]), "a lazy import was not seen"
+        "bench.sweep" in t for t in GRAPH["bench.commands.run"]
+    ), "a lazy import was not seen"
     importers = defaultdict(set)
     for m, targets in GRAPH.items():
         for t in targets:

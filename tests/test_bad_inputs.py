@@ -30,8 +30,21 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "tests" / "bad_inputs"
 CASES = sorted(CORPUS.glob("*.yaml"))
-KEYS = {"what", "argv", "files", "files_b64", "copy", "exit", "stderr", "stdout", "writes", "timeout", "subprocess",
-        "env", "file_lacks"}
+KEYS = {
+    "what",
+    "argv",
+    "files",
+    "files_b64",
+    "copy",
+    "exit",
+    "stderr",
+    "stdout",
+    "writes",
+    "timeout",
+    "subprocess",
+    "env",
+    "file_lacks",
+}
 
 
 def _data_root() -> str:
@@ -109,8 +122,14 @@ def _run_in_process(argv: list[str], timeout: float, env: dict[str, str]) -> tup
 
 def _run_subprocess(argv: list[str], timeout: float, env: dict[str, str], cwd: Path) -> tuple[int | None, str, str]:
     try:
-        done = subprocess.run([sys.executable, "-m", "bench", *argv], capture_output=True, text=True,
-                              timeout=timeout, cwd=cwd, env={**os.environ, "PYTHONPATH": str(REPO), **env})
+        done = subprocess.run(
+            [sys.executable, "-m", "bench", *argv],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=cwd,
+            env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        )
     except subprocess.TimeoutExpired as e:
         return None, str(e.stdout or ""), str(e.stderr or "")
     return done.returncode, done.stdout, done.stderr
@@ -136,8 +155,9 @@ def test_bad_input(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     env = {k: _substitute(str(v), tmp) for k, v in (case.get("env") or {}).items()}
     timeout = float(case.get("timeout", 20))
     before = _snapshot(tmp)
-    code, out, err = (_run_subprocess(argv, timeout, env, tmp) if case.get("subprocess")
-                      else _run_in_process(argv, timeout, env))
+    code, out, err = (
+        _run_subprocess(argv, timeout, env, tmp) if case.get("subprocess") else _run_in_process(argv, timeout, env)
+    )
     try:
         assert code is not None, f"{case['what']}: no answer within {timeout:.0f} s (a hang)"
         both = out + err
@@ -200,8 +220,9 @@ def test_mlflow_cell_tag_never_becomes_a_path(tmp_path: Path) -> None:
         runs.append(client.get_run(run.info.run_id))
     out = tmp_path / "a" / "b" / "out"
     mlflow_source._download(client, runs, out, make_plan(parse_protocol(TINY)))
-    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("pair_distances.npz")
-                     if "store" not in p.parts)
+    written = sorted(
+        str(p.relative_to(tmp_path)) for p in tmp_path.rglob("pair_distances.npz") if "store" not in p.parts
+    )
     assert written == ["a/b/out/artifacts/triplet+none/pair_distances.npz", "pair_distances.npz"]
 
 

@@ -40,14 +40,26 @@ def _folder(root: Path, classes: list[str]) -> Path:
 def _run(tmp_path: Path, train: Path, test: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     protocol = tmp_path / "p.yaml"
     protocol.write_text(PROTOCOL.format(train=train, test=test))
-    code = main(["run", str(protocol), "--results-dir", str(tmp_path / "results"),
-                 "--storage", f"sqlite:///{tmp_path / 'o.db'}", "--tracking-uri", str(tmp_path / "m.db"), "--quiet"])
+    code = main(
+        [
+            "run",
+            str(protocol),
+            "--results-dir",
+            str(tmp_path / "results"),
+            "--storage",
+            f"sqlite:///{tmp_path / 'o.db'}",
+            "--tracking-uri",
+            str(tmp_path / "m.db"),
+            "--quiet",
+        ]
+    )
     return code, capsys.readouterr().err
 
 
 @pytest.mark.parametrize("where", ["class", "image"])
-def test_a_looping_symlink_in_folder_data_is_named(where: str, tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_looping_symlink_in_folder_data_is_named(
+    where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A link to itself is neither a folder nor a file: it was skipped without a word (a class or an
     image silently left out). Now the run stops with one line naming it, before any record."""
     train = _folder(tmp_path / "train", ["a", "b", "c", "d"])

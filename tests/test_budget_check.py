@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from _sweeps import CELLS, sweep, sweep_base  # noqa: F401  (fixtures)
 from scipy import stats as st
 
-from _sweeps import CELLS, sweep, sweep_base  # noqa: F401  (fixtures)
 from bench.cli import main
 from bench.reports import budget
 from bench.reports.source import Results
@@ -29,10 +29,22 @@ def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
 
 def _args(run: Path, *extra: str) -> list[str]:
     """`dmlbench budget-check` pointed at a copied sweep (its protocol, storage, tracking store, results)."""
-    return ["budget-check", str(run / "reports-tiny.yaml"), "--results-dir", str(run / "results"),
-            "--storage", f"sqlite:///{run / 'runs' / 'optuna.db'}", "--tracking-uri", str(run / "runs" / "mlflow.db"),
-            "--data-root", str(Path(__file__).resolve().parents[1].parent / "shared" / "data"), "--threads", "1",
-            "--quiet", *extra]
+    return [
+        "budget-check",
+        str(run / "reports-tiny.yaml"),
+        "--results-dir",
+        str(run / "results"),
+        "--storage",
+        f"sqlite:///{run / 'runs' / 'optuna.db'}",
+        "--tracking-uri",
+        str(run / "runs" / "mlflow.db"),
+        "--data-root",
+        str(Path(__file__).resolve().parents[1].parent / "shared" / "data"),
+        "--threads",
+        "1",
+        "--quiet",
+        *extra,
+    ]
 
 
 def _copy(run: Path, to: Path) -> Path:
@@ -77,8 +89,9 @@ def test_rows_at_the_multiple_with_the_finals_seeds_and_params(checked: Path) ->
         assert len(merged) == len(finals)  # the same final seeds, every cell
         assert (merged["params"] == merged["params_final"]).all()  # the finals' tuned configuration
         assert np.allclose(merged["val_map_at_r"], merged["val_map_at_r_final"])
-        same = np.isclose(merged[METRICS].to_numpy(float), merged[[f"{m}_final" for m in METRICS]].to_numpy(float),
-                          rtol=0, atol=1e-12)
+        same = np.isclose(
+            merged[METRICS].to_numpy(float), merged[[f"{m}_final" for m in METRICS]].to_numpy(float), rtol=0, atol=1e-12
+        )
         if multiple == 1:  # one times the budget is the finals again, evaluated exactly like them
             assert same.all()
         else:  # twice the training changes the embeddings
@@ -86,15 +99,19 @@ def test_rows_at_the_multiple_with_the_finals_seeds_and_params(checked: Path) ->
     runs = _budget_runs(checked)
     assert len(runs) == len(table)
     for r in runs:
-        row = table[(table["cell"] == r.data.tags["cell"]) & (table["seed"] == int(r.data.tags["seed"]))
-                    & (table["multiple"] == int(r.data.tags["multiple"]))]
+        row = table[
+            (table["cell"] == r.data.tags["cell"])
+            & (table["seed"] == int(r.data.tags["seed"]))
+            & (table["multiple"] == int(r.data.tags["multiple"]))
+        ]
         assert len(row) == 1 and r.data.tags["state"] == "COMPLETE" and r.info.status == "FINISHED"
         assert r.data.metrics["map_at_r"] == pytest.approx(float(row["map_at_r"].iloc[0]))
         assert r.data.metrics["iterations"] == row["iterations"].iloc[0]
 
 
-def test_a_killed_check_resumes_without_redoing_finished_seeds(checked: Path, tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_killed_check_resumes_without_redoing_finished_seeds(
+    checked: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from bench.sweep import final_run  # the budget check trains through it
 
     run = _copy(checked, tmp_path / "run")
@@ -137,8 +154,9 @@ def test_a_killed_check_resumes_without_redoing_finished_seeds(checked: Path, tm
     assert all(r.info.status == "FINISHED" for r in runs)
 
 
-def test_shards_split_the_check_without_training_a_seed_twice(checked: Path, tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_shards_split_the_check_without_training_a_seed_twice(
+    checked: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two workers with --shard 1/2 and 2/2 train disjoint halves whose union is the whole check."""
     from bench.sweep import final_run  # the budget check trains through it
 
@@ -218,18 +236,50 @@ def test_leaderboard_columns_and_kendall_tau(checked: Path, tmp_path: Path) -> N
     assert "map_at_r at 2x" in page and "Kendall&#x27;s tau" in page
     # The leaderboard rebuilt from MLflow alone has the check too.
     out = tmp_path / "from-mlflow"
-    assert main(["leaderboard", "--mlflow-experiment", "dmlbench/reports-tiny", "--tracking-uri",
-                 str(run / "runs" / "mlflow.db"), "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "leaderboard",
+                "--mlflow-experiment",
+                "dmlbench/reports-tiny",
+                "--tracking-uri",
+                str(run / "runs" / "mlflow.db"),
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert f"Kendall's tau between the rankings of map_at_r is {tau:.2f}" in (out / "leaderboard.md").read_text()
 
 
 def _claims(path: Path) -> Path:
-    doc = {"protocol": "reports-tiny", "claims": [
-        {"id": "bh-beats-ba", "kind": "beats", "a": "triplet+batch_hard", "b": "triplet+batch_all", "source": "t"},
-        {"id": "within", "kind": "within", "a": "contrastive+none", "b": "triplet+batch_all", "points": 0.05,
-         "source": "t"},
-        {"id": "people", "kind": "against_reference", "cell": "best", "metric": "lake_accuracy", "value": 95.5,
-         "unit": "percent", "reference": "people", "expect": "below", "source": "Lake et al. 2015"}]}
+    doc = {
+        "protocol": "reports-tiny",
+        "claims": [
+            {"id": "bh-beats-ba", "kind": "beats", "a": "triplet+batch_hard", "b": "triplet+batch_all", "source": "t"},
+            {
+                "id": "within",
+                "kind": "within",
+                "a": "contrastive+none",
+                "b": "triplet+batch_all",
+                "points": 0.05,
+                "source": "t",
+            },
+            {
+                "id": "people",
+                "kind": "against_reference",
+                "cell": "best",
+                "metric": "lake_accuracy",
+                "value": 95.5,
+                "unit": "percent",
+                "reference": "people",
+                "expect": "below",
+                "source": "Lake et al. 2015",
+            },
+        ],
+    }
     path.write_text(json.dumps(doc))
     return path
 
@@ -283,34 +333,57 @@ def test_ranking_ties_break_by_cell_id_and_nan_last() -> None:
     assert budget.ranking({"b": 0.5, "a": 0.5, "c": 0.7, "d": math.nan}) == {"c": 1, "a": 2, "b": 3, "d": 4}
 
 
-@pytest.mark.parametrize("before, after, tau, moved", [
-    ({"a": 0.5, "b": 0.4, "c": 0.3, "d": 0.2}, {"a": 0.6, "b": 0.5, "c": 0.4, "d": 0.3}, 1.0, []),
-    # one adjacent swap of four: 5 concordant and 1 discordant pair of 6, tau = (5 - 1) / 6
-    ({"a": 0.5, "b": 0.4, "c": 0.3, "d": 0.2}, {"a": 0.5, "b": 0.3, "c": 0.4, "d": 0.2}, 2 / 3, ["b", "c"]),
-    # reversed: every pair discordant; the middle one of three keeps its rank
-    ({"a": 0.3, "b": 0.2, "c": 0.1}, {"a": 0.1, "b": 0.2, "c": 0.3}, -1.0, ["a", "c"]),
-    # the first goes last of four: 3 discordant pairs of 6, tau = (3 - 3) / 6
-    ({"a": 0.9, "b": 0.8, "c": 0.7, "d": 0.6}, {"a": 0.1, "b": 0.8, "c": 0.7, "d": 0.6}, 0.0, ["a", "b", "c", "d"]),
-    ({"a": 0.9}, {"a": 0.1}, math.nan, []),
-])
-def test_kendall_tau_and_moved_cells(before: dict[str, float], after: dict[str, float], tau: float,
-                                     moved: list[str]) -> None:
+@pytest.mark.parametrize(
+    "before, after, tau, moved",
+    [
+        ({"a": 0.5, "b": 0.4, "c": 0.3, "d": 0.2}, {"a": 0.6, "b": 0.5, "c": 0.4, "d": 0.3}, 1.0, []),
+        # one adjacent swap of four: 5 concordant and 1 discordant pair of 6, tau = (5 - 1) / 6
+        ({"a": 0.5, "b": 0.4, "c": 0.3, "d": 0.2}, {"a": 0.5, "b": 0.3, "c": 0.4, "d": 0.2}, 2 / 3, ["b", "c"]),
+        # reversed: every pair discordant; the middle one of three keeps its rank
+        ({"a": 0.3, "b": 0.2, "c": 0.1}, {"a": 0.1, "b": 0.2, "c": 0.3}, -1.0, ["a", "c"]),
+        # the first goes last of four: 3 discordant pairs of 6, tau = (3 - 3) / 6
+        ({"a": 0.9, "b": 0.8, "c": 0.7, "d": 0.6}, {"a": 0.1, "b": 0.8, "c": 0.7, "d": 0.6}, 0.0, ["a", "b", "c", "d"]),
+        ({"a": 0.9}, {"a": 0.1}, math.nan, []),
+    ],
+)
+def test_kendall_tau_and_moved_cells(
+    before: dict[str, float], after: dict[str, float], tau: float, moved: list[str]
+) -> None:
     r1, r2 = budget.ranking(before), budget.ranking(after)
     got = budget.kendall_tau(r1, r2)
     assert (math.isnan(got) and math.isnan(tau)) or got == pytest.approx(tau)
     assert budget.moved(r1, r2) == moved
 
 
-def _results(finals: dict[str, list[float]], later: dict[str, list[float]],
-             params: dict[str, str] | None = None) -> Results:
+def _results(
+    finals: dict[str, list[float]], later: dict[str, list[float]], params: dict[str, str] | None = None
+) -> Results:
     """Finals and a 2x check in memory (parameters `{}` unless ``params`` names a cell's at the check)."""
-    rows = [{"cell": c, "seed": s, "map_at_r": v, "val_map_at_r": 0.5, "state": "COMPLETE", "params": "{}"}
-            for c, vs in finals.items() for s, v in enumerate(vs)]
-    check = [{"protocol_hash": "h", "cell": c, "seed": s, "multiple": 2, "iterations": 60, "map_at_r": v,
-              "state": "COMPLETE", "params": (params or {}).get(c, "{}")}
-             for c, vs in later.items() for s, v in enumerate(vs)]
-    return Results(Path("mem"), {"protocol": "p", "protocol_hash": "h", "primary_metric": "map_at_r"},
-                   pd.DataFrame(rows), budget_check=pd.DataFrame(check))
+    rows = [
+        {"cell": c, "seed": s, "map_at_r": v, "val_map_at_r": 0.5, "state": "COMPLETE", "params": "{}"}
+        for c, vs in finals.items()
+        for s, v in enumerate(vs)
+    ]
+    check = [
+        {
+            "protocol_hash": "h",
+            "cell": c,
+            "seed": s,
+            "multiple": 2,
+            "iterations": 60,
+            "map_at_r": v,
+            "state": "COMPLETE",
+            "params": (params or {}).get(c, "{}"),
+        }
+        for c, vs in later.items()
+        for s, v in enumerate(vs)
+    ]
+    return Results(
+        Path("mem"),
+        {"protocol": "p", "protocol_hash": "h", "primary_metric": "map_at_r"},
+        pd.DataFrame(rows),
+        budget_check=pd.DataFrame(check),
+    )
 
 
 def test_change_is_the_paired_mean_difference_and_a_missing_cell_is_not_stable() -> None:
@@ -327,5 +400,11 @@ def test_change_is_the_paired_mean_difference_and_a_missing_cell_is_not_stable()
     # A cell whose check ran other parameters (it was --redo'ne since) is not checked.
     stale = budget.check(_results(finals, {**later, "C": [0.3] * 3}, params={"B": '{"loss.margin": 0.2}'}))
     assert stale is not None and stale.missing == ["B"] and not stale.stable
-    assert budget.check(Results(Path("mem"), {"primary_metric": "map_at_r"}, pd.DataFrame(
-        [{"cell": "A", "seed": 0, "map_at_r": 0.5}]))) is None
+    assert (
+        budget.check(
+            Results(
+                Path("mem"), {"primary_metric": "map_at_r"}, pd.DataFrame([{"cell": "A", "seed": 0, "map_at_r": 0.5}])
+            )
+        )
+        is None
+    )

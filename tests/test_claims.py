@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from _sweeps import CELLS, sweep, sweep_base, sweep_copy  # noqa: F401  (fixtures)
 from scipy import stats as st
 
-from _sweeps import CELLS, sweep, sweep_base, sweep_copy  # noqa: F401  (fixtures)
 from bench.cli import main
 from bench.reports import claims
 from bench.reports.source import Results
@@ -26,15 +26,20 @@ def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
     return err[0]
 
 
-def _results(values: dict[str, list[float]], seeds: dict[str, list[int]] | None = None,
-             floor: list[float] | None = None) -> Results:
+def _results(
+    values: dict[str, list[float]], seeds: dict[str, list[int]] | None = None, floor: list[float] | None = None
+) -> Results:
     """A results table held in memory (per-seed values given, seeds 0.. unless named), for the decision rules alone."""
     seeds = seeds or {}
-    rows = [{"cell": c, "seed": s, "map_at_r": v, "val_map_at_r": 0.5}
-            for c, vs in values.items() for s, v in zip(seeds.get(c, range(len(vs))), vs)]
+    rows = [
+        {"cell": c, "seed": s, "map_at_r": v, "val_map_at_r": 0.5}
+        for c, vs in values.items()
+        for s, v in zip(seeds.get(c, range(len(vs))), vs)
+    ]
     fl = None if floor is None else pd.DataFrame({"protocol_hash": "h", "seed": range(len(floor)), "map_at_r": floor})
-    return Results(Path("mem"), {"protocol": "p", "protocol_hash": "h", "primary_metric": "map_at_r"},
-                   pd.DataFrame(rows), floor=fl)
+    return Results(
+        Path("mem"), {"protocol": "p", "protocol_hash": "h", "primary_metric": "map_at_r"}, pd.DataFrame(rows), floor=fl
+    )
 
 
 def _judge(kind: str, values: dict[str, list[float]], res: Results | None = None, **fields) -> claims.Verdict:
@@ -54,19 +59,23 @@ def _unpaired(values: dict[str, list[float]]) -> Results:
 @pytest.mark.parametrize(
     "a, b, beats",
     [
-        ([0.60, 0.61, 0.62], [0.50, 0.51, 0.52], "supported"),      # interval above 0
-        ([0.50, 0.51, 0.52], [0.60, 0.61, 0.62], "contradicted"),   # B better
+        ([0.60, 0.61, 0.62], [0.50, 0.51, 0.52], "supported"),  # interval above 0
+        ([0.50, 0.51, 0.52], [0.60, 0.61, 0.62], "contradicted"),  # B better
         ([0.500, 0.501, 0.502], [0.500, 0.501, 0.502], "contradicted"),  # equivalent within 0.01
-        ([0.40, 0.60, 0.55], [0.50, 0.45, 0.52], "inconclusive"),   # too noisy
-        ([0.40, 0.60, 0.55, 0.5], [0.50, 0.45, 0.52], "inconclusive"),   # too noisy (Welch: other seeds)
-        ([0.70], [0.50, 0.51, 0.52], "not testable"),               # one seed: no test, refused
+        ([0.40, 0.60, 0.55], [0.50, 0.45, 0.52], "inconclusive"),  # too noisy
+        ([0.40, 0.60, 0.55, 0.5], [0.50, 0.45, 0.52], "inconclusive"),  # too noisy (Welch: other seeds)
+        ([0.70], [0.50, 0.51, 0.52], "not testable"),  # one seed: no test, refused
     ],
 )
 def test_beats_and_its_complement(a: list[float], b: list[float], beats: str) -> None:
     got = _verdict("beats", {"A": a, "B": b}, a="A", b="B")
     assert got == beats
-    flip = {"supported": "contradicted", "contradicted": "supported", "inconclusive": "inconclusive",
-            "not testable": "not testable"}
+    flip = {
+        "supported": "contradicted",
+        "contradicted": "supported",
+        "inconclusive": "inconclusive",
+        "not testable": "not testable",
+    }
     assert _verdict("no_better", {"A": a, "B": b}, a="A", b="B") == flip[beats]
 
 
@@ -91,12 +100,40 @@ def _claims_file(path: Path, protocol: str, results: Path | None = None, **extra
     doc = {
         "protocol": protocol,
         "claims": [
-            {"id": "bh-beats-ba", "kind": "beats", "a": "triplet+batch_hard", "b": "triplet+batch_all", "source": "Hermans et al. 2017"},
-            {"id": "contrastive-no-better", "kind": "no_better", "a": "contrastive+none", "b": "triplet+batch_hard", "source": "t"},
-            {"id": "within", "kind": "within", "a": "contrastive+none", "b": "triplet+batch_all", "points": 0.05, "source": "t"},
+            {
+                "id": "bh-beats-ba",
+                "kind": "beats",
+                "a": "triplet+batch_hard",
+                "b": "triplet+batch_all",
+                "source": "Hermans et al. 2017",
+            },
+            {
+                "id": "contrastive-no-better",
+                "kind": "no_better",
+                "a": "contrastive+none",
+                "b": "triplet+batch_hard",
+                "source": "t",
+            },
+            {
+                "id": "within",
+                "kind": "within",
+                "a": "contrastive+none",
+                "b": "triplet+batch_all",
+                "points": 0.05,
+                "source": "t",
+            },
             {"id": "spread", "kind": "spread", "cells": list(CELLS), "below": 0.05, "source": "Musgrave et al. 2020"},
-            {"id": "people", "kind": "against_reference", "cell": "best", "metric": "lake_accuracy", "value": 95.5,
-             "unit": "percent", "reference": "people", "expect": "below", "source": "Lake et al. 2015"},
+            {
+                "id": "people",
+                "kind": "against_reference",
+                "cell": "best",
+                "metric": "lake_accuracy",
+                "value": 95.5,
+                "unit": "percent",
+                "reference": "people",
+                "expect": "below",
+                "source": "Lake et al. 2015",
+            },
         ],
         **extra,
     }
@@ -228,8 +265,11 @@ def test_collapsed_missing_or_thin_cells_make_a_claim_not_testable() -> None:
 def test_a_barely_trained_cell_makes_a_claim_not_testable() -> None:
     """Significantly above the floor yet with a sliver of the best cell's gain: a failed training, refused."""
     floor = [0.020, 0.025, 0.030, 0.022, 0.028]
-    values = {"best": [0.47, 0.46, 0.47, 0.46, 0.48], "mid": [0.15, 0.16, 0.14, 0.15, 0.16],
-              "weak": [0.045, 0.052, 0.058, 0.047, 0.050]}
+    values = {
+        "best": [0.47, 0.46, 0.47, 0.46, 0.48],
+        "mid": [0.15, 0.16, 0.14, 0.15, 0.16],
+        "weak": [0.045, 0.052, 0.058, 0.047, 0.050],
+    }
     res = _results(values, floor=floor)
     assert st.ttest_rel(values["weak"], floor, alternative="greater").pvalue < 0.05  # not collapsed
     v = _judge("beats", values, res, a="weak", b="best")
@@ -285,11 +325,18 @@ def test_holm_against_a_hand_computation_and_its_definition() -> None:
 
 def test_holm_decides_the_verdicts_of_one_file() -> None:
     """Each claim alone is supported at 5%; judged together, Holm's step-down leaves the weaker two inconclusive."""
-    values = {"A": [0.60, 0.62, 0.64], "B": [0.50, 0.51, 0.52], "C": [0.565, 0.55, 0.60], "D": [0.50, 0.52, 0.55],
-              "E": [0.57, 0.55, 0.60]}
-    items = [{"id": "ab", "kind": "beats", "a": "A", "b": "B", "source": "s"},
-             {"id": "cd", "kind": "beats", "a": "C", "b": "D", "source": "s"},
-             {"id": "ed", "kind": "beats", "a": "E", "b": "D", "source": "s"}]
+    values = {
+        "A": [0.60, 0.62, 0.64],
+        "B": [0.50, 0.51, 0.52],
+        "C": [0.565, 0.55, 0.60],
+        "D": [0.50, 0.52, 0.55],
+        "E": [0.57, 0.55, 0.60],
+    }
+    items = [
+        {"id": "ab", "kind": "beats", "a": "A", "b": "B", "source": "s"},
+        {"id": "cd", "kind": "beats", "a": "C", "b": "D", "source": "s"},
+        {"id": "ed", "kind": "beats", "a": "E", "b": "D", "source": "s"},
+    ]
     cf = claims.ClaimsFile(Path("c.yaml"), "p", None, None, 0.01, items)
     res = _results(values)
     alone = [claims.judge(c, res, cf) for c in items]
@@ -351,7 +398,8 @@ def test_shipped_requires_match_the_planned_cells() -> None:
             assert claims.mismatch(p, c.get(role, role), spec) is None, (c["id"], role)
     assert "triplet+semihard" in {c.id for c in p.cells}
     assert claims.mismatch(p, "triplet+semihard", facenet["requires"]["a"]) == (
-        "triplet+semihard runs miner semihard with semantics='all', the claim requires semantics='nearest'")
+        "triplet+semihard runs miner semihard with semantics='all', the claim requires semantics='nearest'"
+    )
 
 
 @pytest.mark.parametrize(
@@ -379,8 +427,10 @@ def test_unit_percent_scales_every_number_of_a_claim() -> None:
     assert as_points.reason == as_fraction.reason  # the same bound, (-0.03, +0.03), whichever way it was written
     narrow = _judge("within", close, a="A", b="B", points=0.1, unit="percent")  # 0.001: far narrower
     assert narrow.verdict != "supported"
-    assert _judge("reaches", close, cell="A", value=51, unit="percent").verdict == \
-        _judge("reaches", close, cell="A", value=0.51).verdict
+    assert (
+        _judge("reaches", close, cell="A", value=51, unit="percent").verdict
+        == _judge("reaches", close, cell="A", value=0.51).verdict
+    )
 
 
 def test_collapsed_is_for_a_cell_the_data_show_at_the_floor_not_one_too_few_seeds_cannot_place() -> None:

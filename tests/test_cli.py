@@ -16,10 +16,9 @@ from pathlib import Path
 import click
 import pandas as pd
 import pytest
-
 from _sweeps import CELLS, LOSSES, TINY, sweep, sweep_base, sweep_copy  # noqa: F401  (fixtures)
-from bench import __version__, registry
 
+from bench import __version__, registry
 from bench.cli import COMMANDS, cli, main
 from bench.plan import plan
 from bench.protocol import load_protocol
@@ -36,13 +35,15 @@ def _command(name: str) -> click.Command:
 
 
 def test_python_m_bench_prints_help_with_the_exit_codes() -> None:
-    done = subprocess.run([sys.executable, "-m", "bench", "--help"], cwd=REPO, text=True, capture_output=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--help"], cwd=REPO, text=True, capture_output=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert "Exit status" in done.stdout and "130 interrupted" in done.stdout
     assert all(name in done.stdout for name in COMMANDS)
-    version = subprocess.run([sys.executable, "-m", "bench", "--version"], cwd=REPO, text=True,
-                             capture_output=True, timeout=120)
+    version = subprocess.run(
+        [sys.executable, "-m", "bench", "--version"], cwd=REPO, text=True, capture_output=True, timeout=120
+    )
     assert version.stdout.strip() == f"dmlbench, version {__version__}"
 
 
@@ -68,13 +69,19 @@ def test_usage_errors_and_bad_input_exit_2(capsys: pytest.CaptureFixture[str], t
     assert main(["--help"]) == 0
 
 
-@pytest.mark.parametrize("argv", [
-    ["no-such-command"], ["list", "--format", "xml"], ["run", str(SMOKE), "--threads", "0"],
-    ["budget-check", str(SMOKE), "--shard", "a/b"],
-    ["budget-check", str(SMOKE), "--multiple", "0"],
-    ["plan", str(SMOKE), "--step-ms", "nan"], ["plan", str(SMOKE), "--step-ms", "inf"],
-    ["plan", str(SMOKE), "--budget-check", "1.5"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["no-such-command"],
+        ["list", "--format", "xml"],
+        ["run", str(SMOKE), "--threads", "0"],
+        ["budget-check", str(SMOKE), "--shard", "a/b"],
+        ["budget-check", str(SMOKE), "--multiple", "0"],
+        ["plan", str(SMOKE), "--step-ms", "nan"],
+        ["plan", str(SMOKE), "--step-ms", "inf"],
+        ["plan", str(SMOKE), "--budget-check", "1.5"],
+    ],
+)
 def test_a_usage_error_is_one_line_naming_the_help_to_read(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     """click's own report is four lines (usage, hint, blank, error); every other refusal is one."""
     assert main(argv) == 2
@@ -142,10 +149,10 @@ def test_leaderboard_formats_and_quiet(sweep_copy: Path, capsys: pytest.CaptureF
     assert err.startswith("wrote ")  # without --quiet the notice goes to stderr, never into the table
 
 
-def test_regress_json_is_the_report_and_exit_code_comes_back(sweep: Path, sweep_copy: Path,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["regress", "--baseline", str(sweep), "--current", str(sweep_copy), "--format", "json",
-                 "-q"]) == 0
+def test_regress_json_is_the_report_and_exit_code_comes_back(
+    sweep: Path, sweep_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["regress", "--baseline", str(sweep), "--current", str(sweep_copy), "--format", "json", "-q"]) == 0
     out, err = capsys.readouterr()
     doc = json.loads(out)
     assert doc["exit_code"] == 0 and {c["status"] for c in doc["cells"]} == {"same"} and err == ""
@@ -171,11 +178,29 @@ def test_sigterm_during_run_exits_130(tmp_path: Path, data_root: Path) -> None:
     proto = tmp_path / "long.yaml"
     proto.write_text(TINY.format(name="long", iterations=100000, losses=LOSSES))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    worker = subprocess.Popen([sys.executable, "-m", "bench", "run", str(proto), "--results-dir",
-                               str(tmp_path / "results"), "--data-root", str(data_root), "--storage",
-                               f"sqlite:///{tmp_path / 'optuna.db'}", "--tracking-uri", str(tmp_path / "mlflow.db"),
-                               "--quiet"], cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE)
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "run",
+            str(proto),
+            "--results-dir",
+            str(tmp_path / "results"),
+            "--data-root",
+            str(data_root),
+            "--storage",
+            f"sqlite:///{tmp_path / 'optuna.db'}",
+            "--tracking-uri",
+            str(tmp_path / "mlflow.db"),
+            "--quiet",
+        ],
+        cwd=tmp_path,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and worker.poll() is None and not _running_trials(tmp_path / "optuna.db"):
         time.sleep(0.1)
@@ -193,5 +218,6 @@ def test_a_refused_run_leaves_no_results_folder(tmp_path: Path, capsys: pytest.C
     assert not (tmp_path / "new").exists()
     (tmp_path / "file").write_text("")
     assert main(["run", str(SMOKE), "--results-dir", str(tmp_path / "file" / "results")]) == 2
-    assert capsys.readouterr().err.strip() == (f"dmlbench: error: --results-dir {tmp_path / 'file' / 'results'}: "
-                                               f"{tmp_path / 'file'} is a file, not a folder")
+    assert capsys.readouterr().err.strip() == (
+        f"dmlbench: error: --results-dir {tmp_path / 'file' / 'results'}: {tmp_path / 'file'} is a file, not a folder"
+    )

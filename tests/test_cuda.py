@@ -53,9 +53,14 @@ def _value_and_grad(loss, miner, x: torch.Tensor, y: torch.Tensor) -> tuple[torc
     return value.detach().cpu(), e.grad.cpu(), tuple(t.cpu() for t in tuples[:4]) if tuples is not None else ()
 
 
-@pytest.mark.parametrize("loss_name,loss_params,miner_name,miner_params", CASES,
-                         ids=[f"{c[0]}{'-learned' if c[1].get('learned_metric') else ''}+{c[2]}"
-                              f"{'-listed' if 'max_tuples' in c[3] else ''}" for c in CASES])
+@pytest.mark.parametrize(
+    "loss_name,loss_params,miner_name,miner_params",
+    CASES,
+    ids=[
+        f"{c[0]}{'-learned' if c[1].get('learned_metric') else ''}+{c[2]}{'-listed' if 'max_tuples' in c[3] else ''}"
+        for c in CASES
+    ],
+)
 def test_losses_and_miners_give_the_cpu_values_on_cuda(loss_name, loss_params, miner_name, miner_params) -> None:
     x, y = _batch()
     loss_cpu = build_loss(loss_name, **loss_params).double()
@@ -109,8 +114,9 @@ def test_training_runs_on_cuda_learn(data_root: Path) -> None:
     after = evaluate(result.model, test_data, clustering=False, device="cuda")
     assert after["map_at_r"] > before["map_at_r"] + 0.02, (before, after)
 
-    learned = train(TrainConfig(loss="quadruplet", loss_params={"learned_metric": True}, miner="margohnm", **base),
-                    train_data)
+    learned = train(
+        TrainConfig(loss="quadruplet", loss_params={"learned_metric": True}, miner="margohnm", **base), train_data
+    )
     params = list(learned.loss_module.parameters())
     assert learned.status == "ok" and params and all(p.is_cuda for p in params)
     assert torch.isfinite(torch.tensor(learned.final_loss))
@@ -146,9 +152,21 @@ def test_sweep_on_cuda_completes_every_cell(tmp_path: Path, data_root: Path) -> 
 
     proto = tmp_path / "cuda-tiny.yaml"
     proto.write_text(SWEEP)
-    code = main(["run", str(proto), "--results-dir", str(tmp_path / "results"), "--data-root", str(data_root),
-                 "--storage", f"sqlite:///{tmp_path / 'optuna.db'}", "--tracking-uri", str(tmp_path / "mlflow.db"),
-                 "--quiet"])
+    code = main(
+        [
+            "run",
+            str(proto),
+            "--results-dir",
+            str(tmp_path / "results"),
+            "--data-root",
+            str(data_root),
+            "--storage",
+            f"sqlite:///{tmp_path / 'optuna.db'}",
+            "--tracking-uri",
+            str(tmp_path / "mlflow.db"),
+            "--quiet",
+        ]
+    )
     assert code == 0
     summary = pd.read_csv(tmp_path / "results" / "cuda-tiny" / "summary.csv")
     assert sorted(summary["cell"]) == ["quadruplet+margohnm", "triplet+batch_hard"]

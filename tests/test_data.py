@@ -12,8 +12,8 @@ from PIL import Image
 
 from bench.data import LabeledData, load, load_lake_runs, resolve_root
 from bench.data.cache import cache_path, read_cache
-from bench.data.resize import resize_area
 from bench.data.omniglot import PREPROCESS_VERSION, paper_to_ink
+from bench.data.resize import resize_area
 from bench.errors import BenchError
 
 # --------------------------------------------------------------------------- Omniglot
@@ -50,14 +50,21 @@ def test_evaluation_ids_follow_background_and_meta_names_alphabets(evaluation: L
     # the publisher's ids (file XXXX_YY.png is class XXXX - 1), not the sorted order of the folders:
     # Syriac_(Serto) (1480..1502) comes before Sylheti (1503..1530)
     assert (names[964], names[1479], names[1502], names[1622]) == (
-        "Angelic/character01", "Syriac_(Serto)/character01", "Sylheti/character01", "ULOG/character26")
+        "Angelic/character01",
+        "Syriac_(Serto)/character01",
+        "Sylheti/character01",
+        "ULOG/character26",
+    )
     assert all(names[c].startswith(alphabet[c] + "/character") for c in evaluation.classes)
 
 
 def test_background_ids_are_the_publishers_not_the_folder_order(background: LabeledData) -> None:
     names = background.meta["class_names"]
     assert (names[0], names[708], names[963]) == (
-        "Arcadian/character01", "Alphabet_of_the_Magi/character01", "Tifinagh/character55")
+        "Arcadian/character01",
+        "Alphabet_of_the_Magi/character01",
+        "Tifinagh/character55",
+    )
     assert len(set(background.meta["alphabet"].values())) == 30
 
 
@@ -118,8 +125,11 @@ def test_a_zip_that_is_not_omniglot_fails_clearly(tmp_path: Path) -> None:
     fake.mkdir()
     with open(fake / "images_evaluation.zip", "wb") as f:  # a zip, but of arrays
         np.savez(f, images=np.ones((2, 20, 105, 105), bool))
-    with pytest.raises(BenchError, match=r"images_evaluation\.zip: no images inside images_evaluation/ .*"
-                                         r"not Omniglot's images_evaluation"):
+    with pytest.raises(
+        BenchError,
+        match=r"images_evaluation\.zip: no images inside images_evaluation/ .*"
+        r"not Omniglot's images_evaluation",
+    ):
         load("omniglot:evaluation", root=tmp_path)
 
 
@@ -167,9 +177,7 @@ def _touch(root: Path, dataset: str, *files: str) -> Path:
 ZIPS = ("images_background.zip", "images_evaluation.zip")
 
 
-def test_root_order_explicit_then_env_then_shared_then_local(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_root_order_explicit_then_env_then_shared_then_local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
@@ -200,9 +208,7 @@ def test_root_is_per_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert resolve_root(None, "mine", ("m.bin",)).resolve() == local.resolve()
 
 
-def test_missing_data_is_one_line_naming_files_and_places(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_missing_data_is_one_line_naming_files_and_places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(BenchError) as err:
         resolve_root(tmp_path / "nowhere", "omniglot", ZIPS)
@@ -216,9 +222,7 @@ def test_missing_data_is_one_line_naming_files_and_places(
         resolve_root(None, "ghost", ("g.npz",))
 
 
-def test_explicit_root_is_not_second_guessed(
-    data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_explicit_root_is_not_second_guessed(data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DMLBENCH_DATA", str(data_root))
     with pytest.raises(BenchError, match="omniglot not found"):
         load("omniglot:background", root=tmp_path)
@@ -328,7 +332,9 @@ def test_folder_class_of_only_non_images_says_what_was_skipped(tmp_path: Path) -
     _write(tmp_path / "a" / "0.png", np.zeros((5, 5), np.uint8), "L", "PNG")
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "notes.txt").write_text("x")
-    with pytest.raises(BenchError, match=r"holds no images \(skipped 1 file\(s\) without an image extension, e.g. notes.txt"):
+    with pytest.raises(
+        BenchError, match=r"holds no images \(skipped 1 file\(s\) without an image extension, e.g. notes.txt"
+    ):
         load(f"folder:{tmp_path}", size=4)
 
 

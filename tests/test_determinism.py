@@ -29,8 +29,11 @@ def _short_smoke(tmp_path: Path) -> Path:
     """The smoke protocol's cells, every one, with a shorter budget: 20 iterations a run instead of 40
     (MargOHNM still leaves its warm-up, the offline miner still refreshes)."""
     text = SMOKE.read_text()
-    for old, new in (("iterations: 40", "iterations: 20"), ("refresh_every: 20", "refresh_every: 10"),
-                     ("warmup_iterations: 10", "warmup_iterations: 5")):
+    for old, new in (
+        ("iterations: 40", "iterations: 20"),
+        ("refresh_every: 20", "refresh_every: 10"),
+        ("warmup_iterations: 10", "warmup_iterations: 5"),
+    ):
         assert old in text, old
         text = text.replace(old, new)
     path = tmp_path / "omniglot-smoke.yaml"
@@ -39,9 +42,23 @@ def _short_smoke(tmp_path: Path) -> Path:
 
 
 def _run(protocol: Path, work: Path, data_root: Path) -> dict[str, pd.DataFrame]:
-    code = main(["run", str(protocol), "--results-dir", str(work / "results"), "--data-root", str(data_root),
-                 "--storage", f"sqlite:///{work / 'optuna.db'}", "--tracking-uri", str(work / "mlflow.db"),
-                 "--threads", "1", "--quiet"])
+    code = main(
+        [
+            "run",
+            str(protocol),
+            "--results-dir",
+            str(work / "results"),
+            "--data-root",
+            str(data_root),
+            "--storage",
+            f"sqlite:///{work / 'optuna.db'}",
+            "--tracking-uri",
+            str(work / "mlflow.db"),
+            "--threads",
+            "1",
+            "--quiet",
+        ]
+    )
     assert code == 0
     folder = work / "results" / "omniglot-smoke"
     return {name: pd.read_csv(folder / name).drop(columns=list(TIMING), errors="ignore") for name in TABLES}
@@ -61,8 +78,8 @@ def test_quadruplet_cells_repeat_exactly_at_two_threads(cell: str, data_root: Pa
     """Two threads: where the summation order of the old 2-D indexing changed from run to run."""
     from bench.plan import plan
     from bench.protocol import load_protocol
-    from bench.training import train
     from bench.sweep.tuning import final_config, prepare
+    from bench.training import train
 
     protocol = load_protocol(SMOKE)
     [target] = [c for c in plan(protocol).cells if c.id == cell]
@@ -78,4 +95,3 @@ def test_quadruplet_cells_repeat_exactly_at_two_threads(cell: str, data_root: Pa
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(weights[0], weights[1])
-

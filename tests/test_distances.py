@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 
 from bench import distances, reducers
-
 from bench.errors import BenchError
 from bench.registry import ENTRIES, build_loss, build_miner
 
@@ -35,14 +34,16 @@ def test_each_name_has_one_meaning_computed_by_hand() -> None:
             assert float(distances.resolve("cosine").similarity(x, y)[i, j]) == pytest.approx(cos, rel=1e-12)
             raw = math.dist(x[i].tolist(), y[j].tolist())
             assert float(distances.resolve("euclidean", normalize=False).matrix(x, y)[i, j]) == pytest.approx(raw)
-            assert float(distances.resolve("dot", False, distances.SIMILARITIES).similarity(x, y)[i, j]) == \
-                pytest.approx(float(x[i] @ y[j]))
+            assert float(
+                distances.resolve("dot", False, distances.SIMILARITIES).similarity(x, y)[i, j]
+            ) == pytest.approx(float(x[i] @ y[j]))
 
 
 @pytest.mark.parametrize("name", distances.DISTANCES)
 @pytest.mark.parametrize("normalize", [True, False])
-def test_similarity_is_minus_the_distance_up_to_a_constant_and_paired_is_the_diagonal(name: str,
-                                                                                      normalize: bool) -> None:
+def test_similarity_is_minus_the_distance_up_to_a_constant_and_paired_is_the_diagonal(
+    name: str, normalize: bool
+) -> None:
     d = distances.resolve(name, normalize)
     x, y = _x(6, 4, 3), _x(6, 4, 4)
     shift = d.matrix(x, y) + d.similarity(x, y)
@@ -120,8 +121,12 @@ def probe_batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 PARTNER = {"triplets": "triplet", "quadruplets": "quadruplet"}  # the loss a miner's search is probed with
 
 
-def gradient(loss_name: str, loss_params: dict[str, Any], miner_name: str | None = None,
-             miner_params: dict[str, Any] | None = None) -> torch.Tensor:
+def gradient(
+    loss_name: str,
+    loss_params: dict[str, Any],
+    miner_name: str | None = None,
+    miner_params: dict[str, Any] | None = None,
+) -> torch.Tensor:
     x, y = probe_batch()
     x.requires_grad_(True)
     torch.manual_seed(0)  # the learned metric's initialisation, when any
@@ -141,8 +146,12 @@ def _ends(space: dict[str, Any]) -> tuple[Any, Any]:
     return space["low"], space["high"]
 
 
-SEARCHED = [(e.kind, e.name, p, s) for e in ENTRIES if e.kind in ("loss", "miner") and not e.pml_backed
-            for p, s in e.search_space.items()]
+SEARCHED = [
+    (e.kind, e.name, p, s)
+    for e in ENTRIES
+    if e.kind in ("loss", "miner") and not e.pml_backed
+    for p, s in e.search_space.items()
+]
 
 
 def test_every_own_method_search_is_probed() -> None:
@@ -152,8 +161,9 @@ def test_every_own_method_search_is_probed() -> None:
 
 
 @pytest.mark.parametrize("kind, name, param, space", SEARCHED, ids=[f"{k}:{n}.{p}" for k, n, p, _ in SEARCHED])
-def test_both_ends_of_each_searched_range_give_different_gradient_directions(kind: str, name: str, param: str,
-                                                                             space: dict[str, Any]) -> None:
+def test_both_ends_of_each_searched_range_give_different_gradient_directions(
+    kind: str, name: str, param: str, space: dict[str, Any]
+) -> None:
     """A rescaled gradient changes nothing under Adam: the two ends must turn the gradient."""
     low, high = _ends(space)
     entry = next(e for e in ENTRIES if e.kind == kind and e.name == name)
@@ -170,11 +180,16 @@ def test_both_ends_of_each_searched_range_give_different_gradient_directions(kin
 def test_margohnm_supplies_the_margins_and_its_weights_act(warmup: int) -> None:
     """With MargOHNM the loss's alpha1/alpha2 change nothing; the miner's w1/w2 do, in warm-up and after."""
     miner = {"warmup_iterations": warmup}
-    assert torch.equal(gradient("quadruplet", {"alpha1": 0.6, "alpha2": 0.05}, "margohnm", miner),
-                       gradient("quadruplet", {"alpha1": 2.0, "alpha2": 0.5}, "margohnm", miner))
+    assert torch.equal(
+        gradient("quadruplet", {"alpha1": 0.6, "alpha2": 0.05}, "margohnm", miner),
+        gradient("quadruplet", {"alpha1": 2.0, "alpha2": 0.5}, "margohnm", miner),
+    )
     for low, high in ({"w1": 0.6}, {"w1": 2.0}), ({"w2": 0.1}, {"w2": 0.5}):
-        cosine = F.cosine_similarity(gradient("quadruplet", {}, "margohnm", {**miner, **low}),
-                                     gradient("quadruplet", {}, "margohnm", {**miner, **high}), dim=0)
+        cosine = F.cosine_similarity(
+            gradient("quadruplet", {}, "margohnm", {**miner, **low}),
+            gradient("quadruplet", {}, "margohnm", {**miner, **high}),
+            dim=0,
+        )
         assert float(cosine) < 1 - 1e-4
 
 

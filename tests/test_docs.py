@@ -67,14 +67,20 @@ def test_every_schema_key_is_documented() -> None:
     method = set(schema.METHOD["properties"])
     distribution = {k for alt in schema.DISTRIBUTION["oneOf"] for k in alt["properties"]}
     top = [k for k in _keys(schema.SCHEMA) if not k.startswith("grid.") or k.count(".") == 1]
-    missing = ([k for k in top if k not in ROWS] + [f"method {k}" for k in method if k not in METHOD_ROWS]
-               + [f"distribution {k}" for k in distribution if k not in DISTRIBUTION_ROWS])
+    missing = (
+        [k for k in top if k not in ROWS]
+        + [f"method {k}" for k in method if k not in METHOD_ROWS]
+        + [f"distribution {k}" for k in distribution if k not in DISTRIBUTION_ROWS]
+    )
     assert not missing, f"docs/PROTOCOL.md lacks {missing}"
     assert len(top) > 60 and "name" in ROWS and "name" in METHOD_ROWS
 
 
-DEFAULTS = {**schema.DEFAULTS, **schema.ABSENT_DEFAULTS,
-            **{f"tuning.pruner.{k}": v for k, v in schema.PRUNER_DEFAULTS.items() if v is not None}}
+DEFAULTS = {
+    **schema.DEFAULTS,
+    **schema.ABSENT_DEFAULTS,
+    **{f"tuning.pruner.{k}": v for k, v in schema.PRUNER_DEFAULTS.items() if v is not None},
+}
 
 
 @pytest.mark.parametrize("key", sorted(DEFAULTS))
@@ -82,4 +88,3 @@ def test_documented_defaults_are_the_schemas(key: str) -> None:
     """The default column of each key shows the value the loader fills in."""
     assert key in ROWS, f"docs/PROTOCOL.md lacks {key}"
     assert f"`{_flow(DEFAULTS[key])}`" == ROWS[key][2], (key, ROWS[key][2])
-

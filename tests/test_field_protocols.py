@@ -10,14 +10,15 @@ two iterations, one trial, one seed, one cell.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import yaml
+from datasets_fixtures import write_cars, write_cub, write_inshop, write_market, write_sop
 
 from bench.cli import main
-from datasets_fixtures import write_cars, write_cub, write_inshop, write_market, write_sop
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -74,9 +75,24 @@ def test_a_tiny_variant_of_each_field_protocol_runs_on_its_fixture(name: str, tm
         patch.setenv("DMLBENCH_DATA", str(tmp_path / "data"))
         patch.chdir(tmp_path)
         assert main(["validate", str(protocol), "--quiet"]) == 0
-        assert main(["run", str(protocol), "--results-dir", str(results), "--storage",
-                     f"sqlite:///{runs / 'optuna.db'}", "--tracking-uri", str(runs / "mlflow.db"), "--threads", "1",
-                     "--quiet"]) == 0
+        assert (
+            main(
+                [
+                    "run",
+                    str(protocol),
+                    "--results-dir",
+                    str(results),
+                    "--storage",
+                    f"sqlite:///{runs / 'optuna.db'}",
+                    "--tracking-uri",
+                    str(runs / "mlflow.db"),
+                    "--threads",
+                    "1",
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
     folder = results / doc["name"]
     assert main(["leaderboard", str(folder), "--quiet"]) == 0
     board = (folder / "leaderboard.md").read_text()

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from _sweeps import CELLS, sweep, sweep_base, sweep_copy  # noqa: F401  (fixtures)
 from scipy import stats as st
 
-from _sweeps import CELLS, sweep, sweep_base, sweep_copy  # noqa: F401  (fixtures)
 from bench.cli import main
 from bench.stats import t_interval
 
@@ -36,8 +36,9 @@ def test_t_interval_is_scipy_t_interval() -> None:
 
 def _rows(md: str) -> list[list[str]]:
     """The ranked cells' rows (the floor row apart: `_floor_row`)."""
-    lines = [l for l in md.splitlines() if l.startswith("| ") and not l.startswith(("| rank", "| floor"))
-             and "---" not in l]
+    lines = [
+        l for l in md.splitlines() if l.startswith("| ") and not l.startswith(("| rank", "| floor")) and "---" not in l
+    ]
     return [[c.strip() for c in l.strip("|").split("|")] for l in lines]
 
 
@@ -78,7 +79,9 @@ def test_leaderboard_agrees_with_runner_summary(sweep: Path, tmp_path: Path) -> 
     for row in board.rows:
         iv = row.metrics["map_at_r"]
         s = summary.loc[row.cell]
-        assert (iv.mean, iv.low, iv.high) == pytest.approx((s["map_at_r_mean"], s["map_at_r_ci_low"], s["map_at_r_ci_high"]))
+        assert (iv.mean, iv.low, iv.high) == pytest.approx(
+            (s["map_at_r_mean"], s["map_at_r_ci_low"], s["map_at_r_ci_high"])
+        )
         assert row.n_seeds == s["n_seeds"]
 
 
@@ -86,9 +89,21 @@ def _chromium(url: str, profile: Path, *extra: str) -> subprocess.CompletedProce
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if exe is None:
         pytest.fail("chromium is not installed (apt-get install chromium): the page must be checked in a browser")
-    cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={profile}", "--virtual-time-budget=3000", *extra, url]
+    cmd = [
+        exe,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--virtual-time-budget=3000",
+        *extra,
+        url,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
@@ -125,8 +140,9 @@ def test_html_page_renders_sorts_and_is_self_contained(sweep_copy: Path, tmp_pat
     assert 0.01 < ink < 0.9 and colours > 20, (ink, colours)
 
 
-def test_bad_results_directories_are_one_line_errors(tmp_path: Path, sweep_copy: Path,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_results_directories_are_one_line_errors(
+    tmp_path: Path, sweep_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["leaderboard", str(tmp_path / "nowhere")]) == 2
     assert "does not exist" in _error_line(capsys)
     (tmp_path / "empty").mkdir()
@@ -175,18 +191,34 @@ def test_failed_seeds_and_refused_cells_are_left_out(sweep_copy: Path) -> None:
 
 
 def _without_times(md: str) -> str:
-    return "\n".join(line for line in md.splitlines() if not line.startswith(("- created", "- finished", "- read from")))
+    return "\n".join(
+        line for line in md.splitlines() if not line.startswith(("- created", "- finished", "- read from"))
+    )
 
 
 def test_leaderboard_from_the_mlflow_experiment_is_the_results_leaderboard(
-        sweep: Path, sweep_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep: Path, sweep_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The same sweep read from its MLflow records (not the results directory) gives the same table,
     footer and plots; the first seed's artifacts are downloaded beside the pages."""
     store = sweep.parent.parent / "runs" / "mlflow.db"
     out = tmp_path / "from-mlflow"
     assert main(["leaderboard", str(sweep_copy), "--quiet"]) == 0
-    assert main(["leaderboard", "--mlflow-experiment", "dmlbench/reports-tiny", "--tracking-uri", str(store),
-                 "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "leaderboard",
+                "--mlflow-experiment",
+                "dmlbench/reports-tiny",
+                "--tracking-uri",
+                str(store),
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     expected = _without_times((sweep_copy / "leaderboard.md").read_text())
     assert "- read from MLflow experiment dmlbench/reports-tiny" in (out / "leaderboard.md").read_text()
     assert _without_times((out / "leaderboard.md").read_text()) == expected
@@ -198,14 +230,28 @@ def test_leaderboard_from_the_mlflow_experiment_is_the_results_leaderboard(
             with np.load(mine / "pair_distances.npz") as a, np.load(theirs / "pair_distances.npz") as b:
                 assert np.array_equal(a["pos"], b["pos"]) and np.array_equal(a["neg"], b["neg"])
     # The name without its `dmlbench/` prefix finds the same experiment.
-    assert main(["leaderboard", "--mlflow-experiment", "reports-tiny", "--tracking-uri", str(store),
-                 "--out", str(tmp_path / "short"), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "leaderboard",
+                "--mlflow-experiment",
+                "reports-tiny",
+                "--tracking-uri",
+                str(store),
+                "--out",
+                str(tmp_path / "short"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert _without_times((tmp_path / "short" / "leaderboard.md").read_text()) == expected
     capsys.readouterr()
 
 
-def test_mlflow_leaderboard_never_pools_protocol_versions(sweep: Path, tmp_path: Path,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_mlflow_leaderboard_never_pools_protocol_versions(
+    sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A run of another protocol version in the experiment: refused until --protocol-hash picks one."""
     from mlflow.tracking import MlflowClient
 
@@ -214,10 +260,26 @@ def test_mlflow_leaderboard_never_pools_protocol_versions(sweep: Path, tmp_path:
     client = MlflowClient(f"sqlite:///{store}")
     experiment = client.get_experiment_by_name("dmlbench/reports-tiny")
     ours = json.loads((sweep / "manifest.json").read_text())["protocol_hash"]
-    client.create_run(experiment.experiment_id, tags={"dmlbench.protocol_hash": "f" * 64, "cell": "triplet+batch_hard",
-                                                      "kind": "final", "seed": "0", "state": "COMPLETE"})
-    args = ["leaderboard", "--mlflow-experiment", "reports-tiny", "--tracking-uri", str(store),
-            "--out", str(tmp_path / "lb"), "--quiet"]
+    client.create_run(
+        experiment.experiment_id,
+        tags={
+            "dmlbench.protocol_hash": "f" * 64,
+            "cell": "triplet+batch_hard",
+            "kind": "final",
+            "seed": "0",
+            "state": "COMPLETE",
+        },
+    )
+    args = [
+        "leaderboard",
+        "--mlflow-experiment",
+        "reports-tiny",
+        "--tracking-uri",
+        str(store),
+        "--out",
+        str(tmp_path / "lb"),
+        "--quiet",
+    ]
     assert main(args) == 2
     line = _error_line(capsys)
     assert "2 versions of the protocol" in line and ours[:12] in line and "--protocol-hash" in line
@@ -229,7 +291,9 @@ def test_mlflow_leaderboard_never_pools_protocol_versions(sweep: Path, tmp_path:
     assert main(["leaderboard", "--mlflow-experiment", "reports-tiny", "--tracking-uri", str(tmp_path / "x.db")]) == 2
     assert "no MLflow store at" in _error_line(capsys) and not (tmp_path / "x.db").exists()
     (tmp_path / "text.db").write_text("not a database\n")
-    assert main(["leaderboard", "--mlflow-experiment", "reports-tiny", "--tracking-uri", str(tmp_path / "text.db")]) == 2
+    assert (
+        main(["leaderboard", "--mlflow-experiment", "reports-tiny", "--tracking-uri", str(tmp_path / "text.db")]) == 2
+    )
     assert "cannot read MLflow tracking store" in _error_line(capsys)
     assert (tmp_path / "text.db").read_text() == "not a database\n"
 
@@ -293,7 +357,8 @@ def test_tuned_value_at_the_edge_of_its_range_is_warned(sweep_copy: Path) -> Non
     from bench.reports.edges import position
 
     assert position(0.98, {"type": "float", "low": 0.01, "high": 1.0, "log": True}) == pytest.approx(
-        (math.log(0.98) - math.log(0.01)) / (math.log(1.0) - math.log(0.01)))
+        (math.log(0.98) - math.log(0.01)) / (math.log(1.0) - math.log(0.01))
+    )
     finals = pd.read_csv(sweep_copy / "finals.csv")
     for cell, margin in (("triplet+batch_hard", 0.98), ("triplet+batch_all", 0.1)):
         finals.loc[finals["cell"] == cell, "params"] = json.dumps({"loss.margin": margin})
@@ -346,10 +411,16 @@ def test_the_spearman_warning_needs_enough_cells_to_mean_something() -> None:
     from bench.reports.source import Results
 
     def board(n: int) -> leaderboard.Board:
-        rows = [{"cell": f"c{i}", "seed": s, "map_at_r": 0.3 + 0.05 * i + 0.001 * s, "val_map_at_r": 0.9 - 0.05 * i}
-                for i in range(n) for s in range(3)]  # validation ranks the cells in reverse of the test
-        return leaderboard.build(Results(Path("mem"), {"protocol": "p", "protocol_hash": "h",
-                                                       "primary_metric": "map_at_r"}, pd.DataFrame(rows)))
+        rows = [
+            {"cell": f"c{i}", "seed": s, "map_at_r": 0.3 + 0.05 * i + 0.001 * s, "val_map_at_r": 0.9 - 0.05 * i}
+            for i in range(n)
+            for s in range(3)
+        ]  # validation ranks the cells in reverse of the test
+        return leaderboard.build(
+            Results(
+                Path("mem"), {"protocol": "p", "protocol_hash": "h", "primary_metric": "map_at_r"}, pd.DataFrame(rows)
+            )
+        )
 
     few, many = board(leaderboard.MIN_TRANSFER_CELLS - 1), board(leaderboard.MIN_TRANSFER_CELLS)
     assert few.transfer == pytest.approx(-1.0) and many.transfer == pytest.approx(-1.0)

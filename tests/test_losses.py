@@ -176,7 +176,9 @@ def test_infonce_is_accurate_where_the_loss_is_tiny():
     for a in range(12):
         for p in range(12):
             if a != p and y[a] == y[p]:
-                s = sum(mpmath.exp((mpmath.mpf(sim[a][n]) - mpmath.mpf(sim[a][p])) / tau) for n in range(12) if y[n] != y[a])
+                s = sum(
+                    mpmath.exp((mpmath.mpf(sim[a][n]) - mpmath.mpf(sim[a][p])) / tau) for n in range(12) if y[n] != y[a]
+                )
                 terms.append(mpmath.log1p(s))
     reference = sum(terms) / len(terms)
     assert 0 < reference < 1e-12
@@ -256,7 +258,10 @@ def test_pml_backed_miner_returns_pml_pairs_and_stats():
 @pytest.mark.parametrize("name", OWN + tuple(PML_BACKED))
 def test_search_space_names_real_parameters(name):
     entry = next(e for e in ENTRIES if e.kind == "loss" and e.name == name)
-    params = {k: (s["low"] + s["high"]) / 2 if s["type"] == "float" else s["choices"][0] for k, s in entry.search_space.items()}
+    params = {
+        k: (s["low"] + s["high"]) / 2 if s["type"] == "float" else s["choices"][0]
+        for k, s in entry.search_space.items()
+    }
     loss = build_loss(name, context=PROXY, **params)
     x, y = batch(8, 6, 4)
     assert torch.isfinite(loss(x, y))
@@ -295,8 +300,12 @@ def test_bad_parameters_are_bench_errors(name, params, message):
         (torch.randn(4, 3), torch.zeros(5, dtype=torch.long), None, "labels has 5 entries but embeddings has 4"),
         (torch.randn(4, 3), torch.zeros(4, dtype=torch.long), (torch.tensor([0]),) * 2, "indices_tuple must be"),
         (torch.randn(4, 3), torch.zeros(4, dtype=torch.long), (torch.tensor([0, 9]),) * 3, "outside the batch of 4"),
-        (torch.randn(4, 3), torch.zeros(4, dtype=torch.long), (torch.tensor([0]), torch.tensor([1, 2]), torch.tensor([0])),
-         "mismatched lengths"),
+        (
+            torch.randn(4, 3),
+            torch.zeros(4, dtype=torch.long),
+            (torch.tensor([0]), torch.tensor([1, 2]), torch.tensor([0])),
+            "mismatched lengths",
+        ),
         (torch.randn(4, 3), torch.zeros(4, dtype=torch.long), (torch.tensor([0.0]),) * 3, "1-D integer tensors"),
     ],
 )

@@ -33,8 +33,11 @@ def citations() -> list[tuple[str, int, str]]:
 
 def headings() -> list[str]:
     """The notes' headings, lower case, without their '#' marks."""
-    return [line.lstrip("#").strip().lower() for line in NOTES.read_text(encoding="utf-8").splitlines()
-            if line.startswith("#")]
+    return [
+        line.lstrip("#").strip().lower()
+        for line in NOTES.read_text(encoding="utf-8").splitlines()
+        if line.startswith("#")
+    ]
 
 
 def test_cited_notes_exist() -> None:
@@ -44,9 +47,9 @@ def test_cited_notes_exist() -> None:
         assert NOTES.is_file(), f"docs/METHODS.md is cited ({where}) but missing"
 
 
-@pytest.mark.parametrize("where,section", [
-    (f"{f}:{n}", m.group(1)) for f, n, line in citations() for m in SECTION.finditer(line)
-])
+@pytest.mark.parametrize(
+    "where,section", [(f"{f}:{n}", m.group(1)) for f, n, line in citations() for m in SECTION.finditer(line)]
+)
 def test_cited_sections_are_headings(where: str, section: str) -> None:
     found = [h for h in headings() if h.startswith(section.lower())]
     assert found, f"{where} cites METHODS.md, {section}: no such heading in docs/METHODS.md"

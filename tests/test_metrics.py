@@ -28,14 +28,18 @@ def clustered(n_classes: int, sizes: list[int] | None, dim: int, spread: float, 
         sizes = torch.randint(1, 12, (n_classes,), generator=g).tolist()
     labels = torch.repeat_interleave(torch.arange(n_classes) * 7 + 3, torch.tensor(sizes))  # non-contiguous ids
     centres = torch.randn(n_classes, dim, generator=g) * spread
-    x = centres[torch.repeat_interleave(torch.arange(n_classes), torch.tensor(sizes))] + torch.randn(len(labels), dim, generator=g)
+    x = centres[torch.repeat_interleave(torch.arange(n_classes), torch.tensor(sizes))] + torch.randn(
+        len(labels), dim, generator=g
+    )
     perm = torch.randperm(len(labels), generator=g)
     return x[perm], labels[perm]
 
 
 def pml(x, y, distance):
     knn = CustomKNN(LpDistance(normalize_embeddings=False) if distance == "euclidean" else CosineSimilarity())
-    calc = AccuracyCalculator(include=tuple(PML_KEYS.values()), k="max_bin_count", knn_func=knn, device=torch.device("cpu"))
+    calc = AccuracyCalculator(
+        include=tuple(PML_KEYS.values()), k="max_bin_count", knn_func=knn, device=torch.device("cpu")
+    )
     return calc.get_accuracy(x, y)
 
 
@@ -113,7 +117,9 @@ def test_chunked_equals_unchunked():
 
 
 @pytest.mark.parametrize("distance", ["euclidean", "cosine"])
-@pytest.mark.parametrize("n,k,group,chunk", [(1003, 19, 32, 250), (997, 5, 16, None), (640, 7, 8, 1), (50, 3, 4, 7), (2000, 11, None, 333)])
+@pytest.mark.parametrize(
+    "n,k,group,chunk", [(1003, 19, 32, 250), (997, 5, 16, None), (640, 7, 8, 1), (50, 3, 4, 7), (2000, 11, None, 333)]
+)
 def test_grouped_top_k_equals_plain_top_k(n, k, group, chunk, distance):
     # Group minima pre-select candidates; padding (N not a multiple of the group), the
     # diagonal and chunk edges must not change the k nearest. Compared by their scores,
@@ -229,9 +235,17 @@ def read_lake_runs(path) -> list[OneShotRun]:
     runs = []
     with zipfile.ZipFile(path) as archive:
         for r in range(1, 21):
-            pairs = [line.split() for line in archive.read(f"run{r:02d}/class_labels.txt").decode().split("\n") if line.strip()]
+            pairs = [
+                line.split()
+                for line in archive.read(f"run{r:02d}/class_labels.txt").decode().split("\n")
+                if line.strip()
+            ]
             train_names = sorted({train for _, train in pairs})
-            load = lambda name: torch.from_numpy(np.array(Image.open(BytesIO(archive.read(name))).convert("L"), dtype=np.float32) / 255)  # noqa: E731
+
+            def load(name: str) -> torch.Tensor:
+                image = Image.open(BytesIO(archive.read(name))).convert("L")
+                return torch.from_numpy(np.array(image, dtype=np.float32) / 255)
+
             train = torch.stack([load(n) for n in train_names])
             test = torch.stack([load(t) for t, _ in pairs])
             answer = torch.tensor([train_names.index(t) for _, t in pairs])

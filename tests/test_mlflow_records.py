@@ -6,8 +6,8 @@ import threading
 import time
 from pathlib import Path
 
-from bench.stores.mlflow_runs import SETTLE_S, MlflowRecords
 from bench.protocol import load_protocol
+from bench.stores.mlflow_runs import SETTLE_S, MlflowRecords
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,8 +28,9 @@ def test_a_shared_key_stamped_first_but_inserted_last_ends_as_one_run(tmp_path, 
 
     monkeypatch.setattr(store, "create_run", slow_insert)
     kept: dict[str, str] = {}
-    b = threading.Thread(target=lambda: kept.update(b=late.run("floor/0", "floor seed 0", shared=True)),
-                         name="stamped-first")
+    b = threading.Thread(
+        target=lambda: kept.update(b=late.run("floor/0", "floor seed 0", shared=True)), name="stamped-first"
+    )
     b.start()
     time.sleep(SETTLE_S / 10)  # A stamps later, inserts first, and looks while B's insert still waits
     kept["a"] = early.run("floor/0", "floor seed 0", shared=True)
@@ -61,6 +62,7 @@ def test_two_workers_logging_a_shared_runs_parameters_at_once_both_succeed(tmp_p
                 monkeypatch.setattr(store, "_get_run", read_run)
                 b.log(run_id, params=params)
             return run
+
         monkeypatch.setattr(store, "_get_run", read_then_b_logs)
         try:
             return insert_params(run_uuid, new)

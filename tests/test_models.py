@@ -11,8 +11,13 @@ from bench.registry import build_trunk, names
 
 @pytest.mark.parametrize(
     "name, params",
-    [("conv4", {}), ("lecun2006", {}), ("omniglot_encoder", {"padding": "same"}), ("mlp", {}),
-     ("mlp", {"hidden": [64, 32]})],
+    [
+        ("conv4", {}),
+        ("lecun2006", {}),
+        ("omniglot_encoder", {"padding": "same"}),
+        ("mlp", {}),
+        ("mlp", {"hidden": [64, 32]}),
+    ],
 )
 def test_every_trunk_embeds_28x28_images(name: str, params: dict) -> None:
     torch.manual_seed(0)

@@ -13,15 +13,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from _sweeps import sweep, sweep_base, sweep_copy  # noqa: F401  (fixtures)
 from PIL import Image
 
-from _sweeps import sweep, sweep_base, sweep_copy  # noqa: F401  (fixtures)
 from bench import data as datasets
-
 from bench.cli import main
+from bench.data.splits import split_pool
 from bench.protocol import parse_protocol
 from bench.stats import t_interval, within
-from bench.data.splits import split_pool
 from bench.sweep.tuning import prepare
 
 PROTOCOL = """
@@ -41,8 +40,9 @@ grid:
 """
 
 
-def write_folder(root: Path, classes: list[str], per_class: int = 4, size: tuple[int, int] = (12, 9),
-                 mode: str = "L", seed: int = 0) -> Path:
+def write_folder(
+    root: Path, classes: list[str], per_class: int = 4, size: tuple[int, int] = (12, 9), mode: str = "L", seed: int = 0
+) -> Path:
     """One sub-folder of small PNGs per class, each class a different mean brightness (so it is learnable)."""
     rng = np.random.default_rng(seed)
     for i, name in enumerate(classes):
@@ -55,8 +55,7 @@ def write_folder(root: Path, classes: list[str], per_class: int = 4, size: tuple
     return root
 
 
-def write_npz(path: Path, n_classes: int, per_class: int = 4, shape: tuple[int, ...] = (10, 10),
-              seed: int = 0) -> Path:
+def write_npz(path: Path, n_classes: int, per_class: int = 4, shape: tuple[int, ...] = (10, 10), seed: int = 0) -> Path:
     rng = np.random.default_rng(seed)
     x = rng.integers(0, 256, (n_classes * per_class, *shape)).astype(np.uint8)
     np.savez(path, x=x, y=np.repeat(np.arange(n_classes), per_class))
@@ -82,30 +81,42 @@ def test_a_pool_split_by_fraction_is_seeded_class_disjoint_and_named_like_train_
     same = prepare(parse_protocol(PROTOCOL.format(data=doc, iterations=2, seeds=1)))
     assert same.fingerprints() == prepared.fingerprints()
     other = doc.replace("seed: 3", "seed: 4")
-    assert prepare(parse_protocol(PROTOCOL.format(data=other, iterations=2, seeds=1))).fingerprints() \
+    assert (
+        prepare(parse_protocol(PROTOCOL.format(data=other, iterations=2, seeds=1))).fingerprints()
         != prepared.fingerprints()
+    )
 
 
 def test_pool_and_train_test_with_split_are_one_protocol_and_a_count_works(tmp_path: Path) -> None:
     pool = write_folder(tmp_path / "faces", [f"s{i}" for i in range(6)])
-    a = parse_protocol(PROTOCOL.format(data=f"  pool: folder:{pool}\n  split: {{test_classes: 2}}",
-                                       iterations=2, seeds=1))
-    b = parse_protocol(PROTOCOL.format(data=f"  train: folder:{pool}\n  test: folder:{pool}\n"
-                                            "  split: {test_classes: 2, seed: 0}", iterations=2, seeds=1))
+    a = parse_protocol(
+        PROTOCOL.format(data=f"  pool: folder:{pool}\n  split: {{test_classes: 2}}", iterations=2, seeds=1)
+    )
+    b = parse_protocol(
+        PROTOCOL.format(
+            data=f"  train: folder:{pool}\n  test: folder:{pool}\n  split: {{test_classes: 2, seed: 0}}",
+            iterations=2,
+            seeds=1,
+        )
+    )
     assert a.hash == b.hash
     assert len(prepare(a).test_split) == 2
 
 
-@pytest.mark.parametrize("data, words", [
-    ("  pool: folder:X\n  train: folder:X\n  split: {test_classes: 0.5}", "remove data.train"),
-    ("  pool: folder:X", "needs data.split"),
-    ("  train: folder:X\n  test: folder:Y\n  split: {test_classes: 0.5}", "divides one dataset"),
-    ("  pool: folder:X\n  split: {test_classes: 2.5}", "a count (an integer) or a fraction"),
-    ("  train: folder:X\n  test: folder:X", "same dataset"),
-    ("  image_size: 8", "missing"),
-])
-def test_malformed_pools_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                 data: str, words: str) -> None:
+@pytest.mark.parametrize(
+    "data, words",
+    [
+        ("  pool: folder:X\n  train: folder:X\n  split: {test_classes: 0.5}", "remove data.train"),
+        ("  pool: folder:X", "needs data.split"),
+        ("  train: folder:X\n  test: folder:Y\n  split: {test_classes: 0.5}", "divides one dataset"),
+        ("  pool: folder:X\n  split: {test_classes: 2.5}", "a count (an integer) or a fraction"),
+        ("  train: folder:X\n  test: folder:X", "same dataset"),
+        ("  image_size: 8", "missing"),
+    ],
+)
+def test_malformed_pools_are_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], data: str, words: str
+) -> None:
     path = protocol_file(tmp_path, data.replace("  image_size: 8", ""))
     assert main(["validate", "--no-data", str(path)]) == 2
     err = capsys.readouterr().err
@@ -124,8 +135,10 @@ def test_a_count_beyond_the_pool_is_one_line(tmp_path: Path, capsys: pytest.Capt
 
 def test_folder_class_names_select_classes(tmp_path: Path) -> None:
     pool = write_folder(tmp_path / "faces", ["ann", "bob", "cid", "dan", "eve", "fay"])
-    data = f"  train: folder:{pool}\n  test: folder:{pool}\n  train_classes: [ann, bob, cid, dan]\n" \
-           "  test_classes: [eve, fay]"
+    data = (
+        f"  train: folder:{pool}\n  test: folder:{pool}\n  train_classes: [ann, bob, cid, dan]\n"
+        "  test_classes: [eve, fay]"
+    )
     prepared = prepare(parse_protocol(PROTOCOL.format(data=data, iterations=2, seeds=1)))
     names = prepared.train.meta["class_names"]
     assert sorted(names[c] for c in prepared.test_split.classes) == ["eve", "fay"]
@@ -134,16 +147,20 @@ def test_folder_class_names_select_classes(tmp_path: Path) -> None:
 
 def test_an_unknown_class_name_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pool = write_folder(tmp_path / "faces", ["ann", "bob", "cid", "dan"])
-    path = protocol_file(tmp_path, f"  train: folder:{pool}\n  test: folder:{pool}\n"
-                                   "  train_classes: [ann, bob]\n  test_classes: [cid, zed]")
+    path = protocol_file(
+        tmp_path,
+        f"  train: folder:{pool}\n  test: folder:{pool}\n  train_classes: [ann, bob]\n  test_classes: [cid, zed]",
+    )
     assert main(["validate", str(path)]) == 2
     assert "no class named 'zed'" in capsys.readouterr().err
 
 
 def test_the_same_class_named_on_both_sides_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pool = write_folder(tmp_path / "faces", ["ann", "bob", "cid", "dan"])
-    path = protocol_file(tmp_path, f"  train: folder:{pool}\n  test: folder:{pool}\n"
-                                   "  train_classes: [ann, bob, cid]\n  test_classes: [cid, dan]")
+    path = protocol_file(
+        tmp_path,
+        f"  train: folder:{pool}\n  test: folder:{pool}\n  train_classes: [ann, bob, cid]\n  test_classes: [cid, dan]",
+    )
     assert main(["validate", "--no-data", str(path)]) == 2
     assert "shared with train_classes: cid" in capsys.readouterr().err
 
@@ -167,12 +184,12 @@ def test_two_relabelled_npz_files_are_accepted(tmp_path: Path, capsys: pytest.Ca
     assert "3 classes, 12 samples" in capsys.readouterr().out
 
 
-def test_the_same_folder_class_in_train_and_test_is_refused(tmp_path: Path,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_same_folder_class_in_train_and_test_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Two specs of one folder (another spelling of its path) overlap in class `c`: refused in one line."""
     pool = write_folder(tmp_path / "faces", ["a", "b", "c", "d"])
-    path = protocol_file(tmp_path, f"  train: folder:{pool}\n  test: folder:{pool}/.\n"
-                                   "  train_classes: [a, b, c]\n  test_classes: [c, d]")
+    path = protocol_file(
+        tmp_path, f"  train: folder:{pool}\n  test: folder:{pool}/.\n  train_classes: [a, b, c]\n  test_classes: [c, d]"
+    )
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "train data contains 1 test class(es)" in err[0]
@@ -192,7 +209,8 @@ def test_class_keys_tell_datasets_apart(tmp_path: Path) -> None:
     assert datasets.class_keys(f"folder:{a}", one) == datasets.class_keys(f"folder:{a}/.", two)
     npz = write_npz(tmp_path / "n.npz", 2)
     assert set(datasets.class_keys(f"npz:{npz}", datasets.load(f"npz:{npz}")).values()).isdisjoint(
-        datasets.class_keys(f"folder:{a}", one).values())
+        datasets.class_keys(f"folder:{a}", one).values()
+    )
 
 
 # --------------------------------------------------------------------------- paths, plan and validate
@@ -205,14 +223,18 @@ def test_plan_and_validate_refuse_a_missing_path(tmp_path: Path, capsys: pytest.
     assert "does not exist" in err.err and "classes" not in err.out
     assert main(["validate", str(path)]) == 2
     assert "does not exist" in capsys.readouterr().err
-    npz = protocol_file(tmp_path, f"  train: npz:{tmp_path}\n  test: npz:{tmp_path}/b.npz\n"
-                                  "  train_classes: 26\n  test_classes: 3", name="q.yaml")
+    npz = protocol_file(
+        tmp_path,
+        f"  train: npz:{tmp_path}\n  test: npz:{tmp_path}/b.npz\n  train_classes: 26\n  test_classes: 3",
+        name="q.yaml",
+    )
     assert main(["plan", str(npz)]) == 2
     assert "is a folder, expected an .npz file" in capsys.readouterr().err
 
 
-def test_relative_paths_in_a_protocol_file_are_relative_to_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_relative_paths_in_a_protocol_file_are_relative_to_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """data specs and a model.pretrained path resolve against the protocol's folder, not the working
     directory; the hash covers them as written, so a copy of the folder elsewhere keeps it."""
     from bench.protocol import load_protocol
@@ -282,14 +304,18 @@ def test_channels_are_chosen_for_both_sides(tmp_path: Path) -> None:
 
 
 def test_a_channel_mismatch_is_refused_at_validation_and_channels_fix_it(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     train = write_folder(tmp_path / "rgb", ["a", "b", "c", "d"], mode="RGB")
     test = write_folder(tmp_path / "grey", ["x", "y"])
     path = protocol_file(tmp_path, f"  train: folder:{train}\n  test: folder:{test}")
     assert main(["validate", str(path)]) == 2
     assert "set data.channels" in capsys.readouterr().err
-    fixed = protocol_file(tmp_path, f"  train: folder:{train}\n  test: folder:{test}\n  channels: grey\n"
-                                    "  resize: center_crop", name="fixed.yaml")
+    fixed = protocol_file(
+        tmp_path,
+        f"  train: folder:{train}\n  test: folder:{test}\n  channels: grey\n  resize: center_crop",
+        name="fixed.yaml",
+    )
     assert main(["validate", str(fixed)]) == 0
     assert "inputs 1x8x8" in capsys.readouterr().out
 
@@ -297,8 +323,9 @@ def test_a_channel_mismatch_is_refused_at_validation_and_channels_fix_it(
 def test_writing_the_default_image_options_keeps_the_hash(tmp_path: Path) -> None:
     base = "  train: folder:A\n  test: folder:B"
     plain = parse_protocol(PROTOCOL.format(data=base, iterations=2, seeds=1))
-    explicit = parse_protocol(PROTOCOL.format(data=base + "\n  resize: stretch\n  channels: null",
-                                              iterations=2, seeds=1))
+    explicit = parse_protocol(
+        PROTOCOL.format(data=base + "\n  resize: stretch\n  channels: null", iterations=2, seeds=1)
+    )
     assert plain.hash == explicit.hash
     grey = parse_protocol(PROTOCOL.format(data=base + "\n  channels: grey", iterations=2, seeds=1))
     one = parse_protocol(PROTOCOL.format(data=base + "\n  channels: 1", iterations=2, seeds=1))
@@ -310,31 +337,92 @@ def test_writing_the_default_image_options_keeps_the_hash(tmp_path: Path) -> Non
 
 def test_train_takes_class_lists_split_and_threads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pool = write_folder(tmp_path / "faces", ["ann", "bob", "cid", "dan", "eve", "fay"])
-    common = ["train", "--data", f"folder:{pool}", "--trunk", "mlp", "--embedding-dim", "8", "--size", "8",
-              "--loss", "contrastive", "--P", "2", "--K", "2", "--iterations", "2", "--threads", "1",
-              "--tracking-uri", str(tmp_path / "mlflow.db"), "--format", "json", "--quiet"]
-    assert main([*common, "--test-data", f"folder:{pool}", "--train-classes", "ann,bob,cid,dan",
-                 "--test-classes", "eve,fay"]) == 0
+    common = [
+        "train",
+        "--data",
+        f"folder:{pool}",
+        "--trunk",
+        "mlp",
+        "--embedding-dim",
+        "8",
+        "--size",
+        "8",
+        "--loss",
+        "contrastive",
+        "--P",
+        "2",
+        "--K",
+        "2",
+        "--iterations",
+        "2",
+        "--threads",
+        "1",
+        "--tracking-uri",
+        str(tmp_path / "mlflow.db"),
+        "--format",
+        "json",
+        "--quiet",
+    ]
+    assert (
+        main(
+            [
+                *common,
+                "--test-data",
+                f"folder:{pool}",
+                "--train-classes",
+                "ann,bob,cid,dan",
+                "--test-classes",
+                "eve,fay",
+            ]
+        )
+        == 0
+    )
     assert "precision_at_1" in json.loads(capsys.readouterr().out)["metrics"]
     assert main([*common, "--split", "0.5"]) == 0
     capsys.readouterr()
-    assert main([*common, "--test-data", f"folder:{pool}", "--train-classes", "ann,bob,cid",
-                 "--test-classes", "cid,dan"]) == 3
+    assert (
+        main([*common, "--test-data", f"folder:{pool}", "--train-classes", "ann,bob,cid", "--test-classes", "cid,dan"])
+        == 3
+    )
     assert "test class" in capsys.readouterr().err
     assert main([*common, "--test-data", f"folder:{pool}"]) == 2
     assert "same dataset" in capsys.readouterr().err
 
 
-def test_train_prints_and_records_the_untrained_floor_beside_its_score(tmp_path: Path,
-                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_train_prints_and_records_the_untrained_floor_beside_its_score(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The floor is the same seed's initial trunk scored the same way: it does not depend on training."""
     from mlflow.tracking import MlflowClient
 
     pool = write_folder(tmp_path / "faces", ["ann", "bob", "cid", "dan", "eve", "fay"])
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    common = ["train", "--data", f"folder:{pool}", "--split", "0.5", "--trunk", "mlp", "--embedding-dim", "8",
-              "--size", "8", "--loss", "contrastive", "--P", "2", "--K", "2", "--iterations", "3", "--threads", "1",
-              "--tracking-uri", uri, "--quiet"]
+    common = [
+        "train",
+        "--data",
+        f"folder:{pool}",
+        "--split",
+        "0.5",
+        "--trunk",
+        "mlp",
+        "--embedding-dim",
+        "8",
+        "--size",
+        "8",
+        "--loss",
+        "contrastive",
+        "--P",
+        "2",
+        "--K",
+        "2",
+        "--iterations",
+        "3",
+        "--threads",
+        "1",
+        "--tracking-uri",
+        uri,
+        "--quiet",
+    ]
     assert main([*common, "--format", "json", "--lr", "0.5"]) == 0
     one = json.loads(capsys.readouterr().out)
     assert main([*common, "--format", "json", "--lr", "1e-6"]) == 0
@@ -356,13 +444,34 @@ def test_train_prints_and_records_the_untrained_floor_beside_its_score(tmp_path:
 
 
 def test_a_run_on_a_folder_pool_split_by_fraction_gives_a_leaderboard(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     pool = write_folder(tmp_path / "faces", [f"s{i}" for i in range(8)], size=(10, 14))
-    path = protocol_file(tmp_path, f"  pool: folder:{pool}\n  split: {{test_classes: 0.5, seed: 0}}\n"
-                                   "  resize: pad", iterations=3, seeds=2)
+    path = protocol_file(
+        tmp_path,
+        f"  pool: folder:{pool}\n  split: {{test_classes: 0.5, seed: 0}}\n  resize: pad",
+        iterations=3,
+        seeds=2,
+    )
     results = tmp_path / "results"
-    assert main(["run", str(path), "--results-dir", str(results), "--storage", f"sqlite:///{tmp_path}/o.db",
-                 "--tracking-uri", str(tmp_path / "mlflow.db"), "--threads", "1", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(path),
+                "--results-dir",
+                str(results),
+                "--storage",
+                f"sqlite:///{tmp_path}/o.db",
+                "--tracking-uri",
+                str(tmp_path / "mlflow.db"),
+                "--threads",
+                "1",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["leaderboard", str(results / "own-data")]) == 0
     board = (results / "own-data" / "leaderboard.md").read_text()
@@ -385,8 +494,9 @@ def test_within_clips_bounded_metrics_and_marks_them() -> None:
     assert within(inside, "map_at_r") == inside and not inside.clipped
 
 
-def test_the_leaderboard_warns_and_never_prints_beyond_the_range(sweep_copy: Path,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_leaderboard_warns_and_never_prints_beyond_the_range(
+    sweep_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Seeds near 1.0 and validation scores that rank cells in reverse: clipped with a footnote, two warnings."""
     finals = pd.read_csv(sweep_copy / "finals.csv")
     cells = sorted(finals["cell"].unique())
@@ -421,8 +531,17 @@ def test_changed_data_at_the_same_path_is_a_new_version_never_the_old_table(tmp_
     train, test = write_npz(tmp_path / "train.npz", 4), write_npz(tmp_path / "test.npz", 3, seed=1)
     path = protocol_file(tmp_path, f"  train: npz:{train}\n  test: npz:{test}", iterations=2, seeds=1)
     results = tmp_path / "results"
-    common = ["--results-dir", str(results), "--storage", f"sqlite:///{tmp_path}/o.db",
-              "--tracking-uri", str(tmp_path / "mlflow.db"), "--threads", "1", "--quiet"]
+    common = [
+        "--results-dir",
+        str(results),
+        "--storage",
+        f"sqlite:///{tmp_path}/o.db",
+        "--tracking-uri",
+        str(tmp_path / "mlflow.db"),
+        "--threads",
+        "1",
+        "--quiet",
+    ]
     assert main(["run", str(path), *common]) == 0
     first = json.loads((results / "own-data" / "manifest.json").read_text())
     again = json.loads((results / "own-data" / "manifest.json").read_text())
@@ -437,12 +556,15 @@ def test_changed_data_at_the_same_path_is_a_new_version_never_the_old_table(tmp_
     assert second["fingerprints"]["split"] == first["fingerprints"]["split"]  # class ids alone would not tell
     assert second["created"] != first["created"] or second["data_fingerprint"] != first["data_fingerprint"]
     moved = [p for p in results.iterdir() if p.name.startswith("own-data@")]
-    assert len(moved) == 1 and json.loads((moved[0] / "manifest.json").read_text())["data_fingerprint"] == \
-        first["data_fingerprint"]  # the old table kept aside, never mixed
+    assert (
+        len(moved) == 1
+        and json.loads((moved[0] / "manifest.json").read_text())["data_fingerprint"] == first["data_fingerprint"]
+    )  # the old table kept aside, never mixed
     import optuna
 
     names = optuna.get_all_study_names(f"sqlite:///{tmp_path}/o.db")
-    assert any(first["data_fingerprint"][:8] in n for n in names) and \
-        any(second["data_fingerprint"][:8] in n for n in names)
+    assert any(first["data_fingerprint"][:8] in n for n in names) and any(
+        second["data_fingerprint"][:8] in n for n in names
+    )
     capsys_free = main(["regress", "--baseline", str(moved[0]), "--current", str(results / "own-data")])
     assert capsys_free == 2  # the same protocol on other samples is not one comparison

@@ -34,8 +34,11 @@ def test_plain_script_trains_a_few_iterations_reproducibly() -> None:
     untrained = plain.conv4()
     for (name, pa), pb, pu in zip(a.state_dict().items(), b.state_dict().values(), untrained.state_dict().values()):
         assert torch.equal(pa, pb), name  # seeded: the same batches and steps twice
-    moved = [name for (name, pa), pu in zip(a.state_dict().items(), untrained.state_dict().values())
-             if pa.is_floating_point() and not torch.equal(pa, pu)]
+    moved = [
+        name
+        for (name, pa), pu in zip(a.state_dict().items(), untrained.state_dict().values())
+        if pa.is_floating_point() and not torch.equal(pa, pu)
+    ]
     assert "0.weight" in moved and "13.weight" in moved  # the first conv and the linear layer were stepped
     out = a.eval()(torch.zeros(2, 1, 28, 28))
     assert out.shape == (2, 64)

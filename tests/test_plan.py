@@ -47,11 +47,16 @@ def grid_plan():
 def test_cells_keep_sensible_pairs_only(grid_plan):
     ids = [c.id for c in grid_plan.cells]
     assert ids == [
-        "contrastive+none", "contrastive+batch_hard", "contrastive+pml-multi_similarity",
-        "npair+none", "npair+pml-multi_similarity",
+        "contrastive+none",
+        "contrastive+batch_hard",
+        "contrastive+pml-multi_similarity",
+        "npair+none",
+        "npair+pml-multi_similarity",
         "pml-proxy_anchor+none",
-        "quadruplet+none", "quadruplet+margohnm",
-        "quadruplet-learned+none", "quadruplet-learned+margohnm",
+        "quadruplet+none",
+        "quadruplet+margohnm",
+        "quadruplet-learned+none",
+        "quadruplet-learned+margohnm",
     ]
     learned = grid_plan.cell("quadruplet-learned+margohnm")
     assert learned.loss == "quadruplet" and learned.loss_params["learned_metric"] is True
@@ -78,8 +83,11 @@ def test_every_cell_has_the_same_budget(grid_plan):
     assert grid_plan.total_iterations == len(grid_plan.cells) * b.total_iterations
     text = format_plan(grid_plan)
     table = text.split("\nsearch spaces")[0]  # the cells table; the search spaces name the cells again
-    rows = [line for line in table.splitlines() if line.startswith("  ") and "+" in line.split()[0]
-            and line.split()[0] in {c.id for c in grid_plan.cells}]
+    rows = [
+        line
+        for line in table.splitlines()
+        if line.startswith("  ") and "+" in line.split()[0] and line.split()[0] in {c.id for c in grid_plan.cells}
+    ]
     assert len(rows) == len(grid_plan.cells)
     assert {tuple(r.split()[1:7]) for r in rows} == {("3", "2", "100", "4", "1,000", "32,000")}
     assert "budget, the same for every cell: 3 trials x 2 fold(s) x 100 iterations + 4 seeds" in text
@@ -101,10 +109,20 @@ def test_quick_protocol_fits_in_ninety_minutes():
     p = plan(load_protocol(REPO / "protocols" / "omniglot-quick.yaml"))
     assert p.estimate.high_s < 90 * 60
     ids = {c.id for c in p.cells}
-    assert {"contrastive+none", "triplet+batch_all", "triplet+batch_hard", "triplet+semihard",
-            "triplet+semihard-facenet", "triplet-fixed+hard", "quadruplet+margohnm", "quadruplet-learned+margohnm-w1",
-            "lifted_structure+none", "npair+none",
-            "infonce+none", "pml-multi_similarity+pml-multi_similarity"} <= ids
+    assert {
+        "contrastive+none",
+        "triplet+batch_all",
+        "triplet+batch_hard",
+        "triplet+semihard",
+        "triplet+semihard-facenet",
+        "triplet-fixed+hard",
+        "quadruplet+margohnm",
+        "quadruplet-learned+margohnm-w1",
+        "lifted_structure+none",
+        "npair+none",
+        "infonce+none",
+        "pml-multi_similarity+pml-multi_similarity",
+    } <= ids
 
 
 def test_plan_command(capsys):
@@ -119,12 +137,12 @@ def test_a_method_added_to_the_registry_is_planned_from_its_fields(monkeypatch):
     import dataclasses
 
     from bench import registry
-    
     from bench.protocol import ProtocolError
 
     base = registry.get("miner", "margohnm")
-    entry = dataclasses.replace(base, name="my_margins", supplies=("alpha1",), scope="dataset",
-                                embeds_per_step=lambda p, n: 1000.0)
+    entry = dataclasses.replace(
+        base, name="my_margins", supplies=("alpha1",), scope="dataset", embeds_per_step=lambda p, n: 1000.0
+    )
     monkeypatch.setattr(registry, "ENTRIES", (*registry.ENTRIES, entry))
     monkeypatch.setitem(registry._BY_KEY, ("miner", "my_margins"), entry)
     text = GRID.replace("{name: margohnm}]", "{name: margohnm}, {name: my_margins}]")
@@ -135,13 +153,18 @@ def test_a_method_added_to_the_registry_is_planned_from_its_fields(monkeypatch):
     assert mine.dataset_level and not theirs.dataset_level
     assert p.estimates[mine.id].low_s > p.estimates[theirs.id].low_s  # its embedding cost is counted
     assert "contrastive+my_margins" in {d.cell for d in p.dropped}  # quadruplets: only for a quadruplet loss
-    searched = text.replace("    - {name: quadruplet}\n", "    - name: quadruplet\n      miners: [my_margins]\n"
-                            "      search_space: {alpha1: {type: float, low: 0.5, high: 1.5}}\n")
+    searched = text.replace(
+        "    - {name: quadruplet}\n",
+        "    - name: quadruplet\n      miners: [my_margins]\n"
+        "      search_space: {alpha1: {type: float, low: 0.5, high: 1.5}}\n",
+    )
     with pytest.raises(ProtocolError) as info:
         parse_protocol(searched, "grid.yaml")
-    assert info.value.problems == ["grid.yaml:21: grid.losses[3].search_space.alpha1: 'alpha1' is supplied by the "
-                                   "miner's tuples (my_margins) in every cell of quadruplet: searching it has no "
-                                   "effect; remove it from search_space"]
+    assert info.value.problems == [
+        "grid.yaml:21: grid.losses[3].search_space.alpha1: 'alpha1' is supplied by the "
+        "miner's tuples (my_margins) in every cell of quadruplet: searching it has no "
+        "effect; remove it from search_space"
+    ]
     assert parse_protocol(searched.replace("alpha1: {", "alpha2: {"), "grid.yaml").name == "grid"
 
 
@@ -247,8 +270,9 @@ def test_the_trunk_is_timed_here_at_the_protocols_shape(grid_plan):
     assert cost.step_s[0] == cost.step_s[1] and "measured on this machine" in cost.source
     flat = plan(protocol, step_s=cost.step_s[0])  # the same step given by hand: the same steps term
     steps = grid_plan.total_iterations
-    assert timed.estimate.mid_s - timed.sweep_s == pytest.approx(flat.estimate.mid_s - flat.sweep_s, abs=1e-6 * steps
-                                                                  + 60)  # embedding differs, a little
+    assert timed.estimate.mid_s - timed.sweep_s == pytest.approx(
+        flat.estimate.mid_s - flat.sweep_s, abs=1e-6 * steps + 60
+    )  # embedding differs, a little
     assert plan(protocol, step_s=0.1, measure=True).cost.source == "--step-ms"  # given by hand: not timed
     text = format_plan(timed)
     assert "measured on this machine: median of" in text and "1 thread(s)" in text
@@ -292,10 +316,10 @@ def test_plan_command_measures_by_default_and_shows_search_spaces(capsys):
     assert "built-in per-trunk table" in capsys.readouterr().out
     assert main(["plan", smoke, "--no-measure", "--format", "json"]) == 0
     rows = {r["cell"]: r for r in json.loads(capsys.readouterr().out) if r["status"] == "planned"}
-    assert rows["quadruplet+none"]["search_space"] == {"loss.alpha1": {"type": "float", "low": 0.6, "high": 1.5,
-                                                                       "log": False},
-                                                       "loss.alpha2": {"type": "float", "low": 0.1, "high": 0.5,
-                                                                       "log": False}}
+    assert rows["quadruplet+none"]["search_space"] == {
+        "loss.alpha1": {"type": "float", "low": 0.6, "high": 1.5, "log": False},
+        "loss.alpha2": {"type": "float", "low": 0.1, "high": 0.5, "log": False},
+    }
     assert rows["triplet-fixed+hard"]["search_space"] == {}
     assert main(["plan", smoke, "--no-measure", "--format", "csv"]) == 0
     table = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
@@ -310,6 +334,9 @@ def test_a_distribution_in_one_line():
     assert describe_distribution({"type": "int", "low": 1, "high": 8, "step": 2}) == "int [1, 8] step 2"
     assert describe_distribution({"type": "categorical", "choices": ["all", None, 3]}) == "{all, null, 3}"
     assert describe_space({}) == "nothing (fixed parameters only)"
-    assert describe_space({"loss.a": {"type": "int", "low": 0, "high": 2}, "miner.b": {"type": "categorical",
-                                                                                        "choices": [1]}}) \
+    assert (
+        describe_space(
+            {"loss.a": {"type": "int", "low": 0, "high": 2}, "miner.b": {"type": "categorical", "choices": [1]}}
+        )
         == "loss.a int [0, 2]; miner.b {1}"
+    )

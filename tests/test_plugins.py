@@ -11,15 +11,14 @@ import hashlib
 import io
 import json
 import sys
-import tomllib
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import tomllib
 import torch
 
 from bench import registry
-
 from bench.cli import main
 from bench.errors import BenchError
 from bench.plugins import load_plugin
@@ -57,8 +56,9 @@ def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
     groups = project["entry-points"]
-    (info / "entry_points.txt").write_text("".join(
-        f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()) for group, eps in groups.items()))
+    (info / "entry_points.txt").write_text(
+        "".join(f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()) for group, eps in groups.items())
+    )
     monkeypatch.syspath_prepend(str(PKG))
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     yield project
@@ -159,8 +159,11 @@ def test_crosscheck_compares_plugins_with_their_reference(installed):
         results = {r.name: r for r in plugins.checks(cases=12, seed=1)}
     finally:
         torch.set_default_dtype(torch.float32)
-    assert set(results) == {"loss plugin_triplet (plugin)", "loss file_contrastive (plugin)",
-                            "miner file_hardest (plugin)"}
+    assert set(results) == {
+        "loss plugin_triplet (plugin)",
+        "loss file_contrastive (plugin)",
+        "miner file_hardest (plugin)",
+    }
     assert all(r.passed for r in results.values()), results
     assert results["loss plugin_triplet (plugin)"].pml_settings == "pml:TripletMarginLoss(margin=0.05)"
 
@@ -181,12 +184,25 @@ def test_a_changed_reference_fails_the_crosscheck(installed, tmp_path):
 
 
 def _run(proto: Path, runs: Path, results: Path, data_root: Path, *plugin: str) -> int:
-    return main([*plugin, "run", str(proto), "--results-dir", str(results), "--data-root", str(data_root),
-                 "--storage", f"sqlite:///{runs / 'optuna.db'}", "--tracking-uri", str(runs / "mlflow.db"), "--quiet"])
+    return main(
+        [
+            *plugin,
+            "run",
+            str(proto),
+            "--results-dir",
+            str(results),
+            "--data-root",
+            str(data_root),
+            "--storage",
+            f"sqlite:///{runs / 'optuna.db'}",
+            "--tracking-uri",
+            str(runs / "mlflow.db"),
+            "--quiet",
+        ]
+    )
 
 
-def test_plugins_run_a_sweep_survive_a_second_worker_and_reach_the_leaderboard(installed, tmp_path, data_root,
-                                                                                capsys):
+def test_plugins_run_a_sweep_survive_a_second_worker_and_reach_the_leaderboard(installed, tmp_path, data_root, capsys):
 
     proto = tmp_path / "plugins-tiny.yaml"
     proto.write_text(PROTOCOL.format(second="file_contrastive"))
@@ -205,7 +221,9 @@ def test_plugins_run_a_sweep_survive_a_second_worker_and_reach_the_leaderboard(i
     assert versions["plugin.loss.plugin_triplet"].startswith(installed["version"])
     # the hash covers the plugin code: not the document's hash alone
     protocol = load_protocol(proto)
-    assert manifest["protocol_hash"] == protocol.hash != hashlib.sha256(canonical_json(protocol.doc).encode()).hexdigest()
+    assert (
+        manifest["protocol_hash"] == protocol.hash != hashlib.sha256(canonical_json(protocol.doc).encode()).hexdigest()
+    )
 
     # a second worker (or a resume) on the same storage: the same --plugin, nothing retrained, same tables
     _fresh_process()
@@ -213,9 +231,22 @@ def test_plugins_run_a_sweep_survive_a_second_worker_and_reach_the_leaderboard(i
     assert (results / "plugins-tiny" / "finals.csv").read_bytes() == finals
     # a resume that must rebuild the plugin methods: one cell's records discarded and trained again
     _fresh_process()
-    args = [*plugin, "run", str(proto), "--results-dir", str(results), "--data-root", str(data_root), "--storage",
-            f"sqlite:///{runs / 'optuna.db'}", "--tracking-uri", str(runs / "mlflow.db"), "--quiet",
-            "--redo", "plugin_triplet+file_hardest"]
+    args = [
+        *plugin,
+        "run",
+        str(proto),
+        "--results-dir",
+        str(results),
+        "--data-root",
+        str(data_root),
+        "--storage",
+        f"sqlite:///{runs / 'optuna.db'}",
+        "--tracking-uri",
+        str(runs / "mlflow.db"),
+        "--quiet",
+        "--redo",
+        "plugin_triplet+file_hardest",
+    ]
     assert main(args) == 0
     retrained = pd.read_csv(results / "plugins-tiny" / "finals.csv").drop(columns="wall_time_s")
     first = pd.read_csv(io.BytesIO(finals)).drop(columns="wall_time_s")
@@ -235,8 +266,17 @@ def test_plugins_run_a_sweep_survive_a_second_worker_and_reach_the_leaderboard(i
     assert {c["cell"] for c in board["cells"]} == CELLS
 
     out = tmp_path / "from-mlflow"
-    args = ["leaderboard", "--mlflow-experiment", "plugins-tiny", "--tracking-uri", str(runs / "mlflow.db"),
-            "--out", str(out), "--format", "json"]
+    args = [
+        "leaderboard",
+        "--mlflow-experiment",
+        "plugins-tiny",
+        "--tracking-uri",
+        str(runs / "mlflow.db"),
+        "--out",
+        str(out),
+        "--format",
+        "json",
+    ]
     _fresh_process()
     assert main(args) == 2 and "file_contrastive" in capsys.readouterr().err  # re-reading the protocol needs it
     assert main([*plugin, *args]) == 0
@@ -248,9 +288,12 @@ def test_a_protocol_of_built_ins_and_pml_classes_keeps_the_document_hash(install
         p = load_protocol(path)
         assert p.hash == hashlib.sha256(canonical_json(p.doc).encode()).hexdigest(), path
     proto = tmp_path / "p.yaml"
-    proto.write_text(PROTOCOL.format(second="pml:NTXentLoss").replace("plugin_triplet", "triplet")
-                     .replace("[none, file_hardest]", "[none, pml-TripletMarginMiner]")  # a label: no ":"
-                     .replace("file_hardest", "pml:TripletMarginMiner"))
+    proto.write_text(
+        PROTOCOL.format(second="pml:NTXentLoss")
+        .replace("plugin_triplet", "triplet")
+        .replace("[none, file_hardest]", "[none, pml-TripletMarginMiner]")  # a label: no ":"
+        .replace("file_hardest", "pml:TripletMarginMiner")
+    )
     p = load_protocol(proto)
     assert p.hash == hashlib.sha256(canonical_json(p.doc).encode()).hexdigest()
 
@@ -264,7 +307,9 @@ def test_editing_the_plugin_file_changes_the_protocol_hash(installed, tmp_path):
     load_plugin(str(mine))
     before = load_protocol(proto).hash
     _fresh_process()
-    mine.write_text(Path(FILE).read_text().replace("neg_margin: float = 1.0) -> None", "neg_margin: float = 0.9) -> None"))
+    mine.write_text(
+        Path(FILE).read_text().replace("neg_margin: float = 1.0) -> None", "neg_margin: float = 0.9) -> None")
+    )
     load_plugin(str(mine))
     assert load_protocol(proto).hash != before
     _fresh_process()  # the same code loaded from elsewhere (another folder, another worker): the same hash
@@ -291,8 +336,14 @@ class _MarginMiner:
 def test_a_registered_miner_is_planned_from_its_fields(installed, tmp_path):
     from bench.plan import plan
 
-    registry.register("miner", "reg_margins", tuples="triplets", supplies=("margin",), min_classes=3,
-                      search_space={"w": {"type": "float", "low": 0.5, "high": 2.0}})(_MarginMiner)
+    registry.register(
+        "miner",
+        "reg_margins",
+        tuples="triplets",
+        supplies=("margin",),
+        min_classes=3,
+        search_space={"w": {"type": "float", "low": 0.5, "high": 2.0}},
+    )(_MarginMiner)
     entry = registry.get("miner", "reg_margins")
     assert entry.plugin and entry.source == f"register() in {__name__}" and len(entry.source_hash) == 64
     proto = tmp_path / "p.yaml"
@@ -314,16 +365,24 @@ def test_a_search_space_naming_a_parameter_the_class_lacks_is_refused_when_regis
             super().__init__()
             self.margin = margin
 
-    with pytest.raises(BenchError, match=r"search_space names 'temperature', which .* does not take "
-                                         r"\(its parameters: margin\)"):
-        registry.register("loss", "centroid_bad_space", tuples="pairs",
-                          search_space={"temperature": {"type": "float", "low": 0.1, "high": 1.0}})(Centroid)
+    with pytest.raises(
+        BenchError,
+        match=r"search_space names 'temperature', which .* does not take "
+        r"\(its parameters: margin\)",
+    ):
+        registry.register(
+            "loss",
+            "centroid_bad_space",
+            tuples="pairs",
+            search_space={"temperature": {"type": "float", "low": 0.1, "high": 1.0}},
+        )(Centroid)
     assert "centroid_bad_space" not in registry.names("loss")
     plugin = tmp_path / "bad_space.py"
     plugin.write_text(
         "import torch\nfrom bench.registry import register\n\n"
         "@register('loss', 'bad_space', tuples='pairs', search_space={'tau': {'type': 'float', 'low': 0.1, 'high': 1}})\n"
-        "class BadSpace(torch.nn.Module):\n    def __init__(self, margin=0.1):\n        super().__init__()\n")
+        "class BadSpace(torch.nn.Module):\n    def __init__(self, margin=0.1):\n        super().__init__()\n"
+    )
     assert main(["--plugin", str(plugin), "list"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "'tau'" in err and "does not take" in err
@@ -401,7 +460,8 @@ def plain_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     (info / "entry_points.txt").write_text(
         "[dmlbench.losses]\ncentroid = plain_dml:CentroidLoss\nno_tuples = plain_dml:NoTuplesLoss\n"
         "[dmlbench.miners]\nevery_pair = plain_dml:EveryPairMiner\n"
-        "[dmlbench.trunks]\ntiny = plain_dml:TinyTrunk\n")
+        "[dmlbench.trunks]\ntiny = plain_dml:TinyTrunk\n"
+    )
     monkeypatch.syspath_prepend(str(site))
     yield
     for key in [k for k, e in registry._REGISTERED.items() if e.plugin]:
@@ -425,7 +485,7 @@ def test_an_entry_point_naming_a_class_is_that_method_without_register(plain_ins
         registry.get("loss", "no_tuples")
     assert main(["train", "--loss", "no_tuples", "--iterations", "1"]) == 2
     err = capsys.readouterr().err
-    assert err.count("dmlbench: error:") == 1 and "tuples = \"pairs\"" in err and "Traceback" not in err
+    assert err.count("dmlbench: error:") == 1 and 'tuples = "pairs"' in err and "Traceback" not in err
 
 
 def test_a_protocol_names_entry_point_classes_without_register(plain_installed):
@@ -448,4 +508,4 @@ def test_a_loss_that_ignores_miners_declares_proxy_and_readme_says_so():
     assert why is not None and "learns from labels alone" in why and "would be ignored" in why
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     section = readme.split("## Your own loss, miner or trunk")[1].split("\n## ")[0]
-    assert 'loss that ignores miners' in section and 'declares `tuples="proxy"`' in section
+    assert "loss that ignores miners" in section and 'declares `tuples="proxy"`' in section

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
-from bench.sweep.tables import TIMING_COLUMNS, read
-from bench.sweep.runner import run_protocol
-from bench.stores.urls import redact
-from bench.sweep.tuning import ATTR_SURPLUS, held
 from test_runner import TINY, _cli, _options
+
+from bench.stores.urls import redact
+from bench.sweep.runner import run_protocol
+from bench.sweep.tables import TIMING_COLUMNS, read
+from bench.sweep.tuning import ATTR_SURPLUS, held
 
 pytestmark = pytest.mark.slow
 
@@ -44,8 +44,17 @@ def _install() -> str | None:
     if sudo and shutil.which("sudo") is None:
         return "PostgreSQL is not installed and installing it needs root"
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = [*sudo, "apt-get", "install", "-y", "-qq", "--no-install-recommends",
-               "-o", "DPkg::Lock::Timeout=300", "postgresql"]
+    install = [
+        *sudo,
+        "apt-get",
+        "install",
+        "-y",
+        "-qq",
+        "--no-install-recommends",
+        "-o",
+        "DPkg::Lock::Timeout=300",
+        "postgresql",
+    ]
     for cmd in (install, [*sudo, "apt-get", "update", "-qq"], install):  # update only when the first try fails
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
         if done.returncode == 0 and cmd is install and _pg_bin() is not None:
@@ -85,14 +94,38 @@ def postgres() -> Iterator[str]:
 
     started = False
     try:
-        pg(str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "--no-locale", "-E", "UTF8",
-           "--no-sync")
+        pg(
+            str(bindir / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--no-locale",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        )
         for attempt in range(5):  # another process may take the free port before the server binds it
             port = _free_port()
-            options = (f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={home} "
-                       "-c fsync=off -c synchronous_commit=off -c full_page_writes=off")
-            done = pg(str(bindir / "pg_ctl"), "start", "-D", str(data), "-w", "-t", "60", "-l", str(home / "log"),
-                      "-o", options, check=False)
+            options = (
+                f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={home} "
+                "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+            )
+            done = pg(
+                str(bindir / "pg_ctl"),
+                "start",
+                "-D",
+                str(data),
+                "-w",
+                "-t",
+                "60",
+                "-l",
+                str(home / "log"),
+                "-o",
+                options,
+                check=False,
+            )
             if done.returncode == 0:
                 started = True
                 break
@@ -136,8 +169,9 @@ def test_two_workers_share_one_sweep_on_postgresql(postgres, tmp_path, data_root
     storage, tracking = postgres + DATABASES[0], postgres + DATABASES[1]
     shared = ["--storage", storage, "--tracking-uri", tracking, "--data-root", str(data_root), "--quiet"]
     # the working directory is where MLflow puts artifacts of an experiment created on a database server
-    workers = [_cli(["run", str(path), "--results-dir", str(tmp_path / f"results-{w}"), *shared], cwd=tmp_path)
-               for w in "ab"]
+    workers = [
+        _cli(["run", str(path), "--results-dir", str(tmp_path / f"results-{w}"), *shared], cwd=tmp_path) for w in "ab"
+    ]
     single = tmp_path / "single"  # the same protocol, one worker, SQLite (in process, alongside the two)
     single.mkdir()
     run_protocol(path, _options(single, data_root))

@@ -65,38 +65,69 @@ def _swapped(tmp: Path) -> list[str]:
 
 # name: (protocol text, what sets the case up and returns the store options it needs, a word of the refusal)
 CASES = {
-    "weights-file-missing": (_edit("normalize: true}", "normalize: true, pretrained: '{tmp}/absent.pth'}"),
-                             None, "absent.pth not found"),
+    "weights-file-missing": (
+        _edit("normalize: true}", "normalize: true, pretrained: '{tmp}/absent.pth'}"),
+        None,
+        "absent.pth not found",
+    ),
     "ks-beyond-the-test-set": (_edit("ks: [1, 2]", "ks: [1, 500]"), None, "evaluation.ks: k=500"),
     "P-beyond-the-classes-of-a-fold": (_edit("P: 4, K: 4", "P: 9, K: 4"), None, "P"),
-    "data-file-missing": (_edit("train: omniglot:background", "train: 'npz:{tmp}/absent.npz'"), None,
-                          "absent.npz does not exist"),
-    "fp16-on-the-cpu": (_edit("iterations: 4}", "iterations: 4, precision: fp16}"), None,
-                        "training.precision: fp16 needs a CUDA device"),
-    "device-not-a-device": (_edit("iterations: 4}", "iterations: 4, device: gpu0}"), None,
-                            "training.device: unknown device 'gpu0'"),
-    "dead-search-parameter": (TINY.replace("    - {name: triplet, miners: [none]}\n",
-                                           "    - {name: triplet, miners: [offline]}\n  miners:\n    - name: offline\n"
-                                           "      params: {triplets_per_batch: 4}\n"
-                                           "      search_space: {chunk_size: {type: int, low: 4, high: 64}}\n"),
-                              None, "dead search parameters"),
+    "data-file-missing": (
+        _edit("train: omniglot:background", "train: 'npz:{tmp}/absent.npz'"),
+        None,
+        "absent.npz does not exist",
+    ),
+    "fp16-on-the-cpu": (
+        _edit("iterations: 4}", "iterations: 4, precision: fp16}"),
+        None,
+        "training.precision: fp16 needs a CUDA device",
+    ),
+    "device-not-a-device": (
+        _edit("iterations: 4}", "iterations: 4, device: gpu0}"),
+        None,
+        "training.device: unknown device 'gpu0'",
+    ),
+    "dead-search-parameter": (
+        TINY.replace(
+            "    - {name: triplet, miners: [none]}\n",
+            "    - {name: triplet, miners: [offline]}\n  miners:\n    - name: offline\n"
+            "      params: {triplets_per_batch: 4}\n"
+            "      search_space: {chunk_size: {type: int, low: 4, high: 64}}\n",
+        ),
+        None,
+        "dead search parameters",
+    ),
     "blank-storage": (TINY, lambda tmp: ["--storage", ""], "--storage is empty"),
     "blank-tracking-uri": (TINY, lambda tmp: ["--tracking-uri", " "], "--tracking-uri is empty"),
-    "one-database-for-both-stores": (TINY, lambda tmp: ["--storage", f"sqlite:///{tmp / 'one.db'}",
-                                                        "--tracking-uri", str(tmp / "one.db")], "the same database"),
+    "one-database-for-both-stores": (
+        TINY,
+        lambda tmp: ["--storage", f"sqlite:///{tmp / 'one.db'}", "--tracking-uri", str(tmp / "one.db")],
+        "the same database",
+    ),
     "stores-swapped": (TINY, _swapped, "were --storage and --tracking-uri swapped"),
     "storage-emptied-beside-results": (TINY, _emptied, "has none of its studies"),
-    "K-above-the-images-of-a-class": (_edit("P: 4, K: 4", "P: 4, K: 24, short_classes: refuse"), None,
-                                      "training.short_classes: 8 of 8 training classes have fewer than K=24 "
-                                      "images (the smallest 20)"),
-    "results-dir-a-file": (TINY, lambda tmp: (tmp / "afile").write_text("x") and ["--results-dir", str(tmp / "afile" / "results")],
-                           "is a file, not a folder"),
+    "K-above-the-images-of-a-class": (
+        _edit("P: 4, K: 4", "P: 4, K: 24, short_classes: refuse"),
+        None,
+        "training.short_classes: 8 of 8 training classes have fewer than K=24 images (the smallest 20)",
+    ),
+    "results-dir-a-file": (
+        TINY,
+        lambda tmp: (tmp / "afile").write_text("x") and ["--results-dir", str(tmp / "afile" / "results")],
+        "is a file, not a folder",
+    ),
 }
 
 
 def _store_args(tmp: Path) -> list[str]:
-    return ["--storage", f"sqlite:///{tmp / 'runs' / 'optuna.db'}", "--tracking-uri", str(tmp / "runs" / "mlflow.db"),
-            "--results-dir", str(tmp / "results")]
+    return [
+        "--storage",
+        f"sqlite:///{tmp / 'runs' / 'optuna.db'}",
+        "--tracking-uri",
+        str(tmp / "runs" / "mlflow.db"),
+        "--results-dir",
+        str(tmp / "results"),
+    ]
 
 
 def _merge(base: list[str], given: list[str]) -> list[str]:
@@ -111,16 +142,18 @@ def _error_lines(err: str) -> list[str]:
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_what_run_refuses_validate_refuses_in_the_same_words(name: str, tmp_path: Path, data_root: Path,
-                                                             capsys: pytest.CaptureFixture[str],
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_what_run_refuses_validate_refuses_in_the_same_words(
+    name: str, tmp_path: Path, data_root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     text, setup, words = CASES[name]
     monkeypatch.chdir(tmp_path)
     (tmp_path / "p.yaml").write_text(text.replace("{tmp}", str(tmp_path)))
     stores = _merge(_store_args(tmp_path), setup(tmp_path) if setup else [])
     capsys.readouterr()
-    assert main(["run", str(tmp_path / "p.yaml"), "--data-root", str(data_root), "--quiet", "--threads", "1",
-                 *stores]) == 2
+    assert (
+        main(["run", str(tmp_path / "p.yaml"), "--data-root", str(data_root), "--quiet", "--threads", "1", *stores])
+        == 2
+    )
     refused = _error_lines(capsys.readouterr().err)
     assert len(refused) == 1 and words in refused[0], refused
     assert main(["validate", str(tmp_path / "p.yaml"), "--data-root", str(data_root), *stores]) == 2
@@ -131,7 +164,8 @@ def test_what_run_refuses_validate_refuses_in_the_same_words(name: str, tmp_path
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA device")
 def test_a_device_this_machine_lacks_is_refused_by_run_and_noted_by_validate(
-        tmp_path: Path, data_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, data_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "p.yaml").write_text(_edit("iterations: 4}", "iterations: 4, device: 'cuda:1'}"))
     stores = _store_args(tmp_path)
     capsys.readouterr()
@@ -146,11 +180,13 @@ def test_a_device_this_machine_lacks_is_refused_by_run_and_noted_by_validate(
 
 def test_problems_lists_every_problem_with_its_key(tmp_path: Path, data_root: Path) -> None:
     """Independent problems are all found; a check that needs a failed one (ks without data) is skipped."""
-    text = _edit("normalize: true}", f"normalize: true, pretrained: '{tmp_path}/absent.pth'}}") \
-        .replace("ks: [1, 2]", "ks: [1, 500]")
+    text = _edit("normalize: true}", f"normalize: true, pretrained: '{tmp_path}/absent.pth'}}").replace(
+        "ks: [1, 2]", "ks: [1, 500]"
+    )
     protocol = parse_protocol(text, str(tmp_path / "p.yaml"))
-    found = preflight.problems(protocol, data_root=str(data_root), stores=True, storage="",
-                               results_dir=tmp_path / "results")
+    found = preflight.problems(
+        protocol, data_root=str(data_root), stores=True, storage="", results_dir=tmp_path / "results"
+    )
     assert [p.key for p in found] == ["--storage", "model.pretrained", "evaluation.ks"]
     assert all("\n" not in p.message and not p.note for p in found)
     missing = parse_protocol(text.replace("omniglot:background", f"npz:{tmp_path}/absent.npz"))
@@ -184,8 +220,9 @@ class BrokenMiner:
 """
 
 
-def test_a_method_that_raises_is_refused_before_anything_is_spent(tmp_path: Path, data_root: Path,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_method_that_raises_is_refused_before_anything_is_spent(
+    tmp_path: Path, data_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Each cell's loss and miner run one step on a random batch: one problem per broken cell, naming the method."""
     import sys
 
@@ -193,22 +230,42 @@ def test_a_method_that_raises_is_refused_before_anything_is_spent(tmp_path: Path
 
     plugin = tmp_path / "broken_methods.py"
     plugin.write_text(BROKEN_METHODS)
-    text = TINY.replace("    - {name: triplet, miners: [none]}\n",
-                        "    - {name: triplet, miners: [none, broken_miner]}\n"
-                        "    - {name: broken_loss, miners: [none]}\n"
-                        "  miners: [{name: none}, {name: broken_miner}]\n")
+    text = TINY.replace(
+        "    - {name: triplet, miners: [none]}\n",
+        "    - {name: triplet, miners: [none, broken_miner]}\n"
+        "    - {name: broken_loss, miners: [none]}\n"
+        "  miners: [{name: none}, {name: broken_miner}]\n",
+    )
     (tmp_path / "p.yaml").write_text(text)
     stores = _store_args(tmp_path)
     try:
         capsys.readouterr()
-        assert main(["--plugin", str(plugin), "validate", str(tmp_path / "p.yaml"), "--data-root", str(data_root),
-                     *stores]) == 2
+        assert (
+            main(
+                ["--plugin", str(plugin), "validate", str(tmp_path / "p.yaml"), "--data-root", str(data_root), *stores]
+            )
+            == 2
+        )
         listed = _error_lines(capsys.readouterr().err)
         assert len(listed) == 2 and listed[0].startswith(
-            "tiny: grid.triplet+broken_miner: miner broken_miner raised RuntimeError: inconsistent tensor size")
+            "tiny: grid.triplet+broken_miner: miner broken_miner raised RuntimeError: inconsistent tensor size"
+        )
         assert listed[1] == "tiny: grid.broken_loss+none: loss broken_loss raised RuntimeError: boom"
-        assert main(["--plugin", str(plugin), "run", str(tmp_path / "p.yaml"), "--data-root", str(data_root),
-                     "--quiet", *stores]) == 2
+        assert (
+            main(
+                [
+                    "--plugin",
+                    str(plugin),
+                    "run",
+                    str(tmp_path / "p.yaml"),
+                    "--data-root",
+                    str(data_root),
+                    "--quiet",
+                    *stores,
+                ]
+            )
+            == 2
+        )
         refused = _error_lines(capsys.readouterr().err)
         assert refused == listed[:1]
         assert not (tmp_path / "runs").exists()
@@ -232,8 +289,9 @@ def test_every_cell_of_the_shipped_protocols_passes_the_method_check() -> None:
             assert check_cell(protocol, cell) is None, (path.name, cell.id)
 
 
-def test_classes_below_K_are_drawn_with_replacement_said_once_and_recorded(tmp_path: Path, data_root: Path,
-                                                                           caplog: pytest.LogCaptureFixture) -> None:
+def test_classes_below_K_are_drawn_with_replacement_said_once_and_recorded(
+    tmp_path: Path, data_root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """The default, `repeat`: no problem, one notice, the count in the manifest; a protocol that leaves the key
     out and one that writes the default have one hash."""
     text = _edit("P: 4, K: 4", "P: 4, K: 24")
@@ -246,10 +304,25 @@ def test_classes_below_K_are_drawn_with_replacement_said_once_and_recorded(tmp_p
     assert preflight.inspect(parse_protocol(TINY), data_root=str(data_root)).sampler["short_classes"] == 0
     (tmp_path / "p.yaml").write_text(text)
     caplog.set_level("INFO", logger="dmlbench")
-    assert main(["run", str(tmp_path / "p.yaml"), "--data-root", str(data_root), "--quiet", "--threads", "1",
-                 *_store_args(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(tmp_path / "p.yaml"),
+                "--data-root",
+                str(data_root),
+                "--quiet",
+                "--threads",
+                "1",
+                *_store_args(tmp_path),
+            ]
+        )
+        == 0
+    )
     notices = [r.getMessage() for r in caplog.records if "drawn with replacement" in r.getMessage()]
-    assert notices == ["8 of 8 training classes have fewer than K=24 images (the smallest 20): drawn with "
-                       "replacement (training.short_classes: repeat)"]
+    assert notices == [
+        "8 of 8 training classes have fewer than K=24 images (the smallest 20): drawn with "
+        "replacement (training.short_classes: repeat)"
+    ]
     manifest = json.loads((tmp_path / "results" / "tiny" / "manifest.json").read_text())
     assert manifest["sampler"] == found.sampler

@@ -10,8 +10,8 @@ import torch
 from bench.cli import main
 from bench.errors import BenchError
 from bench.plan import plan
-from bench.sweep.probe import check_live, dead_parameters, probe_batches, same_direction
 from bench.protocol import parse_protocol
+from bench.sweep.probe import check_live, dead_parameters, probe_batches, same_direction
 
 BASE = """\
 name: probe
@@ -32,28 +32,33 @@ grid:
 """
 
 # A loss and miner whose every searched parameter moves the gradient (proxies included: seeded alike).
-LIVE = BASE + """\
+LIVE = (
+    BASE
+    + """\
     - {name: triplet, miners: [batch_all, semihard]}
     - {name: infonce, miners: [none]}
     - {name: "pml:proxy_anchor", miners: [none]}
   miners: [{name: none}, {name: batch_all}, {name: semihard}]
 """
+)
 
 # offline's chunk_size only splits the work: its two ends give the same triplets and the same gradient
 # whatever the loss and miner become, so it is dead by construction.
-DEAD = BASE + """\
+DEAD = (
+    BASE
+    + """\
     - {name: triplet, miners: [offline]}
   miners:
     - name: offline
       params: {triplets_per_batch: 4}
       search_space: {chunk_size: {type: int, low: 4, high: 64}}
 """
+)
 
 
 def test_live_parameters_pass() -> None:
     p = plan(parse_protocol(LIVE, "live.yaml"))
-    assert {c.id for c in p.cells} == {"triplet+batch_all", "triplet+semihard", "infonce+none",
-                                      "pml-proxy_anchor+none"}
+    assert {c.id for c in p.cells} == {"triplet+batch_all", "triplet+semihard", "infonce+none", "pml-proxy_anchor+none"}
     assert dead_parameters(p) == []
     check_live(p)
 

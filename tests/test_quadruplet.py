@@ -45,7 +45,8 @@ def embeddings(n: int, dim: int = 4, seed: int = 0) -> torch.Tensor:
 def ref_pair(x: torch.Tensor, y: torch.Tensor, distance: str) -> torch.Tensor:
     if distance == "cosine":
         return 1 - sum(x[t] * y[t] for t in range(len(x))) / (
-            torch.sqrt(sum(v * v for v in x)) * torch.sqrt(sum(v * v for v in y)))
+            torch.sqrt(sum(v * v for v in x)) * torch.sqrt(sum(v * v for v in y))
+        )
     sq = sum((x[t] - y[t]) ** 2 for t in range(len(x)))
     return sq if distance == "squared_euclidean" else torch.sqrt(sq)
 
@@ -57,9 +58,15 @@ def ref_matrix(emb: torch.Tensor, distance: str, normalize: bool) -> list[list[t
 
 def ref_quadruplets(labels: list[int]) -> list[tuple[int, int, int, int]]:
     n = len(labels)
-    return [(i, j, l, k) for i, j, l, k in itertools.product(range(n), repeat=4)
-            if i != j and labels[i] == labels[j] and labels[l] != labels[k]
-            and labels[l] != labels[i] and labels[k] != labels[i]]
+    return [
+        (i, j, l, k)
+        for i, j, l, k in itertools.product(range(n), repeat=4)
+        if i != j
+        and labels[i] == labels[j]
+        and labels[l] != labels[k]
+        and labels[l] != labels[i]
+        and labels[k] != labels[i]
+    ]
 
 
 def ref_terms(g, quads, alpha1, alpha2) -> list[torch.Tensor]:
@@ -100,8 +107,7 @@ def test_all_quadruplets_match_loop(layout: str, distance: str) -> None:
     fractions = []
     for reduction in REDUCTIONS:
         for normalize in (True, False):
-            loss = QuadrupletLoss(alpha1=0.9, alpha2=0.4, distance=distance, normalize=normalize,
-                                  reduction=reduction)
+            loss = QuadrupletLoss(alpha1=0.9, alpha2=0.4, distance=distance, normalize=normalize, reduction=reduction)
             got, got_grad = value_and_grad(lambda e: loss(e, y), emb)
 
             def ref(e):
@@ -113,7 +119,8 @@ def test_all_quadruplets_match_loop(layout: str, distance: str) -> None:
             terms = ref_terms(ref_matrix(emb.detach(), distance, normalize), quads, 0.9, 0.4)
             assert loss.stats["num_tuples"] == len(quads)
             assert loss.stats["fraction_positive"] == pytest.approx(
-                sum(float(t) > 0 for t in terms) / len(quads), rel=1e-12)
+                sum(float(t) > 0 for t in terms) / len(quads), rel=1e-12
+            )
             fractions.append(loss.stats["fraction_positive"])
     assert any(0 < f < 1 for f in fractions)  # avg_nonzero is tested apart from mean
 
@@ -180,7 +187,8 @@ def test_given_quadruplets_with_duplicates_and_margins(distance: str) -> None:
             q = Quadruplets(*cols, alpha1=m1, alpha2=m2)
             got, got_grad = value_and_grad(lambda e: loss(e, y, q), emb)
             want, want_grad = value_and_grad(
-                lambda e: ref_reduce(ref_terms(ref_matrix(e, distance, True), quads, r1, r2), reduction, e), emb)
+                lambda e: ref_reduce(ref_terms(ref_matrix(e, distance, True), quads, r1, r2), reduction, e), emb
+            )
             close(got, want)
             close(got_grad, want_grad)
             assert loss.stats["num_tuples"] == 40
@@ -244,7 +252,8 @@ def test_learned_metric_loss_matches_loop_and_trains_its_parameters() -> None:
         loss.reduction = reduction
         got, got_grad = value_and_grad(lambda e: loss(e, y), emb)
         want, want_grad = value_and_grad(
-            lambda e: ref_reduce(ref_terms(ref_learned(loss, e), quads, 0.3, 0.1), reduction, e), emb)
+            lambda e: ref_reduce(ref_terms(ref_learned(loss, e), quads, 0.3, 0.1), reduction, e), emb
+        )
         close(got, want)
         close(got_grad, want_grad)
     params = list(loss.parameters())
@@ -314,8 +323,7 @@ def test_margohnm_hardest_cap_keeps_the_hardest() -> None:
     g = ref_matrix(emb, "squared_euclidean", True)
     a1, a2, _, _ = ref_margins(g, labels)
     quads = ref_quadruplets(labels)
-    losses = sorted(((float(v), t) for t, v in zip(quads, ref_terms(g, quads, a1, a2)) if float(v) > 0),
-                    reverse=True)
+    losses = sorted(((float(v), t) for t, v in zip(quads, ref_terms(g, quads, a1, a2)) if float(v) > 0), reverse=True)
     assert len(losses) > 25 and miner.stats["num_violating"] == len(losses)
     assert list(zip(*(t.tolist() for t in q[:4]))) == [t for _, t in losses[:25]]
 
@@ -365,8 +373,7 @@ def test_margohnm_bound_to_learned_metric_and_margins_reach_the_loss() -> None:
     assert isinstance(q, ViolatingQuadruplets) and q.count == len(want) == miner.stats["num_tuples"]
     assert (q.alpha1, q.alpha2) == pytest.approx((a1, a2), rel=1e-9)
     got, got_grad = value_and_grad(lambda e: loss(e, y, q), emb)
-    ref, ref_grad = value_and_grad(
-        lambda e: ref_reduce(ref_terms(ref_learned(loss, e), want, a1, a2), "mean", e), emb)
+    ref, ref_grad = value_and_grad(lambda e: ref_reduce(ref_terms(ref_learned(loss, e), want, a1, a2), "mean", e), emb)
     close(got, ref)
     close(got_grad, ref_grad)
     assert loss.stats["fraction_positive"] == 1.0 and loss.stats["num_tuples"] == len(want)
@@ -482,7 +489,7 @@ def test_hardest_of_pool_keeps_exactly_the_hardest(kind: str) -> None:
     rows = list(zip(*(t.tolist() for t in pool)))
     order = sorted(range(60), key=lambda t: -losses[t])  # stable: ties (repeated tuples, zeros) in pool order
     assert losses[order[9]] > 0 and len(set(rows)) > 40
-    kept = list(zip(*(t.tolist() for t in out[:len(rows[0])])))
+    kept = list(zip(*(t.tolist() for t in out[: len(rows[0])])))
     assert kept[:10] == [rows[t] for t in order[:10]]
     rest = [rows[t] for t in order[10:]]
     assert len(kept) == 15 and all(r in rest for r in kept[10:])
@@ -496,8 +503,15 @@ def test_random_tuples_are_valid_and_cover_the_classes() -> None:
     labels = torch.tensor([3, 3, 1, 1, 1, 7, 2, 2, 9, 9, 9, 9])
     g = torch.Generator().manual_seed(0)
     i, j, l, k = draw_quadruplets(labels, 3000, g)
-    assert bool(((labels[i] == labels[j]) & (i != j) & (labels[l] != labels[k])
-                 & (labels[l] != labels[i]) & (labels[k] != labels[i])).all())
+    assert bool(
+        (
+            (labels[i] == labels[j])
+            & (i != j)
+            & (labels[l] != labels[k])
+            & (labels[l] != labels[i])
+            & (labels[k] != labels[i])
+        ).all()
+    )
     assert set(i.tolist()) == set(range(12)) - {5}  # the singleton class 7 is never an anchor
     assert set(l.tolist()) == set(k.tolist()) == set(range(12))
     a, p, n = draw_triplets(labels, 3000, g)

@@ -12,7 +12,6 @@ import torch
 from bench.errors import BenchError
 from bench.metrics.query_gallery import query_gallery_metrics, ranked_prefix, reid_metrics
 
-
 # --------------------------------------------------------------------------- loop references
 
 
@@ -33,9 +32,14 @@ def _loop_query_gallery(q, qy, g, gy, qid, gid, ks):
             continue
         first.append(hits.index(True) + 1)
         rp.append(sum(hits[:r]) / r)
-        mr.append(sum(sum(hits[:t + 1]) / (t + 1) for t in range(r) if hits[t]) / r)
-    out = {"precision_at_1": np.mean([f == 1 for f in first]), "r_precision": np.mean(rp), "map_at_r": np.mean(mr),
-           "num_queries": len(first), "skipped_queries": len(q) - len(first)}
+        mr.append(sum(sum(hits[: t + 1]) / (t + 1) for t in range(r) if hits[t]) / r)
+    out = {
+        "precision_at_1": np.mean([f == 1 for f in first]),
+        "r_precision": np.mean(rp),
+        "map_at_r": np.mean(mr),
+        "num_queries": len(first),
+        "skipped_queries": len(q) - len(first),
+    }
     out.update({f"recall_at_{k}": np.mean([f <= k for f in first]) for k in ks})
     return out
 
@@ -43,8 +47,11 @@ def _loop_query_gallery(q, qy, g, gy, qid, gid, ks):
 def _loop_reid(q, qy, qc, g, gy, gc, ks, qid=None, gid=None):
     first, ap = [], []
     for i in range(len(q)):
-        excluded = {j for j in range(len(g)) if gy[j] == -1 or (gy[j] == qy[i] and gc[j] == qc[i])
-                    or (qid is not None and qid[i] == gid[j])}
+        excluded = {
+            j
+            for j in range(len(g))
+            if gy[j] == -1 or (gy[j] == qy[i] and gc[j] == qc[i]) or (qid is not None and qid[i] == gid[j])
+        }
         order = _ranked(q[i], g, excluded)
         hits = [gy[j] == qy[i] and gy[j] != 0 for j in order]
         if not any(hits):
@@ -130,7 +137,9 @@ def test_reid_rules_each_matter() -> None:
     assert got["cmc_at_1"] == 0.0 and got["cmc_at_2"] == 1.0
     assert math.isclose(got["reid_map"], (1 / 2 + 2 / 3) / 2)
     other_camera = reid_metrics(q, [7], [3], g, gy, gc, ks=(1,))
-    assert other_camera["cmc_at_1"] == 1.0 and math.isclose(other_camera["reid_map"], (1 + 2 / 3 + 3 / 4) / 3)  # ranks 1, 3, 4
+    assert other_camera["cmc_at_1"] == 1.0 and math.isclose(
+        other_camera["reid_map"], (1 + 2 / 3 + 3 / 4) / 3
+    )  # ranks 1, 3, 4
 
 
 def test_query_without_any_valid_match_is_skipped_and_all_skipped_is_an_error() -> None:
@@ -189,10 +198,12 @@ def test_bounded_chunks_at_sop_scale_equal_unchunked_on_a_sample() -> None:
     assert scorer.rows(RANK_COST) * RANK_COST * 60_502 <= BLOCK_ELEMENTS and scorer.rows(RANK_COST) < 60_502
     ids = torch.arange(60_502)
     q = slice(0, 200)
-    got = query_gallery_metrics(gallery[q], labels[q], gallery, labels, ks=(1, 10), query_ids=ids[q],
-                                gallery_ids=ids, chunk_size=50)
-    whole = query_gallery_metrics(gallery[q], labels[q], gallery, labels, ks=(1, 10), query_ids=ids[q],
-                                  gallery_ids=ids, chunk_size=200)
+    got = query_gallery_metrics(
+        gallery[q], labels[q], gallery, labels, ks=(1, 10), query_ids=ids[q], gallery_ids=ids, chunk_size=50
+    )
+    whole = query_gallery_metrics(
+        gallery[q], labels[q], gallery, labels, ks=(1, 10), query_ids=ids[q], gallery_ids=ids, chunk_size=200
+    )
     _close(got, whole)
 
 
@@ -204,11 +215,19 @@ def _pml(query, qy, reference, ry, ref_includes_query, k):
     from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
     from pytorch_metric_learning.utils.inference import CustomKNN
 
-    calc = AccuracyCalculator(include=("precision_at_1", "r_precision", "mean_average_precision_at_r",
-                                       "mean_average_precision"), k=k, device=torch.device("cpu"),
-                              knn_func=CustomKNN(LpDistance(normalize_embeddings=False)))
-    return calc.get_accuracy(torch.from_numpy(query), torch.from_numpy(qy), torch.from_numpy(reference),
-                             torch.from_numpy(ry), ref_includes_query=ref_includes_query)
+    calc = AccuracyCalculator(
+        include=("precision_at_1", "r_precision", "mean_average_precision_at_r", "mean_average_precision"),
+        k=k,
+        device=torch.device("cpu"),
+        knn_func=CustomKNN(LpDistance(normalize_embeddings=False)),
+    )
+    return calc.get_accuracy(
+        torch.from_numpy(query),
+        torch.from_numpy(qy),
+        torch.from_numpy(reference),
+        torch.from_numpy(ry),
+        ref_includes_query=ref_includes_query,
+    )
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -285,16 +304,31 @@ def _npz(path, labels, cameras=None, seed: int = 0, noise: bool = False):
 def _run(tmp_path, path) -> int:
     from bench.cli import main
 
-    return main(["run", str(path), "--results-dir", str(tmp_path / "results"), "--storage",
-                 f"sqlite:///{tmp_path}/o.db", "--tracking-uri", str(tmp_path / "mlflow.db"), "--threads", "1",
-                 "--quiet"])
+    return main(
+        [
+            "run",
+            str(path),
+            "--results-dir",
+            str(tmp_path / "results"),
+            "--storage",
+            f"sqlite:///{tmp_path}/o.db",
+            "--tracking-uri",
+            str(tmp_path / "mlflow.db"),
+            "--threads",
+            "1",
+            "--quiet",
+        ]
+    )
 
 
-@pytest.mark.parametrize(("test", "problem"), [
-    ("{query: inshop:query}", "data.test: gallery: missing"),
-    ("{query: inshop:query, galery: inshop:gallery}", "data.test: unknown key 'galery'"),
-    ("{query: 3, gallery: inshop:gallery}", "data.test: query: expected a string, got 3"),
-])
+@pytest.mark.parametrize(
+    ("test", "problem"),
+    [
+        ("{query: inshop:query}", "data.test: gallery: missing"),
+        ("{query: inshop:query, galery: inshop:gallery}", "data.test: unknown key 'galery'"),
+        ("{query: 3, gallery: inshop:gallery}", "data.test: query: expected a string, got 3"),
+    ],
+)
 def test_a_test_mapping_names_its_missing_or_unknown_key(test: str, problem: str) -> None:
     from pathlib import Path
 
@@ -311,8 +345,12 @@ def test_existing_protocols_keep_their_hash() -> None:
     """The query/gallery form and the new metrics add nothing to a protocol that does not use them."""
     from bench.protocol import load_protocol
 
-    expected = {"fashion-mnist-2d": "4108208131a8", "omniglot-full": "7ed6579b38fc",
-                "omniglot-quick": "83aedfbd1fe3", "omniglot-smoke": "73249472d7ea"}
+    expected = {
+        "fashion-mnist-2d": "4108208131a8",
+        "omniglot-full": "7ed6579b38fc",
+        "omniglot-quick": "83aedfbd1fe3",
+        "omniglot-smoke": "73249472d7ea",
+    }
     for name, hash12 in expected.items():
         assert load_protocol(f"protocols/{name}.yaml").hash12 == hash12, name
 
@@ -328,7 +366,9 @@ def test_a_query_gallery_protocol_over_two_folders_runs_to_a_leaderboard(tmp_pat
     gallery = write_folder(tmp_path / "gallery", ["b0", "b1", "b2"], per_class=3, seed=2)
     path = _protocol(tmp_path, f"folder:{train}", f"{{query: folder:{query}, gallery: folder:{gallery}}}")
     assert main(["validate", str(path)]) == 0
-    assert "6 samples, inputs 1x8x8; 2 without a match in the gallery, skipped by the metrics" in capsys.readouterr().out
+    assert (
+        "6 samples, inputs 1x8x8; 2 without a match in the gallery, skipped by the metrics" in capsys.readouterr().out
+    )
     assert main(["plan", str(path)]) == 0
     assert f"test query folder:{query} vs gallery folder:{gallery}" in capsys.readouterr().out
     assert _run(tmp_path, path) == 0
@@ -345,14 +385,14 @@ def test_query_gallery_test_data_is_prepared_with_matching_classes_and_guarded(t
 
     from bench.data.query_gallery import QueryGallery
     from bench.protocol import load_protocol
-    from bench.sweep.tuning import prepare
-    from bench.sweep.tuning import TestLeakError
+    from bench.sweep.tuning import TestLeakError, prepare
 
     train = write_folder(tmp_path / "train", ["a0", "a1", "a2", "a3"])
     query = write_folder(tmp_path / "query", ["b1", "b2"], per_class=2, seed=1)
     gallery = write_folder(tmp_path / "gallery", ["b0", "b1", "b2"], per_class=3, seed=2)
-    prepared = prepare(load_protocol(_protocol(tmp_path, f"folder:{train}",
-                                               f"{{query: folder:{query}, gallery: folder:{gallery}}}")))
+    prepared = prepare(
+        load_protocol(_protocol(tmp_path, f"folder:{train}", f"{{query: folder:{query}, gallery: folder:{gallery}}}"))
+    )
     test = prepared.test
     assert isinstance(test, QueryGallery) and prepared.test_split.classes == (0, 1)
     names = test.gallery.meta["class_names"]
@@ -360,24 +400,34 @@ def test_query_gallery_test_data_is_prepared_with_matching_classes_and_guarded(t
     assert test.gallery.y.tolist() == [2] * 3 + [0] * 3 + [1] * 3  # b1, b2 keep the query's ids 0, 1
     other = write_folder(tmp_path / "other", ["c0", "c1"], per_class=2, seed=3)
     with pytest.raises(TestLeakError, match="train data contains 4 test class"):  # gallery classes are test classes
-        prepare(load_protocol(_protocol(tmp_path, f"folder:{train}",
-                                        f"{{query: folder:{other}, gallery: folder:{train}}}")))
+        prepare(
+            load_protocol(_protocol(tmp_path, f"folder:{train}", f"{{query: folder:{other}, gallery: folder:{train}}}"))
+        )
 
 
 def test_one_set_as_query_and_gallery_never_retrieves_itself(tmp_path) -> None:
     """query = gallery: the metric sees ids, so P@1 is that of the set retrieving itself (the all-vs-all one)."""
+    from bench.evaluation import embed, score_model
     from bench.metrics import retrieval_metrics
     from bench.protocol import load_protocol
-    from bench.sweep.tuning import prepare
     from bench.sweep.floor import initial_trunk
-    from bench.evaluation import embed, score_model
+    from bench.sweep.tuning import prepare
 
     train = _npz(tmp_path / "train.npz", np.repeat(np.arange(4), 4))
     test = tmp_path / "test.npz"  # noise: no class structure, so only a query's own image would find its class
-    np.savez(test, x=np.random.default_rng(3).integers(0, 256, (20, 8, 8)).astype(np.uint8),
-             y=np.repeat(np.arange(10, 14), 5))
-    protocol = load_protocol(_protocol(tmp_path, f"npz:{train}", f"{{query: npz:{test}, gallery: npz:{test}}}",
-                                       "[precision_at_1, map_at_r, recall_at_k]"))
+    np.savez(
+        test,
+        x=np.random.default_rng(3).integers(0, 256, (20, 8, 8)).astype(np.uint8),
+        y=np.repeat(np.arange(10, 14), 5),
+    )
+    protocol = load_protocol(
+        _protocol(
+            tmp_path,
+            f"npz:{train}",
+            f"{{query: npz:{test}, gallery: npz:{test}}}",
+            "[precision_at_1, map_at_r, recall_at_k]",
+        )
+    )
     prepared = prepare(protocol)
     model = initial_trunk(protocol, 0, tuple(prepared.train.x.shape[1:]))
     got = score_model(protocol, model, prepared.test, clustering=False)
@@ -389,13 +439,12 @@ def test_one_set_as_query_and_gallery_never_retrieves_itself(tmp_path) -> None:
 
 
 def test_reid_metrics_run_on_npz_with_cameras(tmp_path, capsys) -> None:
-    from bench.cli import main
-
     import pandas as pd
 
-    from bench.sweep.floor import initial_trunk
-    from bench.protocol import load_protocol
+    from bench.cli import main
     from bench.evaluation import embed
+    from bench.protocol import load_protocol
+    from bench.sweep.floor import initial_trunk
     from bench.sweep.tuning import prepare
 
     rng = np.random.default_rng(5)
@@ -404,8 +453,12 @@ def test_reid_metrics_run_on_npz_with_cameras(tmp_path, capsys) -> None:
     q_cam, g_cam = rng.integers(0, 3, 30), rng.integers(0, 3, 60)
     query = _npz(tmp_path / "query.npz", q_y, cameras=q_cam, seed=1, noise=True)
     gallery = _npz(tmp_path / "gallery.npz", g_y, cameras=g_cam, seed=2, noise=True)
-    path = _protocol(tmp_path, f"npz:{train}", f"{{query: npz:{query}, gallery: npz:{gallery}}}",
-                     "[precision_at_1, recall_at_k, reid_map, cmc_at_k]")
+    path = _protocol(
+        tmp_path,
+        f"npz:{train}",
+        f"{{query: npz:{query}, gallery: npz:{gallery}}}",
+        "[precision_at_1, recall_at_k, reid_map, cmc_at_k]",
+    )
     assert _run(tmp_path, path) == 0
     capsys.readouterr()
     assert main(["leaderboard", str(tmp_path / "results" / "qg")]) == 0
@@ -422,16 +475,20 @@ def test_reid_metrics_run_on_npz_with_cameras(tmp_path, capsys) -> None:
     assert 0 < ref["reid_map"] < 1 and ref["skipped_queries"] < 30
     for key in ("reid_map", "cmc_at_1", "cmc_at_2"):
         assert math.isclose(floor[key], ref[key], rel_tol=1e-6), key
-    assert math.isclose(floor["recall_at_1"], _loop_query_gallery(q, q_y, g, g_y, None, None, (1,))["recall_at_1"],
-                        rel_tol=1e-6)
+    assert math.isclose(
+        floor["recall_at_1"], _loop_query_gallery(q, q_y, g, g_y, None, None, (1,))["recall_at_1"], rel_tol=1e-6
+    )
 
 
-@pytest.mark.parametrize("test, metrics, message", [
-    ("npz:{test}", "[precision_at_1, reid_map]", "reid_map ranks a query set against a gallery"),
-    ("{{query: npz:{test}, gallery: npz:{test}}}", "[precision_at_1, nmi]", "nmi needs one test set"),
-    ("{{query: npz:{test}, gallery: npz:{test}}}", "[precision_at_1, cmc_at_k]", "has no per-sample camera"),
-    ("{{query: npz:{test}}}", "[precision_at_1]", "data.test"),
-])
+@pytest.mark.parametrize(
+    "test, metrics, message",
+    [
+        ("npz:{test}", "[precision_at_1, reid_map]", "reid_map ranks a query set against a gallery"),
+        ("{{query: npz:{test}, gallery: npz:{test}}}", "[precision_at_1, nmi]", "nmi needs one test set"),
+        ("{{query: npz:{test}, gallery: npz:{test}}}", "[precision_at_1, cmc_at_k]", "has no per-sample camera"),
+        ("{{query: npz:{test}}}", "[precision_at_1]", "data.test"),
+    ],
+)
 def test_what_a_query_gallery_protocol_refuses_is_one_line(tmp_path, capsys, test, metrics, message) -> None:
     from bench.cli import main
 
@@ -446,7 +503,8 @@ def test_what_a_query_gallery_protocol_refuses_is_one_line(tmp_path, capsys, tes
 def test_test_classes_with_a_query_and_a_gallery_is_refused() -> None:
     from bench.protocol import ProtocolError, parse_protocol
 
-    text = QG_PROTOCOL.format(train="npz:a.npz", test="{query: npz:b.npz, gallery: npz:c.npz}",
-                              metrics="[precision_at_1]").replace("  image_size", "  test_classes: 2\n  image_size")
+    text = QG_PROTOCOL.format(
+        train="npz:a.npz", test="{query: npz:b.npz, gallery: npz:c.npz}", metrics="[precision_at_1]"
+    ).replace("  image_size", "  test_classes: 2\n  image_size")
     with pytest.raises(ProtocolError, match="used whole"):
         parse_protocol(text)

@@ -56,8 +56,13 @@ def test_readme_protocols_validate(body: str, tmp_path: Path) -> None:
     path = tmp_path / "p.yaml"
     path.write_text(body)
     plugin = ["--plugin", str(REPO / "tests" / "plugin_pkg" / "my_methods.py")] if "file_" in body else []
-    done = subprocess.run([sys.executable, "-m", "bench", *plugin, "validate", str(path), "--no-data", "-q"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", *plugin, "validate", str(path), "--no-data", "-q"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -72,8 +77,12 @@ def test_readme_claims_parse(body: str, tmp_path: Path) -> None:
 
 def _command_lines() -> list[str]:
     """Every `dmlbench ...` invocation the README shows: lines of code blocks and inline code spans."""
-    lines = [ln.strip() for lang, body in BLOCKS if lang not in ("python", "toml")
-             for ln in body.replace("\\\n", " ").splitlines()]
+    lines = [
+        ln.strip()
+        for lang, body in BLOCKS
+        if lang not in ("python", "toml")
+        for ln in body.replace("\\\n", " ").splitlines()
+    ]
     prose = re.sub(FENCE + ".*?" + FENCE, "", README, flags=re.S | re.M).replace("\\\n", " ")
     indented = r"^ {4,}(dmlbench .*)$"  # a code block by indentation
     lines += re.findall(indented, prose, flags=re.M)
@@ -115,6 +124,9 @@ def test_readme_command_lines_name_real_options() -> None:
             wrong.append(f"{line}: no command {tokens[0]!r}")
             continue
         known = _options(command)
-        wrong += [f"{line}: {tokens[0]} has no {t.split('=')[0]}" for t in tokens[1:]
-                  if t.startswith("--") and t.split("=")[0] not in known]
+        wrong += [
+            f"{line}: {tokens[0]} has no {t.split('=')[0]}"
+            for t in tokens[1:]
+            if t.startswith("--") and t.split("=")[0] not in known
+        ]
     assert not wrong, "\n".join(wrong)

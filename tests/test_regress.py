@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from _sweeps import CELLS, run_sweep, sweep, sweep_base, sweep_copy  # noqa: F401  (fixtures)
 from scipy import stats as st
 
-from _sweeps import CELLS, run_sweep, sweep, sweep_base, sweep_copy  # noqa: F401  (fixtures)
 from bench.cli import main
 from bench.reports.regress import classify
 from bench.stats import welch
@@ -84,8 +84,9 @@ def test_same_results_do_not_regress(sweep: Path, tmp_path: Path) -> None:
     assert json.loads(out.read_text())["exit_code"] == 0
 
 
-def test_regression_is_caught(sweep: Path, sweep_copy: Path, tmp_path: Path,
-                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_regression_is_caught(
+    sweep: Path, sweep_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     finals = pd.read_csv(sweep / "finals.csv")
     victim = finals.groupby("cell")["map_at_r"].mean().idxmax()
     sd = finals.loc[finals["cell"] == victim, "map_at_r"].std(ddof=1)
@@ -111,8 +112,9 @@ def test_drop_within_tolerance_passes(sweep: Path, sweep_copy: Path, tmp_path: P
     assert {c["status"] for c in _report(out).values()} == {"same"}
     # With a tolerance below the drop, the test over seeds decides: a drop no larger than the
     # seed noise stays 'worse?' (no failure); the exit status follows the significant ones.
-    code = main(["regress", "--baseline", str(sweep), "--current", str(sweep_copy), "--tolerance", "0.001",
-                 "--json", str(out)])
+    code = main(
+        ["regress", "--baseline", str(sweep), "--current", str(sweep_copy), "--tolerance", "0.001", "--json", str(out)]
+    )
     cells = _report(out).values()
     assert {c["status"] for c in cells} <= {"worse", "worse?"}
     assert code == (1 if any(c["status"] == "worse" for c in cells) else 0)
@@ -139,8 +141,9 @@ def test_missing_cell_fails_unless_allowed(sweep: Path, sweep_copy: Path, tmp_pa
     assert _report(out)[CELLS[1]]["status"] == "new"
 
 
-def test_other_protocol_is_refused(sweep: Path, sweep_base: Path, data_root: Path,
-                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_other_protocol_is_refused(
+    sweep: Path, sweep_base: Path, data_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The same protocol name with fewer iterations (and one cell) is another protocol: never compared."""
     other = run_sweep(sweep_base, "short", 10, data_root, losses="    - {name: contrastive, miners: [none]}")
     capsys.readouterr()

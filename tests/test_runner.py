@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -17,12 +17,12 @@ import pandas as pd
 import pytest
 import torch
 
+from bench.data.splits import ClassSplit
 from bench.errors import BenchError
 from bench.plan import plan
 from bench.protocol import parse_protocol
-from bench.sweep.tables import claim_dir, read
 from bench.sweep.runner import Options, run_protocol
-from bench.data.splits import ClassSplit
+from bench.sweep.tables import claim_dir, read
 from bench.sweep.tuning import SlotStudy, TestClassGuard, TestLeakError, derive_seed, open_storage, prepare, run_trial
 
 pytestmark = pytest.mark.slow
@@ -62,14 +62,23 @@ def _protocol_file(tmp_path: Path, iterations: int = 20) -> Path:
 
 
 def _options(root: Path, data_root: Path, **kw) -> Options:
-    return Options(storage=f"sqlite:///{root / 'optuna.db'}", tracking_uri=str(root / "mlruns"),
-                   results_dir=root / "results", data_root=str(data_root), quiet=True, **kw)
+    return Options(
+        storage=f"sqlite:///{root / 'optuna.db'}",
+        tracking_uri=str(root / "mlruns"),
+        results_dir=root / "results",
+        data_root=str(data_root),
+        quiet=True,
+        **kw,
+    )
 
 
 def _mlflow_runs(root: Path) -> pd.DataFrame:
     with sqlite3.connect(root / "mlruns" / "mlflow.db") as db:
-        return pd.read_sql("select r.run_uuid, r.status, r.lifecycle_stage, t.key, t.value from runs r "
-                           "join tags t on t.run_uuid = r.run_uuid", db)
+        return pd.read_sql(
+            "select r.run_uuid, r.status, r.lifecycle_stage, t.key, t.value from runs r "
+            "join tags t on t.run_uuid = r.run_uuid",
+            db,
+        )
 
 
 def _without_timing(frame: pd.DataFrame) -> pd.DataFrame:
@@ -185,7 +194,6 @@ def test_common_random_numbers_same_seed_same_start_in_every_cell(sweep, data_ro
     import torch
 
     from bench import registry, training
-    
     from bench.sweep.floor import initial_trunk
     from bench.sweep.tuning import final_config
 
@@ -206,8 +214,11 @@ def test_common_random_numbers_same_seed_same_start_in_every_cell(sweep, data_ro
     monkeypatch.setattr(training.registry, "build_trunk", spy)
     cells = plan(protocol).cells
     by_seed = {}
-    for cell, params, seed in ((cells[0], {"loss.margin": 0.1}, 1), (cells[1], {"loss.margin": 0.3}, 1),
-                               (cells[0], {"loss.margin": 0.1}, 0)):
+    for cell, params, seed in (
+        (cells[0], {"loss.margin": 0.1}, 1),
+        (cells[1], {"loss.margin": 0.3}, 1),
+        (cells[0], {"loss.margin": 0.1}, 0),
+    ):
         config = final_config(protocol, cell, params, seed)
         config.iterations = 1
         training.train(config, prepared.train)
@@ -222,8 +233,12 @@ def test_common_random_numbers_same_seed_same_start_in_every_cell(sweep, data_ro
     assert all(torch.equal(v, w1[k]) for k, v in floor.state_dict().items())
     runs = _mlflow_runs(root := sweep[0])
     with sqlite3.connect(root / "mlruns" / "mlflow.db") as db:  # tuning: slot t, fold f seeded alike in every cell
-        seeds = dict(db.execute("select t.value, p.value from tags t join params p on p.run_uuid = t.run_uuid "
-                                "where t.key = 'dmlbench.key' and p.key = 'seed' and t.value like '%/trial0/fold0'"))
+        seeds = dict(
+            db.execute(
+                "select t.value, p.value from tags t join params p on p.run_uuid = t.run_uuid "
+                "where t.key = 'dmlbench.key' and p.key = 'seed' and t.value like '%/trial0/fold0'"
+            )
+        )
     assert len(seeds) == len(CELLS) and len(set(seeds.values())) == 1, seeds
     assert len(runs) > 0
 
@@ -260,8 +275,9 @@ def test_best_trial_is_chosen_on_validation_only_and_ties_go_to_the_lower_slot()
 
     def trial(slot: int, value: float | None, test: float) -> optuna.trial.FrozenTrial:
         state = TrialState.COMPLETE if value is not None else TrialState.FAIL
-        return create_trial(state=state, value=value, user_attrs={"slot": slot, "map_at_r": test,
-                                                                  "metrics": {"map_at_r": test}})
+        return create_trial(
+            state=state, value=value, user_attrs={"slot": slot, "map_at_r": test, "metrics": {"map_at_r": test}}
+        )
 
     counted = {0: trial(0, 0.40, 0.10), 1: trial(1, 0.50, 0.20), 2: trial(2, 0.50, 0.90), 3: trial(3, None, 1.0)}
     assert best_trial(counted).user_attrs["slot"] == 1  # the tie with slot 2 goes to the lower slot, not to test
@@ -307,18 +323,19 @@ class RaisesLater(torch.nn.Module):
         return embeddings.pow(2).mean() * 0.0 + embeddings.sum() * 0.0
 
 
-RAISING = TINY.replace("validation: {folds: 3, use: 1, group_by: alphabet}", "validation: {folds: 3, use: 1}") \
-    .replace("""  losses:
+RAISING = TINY.replace("validation: {folds: 3, use: 1, group_by: alphabet}", "validation: {folds: 3, use: 1}").replace(
+    """  losses:
     - {name: triplet}
-""", """  losses:
+""",
+    """  losses:
     - {name: triplet, miners: [none]}
     - {name: raises_later, miners: [none]}
     - {name: raises_later, label: raises-in-finals, params: {finals_only: true}, miners: [none]}
-""")
+""",
+)
 
 
-def test_a_loss_that_raises_fails_its_trial_or_final_seed_with_its_reason_and_the_sweep_goes_on(tmp_path,
-                                                                                                data_root):
+def test_a_loss_that_raises_fails_its_trial_or_final_seed_with_its_reason_and_the_sweep_goes_on(tmp_path, data_root):
     from bench import registry
 
     registry.register("loss", "raises_later", tuples="triplets", needs=("num_classes",))(RaisesLater)
@@ -368,11 +385,16 @@ def test_budget_audit_refuses_a_cell_with_a_differing_budget(sweep, data_root, t
     with sqlite3.connect(root / "optuna.db") as db:  # as if one trial of one cell had trained longer
         (trial_id,) = db.execute(
             "select t.trial_id from trials t join studies s on s.study_id = t.study_id "
-            "where s.study_name like '%:triplet+batch_hard' order by t.number limit 1").fetchone()
-        db.execute("update trial_user_attributes set value_json = '25' where trial_id = ? and key = 'iterations'",
-                   (trial_id,))
-    with pytest.raises(BenchError, match=r"refused to report 1 cell.*triplet\+batch_hard: trial 0 \(COMPLETE\) "
-                                         r"trained 25 iterations, the budget is 20"):
+            "where s.study_name like '%:triplet+batch_hard' order by t.number limit 1"
+        ).fetchone()
+        db.execute(
+            "update trial_user_attributes set value_json = '25' where trial_id = ? and key = 'iterations'", (trial_id,)
+        )
+    with pytest.raises(
+        BenchError,
+        match=r"refused to report 1 cell.*triplet\+batch_hard: trial 0 \(COMPLETE\) "
+        r"trained 25 iterations, the budget is 20",
+    ):
         run_protocol(path, _options(root, data_root))
     tables = read(root / "results" / "tiny")
     assert "triplet+batch_hard" not in set(tables["summary"]["cell"])
@@ -391,7 +413,9 @@ def test_test_classes_never_reach_a_trial(data_root, tmp_path):
     leak = prepared.test_split.classes[0]
     train_plus_test = prepared.train.__class__(
         __import__("torch").cat([prepared.train.x, prepared.test.x]),
-        __import__("torch").cat([prepared.train.y, prepared.test.y]), "mixed")
+        __import__("torch").cat([prepared.train.y, prepared.test.y]),
+        "mixed",
+    )
     prepared.train = train_plus_test
     prepared.folds = [(ClassSplit("fold0-train", (*prepared.folds[0][0].classes, leak)), prepared.folds[0][1])]
     storage = open_storage(f"sqlite:///{tmp_path / 'o.db'}")
@@ -405,13 +429,17 @@ def test_test_classes_never_reach_a_trial(data_root, tmp_path):
 
 def test_a_class_with_too_few_samples_is_one_clear_error(tmp_path, data_root):
     path = tmp_path / "few.yaml"
-    path.write_text(TINY.replace("ITERATIONS", "5").replace("image_size: 12", "image_size: 12\n  "
-                                                                             "min_samples_per_class: 21"))
+    path.write_text(
+        TINY.replace("ITERATIONS", "5").replace("image_size: 12", "image_size: 12\n  min_samples_per_class: 21")
+    )
     results = tmp_path / "results" / "tiny"
     results.mkdir(parents=True)
     (results / "manifest.json").write_text(json.dumps({"protocol_hash": "0" * 64}))
-    with pytest.raises(BenchError, match=r"omniglot:background: class \d+ \(.+\) has 20 sample\(s\); every train class "
-                                         r"needs at least 21 \(data.min_samples_per_class\)"):
+    with pytest.raises(
+        BenchError,
+        match=r"omniglot:background: class \d+ \(.+\) has 20 sample\(s\); every train class "
+        r"needs at least 21 \(data.min_samples_per_class\)",
+    ):
         run_protocol(path, _options(tmp_path, data_root))
     assert json.loads((results / "manifest.json").read_text())["protocol_hash"] == "0" * 64  # nothing moved
 
@@ -427,8 +455,9 @@ def test_workers_never_take_more_slots_than_the_budget(tmp_path):
             worker.study.tell(slot.trial, 0.5)
     assert claimed == [0, 1, 2]
     assert len(first.counted()) == 3 and first.finished() and second.finished()
-    assert derive_seed(0, "triplet+none", "trial", 1, "fold", 0) == derive_seed(0, "triplet+none", "trial", 1,
-                                                                                "fold", 0)
+    assert derive_seed(0, "triplet+none", "trial", 1, "fold", 0) == derive_seed(
+        0, "triplet+none", "trial", 1, "fold", 0
+    )
     assert derive_seed(0, "triplet+none", "trial", 1) != derive_seed(0, "triplet+none", "trial", 2)
 
 
@@ -449,13 +478,30 @@ def test_changed_protocol_never_mixes_with_old_results(tmp_path):
 
 def _cli(args: list[str], **kw) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "bench.cli", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        **kw,
+    )
 
 
 def _run_args(path: Path, root: Path, data_root: Path) -> list[str]:
-    return ["run", str(path), "--storage", f"sqlite:///{root / 'optuna.db'}", "--tracking-uri",
-            str(root / "mlruns"), "--results-dir", str(root / "results"), "--data-root", str(data_root), "--quiet"]
+    return [
+        "run",
+        str(path),
+        "--storage",
+        f"sqlite:///{root / 'optuna.db'}",
+        "--tracking-uri",
+        str(root / "mlruns"),
+        "--results-dir",
+        str(root / "results"),
+        "--data-root",
+        str(data_root),
+        "--quiet",
+    ]
 
 
 def _count(db: Path, state: str) -> int:
@@ -491,7 +537,7 @@ def test_resume_after_kill_equals_an_uninterrupted_run(tmp_path, data_root):
     lines = [line for line in ref_out.splitlines() if re.search(r" trial \d+/\d+ ", line)]
     assert len(lines) == 6 and all(line.startswith("[") for line in lines)  # --quiet: one line per trial
     assert all(re.search(r"\| \d+% of iterations, ~\d+:\d\d:\d\d left$", line) for line in lines), lines
-    table = ref_out[ref_out.index("rank  "):]  # a finished run prints its ranked cells
+    table = ref_out[ref_out.index("rank  ") :]  # a finished run prints its ranked cells
     assert re.match(r"rank\s+cell\s+seeds\s+map_at_r \[95% CI\]", table), ref_out
     finals = read(clean / "results" / "tiny")["finals"]
     for cell, rows in finals.groupby("cell"):
@@ -513,25 +559,36 @@ def test_resume_after_kill_equals_an_uninterrupted_run(tmp_path, data_root):
 def test_two_workers_share_one_sweep(tmp_path, data_root, sweep):
     """Two processes on one storage and one tracking store: every slot run once, the same tables as one worker."""
     path = _protocol_file(tmp_path)
-    shared = ["--storage", f"sqlite:///{tmp_path / 'optuna.db'}", "--tracking-uri", str(tmp_path / "mlruns"),
-              "--data-root", str(data_root), "--quiet"]
+    shared = [
+        "--storage",
+        f"sqlite:///{tmp_path / 'optuna.db'}",
+        "--tracking-uri",
+        str(tmp_path / "mlruns"),
+        "--data-root",
+        str(data_root),
+        "--quiet",
+    ]
     workers = [_cli(["run", str(path), "--results-dir", str(tmp_path / f"results-{w}"), *shared]) for w in "ab"]
     try:
         outputs = [w.communicate(timeout=300)[0] for w in workers]
     except subprocess.TimeoutExpired:  # a rare stall seen twice under heavy load: keep both workers' words
         for w in workers:
             w.kill()
-        raise AssertionError("a worker stalled; outputs:\n" + "\n---\n".join(w.communicate()[0] for w in workers))
+        raise AssertionError(
+            "a worker stalled; outputs:\n" + "\n---\n".join(w.communicate()[0] for w in workers)
+        ) from None
     assert [w.returncode for w in workers] == [0, 0], outputs
     # the share done is the sweep's across both workers: whoever records the last run sees all of it
     shares = [[int(s) for s in re.findall(r"\| (\d+)% of iterations", out)] for out in outputs]
     assert all(shares) and max(s[-1] for s in shares) == 100, outputs
     assert all(s == sorted(s) for s in shares), outputs
     with sqlite3.connect(tmp_path / "optuna.db") as db:
-        counts = db.execute("select s.study_name, count(*) from trials t join studies s using (study_id) "
-                            "where t.state in ('COMPLETE', 'FAIL', 'PRUNED') and t.trial_id not in "
-                            "(select trial_id from trial_system_attributes where key = 'dmlbench:surplus') "
-                            "group by s.study_name").fetchall()
+        counts = db.execute(
+            "select s.study_name, count(*) from trials t join studies s using (study_id) "
+            "where t.state in ('COMPLETE', 'FAIL', 'PRUNED') and t.trial_id not in "
+            "(select trial_id from trial_system_attributes where key = 'dmlbench:surplus') "
+            "group by s.study_name"
+        ).fetchall()
     assert sorted(n for _, n in counts) == [2] * 5  # 3 tuning studies, 2 final studies (one cell never retrains)
     runs = _mlflow_runs(tmp_path)
     keys = runs[(runs["key"] == "dmlbench.key") & (runs["lifecycle_stage"] == "active")]

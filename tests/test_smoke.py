@@ -24,8 +24,15 @@ SMOKE = REPO / "protocols" / "omniglot-smoke.yaml"
 
 def _dmlbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "bench.cli", *args], cwd=cwd, env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "bench.cli", *args],
+        cwd=cwd,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=900,
+    )
 
 
 def test_smoke_protocol_runs_every_cell_and_reports(tmp_path: Path, data_root: Path) -> None:
@@ -38,11 +45,24 @@ def test_smoke_protocol_runs_every_cell_and_reports(tmp_path: Path, data_root: P
     assert any(loss.startswith("quadruplet") for loss in losses)
     assert {"batch_all", "batch_hard", "semihard", "hard", "offline", "hardest_of_pool", "margohnm"} <= miners
 
-    run = _dmlbench("run", str(SMOKE), "--results-dir", "results", "--storage", "sqlite:///runs/optuna.db",
-                    "--tracking-uri", "runs/mlflow.db", "--data-root", str(data_root), "--quiet", "--threads", "1",
-                    cwd=tmp_path)
+    run = _dmlbench(
+        "run",
+        str(SMOKE),
+        "--results-dir",
+        "results",
+        "--storage",
+        "sqlite:///runs/optuna.db",
+        "--tracking-uri",
+        "runs/mlflow.db",
+        "--data-root",
+        str(data_root),
+        "--quiet",
+        "--threads",
+        "1",
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stdout[-3000:]
-    table = run.stdout[run.stdout.index("rank  "):]
+    table = run.stdout[run.stdout.index("rank  ") :]
     tables = read(tmp_path / "results" / protocol.name)
     finals, summary = tables["finals"], tables["summary"]
     assert tables["manifest"]["protocol_hash"] == protocol.hash
@@ -57,8 +77,7 @@ def test_smoke_protocol_runs_every_cell_and_reports(tmp_path: Path, data_root: P
     board = _dmlbench("leaderboard", str(results), "--quiet", cwd=tmp_path)
     assert board.returncode == 0, board.stdout
     assert all(f"`{c}`" in (results / "leaderboard.md").read_text() for c in cells)
-    same = _dmlbench("regress", "--baseline", str(results), "--current", str(results), "--json", "r.json",
-                     cwd=tmp_path)
+    same = _dmlbench("regress", "--baseline", str(results), "--current", str(results), "--json", "r.json", cwd=tmp_path)
     assert same.returncode == 0, same.stdout
     statuses = {row["cell"]: row["status"] for row in json.loads((tmp_path / "r.json").read_text())["cells"]}
     assert statuses == {c: "same" for c in cells}

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from bench.data import load
-from bench.errors import BenchError
 from bench.data.samplers import PKSampler
 from bench.data.splits import ClassSplit, class_folds, fingerprint, split_classes, split_pool
+from bench.errors import BenchError
 
 # --------------------------------------------------------------------------- splits
 

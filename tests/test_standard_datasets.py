@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
-from numpy.lib.recfunctions import repack_fields
 import pytest
 import scipy.io
 import torch
+from datasets_fixtures import Written, write_cars, write_cub, write_inshop, write_market, write_sop
+from numpy.lib.recfunctions import repack_fields
 
 from bench.cli import main
 from bench.data import SPECS, load
@@ -28,7 +29,6 @@ from bench.data.inshop import read_inshop
 from bench.data.market import read_market1501
 from bench.data.sop import read_sop
 from bench.errors import BenchError
-from datasets_fixtures import Written, write_cars, write_cub, write_inshop, write_market, write_sop
 
 Reader = Callable[[Path, str], FileIndex]
 # family: (writer, reader, folder, archive named in the missing-data error, splits)
@@ -37,8 +37,13 @@ FAMILIES: dict[str, tuple[Callable[[Path], Written], Reader, str, str, tuple[str
     "cars196": (write_cars, read_cars196, "cars196", "car_ims.tgz", ("train", "test")),
     "sop": (write_sop, read_sop, "Stanford_Online_Products", "Stanford_Online_Products.zip", ("train", "test")),
     "inshop": (write_inshop, read_inshop, "inshop", "img.zip", ("train", "query", "gallery")),
-    "market1501": (write_market, read_market1501, "Market-1501-v15.09.15", "Market-1501-v15.09.15.zip",
-                   ("train", "query", "gallery")),
+    "market1501": (
+        write_market,
+        read_market1501,
+        "Market-1501-v15.09.15",
+        "Market-1501-v15.09.15.zip",
+        ("train", "query", "gallery"),
+    ),
 }
 
 
@@ -85,8 +90,20 @@ def test_sop_split_as_listed_with_super_classes(root: tuple[Path, dict[str, Writ
     assert len(train.paths) == 8 and len(test.paths) == 6
     # product p (1-based) was written with super class ((p - 1) mod 12) + 1, kept 0-based
     assert train.per_sample["super_class"] == tuple(label % 12 for label in train.labels)
-    assert all(p.startswith(("bicycle_final/", "cabinet_final/", "chair_final/", "coffee_maker_final/",
-                             "fan_final/", "kettle_final/", "lamp_final/")) for p in train.paths + test.paths)
+    assert all(
+        p.startswith(
+            (
+                "bicycle_final/",
+                "cabinet_final/",
+                "chair_final/",
+                "coffee_maker_final/",
+                "fan_final/",
+                "kettle_final/",
+                "lamp_final/",
+            )
+        )
+        for p in train.paths + test.paths
+    )
 
 
 def test_inshop_query_and_gallery_show_the_same_items_and_train_others(root: tuple[Path, dict[str, Written]]) -> None:
@@ -121,16 +138,19 @@ def test_missing_dataset_is_one_line_naming_the_archive_and_the_root(family: str
     assert f"{archive} into {tmp_path}" in message
 
 
-@pytest.mark.parametrize(("family", "removed", "named"), [
-    ("cub200", "CUB_200_2011/image_class_labels.txt", "CUB_200_2011/image_class_labels.txt"),
-    ("cub200", "CUB_200_2011/images", "CUB_200_2011/images/"),
-    ("cars196", "cars196/cars_annos.mat", "cars196/cars_annos.mat"),
-    ("cars196", "cars196/car_ims", "cars196/car_ims/"),
-    ("sop", "Stanford_Online_Products/Ebay_test.txt", "Stanford_Online_Products/Ebay_test.txt"),
-    ("inshop", "inshop/Eval", "inshop/Eval/list_eval_partition.txt"),
-    ("inshop", "inshop/img", "inshop/img/"),
-    ("market1501", "Market-1501-v15.09.15/query", "Market-1501-v15.09.15/query/"),
-])
+@pytest.mark.parametrize(
+    ("family", "removed", "named"),
+    [
+        ("cub200", "CUB_200_2011/image_class_labels.txt", "CUB_200_2011/image_class_labels.txt"),
+        ("cub200", "CUB_200_2011/images", "CUB_200_2011/images/"),
+        ("cars196", "cars196/cars_annos.mat", "cars196/cars_annos.mat"),
+        ("cars196", "cars196/car_ims", "cars196/car_ims/"),
+        ("sop", "Stanford_Online_Products/Ebay_test.txt", "Stanford_Online_Products/Ebay_test.txt"),
+        ("inshop", "inshop/Eval", "inshop/Eval/list_eval_partition.txt"),
+        ("inshop", "inshop/img", "inshop/img/"),
+        ("market1501", "Market-1501-v15.09.15/query", "Market-1501-v15.09.15/query/"),
+    ],
+)
 def test_missing_part_is_named(family: str, removed: str, named: str, tmp_path: Path) -> None:
     FAMILIES[family][0](tmp_path)
     target = tmp_path / removed
@@ -160,25 +180,49 @@ def _edit(file: Path, line: int, text: str) -> None:
     file.write_text("\n".join(lines) + "\n")
 
 
-@pytest.mark.parametrize(("family", "file", "line", "text", "why"), [
-    ("cub200", "CUB_200_2011/images.txt", 4, "4 a b", "expected '<image_id> <image path>', got 3 fields"),
-    ("cub200", "CUB_200_2011/image_class_labels.txt", 2, "2 two", "class id 'two' is not an integer"),
-    ("cub200", "CUB_200_2011/image_class_labels.txt", 3, "3 201", "class id 201 is outside 1..200"),
-    ("cub200", "CUB_200_2011/images.txt", 5, "4 001.Bird_1/x.jpg", "image id 4 repeats line 4"),
-    ("sop", "Stanford_Online_Products/Ebay_train.txt", 1, "image_id class_id path super_class_id",
-     "expected the header 'image_id class_id super_class_id path'"),
-    ("sop", "Stanford_Online_Products/Ebay_train.txt", 3, "2 1 1", "expected 4 fields"),
-    ("inshop", "inshop/Eval/list_eval_partition.txt", 1, "many", "the first line must be the number of images"),
-    ("inshop", "inshop/Eval/list_eval_partition.txt", 1, "17", "says 17 images but lists 18"),
-    ("inshop", "inshop/Eval/list_eval_partition.txt", 2, "image_name evaluation_status item_id",
-     "expected the header 'image_name item_id evaluation_status'"),
-    ("inshop", "inshop/Eval/list_eval_partition.txt", 5, "img/MEN/x.jpg id_00000002 val",
-     "evaluation_status 'val' is not one of train, query, gallery"),
-    ("inshop", "inshop/Eval/list_eval_partition.txt", 6, "img/MEN/x.jpg item_2 query",
-     "item id 'item_2' is not of the form id_<number>"),
-])
-def test_malformed_line_names_file_and_line(family: str, file: str, line: int, text: str, why: str,
-                                            tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("family", "file", "line", "text", "why"),
+    [
+        ("cub200", "CUB_200_2011/images.txt", 4, "4 a b", "expected '<image_id> <image path>', got 3 fields"),
+        ("cub200", "CUB_200_2011/image_class_labels.txt", 2, "2 two", "class id 'two' is not an integer"),
+        ("cub200", "CUB_200_2011/image_class_labels.txt", 3, "3 201", "class id 201 is outside 1..200"),
+        ("cub200", "CUB_200_2011/images.txt", 5, "4 001.Bird_1/x.jpg", "image id 4 repeats line 4"),
+        (
+            "sop",
+            "Stanford_Online_Products/Ebay_train.txt",
+            1,
+            "image_id class_id path super_class_id",
+            "expected the header 'image_id class_id super_class_id path'",
+        ),
+        ("sop", "Stanford_Online_Products/Ebay_train.txt", 3, "2 1 1", "expected 4 fields"),
+        ("inshop", "inshop/Eval/list_eval_partition.txt", 1, "many", "the first line must be the number of images"),
+        ("inshop", "inshop/Eval/list_eval_partition.txt", 1, "17", "says 17 images but lists 18"),
+        (
+            "inshop",
+            "inshop/Eval/list_eval_partition.txt",
+            2,
+            "image_name evaluation_status item_id",
+            "expected the header 'image_name item_id evaluation_status'",
+        ),
+        (
+            "inshop",
+            "inshop/Eval/list_eval_partition.txt",
+            5,
+            "img/MEN/x.jpg id_00000002 val",
+            "evaluation_status 'val' is not one of train, query, gallery",
+        ),
+        (
+            "inshop",
+            "inshop/Eval/list_eval_partition.txt",
+            6,
+            "img/MEN/x.jpg item_2 query",
+            "item id 'item_2' is not of the form id_<number>",
+        ),
+    ],
+)
+def test_malformed_line_names_file_and_line(
+    family: str, file: str, line: int, text: str, why: str, tmp_path: Path
+) -> None:
     FAMILIES[family][0](tmp_path)
     _edit(tmp_path / file, line, text)
     with pytest.raises(BenchError) as err:
@@ -205,10 +249,13 @@ def _rewrite_mat(file: Path, drop: str | None = None, first_class: int | None = 
     scipy.io.savemat(file, {"annotations": annotations, "class_names": mat["class_names"]})
 
 
-@pytest.mark.parametrize(("drop", "first_class", "why"), [
-    ("class", None, "'annotations' lacks field(s) class"),
-    (None, 197, "annotation 1: class 197 is outside 1..196"),
-])
+@pytest.mark.parametrize(
+    ("drop", "first_class", "why"),
+    [
+        ("class", None, "'annotations' lacks field(s) class"),
+        (None, 197, "annotation 1: class 197 is outside 1..196"),
+    ],
+)
 def test_cars_bad_mat_is_one_line(drop: str | None, first_class: int | None, why: str, tmp_path: Path) -> None:
     write_cars(tmp_path)
     file = tmp_path / "cars196" / "cars_annos.mat"
@@ -248,14 +295,16 @@ def test_spec_loads_from_an_explicit_root(spec: str, root: tuple[Path, dict[str,
     assert float(pixels.min()) >= 0.0 and float(pixels.max()) <= 1.0 and float(pixels.std()) > 0.01
 
 
-def test_specs_load_through_dmlbench_data(root: tuple[Path, dict[str, Written]], tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_specs_load_through_dmlbench_data(
+    root: tuple[Path, dict[str, Written]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("DMLBENCH_DATA", str(root[0]))
     gallery = load("market1501:gallery", size=8, channels=1)
     assert gallery.x.shape == (13, 1, 8, 8)
-    assert torch.equal(gallery.per_sample["camera"],
-                       torch.tensor(read_market1501(root[0], "gallery").per_sample["camera"]))
+    assert torch.equal(
+        gallery.per_sample["camera"], torch.tensor(read_market1501(root[0], "gallery").per_sample["camera"])
+    )
     assert load("cub200:test", size=8).y.unique().tolist() == [100, 101, 102]
 
 
@@ -266,16 +315,22 @@ def test_missing_under_dmlbench_data_lists_every_place(tmp_path: Path, monkeypat
         load("sop:train")
     message = str(err.value)
     assert "\n" not in message
-    assert message.startswith(f"sop: Stanford_Online_Products/Ebay_train.txt not found under {tmp_path / 'env'}: "
-                              f"unzip Stanford_Online_Products.zip into {tmp_path / 'env'} (looked in: ")
+    assert message.startswith(
+        f"sop: Stanford_Online_Products/Ebay_train.txt not found under {tmp_path / 'env'}: "
+        f"unzip Stanford_Online_Products.zip into {tmp_path / 'env'} (looked in: "
+    )
     assert str(tmp_path / "data") in message
 
 
-def test_explicit_root_is_not_second_guessed(root: tuple[Path, dict[str, Written]], tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_explicit_root_is_not_second_guessed(
+    root: tuple[Path, dict[str, Written]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("DMLBENCH_DATA", str(root[0]))
-    with pytest.raises(BenchError, match=f"^cars196: cars196/cars_annos.mat not found under {re.escape(str(tmp_path))}: "
-                                         "unpack car_ims.tgz into .* and put cars_annos.mat beside car_ims/$"):
+    with pytest.raises(
+        BenchError,
+        match=f"^cars196: cars196/cars_annos.mat not found under {re.escape(str(tmp_path))}: "
+        "unpack car_ims.tgz into .* and put cars_annos.mat beside car_ims/$",
+    ):
         load("cars196:train", root=tmp_path)
 
 
@@ -316,9 +371,22 @@ def test_train_test_family_runs_to_a_leaderboard(family: str, tmp_path: Path) ->
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DMLBENCH_DATA", str(tmp_path / "data"))
         patch.chdir(tmp_path)
-        assert main(["run", str(protocol), "--results-dir", str(tmp_path / "results"),
-                     "--storage", f"sqlite:///{runs / 'optuna.db'}", "--tracking-uri", str(runs / "mlflow.db"),
-                     "--quiet"]) == 0
+        assert (
+            main(
+                [
+                    "run",
+                    str(protocol),
+                    "--results-dir",
+                    str(tmp_path / "results"),
+                    "--storage",
+                    f"sqlite:///{runs / 'optuna.db'}",
+                    "--tracking-uri",
+                    str(runs / "mlflow.db"),
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
     assert main(["leaderboard", str(tmp_path / "results" / f"{family}-tiny"), "--quiet"]) == 0
     board = (tmp_path / "results" / f"{family}-tiny" / "leaderboard.md").read_text()
     assert re.search(r"^\| 1 \| `contrastive\+none` \| 1 \| \d\.\d{3} ", board, re.MULTILINE)

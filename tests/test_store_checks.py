@@ -15,9 +15,11 @@ def _killed_mid_write(db: Path) -> None:
     with sqlite3.connect(db) as c:
         c.execute("CREATE TABLE studies (study_id INTEGER, study_name TEXT, pad TEXT)")
         c.executemany("INSERT INTO studies VALUES (?, ?, ?)", [(i, f"s{i}", "x" * 500) for i in range(200)])
-    code = (f"import os, sqlite3\nc = sqlite3.connect({str(db)!r}, isolation_level=None)\n"
-            "c.execute('PRAGMA cache_size=1'); c.execute('BEGIN')\n"
-            "c.execute(\"UPDATE studies SET pad = 'y'\")\nos._exit(0)\n")
+    code = (
+        f"import os, sqlite3\nc = sqlite3.connect({str(db)!r}, isolation_level=None)\n"
+        "c.execute('PRAGMA cache_size=1'); c.execute('BEGIN')\n"
+        "c.execute(\"UPDATE studies SET pad = 'y'\")\nos._exit(0)\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

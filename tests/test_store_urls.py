@@ -70,37 +70,50 @@ def test_default_url_is_under_runs_and_created(tmp_path: Path, monkeypatch: pyte
     assert default_url("mlflow.db", tmp_path / "elsewhere") == f"sqlite:///{tmp_path.resolve()}/elsewhere/mlflow.db"
 
 
-@pytest.mark.parametrize(("url", "shown"), [
-    ("postgresql://alice:s3cret@db.example:5432/optuna", "postgresql://alice:***@db.example:5432/optuna"),
-    ("postgresql+psycopg2://alice:s3cret@db/optuna?sslmode=require",
-     "postgresql+psycopg2://alice:***@db/optuna?sslmode=require"),
-    ("mysql://alice:s3cret@db/optuna", "mysql://alice:***@db/optuna"),
-    ("https://alice:s3cret@mlflow.example", "https://alice:***@mlflow.example"),
-    ("http://alice:s3cret@mlflow.example:5000/", "http://alice:***@mlflow.example:5000/"),
-    ("postgresql://alice:s3@cret@db/optuna", "postgresql://alice:***@db/optuna"),  # an '@' in the password
-])
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://alice:s3cret@db.example:5432/optuna", "postgresql://alice:***@db.example:5432/optuna"),
+        (
+            "postgresql+psycopg2://alice:s3cret@db/optuna?sslmode=require",
+            "postgresql+psycopg2://alice:***@db/optuna?sslmode=require",
+        ),
+        ("mysql://alice:s3cret@db/optuna", "mysql://alice:***@db/optuna"),
+        ("https://alice:s3cret@mlflow.example", "https://alice:***@mlflow.example"),
+        ("http://alice:s3cret@mlflow.example:5000/", "http://alice:***@mlflow.example:5000/"),
+        ("postgresql://alice:s3@cret@db/optuna", "postgresql://alice:***@db/optuna"),  # an '@' in the password
+    ],
+)
 def test_redact_hides_passwords(url: str, shown: str) -> None:
     assert redact(url) == shown and "s3" not in redact(url) and "cret" not in redact(url)
 
 
-@pytest.mark.parametrize("url", ["postgresql://alice@db/optuna", "https://mlflow.example", "sqlite:///runs/o.db",
-                                 "runs/o.db", "sqlite://"])
+@pytest.mark.parametrize(
+    "url", ["postgresql://alice@db/optuna", "https://mlflow.example", "sqlite:///runs/o.db", "runs/o.db", "sqlite://"]
+)
 def test_redact_leaves_a_url_without_password_alone(url: str) -> None:
     assert redact(url) == url
 
 
 def test_with_connect_timeout_bounds_database_servers_only() -> None:
     assert with_connect_timeout("postgresql://u@h/db") == f"postgresql://u@h/db?connect_timeout={CONNECT_TIMEOUT_S}"
-    assert with_connect_timeout("postgresql+psycopg2://u@h/db?sslmode=require") == \
-        f"postgresql+psycopg2://u@h/db?sslmode=require&connect_timeout={CONNECT_TIMEOUT_S}"
+    assert (
+        with_connect_timeout("postgresql+psycopg2://u@h/db?sslmode=require")
+        == f"postgresql+psycopg2://u@h/db?sslmode=require&connect_timeout={CONNECT_TIMEOUT_S}"
+    )
     assert with_connect_timeout("mysql://u@h/db").endswith(f"?connect_timeout={CONNECT_TIMEOUT_S}")
     for url in ("sqlite:///runs/o.db", "https://mlflow.example", "runs/o.db"):
         assert with_connect_timeout(url) == url
 
 
-@pytest.mark.parametrize("url", ["postgresql://u@h/db?connect_timeout=30",
-                                 "postgresql://u@h/db?sslmode=require&connect_timeout=30",
-                                 "postgres://u@h/db?CONNECT_TIMEOUT=30"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u@h/db?connect_timeout=30",
+        "postgresql://u@h/db?sslmode=require&connect_timeout=30",
+        "postgres://u@h/db?CONNECT_TIMEOUT=30",
+    ],
+)
 def test_with_connect_timeout_keeps_the_users_own(url: str) -> None:
     assert with_connect_timeout(url) == url
 

@@ -18,19 +18,23 @@ import torch
 from PIL import Image
 
 from bench import data as datasets
-
 from bench.cli import main
 from bench.data.files import FileIndex, labeled_from_index
 from bench.data.images import ImageFiles
 from bench.data.loading import ImageDataset
 from bench.errors import BenchError
-from bench.protocol import parse_protocol
 from bench.evaluation import embed
+from bench.protocol import parse_protocol
 from bench.training import TrainConfig, _batches, train
 
-AUGMENT = {"train": [{"RandomResizedCrop": {"size": 12, "scale": [0.3, 1.0]}}, "RandomHorizontalFlip",
-                     {"ColorJitter": {"brightness": 0.3}}],
-           "eval": [{"Resize": {"size": 14}}, {"CenterCrop": {"size": 12}}]}
+AUGMENT = {
+    "train": [
+        {"RandomResizedCrop": {"size": 12, "scale": [0.3, 1.0]}},
+        "RandomHorizontalFlip",
+        {"ColorJitter": {"brightness": 0.3}},
+    ],
+    "eval": [{"Resize": {"size": 14}}, {"CenterCrop": {"size": 12}}],
+}
 
 PROTOCOL = """
 name: jpegs
@@ -54,8 +58,9 @@ grid:
 """
 
 
-def jpeg_folder(root: Path, classes: int = 6, per_class: int = 5, size: tuple[int, int] = (16, 20),
-                seed: int = 0) -> Path:
+def jpeg_folder(
+    root: Path, classes: int = 6, per_class: int = 5, size: tuple[int, int] = (16, 20), seed: int = 0
+) -> Path:
     """Class sub-folders of small colour JPEGs, each class its own hue (so there is something to learn)."""
     rng = np.random.default_rng(seed)
     for c in range(classes):
@@ -71,7 +76,9 @@ def protocol_with_augment(tmp_path: Path, pool: Path, augment: dict) -> Path:
     """PROTOCOL on ``pool`` with ``augment`` for its pipelines, written to tmp_path/p.yaml."""
     text = PROTOCOL.format(pool=pool, workers=0).replace(
         "  augment:\n    train: [{RandomResizedCrop: {size: 12, scale: [0.5, 1.0]}}, RandomHorizontalFlip]\n"
-        "    eval: [{Resize: {size: [12, 12]}}]\n", f"  augment: {json.dumps(augment)}\n")
+        "    eval: [{Resize: {size: [12, 12]}}]\n",
+        f"  augment: {json.dumps(augment)}\n",
+    )
     assert "augment: {" in text
     path = tmp_path / "p.yaml"
     path.write_text(text)
@@ -135,8 +142,17 @@ def test_a_dataset_level_miner_embeds_and_decodes_the_files_it_picks(tmp_path: P
     """The offline miner picks its own samples (no PK batch sampler): it embeds the files through the loader
     and its batches are decoded with the training pipeline, seeded as PK batches are."""
     root = jpeg_folder(tmp_path / "f")
-    config = dict(trunk="mlp", trunk_params={"hidden": [16]}, embedding_dim=8, P=3, K=2, iterations=3, seed=4,
-                  miner="offline", miner_params={"refresh_every": 2, "triplets_per_batch": 4})
+    config = dict(
+        trunk="mlp",
+        trunk_params={"hidden": [16]},
+        embedding_dim=8,
+        P=3,
+        K=2,
+        iterations=3,
+        seed=4,
+        miner="offline",
+        miner_params={"refresh_every": 2, "triplets_per_batch": 4},
+    )
     losses = [train(TrainConfig(**config), folder_data(root, w)).final_loss for w in (0, 2)]
     assert losses[0] == losses[1] and np.isfinite(losses[0])
 
@@ -150,15 +166,21 @@ def test_the_dataset_holds_paths_not_decoded_images(tmp_path: Path) -> None:
     held = pickle.dumps(dataset)  # what a worker process receives, after every image was decoded once
     assert len(held) < 100 * len(data)  # ~ the paths; one decoded 12x12 RGB image alone is 1,728 bytes
     assert data.x.paths.dtype.kind == "U"
-    assert not any(isinstance(v, (torch.Tensor, np.ndarray)) and v.dtype != data.x.paths.dtype
-                   for v in vars(data.x).values())
+    assert not any(
+        isinstance(v, (torch.Tensor, np.ndarray)) and v.dtype != data.x.paths.dtype for v in vars(data.x).values()
+    )
 
 
 def test_an_index_gives_lazy_labeled_data_with_per_sample_facts(tmp_path: Path) -> None:
     root = jpeg_folder(tmp_path / "f", classes=3, per_class=2)
-    index = FileIndex(root, ("c0/0.jpg", "c0/1.jpg", "c1/0.jpg", "c1/1.jpg", "c2/0.jpg", "c2/1.jpg"),
-                      (7, 7, 9, 9, 11, 11), "fixture", per_sample={"camera": (1, 2, 1, 3, 2, 2)},
-                      class_names={7: "a", 9: "b", 11: "c"})
+    index = FileIndex(
+        root,
+        ("c0/0.jpg", "c0/1.jpg", "c1/0.jpg", "c1/1.jpg", "c2/0.jpg", "c2/1.jpg"),
+        (7, 7, 9, 9, 11, 11),
+        "fixture",
+        per_sample={"camera": (1, 2, 1, 3, 2, 2)},
+        class_names={7: "a", 9: "b", 11: "c"},
+    )
     data = labeled_from_index(index, size=8)
     assert data.x.shape == (6, 3, 8, 8) and data.classes == (7, 9, 11)
     sub = data.subset([9, 11])
@@ -192,27 +214,48 @@ def test_a_pipeline_that_ends_at_another_size_is_named(tmp_path: Path) -> None:
         data.x[0]
 
 
-@pytest.mark.parametrize(("augment", "message"), [
-    ({"eval": [{"Normalize": {"mean": [0.5], "std": [0.2, 0.2]}}]}, r"data.augment.eval failed on .*\.jpg: "),
-    ({"eval": [{"Resize": {"size": [10, 10]}}]}, r"data.augment.eval gives 3x10x10"),
-    ({"train": [{"RandomCrop": {"size": 40}}]}, r"data.augment.train failed on .*\.jpg: ValueError: "),
-    ({"eval": [{"Resize": {"size": [12, 12]}}, "Grayscale"]}, r"data.augment.eval gives 1x12x12 .* wants 3x12x12"),
-])
+@pytest.mark.parametrize(
+    ("augment", "message"),
+    [
+        ({"eval": [{"Normalize": {"mean": [0.5], "std": [0.2, 0.2]}}]}, r"data.augment.eval failed on .*\.jpg: "),
+        ({"eval": [{"Resize": {"size": [10, 10]}}]}, r"data.augment.eval gives 3x10x10"),
+        ({"train": [{"RandomCrop": {"size": 40}}]}, r"data.augment.train failed on .*\.jpg: ValueError: "),
+        ({"eval": [{"Resize": {"size": [12, 12]}}, "Grayscale"]}, r"data.augment.eval gives 1x12x12 .* wants 3x12x12"),
+    ],
+)
 def test_a_pipeline_refused_on_an_image_is_found_by_validate_before_a_run(
-        tmp_path: Path, augment: dict, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, augment: dict, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Values torchvision accepts when it builds a transform but refuses on an image, and pipelines ending at
     another shape: one line from `validate`, and `run` refuses before recording anything."""
     root = jpeg_folder(tmp_path / "f", classes=6, per_class=3)
     side = next(iter(augment))
-    other = {"train": {"eval": [{"Resize": {"size": [12, 12]}}]}, "eval": {"train": [{"RandomResizedCrop": {"size": 12}}]}}[side]
+    other = {
+        "train": {"eval": [{"Resize": {"size": [12, 12]}}]},
+        "eval": {"train": [{"RandomResizedCrop": {"size": 12}}]},
+    }[side]
     path = protocol_with_augment(tmp_path, root, {**augment, **other})
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert re.search(message, err), err
     store = tmp_path / "store"
-    assert main(["run", str(path), "--storage", f"sqlite:///{store / 'o.db'}", "--tracking-uri",
-                 str(store / "mlflow.db"), "--results-dir", str(store / "r"), "--quiet"]) == 2
+    assert (
+        main(
+            [
+                "run",
+                str(path),
+                "--storage",
+                f"sqlite:///{store / 'o.db'}",
+                "--tracking-uri",
+                str(store / "mlflow.db"),
+                "--results-dir",
+                str(store / "r"),
+                "--quiet",
+            ]
+        )
+        == 2
+    )
     assert not (store / "o.db").exists() and not (store / "mlflow.db").exists()
 
 
@@ -235,16 +278,24 @@ def test_16_bit_and_float_images_are_scaled_not_clipped_by_a_pipeline(tmp_path: 
         assert float((a - b).abs().max()) <= 0.5 / 255 + 1e-6
 
 
-@pytest.mark.parametrize(("augment", "message"), [
-    ({"train": ["RandomFlop"]}, r"data.augment.train\[0\]: unknown transform 'RandomFlop'"),
-    ({"train": [{"RandomResizedCrop": {"sizee": 12}}]},
-     r"data.augment.train\[0\]: RandomResizedCrop has no parameter 'sizee'"),
-    ({"eval": ["Resize", {"CenterCrop": {"size": -3}}]}, r"data.augment.eval\[0\]: Resize\(\) refused"),
-    ({"train": ["RandomHorizontalFlip", {"ColorJitter": {"brightness": -1}}]},
-     r"data.augment.train\[1\]: ColorJitter\(brightness=-1\) refused"),
-])
-def test_a_bad_transform_is_one_line_at_validate_time(tmp_path: Path, augment: dict, message: str,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("augment", "message"),
+    [
+        ({"train": ["RandomFlop"]}, r"data.augment.train\[0\]: unknown transform 'RandomFlop'"),
+        (
+            {"train": [{"RandomResizedCrop": {"sizee": 12}}]},
+            r"data.augment.train\[0\]: RandomResizedCrop has no parameter 'sizee'",
+        ),
+        ({"eval": ["Resize", {"CenterCrop": {"size": -3}}]}, r"data.augment.eval\[0\]: Resize\(\) refused"),
+        (
+            {"train": ["RandomHorizontalFlip", {"ColorJitter": {"brightness": -1}}]},
+            r"data.augment.train\[1\]: ColorJitter\(brightness=-1\) refused",
+        ),
+    ],
+)
+def test_a_bad_transform_is_one_line_at_validate_time(
+    tmp_path: Path, augment: dict, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     from bench.data.augment import check
 
     with pytest.raises(BenchError, match=message) as err:
@@ -282,8 +333,24 @@ def test_a_jpeg_folder_protocol_runs_through_dmlbench_run(tmp_path: Path, capsys
     assert main(["plan", str(path)]) == 0
     assert "train pipeline RandomResizedCrop > RandomHorizontalFlip, eval pipeline Resize" in capsys.readouterr().out
     results = tmp_path / "results"
-    assert main(["run", str(path), "--results-dir", str(results), "--storage", f"sqlite:///{tmp_path}/o.db",
-                 "--tracking-uri", str(tmp_path / "mlflow.db"), "--threads", "1", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(path),
+                "--results-dir",
+                str(results),
+                "--storage",
+                f"sqlite:///{tmp_path}/o.db",
+                "--tracking-uri",
+                str(tmp_path / "mlflow.db"),
+                "--threads",
+                "1",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["leaderboard", str(results / "jpegs")]) == 0
     assert "contrastive+none" in (results / "jpegs" / "leaderboard.md").read_text()
@@ -295,16 +362,63 @@ def test_a_jpeg_folder_protocol_runs_through_dmlbench_run(tmp_path: Path, capsys
 def test_dmlbench_train_records_its_augment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pool = jpeg_folder(tmp_path / "pool", classes=4, per_class=3)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    assert main(["train", "--data", f"folder:{pool}", "--split", "2", "--trunk", "mlp", "--embedding-dim", "4",
-                 "--size", "8", "--P", "2", "--K", "2", "--iterations", "2", "--threads", "1", "--workers", "0",
-                 "--augment", "{train: [RandomHorizontalFlip, {RandomCrop: {size: 8, padding: 1}}]}",
-                 "--tracking-uri", uri, "--format", "json", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--data",
+                f"folder:{pool}",
+                "--split",
+                "2",
+                "--trunk",
+                "mlp",
+                "--embedding-dim",
+                "4",
+                "--size",
+                "8",
+                "--P",
+                "2",
+                "--K",
+                "2",
+                "--iterations",
+                "2",
+                "--threads",
+                "1",
+                "--workers",
+                "0",
+                "--augment",
+                "{train: [RandomHorizontalFlip, {RandomCrop: {size: 8, padding: 1}}]}",
+                "--tracking-uri",
+                uri,
+                "--format",
+                "json",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     run_id = json.loads(capsys.readouterr().out)["run_id"]
     import mlflow
 
     params = mlflow.tracking.MlflowClient(uri).get_run(run_id).data.params
-    assert json.loads(params["augment"]) == {"train": [{"RandomHorizontalFlip": {}},
-                                                       {"RandomCrop": {"size": 8, "padding": 1}}]}
-    assert main(["train", "--data", f"folder:{pool}", "--split", "2", "--augment", "{train: [Blur]}",
-                 "--tracking-uri", uri, "--quiet"]) == 2
+    assert json.loads(params["augment"]) == {
+        "train": [{"RandomHorizontalFlip": {}}, {"RandomCrop": {"size": 8, "padding": 1}}]
+    }
+    assert (
+        main(
+            [
+                "train",
+                "--data",
+                f"folder:{pool}",
+                "--split",
+                "2",
+                "--augment",
+                "{train: [Blur]}",
+                "--tracking-uri",
+                uri,
+                "--quiet",
+            ]
+        )
+        == 2
+    )
     assert "unknown transform 'Blur'" in capsys.readouterr().err

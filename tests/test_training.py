@@ -15,9 +15,8 @@ from bench.cli import main
 from bench.data import LabeledData, load
 from bench.data.splits import ClassSplit, fingerprint
 from bench.errors import BenchError, DivergedError, MethodError
-from bench.registry import build_trunk
-from bench.data.splits import ClassSplit, fingerprint
 from bench.evaluation import embed, evaluate
+from bench.registry import build_trunk
 from bench.stores import provenance, tracking
 from bench.stores.mlflow_runs import MlflowWriter
 from bench.training import SYNC_EVERY, TrainConfig, augment, train
@@ -32,8 +31,17 @@ def omniglot(data_root: Path) -> tuple[LabeledData, LabeledData]:
 
 
 def quick(**changes) -> TrainConfig:
-    base = dict(trunk="mlp", embedding_dim=64, loss="triplet", loss_params={"margin": 0.2}, miner="batch_hard",
-                P=8, K=4, iterations=30, seed=0)
+    base = dict(
+        trunk="mlp",
+        embedding_dim=64,
+        loss="triplet",
+        loss_params={"margin": 0.2},
+        miner="batch_hard",
+        P=8,
+        K=4,
+        iterations=30,
+        seed=0,
+    )
     return TrainConfig(**{**base, **changes})
 
 
@@ -111,13 +119,12 @@ def test_a_loss_or_miner_that_raises_is_a_method_error_at_its_iteration(omniglot
         train(quick(miner=None, iterations=10), train_data)
     assert str(info.value) == "loss triplet raised RuntimeError: boom" and info.value.iteration == 3
     assert isinstance(info.value, BenchError) and info.value.exit_code == 1
-    monkeypatch.setattr(bench.registry, "build_loss", lambda *a, **k: (lambda e, y, t=None: e[:, :2]))
+    monkeypatch.setattr(bench.registry, "build_loss", lambda *a, **k: lambda e, y, t=None: e[:, :2])
     with pytest.raises(MethodError, match=r"loss triplet raised TypeError: returned \(32, 2\)"):
         train(quick(miner=None, iterations=10), train_data)
     monkeypatch.undo()
     real_miner = bench.registry.build_miner
-    monkeypatch.setattr(bench.registry, "build_miner", lambda *a, **k: _Raises(IndexError("index 40 is out of "
-                                                                                          "bounds")))
+    monkeypatch.setattr(bench.registry, "build_miner", lambda *a, **k: _Raises(IndexError("index 40 is out of bounds")))
     with pytest.raises(MethodError, match=r"^miner batch_hard raised IndexError: index 40 is out of bounds$") as info:
         train(quick(iterations=10), train_data)
     assert info.value.iteration == 1
@@ -132,9 +139,17 @@ def test_a_loss_or_miner_that_raises_is_a_method_error_at_its_iteration(omniglot
     monkeypatch.setattr(bench.registry, "build_miner", real_miner)
 
 
-@pytest.mark.parametrize("error", [KeyboardInterrupt(), torch.OutOfMemoryError("CUDA out of memory"),
-                                   MemoryError(), BenchError("a user error"), DivergedError(2, math.nan)],
-                         ids=["interrupt", "oom", "memory", "bench-error", "diverged"])
+@pytest.mark.parametrize(
+    "error",
+    [
+        KeyboardInterrupt(),
+        torch.OutOfMemoryError("CUDA out of memory"),
+        MemoryError(),
+        BenchError("a user error"),
+        DivergedError(2, math.nan),
+    ],
+    ids=["interrupt", "oom", "memory", "bench-error", "diverged"],
+)
 def test_what_is_not_the_methods_failure_passes_unchanged(omniglot, monkeypatch, error) -> None:
     import bench.registry
 
@@ -170,9 +185,13 @@ def test_steps_without_a_valid_tuple_do_not_crash(omniglot) -> None:
 def test_checkpoints_and_progress_are_called_and_may_prune(omniglot) -> None:
     train_data, _ = omniglot
     seen, reports = [], []
-    train(quick(iterations=SYNC_EVERY * 2), train_data, checkpoint_every=10,
-          on_checkpoint=lambda it, model: seen.append((it, model.training)),
-          progress=lambda it, total, loss: reports.append((it, total, loss)))
+    train(
+        quick(iterations=SYNC_EVERY * 2),
+        train_data,
+        checkpoint_every=10,
+        on_checkpoint=lambda it, model: seen.append((it, model.training)),
+        progress=lambda it, total, loss: reports.append((it, total, loss)),
+    )
     assert [it for it, _ in seen] == [10, 20, 30, 40, 50]
     assert [(it, total) for it, total, _ in reports] == [(SYNC_EVERY, 2 * SYNC_EVERY), (2 * SYNC_EVERY, 2 * SYNC_EVERY)]
 
@@ -190,11 +209,19 @@ def test_numpy_integers_from_a_tuner_are_accepted(omniglot) -> None:
     assert result.samples_seen == 3 * 8
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"P": 41}, "has 40 classes"), ({"K": 1}, "K must be at least 2"), ({"lr": -1.0}, "lr must be"),
-    ({"optimizer": "lbfgs"}, "unknown optimizer"), ({"loss": "nope"}, "unknown loss 'nope'"),
-    ({"augmentation": "mixup"}, "unknown augmentation"), ({"device": "gpu0"}, "unknown device"), ({"loss_params": {"margn": 1}}, "no parameter 'margn'"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"P": 41}, "has 40 classes"),
+        ({"K": 1}, "K must be at least 2"),
+        ({"lr": -1.0}, "lr must be"),
+        ({"optimizer": "lbfgs"}, "unknown optimizer"),
+        ({"loss": "nope"}, "unknown loss 'nope'"),
+        ({"augmentation": "mixup"}, "unknown augmentation"),
+        ({"device": "gpu0"}, "unknown device"),
+        ({"loss_params": {"margn": 1}}, "no parameter 'margn'"),
+    ],
+)
 def test_bad_configs_are_bench_errors(omniglot, changes: dict, message: str) -> None:
     with pytest.raises(BenchError, match=message):
         train(quick(**changes), omniglot[0])
@@ -234,8 +261,11 @@ def test_mlflow_store_receives_params_metrics_and_tags(store: str) -> None:
     tags = provenance.standard_tags(split_fingerprint="abc123", cell="triplet+batch_hard")
     writer = MlflowWriter(uri, "unit", tags)
     with writer.recording("parent") as run_id:
-        writer.log(run_id, params={**quick().to_dict(), "long": "x" * 10_000},
-                   metrics={"map_at_r": 0.25, "iterations": 30, "note": "skipped", "inf": float("inf")})
+        writer.log(
+            run_id,
+            params={**quick().to_dict(), "long": "x" * 10_000},
+            metrics={"map_at_r": 0.25, "iterations": 30, "note": "skipped", "inf": float("inf")},
+        )
         with writer.recording("child", parent=run_id) as child_id:
             writer.log(child_id, metrics={"value": 1.5}, step=3)
     client = MlflowClient(tracking_uri=uri)
@@ -277,10 +307,34 @@ def test_default_store_is_sqlite_under_runs(tmp_path: Path, monkeypatch: pytest.
 
 def test_train_command_end_to_end(tmp_path: Path, data_root: Path, capsys: pytest.CaptureFixture) -> None:
     uri = f"sqlite:///{tmp_path}/cli.db"
-    code = main(["train", "--data-root", str(data_root), "--trunk", "mlp", "--embedding-dim", "32",
-                 "--loss", "contrastive", "--loss-param", "neg_margin=0.8", "--miner", "batch_all",
-                 "--P", "8", "--K", "2", "--iterations", "5", "--tracking-uri", uri, "--experiment", "cli",
-                 "--quiet"])
+    code = main(
+        [
+            "train",
+            "--data-root",
+            str(data_root),
+            "--trunk",
+            "mlp",
+            "--embedding-dim",
+            "32",
+            "--loss",
+            "contrastive",
+            "--loss-param",
+            "neg_margin=0.8",
+            "--miner",
+            "batch_all",
+            "--P",
+            "8",
+            "--K",
+            "2",
+            "--iterations",
+            "5",
+            "--tracking-uri",
+            uri,
+            "--experiment",
+            "cli",
+            "--quiet",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "map_at_r" in out and "lake_accuracy" in out and err == ""
@@ -295,12 +349,34 @@ def test_train_command_end_to_end(tmp_path: Path, data_root: Path, capsys: pytes
     assert run.data.tags["dmlbench.train_data"] == "omniglot:background"
 
 
-def test_train_command_diverged_run_exits_1_and_is_recorded_failed(tmp_path: Path, data_root: Path,
-                                                                    capsys: pytest.CaptureFixture) -> None:
+def test_train_command_diverged_run_exits_1_and_is_recorded_failed(
+    tmp_path: Path, data_root: Path, capsys: pytest.CaptureFixture
+) -> None:
     uri = f"sqlite:///{tmp_path}/div.db"
-    code = main(["train", "--data-root", str(data_root), "--trunk", "mlp", "--loss-param", "normalize=false",
-                 "--optimizer", "sgd", "--lr", "1e30", "--P", "8", "--iterations", "30", "--tracking-uri", uri,
-                 "--experiment", "div", "--quiet"])
+    code = main(
+        [
+            "train",
+            "--data-root",
+            str(data_root),
+            "--trunk",
+            "mlp",
+            "--loss-param",
+            "normalize=false",
+            "--optimizer",
+            "sgd",
+            "--lr",
+            "1e30",
+            "--P",
+            "8",
+            "--iterations",
+            "30",
+            "--tracking-uri",
+            uri,
+            "--experiment",
+            "div",
+            "--quiet",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 1 and "diverged at iteration" in err and err.count("\n") == 1
     client = MlflowClient(tracking_uri=uri)
@@ -308,13 +384,40 @@ def test_train_command_diverged_run_exits_1_and_is_recorded_failed(tmp_path: Pat
     assert run.info.status == "FAILED"
 
 
-def test_train_command_precision_schedule_and_geometry_reach_the_run(tmp_path: Path, data_root: Path,
-                                                                      capsys: pytest.CaptureFixture) -> None:
+def test_train_command_precision_schedule_and_geometry_reach_the_run(
+    tmp_path: Path, data_root: Path, capsys: pytest.CaptureFixture
+) -> None:
     uri = f"sqlite:///{tmp_path}/opts.db"
-    code = main(["train", "--data-root", str(data_root), "--trunk", "mlp", "--embedding-dim", "16",
-                 "--loss-param", "normalize=false", "--precision", "bf16", "--schedule", "cosine", "--warmup", "2",
-                 "--P", "8", "--K", "2", "--iterations", "5", "--tracking-uri", uri, "--experiment", "opts",
-                 "--quiet"])
+    code = main(
+        [
+            "train",
+            "--data-root",
+            str(data_root),
+            "--trunk",
+            "mlp",
+            "--embedding-dim",
+            "16",
+            "--loss-param",
+            "normalize=false",
+            "--precision",
+            "bf16",
+            "--schedule",
+            "cosine",
+            "--warmup",
+            "2",
+            "--P",
+            "8",
+            "--K",
+            "2",
+            "--iterations",
+            "5",
+            "--tracking-uri",
+            uri,
+            "--experiment",
+            "opts",
+            "--quiet",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     client = MlflowClient(tracking_uri=uri)
     (run,) = client.search_runs([client.get_experiment_by_name("opts").experiment_id])
@@ -331,13 +434,16 @@ def test_a_single_run_is_evaluated_in_the_geometry_its_loss_trained_in() -> None
     assert trained_normalized(TrainConfig(loss="pml:arcface")) is True  # no such parameter: PML normalises
 
 
-@pytest.mark.parametrize("argv", [
-    ["train", "--loss", "no_such_loss"],
-    ["train", "--loss-param", "margin"],
-    ["train", "--miner-param", "margin=0.1"],
-    ["train", "--precision", "fp16"],  # on the CPU
-    ["train", "--schedule", "cosine", "--warmup", "10", "--iterations", "10"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--loss", "no_such_loss"],
+        ["train", "--loss-param", "margin"],
+        ["train", "--miner-param", "margin=0.1"],
+        ["train", "--precision", "fp16"],  # on the CPU
+        ["train", "--schedule", "cosine", "--warmup", "10", "--iterations", "10"],
+    ],
+)
 def test_train_command_rejects_bad_input_in_one_line(argv: list[str], capsys: pytest.CaptureFixture) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -373,20 +479,26 @@ def test_evaluate_in_the_normalised_geometry_when_the_protocol_normalises(omnigl
     assert norms.max() / norms.min() > 10  # the raw geometry is far from the sphere
     unit = embed(model, test_data.x, normalize=True)
     assert torch.allclose(unit, torch.nn.functional.normalize(raw_emb, dim=1)) and torch.allclose(
-        unit.norm(dim=1), torch.ones(len(unit)))
+        unit.norm(dim=1), torch.ones(len(unit))
+    )
 
     raw = evaluate(model, test_data, lake_runs=runs, clustering=False)
     normalised = evaluate(model, test_data, lake_runs=runs, clustering=False, normalize=True)
     assert abs(raw["map_at_r"] - normalised["map_at_r"]) > 1e-3  # the two geometries rank differently
     assert raw == {k: v for k, v in retrieval_metrics(raw_emb, test_data.y).items() if k != "num_queries"} | {
-        "lake_accuracy": pytest.approx(lake_runs_accuracy(lambda x: embed(model, x), runs)["accuracy"])}
+        "lake_accuracy": pytest.approx(lake_runs_accuracy(lambda x: embed(model, x), runs)["accuracy"])
+    }
     expected = retrieval_metrics(unit, test_data.y)  # every metric, Lake's runs included, on unit rows
     assert all(normalised[k] == expected[k] for k in expected if k != "num_queries")
     lake = lake_runs_accuracy(lambda x: torch.nn.functional.normalize(embed(model, x), dim=1), runs)["accuracy"]
     assert normalised["lake_accuracy"] == pytest.approx(lake)
 
-    calc = AccuracyCalculator(include=("mean_average_precision_at_r", "precision_at_1"), k="max_bin_count",
-                              knn_func=CustomKNN(LpDistance(normalize_embeddings=False)), device=torch.device("cpu"))
+    calc = AccuracyCalculator(
+        include=("mean_average_precision_at_r", "precision_at_1"),
+        k="max_bin_count",
+        knn_func=CustomKNN(LpDistance(normalize_embeddings=False)),
+        device=torch.device("cpu"),
+    )
     theirs = calc.get_accuracy(unit, test_data.y)
     assert normalised["map_at_r"] == pytest.approx(theirs["mean_average_precision_at_r"], abs=1e-6)
     assert normalised["precision_at_1"] == pytest.approx(theirs["precision_at_1"], abs=1e-6)
@@ -427,8 +539,10 @@ def test_bf16_run_trains_in_bf16_with_channels_last(omniglot) -> None:
     result = train(config, train_data, checkpoint_every=10, on_checkpoint=watch)
     assert seen["dtype"] == torch.bfloat16 and seen["channels_last"] is True
     _, labels = torch.unique(train_data.y, return_inverse=True)
-    before, after = _batch_hard_loss(untrained, train_data.x, labels), _batch_hard_loss(result.model, train_data.x,
-                                                                                         labels)
+    before, after = (
+        _batch_hard_loss(untrained, train_data.x, labels),
+        _batch_hard_loss(result.model, train_data.x, labels),
+    )
     assert math.isfinite(result.final_loss) and after < before - 0.01  # fp32 at this budget: 0.218 -> 0.196
 
 
@@ -447,8 +561,9 @@ def test_losses_on_bf16_embeddings_cast_to_fp32_equal_pml(omniglot) -> None:
     torch.manual_seed(0)
     trunk = build_trunk("conv4", in_shape=(1, 28, 28), embedding_dim=64).to(memory_format=torch.channels_last)
     own_loss, own_miner = build_loss("triplet", margin=0.2), build_miner("batch_hard")
-    pml_loss = TripletMarginLoss(margin=0.2, distance=LpDistance(normalize_embeddings=True, p=2, power=1),
-                                 reducer=AvgNonZeroReducer())
+    pml_loss = TripletMarginLoss(
+        margin=0.2, distance=LpDistance(normalize_embeddings=True, p=2, power=1), reducer=AvgNonZeroReducer()
+    )
     for step in range(3):
         idx = PKSampler(labels, 16, 4, seed=1).batch(step)
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
@@ -465,22 +580,32 @@ def test_fp32_defaults_written_out_are_the_same_run(omniglot) -> None:
     """precision fp32, a constant schedule and channels_last false are today's loop, bit for bit."""
     train_data, _ = omniglot
     plain = train(quick(trunk="conv4", iterations=8), train_data)
-    explicit = train(quick(trunk="conv4", iterations=8, precision="fp32", channels_last=False,
-                           schedule={"type": "constant"}), train_data)
+    explicit = train(
+        quick(trunk="conv4", iterations=8, precision="fp32", channels_last=False, schedule={"type": "constant"}),
+        train_data,
+    )
     assert plain.final_loss == explicit.final_loss
     assert all(torch.equal(p, q) for p, q in zip(plain.model.parameters(), explicit.model.parameters()))
 
 
-@pytest.mark.parametrize("schedule, checks", [
-    ({"type": "constant", "warmup": 4}, {1: 0.25, 3: 0.75, 4: 1.0, 5: 1.0, 100: 1.0}),
-    ({"type": "cosine", "warmup": 0}, {1: 1.0, 51: 0.5, 100: 0.5 * (1 + math.cos(math.pi * 99 / 100))}),
-    ({"type": "cosine", "warmup": 10}, {5: 0.5, 10: 1.0, 11: 1.0, 56: 0.5, 100: 0.5 * (1 + math.cos(math.pi * 89 / 90))}),
-    ({"type": "step", "warmup": 0, "gamma": 0.1, "milestones": [0.5, 0.75]}, {50: 1.0, 51: 0.1, 75: 0.1, 76: 0.01}),
-    ({"type": "step", "warmup": 2, "gamma": 0.5, "milestones": [0.01]}, {1: 0.5, 2: 0.5, 3: 0.5, 100: 0.5}),
-    # Hermans et al.: constant to t0 = 60, then down to gamma at the end: 0.001 ** ((t - 60) / 40)
-    ({"type": "exponential", "start": 0.6, "gamma": 0.001}, {1: 1.0, 60: 1.0, 61: 0.001 ** (1 / 40),
-                                                             80: 0.001 ** 0.5, 100: 0.001}),
-])
+@pytest.mark.parametrize(
+    "schedule, checks",
+    [
+        ({"type": "constant", "warmup": 4}, {1: 0.25, 3: 0.75, 4: 1.0, 5: 1.0, 100: 1.0}),
+        ({"type": "cosine", "warmup": 0}, {1: 1.0, 51: 0.5, 100: 0.5 * (1 + math.cos(math.pi * 99 / 100))}),
+        (
+            {"type": "cosine", "warmup": 10},
+            {5: 0.5, 10: 1.0, 11: 1.0, 56: 0.5, 100: 0.5 * (1 + math.cos(math.pi * 89 / 90))},
+        ),
+        ({"type": "step", "warmup": 0, "gamma": 0.1, "milestones": [0.5, 0.75]}, {50: 1.0, 51: 0.1, 75: 0.1, 76: 0.01}),
+        ({"type": "step", "warmup": 2, "gamma": 0.5, "milestones": [0.01]}, {1: 0.5, 2: 0.5, 3: 0.5, 100: 0.5}),
+        # Hermans et al.: constant to t0 = 60, then down to gamma at the end: 0.001 ** ((t - 60) / 40)
+        (
+            {"type": "exponential", "start": 0.6, "gamma": 0.001},
+            {1: 1.0, 60: 1.0, 61: 0.001 ** (1 / 40), 80: 0.001**0.5, 100: 0.001},
+        ),
+    ],
+)
 def test_lr_factor_follows_the_formula(schedule: dict, checks: dict) -> None:
     from bench.training import lr_factor, schedule_problem
 
@@ -500,33 +625,46 @@ def test_train_applies_the_schedule(omniglot) -> None:
     def first_step(lr: float, iterations: int, schedule: dict | None = None) -> list[torch.Tensor]:
         snapshots.clear()
         changes = {"schedule": schedule} if schedule else {}
-        train(quick(iterations=iterations, lr=lr, optimizer="sgd", **changes), train_data, checkpoint_every=1,
-              on_checkpoint=keep)
+        train(
+            quick(iterations=iterations, lr=lr, optimizer="sgd", **changes),
+            train_data,
+            checkpoint_every=1,
+            on_checkpoint=keep,
+        )
         return snapshots[1]
 
     warm = first_step(1e-3, 11, {"type": "constant", "warmup": 10})
     assert all(torch.allclose(p, q, rtol=0, atol=1e-7) for p, q in zip(warm, first_step(1e-4, 2)))
     assert not all(torch.allclose(p, q, rtol=0, atol=1e-7) for p, q in zip(warm, first_step(1e-3, 2)))
     snapshots.clear()
-    frozen = train(quick(iterations=20, schedule={"type": "step", "gamma": 1e-30, "milestones": [0.5]}), train_data,
-                   checkpoint_every=5, on_checkpoint=keep)
+    frozen = train(
+        quick(iterations=20, schedule={"type": "step", "gamma": 1e-30, "milestones": [0.5]}),
+        train_data,
+        checkpoint_every=5,
+        on_checkpoint=keep,
+    )
     assert not all(torch.equal(p, q) for p, q in zip(snapshots[5], snapshots[10]))  # full LR up to iteration 10
     assert all(torch.equal(p, q) for p, q in zip(snapshots[10], frozen.model.parameters()))  # then 1e-30 of it
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"precision": "fp8"}, "unknown precision 'fp8'"),
-    ({"precision": "fp16"}, "precision fp16 needs a CUDA device"),
-    ({"channels_last": "yes"}, "channels_last must be true, false or null"),
-    ({"schedule": {"type": "linear"}}, "schedule: unknown type 'linear'"),
-    ({"schedule": {"type": "cosine", "warmup": 30}}, r"warmup must be a whole number of iterations in \[0, 30\)"),
-    ({"schedule": {"type": "cosine", "gamma": 0.1}}, "a cosine schedule has no 'gamma'"),
-    ({"schedule": {"type": "step", "gamma": 0.1, "milestones": [0.8, 0.4]}}, "increasing fractions"),
-    ({"schedule": {"type": "step", "milestones": [0.5]}}, "needs gamma in"),
-    ({"schedule": {"type": "exponential", "gamma": 0.5}}, "an exponential schedule needs start"),
-    ({"schedule": {"type": "exponential", "start": 0.5, "gamma": 0.5, "milestones": [0.5]}},
-     "an exponential schedule has no 'milestones'"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"precision": "fp8"}, "unknown precision 'fp8'"),
+        ({"precision": "fp16"}, "precision fp16 needs a CUDA device"),
+        ({"channels_last": "yes"}, "channels_last must be true, false or null"),
+        ({"schedule": {"type": "linear"}}, "schedule: unknown type 'linear'"),
+        ({"schedule": {"type": "cosine", "warmup": 30}}, r"warmup must be a whole number of iterations in \[0, 30\)"),
+        ({"schedule": {"type": "cosine", "gamma": 0.1}}, "a cosine schedule has no 'gamma'"),
+        ({"schedule": {"type": "step", "gamma": 0.1, "milestones": [0.8, 0.4]}}, "increasing fractions"),
+        ({"schedule": {"type": "step", "milestones": [0.5]}}, "needs gamma in"),
+        ({"schedule": {"type": "exponential", "gamma": 0.5}}, "an exponential schedule needs start"),
+        (
+            {"schedule": {"type": "exponential", "start": 0.5, "gamma": 0.5, "milestones": [0.5]}},
+            "an exponential schedule has no 'milestones'",
+        ),
+    ],
+)
 def test_bad_precision_and_schedule_are_bench_errors(omniglot, changes: dict, message: str) -> None:
     with pytest.raises(BenchError, match=message):
         train(quick(**changes), omniglot[0])
@@ -546,11 +684,15 @@ def test_protocol_training_precision_and_schedule_fields() -> None:
     assert written.hash == base.hash
     cosine = parse_protocol(MINIMAL.replace(line, line[:-1] + ", precision: bf16, schedule: {type: cosine}}"))
     assert cosine.doc["training"]["schedule"] == {"type": "cosine", "warmup": 0} and cosine.hash != base.hash
-    for extra, message in [(", precision: fp8", "training.precision: expected one of fp32, bf16, fp16"),
-                           (", schedule: {type: step, milestones: [0.5]}", "training.schedule.gamma: missing"),
-                           (", schedule: {type: exponential, gamma: 0.1}", "training.schedule.start: missing"),
-                           (", schedule: {type: step, gamma: 0.1, milestones: [1.5]}",
-                            "training.schedule.milestones[0]: expected a value < 1"),
-                           (", channels_last: 1", "training.channels_last: expected true or false or null")]:
+    for extra, message in [
+        (", precision: fp8", "training.precision: expected one of fp32, bf16, fp16"),
+        (", schedule: {type: step, milestones: [0.5]}", "training.schedule.gamma: missing"),
+        (", schedule: {type: exponential, gamma: 0.1}", "training.schedule.start: missing"),
+        (
+            ", schedule: {type: step, gamma: 0.1, milestones: [1.5]}",
+            "training.schedule.milestones[0]: expected a value < 1",
+        ),
+        (", channels_last: 1", "training.channels_last: expected true or false or null"),
+    ]:
         with pytest.raises(ProtocolError, match=re.escape(message)):
             parse_protocol(MINIMAL.replace(line, line[:-1] + extra + "}"))

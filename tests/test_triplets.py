@@ -8,11 +8,10 @@ import random
 import pytest
 import torch
 
+from bench import distances
 from bench.crosscheck import TOLERANCE
 from bench.crosscheck import triplets as crosscheck
 from bench.errors import BenchError
-from bench import distances
-
 from bench.losses.triplet import triplet_matrix
 from bench.registry import build_loss, build_miner
 
@@ -45,8 +44,14 @@ def test_crosscheck_detects_a_wrong_margin():
 
     case = crosscheck.make_case(1, random.Random(3))  # a PK layout
     dist, reducer = crosscheck._pml_parts(case)
-    own = build_loss("triplet", margin=case.margin, distance=case.distance, normalize=case.normalize,
-                     soft=case.soft, reduction=case.reduction)(case.embeddings, case.labels)
+    own = build_loss(
+        "triplet",
+        margin=case.margin,
+        distance=case.distance,
+        normalize=case.normalize,
+        soft=case.soft,
+        reduction=case.reduction,
+    )(case.embeddings, case.labels)
     same = TripletMarginLoss(margin=case.margin, smooth_loss=case.soft, distance=dist, reducer=reducer)
     other = TripletMarginLoss(margin=case.margin + 0.3, smooth_loss=case.soft, distance=dist, reducer=reducer)
     assert crosscheck.rel_diff(own, same(case.embeddings, case.labels)) <= TOLERANCE
@@ -191,16 +196,19 @@ def test_miners_do_not_track_gradients():
         assert all(not i.requires_grad and i.dtype == torch.long for i in t)
 
 
-@pytest.mark.parametrize("build, message", [
-    (lambda: build_miner("batch_hard", foo=1), "no parameter 'foo'"),
-    (lambda: build_miner("semihard", semantics="closest"), "semantics"),
-    (lambda: build_miner("hard", distance="manhattan"), "distance"),
-    (lambda: build_miner("offline", refresh_every=0), "refresh_every"),
-    (lambda: build_miner("offline", strategy="easy"), "strategy"),
-    (lambda: build_loss("triplet", reduction="max"), "reduction"),
-    (lambda: build_loss("triplet", margin="big"), "margin"),
-    (lambda: build_miner("no_such_miner"), "unknown miner"),
-])
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: build_miner("batch_hard", foo=1), "no parameter 'foo'"),
+        (lambda: build_miner("semihard", semantics="closest"), "semantics"),
+        (lambda: build_miner("hard", distance="manhattan"), "distance"),
+        (lambda: build_miner("offline", refresh_every=0), "refresh_every"),
+        (lambda: build_miner("offline", strategy="easy"), "strategy"),
+        (lambda: build_loss("triplet", reduction="max"), "reduction"),
+        (lambda: build_loss("triplet", margin="big"), "margin"),
+        (lambda: build_miner("no_such_miner"), "unknown miner"),
+    ],
+)
 def test_bad_parameters_raise_bench_error(build, message):
     with pytest.raises(BenchError, match=message):
         build()
@@ -215,8 +223,9 @@ def test_bad_inputs_raise_bench_error():
     with pytest.raises(BenchError, match="embeddings"):
         build_loss("triplet")(torch.randn(6), torch.zeros(6, dtype=torch.long))
     with pytest.raises(BenchError, match="outside the batch"):
-        build_loss("triplet")(x, torch.zeros(6, dtype=torch.long), (torch.tensor([0]), torch.tensor([1]),
-                                                                     torch.tensor([9])))
+        build_loss("triplet")(
+            x, torch.zeros(6, dtype=torch.long), (torch.tensor([0]), torch.tensor([1]), torch.tensor([9]))
+        )
 
 
 @pytest.mark.parametrize("miner", ["batch_all", "semihard", "hard"])

@@ -11,10 +11,10 @@ from torch import nn
 
 from bench.data import LabeledData
 from bench.errors import BenchError
-from bench.trunks import trunk_from
 from bench.models.weights import hub_checkpoints
 from bench.protocol import ProtocolError, load_protocol, parse_protocol
 from bench.training import TrainConfig, _optimizer, _set_lr, build, lr_factor, train
+from bench.trunks import trunk_from
 from bench.vision import torchvision
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,8 +92,9 @@ def test_frozen_batchnorm_holds_after_train_and_needs_batchnorm() -> None:
 
 @pytest.mark.parametrize("trunk", ["resnet18", "conv4"])
 def test_trunk_lr_gives_two_groups_both_scheduled(trunk: str) -> None:
-    cfg = config(trunk, loss="pml:proxy_anchor", trunk_lr=1e-5, lr=1e-2,
-                 schedule={"type": "cosine", "warmup": 2}, iterations=10)
+    cfg = config(
+        trunk, loss="pml:proxy_anchor", trunk_lr=1e-5, lr=1e-2, schedule={"type": "cosine", "warmup": 2}, iterations=10
+    )
     cfg.check()
     model, loss, _ = build(cfg, (3, 64, 64), 4, torch.device("cpu"))
     optimizer = _optimizer(cfg, model, loss)
@@ -118,8 +119,9 @@ def test_trunk_lr_moves_the_body_less_than_the_head() -> None:
     torch.manual_seed(0)
     start = trunk_from("conv4", (3, 32, 32), 16, {}).state_dict()
     end = train(config("conv4", trunk_lr=1e-9, lr=1e-2, iterations=5), data).model.state_dict()
-    moved = {k: float((end[k] - start[k]).abs().max()) for k in start if start[k].is_floating_point()
-             and "running" not in k}
+    moved = {
+        k: float((end[k] - start[k]).abs().max()) for k in start if start[k].is_floating_point() and "running" not in k
+    }
     assert moved["embed.weight"] > 1e-3
     assert max(v for k, v in moved.items() if not k.startswith("embed.")) < 1e-7
 
@@ -156,10 +158,15 @@ def test_pretrained_from_the_hub_cache_by_name_and_hash(hub: Path) -> None:
 def test_missing_weights_say_which_file_goes_where(hub: Path, tmp_path: Path) -> None:
     with pytest.raises(BenchError) as info:
         config("resnet50", pretrained="hub").check()
-    assert str(info.value) == (f"model.pretrained: resnet50-11ad3fa6.pth not found: put torchvision's ResNet-50 "
-                               f"weights (IMAGENET1K_V2) at {hub / 'resnet50-11ad3fa6.pth'} or give a path")
-    with pytest.raises(BenchError, match=r"resnet50-0676ba61\.pth not found: put torchvision's ResNet-50 weights "
-                                         r"\(IMAGENET1K_V1\) at "):
+    assert str(info.value) == (
+        f"model.pretrained: resnet50-11ad3fa6.pth not found: put torchvision's ResNet-50 "
+        f"weights (IMAGENET1K_V2) at {hub / 'resnet50-11ad3fa6.pth'} or give a path"
+    )
+    with pytest.raises(
+        BenchError,
+        match=r"resnet50-0676ba61\.pth not found: put torchvision's ResNet-50 weights "
+        r"\(IMAGENET1K_V1\) at ",
+    ):
         config("resnet50", pretrained="resnet50-0676ba61.pth").check()
     with pytest.raises(BenchError, match=r"IMAGENET1K_V1\) at .*resnet50-0676ba61\.pth"):
         config("resnet50", pretrained="hub:IMAGENET1K_V1").check()
@@ -183,9 +190,8 @@ def test_weights_of_another_trunk_are_one_line_with_counts(tmp_path: Path) -> No
 
 
 def test_timm_trunk_and_its_safetensors_weights(tmp_path: Path) -> None:
-    from safetensors.torch import save_file
-
     import timm
+    from safetensors.torch import save_file
 
     torch.manual_seed(7)
     state = timm.create_model("resnet18", pretrained=False).state_dict()  # with its classifier, as published
@@ -212,16 +218,18 @@ def test_new_keys_keep_existing_hashes() -> None:
     quick = load_protocol(REPO / "protocols" / "omniglot-quick.yaml")
     assert quick.hash == "83aedfbd1fe30e6a237921fcbfd629d07f9a8d9536bf06f1c0c62e270f7843d2"  # results/omniglot-quick
     lr = quick.doc["training"]["lr"]
-    explicit = PROTOCOL.replace("\nmodel:\n", "\nmodel:\n  pretrained: null\n  freeze_bn: false\n", 1) \
-        .replace("\ntraining:\n", f"\ntraining:\n  trunk_lr: {lr}\n", 1)
+    explicit = PROTOCOL.replace("\nmodel:\n", "\nmodel:\n  pretrained: null\n  freeze_bn: false\n", 1).replace(
+        "\ntraining:\n", f"\ntraining:\n  trunk_lr: {lr}\n", 1
+    )
     assert explicit != PROTOCOL and parse_protocol(explicit).hash == quick.hash
     other = PROTOCOL.replace("\ntraining:\n", f"\ntraining:\n  trunk_lr: {lr / 10}\n", 1)
     assert parse_protocol(other).hash != quick.hash
 
 
 def test_protocol_checks_trunk_options_without_files(hub: Path) -> None:
-    rgb = PROTOCOL.replace("\nmodel:\n", "\nmodel:\n  pretrained: hub\n  freeze_bn: true\n", 1) \
-        .replace("image_size: 28", "image_size: 64")
+    rgb = PROTOCOL.replace("\nmodel:\n", "\nmodel:\n  pretrained: hub\n  freeze_bn: true\n", 1).replace(
+        "image_size: 28", "image_size: 64"
+    )
     trunk = next(line for line in PROTOCOL.splitlines() if line.strip().startswith("trunk:"))
     ok = parse_protocol(rgb.replace(trunk, "  trunk: resnet18"))  # no weights file needed to validate or plan
     assert ok.doc["model"]["pretrained"] == "hub" and ok.doc["model"]["freeze_bn"] is True
@@ -244,8 +252,11 @@ def test_unreadable_weights_files_are_one_line_saying_what_to_do(tmp_path: Path,
     (tmp_path / "text.pth").write_text("these are not weights\n")
     (tmp_path / "cut.pth").write_bytes(good.read_bytes()[: good.stat().st_size // 2])
     torch.save(torchvision().models.resnet18(weights=None), tmp_path / "module.pth")  # a whole pickled model
-    expected = {"text.pth": "cannot be read as a torch checkpoint", "cut.pth": "cannot be read as a torch checkpoint",
-                "module.pth": "save the model's state_dict() alone"}
+    expected = {
+        "text.pth": "cannot be read as a torch checkpoint",
+        "cut.pth": "cannot be read as a torch checkpoint",
+        "module.pth": "save the model's state_dict() alone",
+    }
     for name, words in expected.items():
         with pytest.raises(BenchError) as info:
             trunk_from("resnet18", (3, 64, 64), 8, {}, pretrained=str(tmp_path / name))
@@ -264,13 +275,26 @@ def test_a_sweep_with_a_damaged_weights_file_refuses_before_recording(tmp_path: 
 
     torch.save(torchvision().models.resnet50(weights=None).state_dict(), tmp_path / "r50.pth")
     trunk = next(line for line in PROTOCOL.splitlines() if line.strip().startswith("trunk:"))
-    text = (PROTOCOL.replace(trunk, "  trunk: resnet18")
-            .replace("\nmodel:\n", f"\nmodel:\n  pretrained: {tmp_path / 'r50.pth'}\n", 1)
-            .replace("image_size: 28", "image_size: 32"))
+    text = (
+        PROTOCOL.replace(trunk, "  trunk: resnet18")
+        .replace("\nmodel:\n", f"\nmodel:\n  pretrained: {tmp_path / 'r50.pth'}\n", 1)
+        .replace("image_size: 28", "image_size: 32")
+    )
     path = tmp_path / "p.yaml"
     path.write_text(text)
     store = tmp_path / "store"
-    code = main(["run", str(path), "--storage", f"sqlite:///{store / 'optuna.db'}", "--tracking-uri",
-                 str(store / "mlflow.db"), "--results-dir", str(store / "results"), "--quiet"])
+    code = main(
+        [
+            "run",
+            str(path),
+            "--storage",
+            f"sqlite:///{store / 'optuna.db'}",
+            "--tracking-uri",
+            str(store / "mlflow.db"),
+            "--results-dir",
+            str(store / "results"),
+            "--quiet",
+        ]
+    )
     assert code == 2
     assert not (store / "optuna.db").exists() and not (store / "mlflow.db").exists()

@@ -26,8 +26,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def format_option(f: F) -> F:
     """`--format table|csv|json` for a command that prints a table."""
-    return click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
-                        help="how the table is printed on stdout: aligned text, CSV, or JSON")(f)
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(FORMATS),
+        default="table",
+        show_default=True,
+        help="how the table is printed on stdout: aligned text, CSV, or JSON",
+    )(f)
 
 
 def _set_quiet(ctx: click.Context, param: click.Parameter, quiet: bool) -> bool:
@@ -38,9 +44,14 @@ def _set_quiet(ctx: click.Context, param: click.Parameter, quiet: bool) -> bool:
 
 def quiet_option(f: F) -> F:
     """`-q/--quiet` with one meaning on every command."""
-    return click.option("-q", "--quiet", is_flag=True, callback=_set_quiet,
-                        help="no progress bars and no notices on stderr (warnings and errors still show); "
-                             "the result on stdout is unchanged")(f)
+    return click.option(
+        "-q",
+        "--quiet",
+        is_flag=True,
+        callback=_set_quiet,
+        help="no progress bars and no notices on stderr (warnings and errors still show); "
+        "the result on stdout is unchanged",
+    )(f)
 
 
 def _plain(value: Any) -> Any:
@@ -75,13 +86,18 @@ def to_csv(rows: Sequence[dict[str, Any]]) -> str:
     writer = csv.DictWriter(out, fieldnames=list(columns), lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: json.dumps(_plain(v)) if isinstance(v, (dict, list, tuple)) else _plain(v)
-                         for k, v in row.items()})
+        writer.writerow(
+            {k: json.dumps(_plain(v)) if isinstance(v, (dict, list, tuple)) else _plain(v) for k, v in row.items()}
+        )
     return out.getvalue().rstrip("\n")
 
 
-def emit(fmt: str, text: Callable[[], str], rows: Callable[[], Sequence[dict[str, Any]]],
-         doc: Callable[[], Any] | None = None) -> None:
+def emit(
+    fmt: str,
+    text: Callable[[], str],
+    rows: Callable[[], Sequence[dict[str, Any]]],
+    doc: Callable[[], Any] | None = None,
+) -> None:
     """Print a table as `fmt` asks: `text()` for table, `rows()` as CSV, `doc()` (default the rows) as JSON."""
     if fmt == "table":
         click.echo(text())

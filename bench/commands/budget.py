@@ -15,15 +15,33 @@ from bench.commands.run import sweep_options
 
 @click.command("budget-check")
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--multiple", default=2, show_default=True, type=click.IntRange(min=1),
-              help="train for MULTIPLE x training.iterations (the schedule's warm-up scaled alike); 1 reproduces "
-                   "the finals")
-@click.option("--shard", default="1/1", show_default=True, metavar="K/N",
-              help="train only the K-th of every N (cell, seed) pairs: start N workers with 1/N ... N/N")
+@click.option(
+    "--multiple",
+    default=2,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="train for MULTIPLE x training.iterations (the schedule's warm-up scaled alike); 1 reproduces the finals",
+)
+@click.option(
+    "--shard",
+    default="1/1",
+    show_default=True,
+    metavar="K/N",
+    help="train only the K-th of every N (cell, seed) pairs: start N workers with 1/N ... N/N",
+)
 @sweep_options
 @quiet_option
-def command(file: str, multiple: int, shard: str, storage: str | None, tracking_uri: str | None, results_dir: str,
-            data_root: str | None, threads: int | None, quiet: bool) -> int:
+def command(
+    file: str,
+    multiple: int,
+    shard: str,
+    storage: str | None,
+    tracking_uri: str | None,
+    results_dir: str,
+    data_root: str | None,
+    threads: int | None,
+    quiet: bool,
+) -> int:
     """Retrain every cell of FILE's finished run at MULTIPLE x its budget, on the same final seeds.
 
     Give the run's own --storage (its tuned parameters are read there),
@@ -38,9 +56,9 @@ def command(file: str, multiple: int, shard: str, storage: str | None, tracking_
 
     import torch
 
-    from bench.sweep.budget_check import budget_check, describe
     from bench.cli import quiet_libraries
     from bench.protocol import load_protocol
+    from bench.sweep.budget_check import budget_check, describe
     from bench.sweep.runner import STOP, request_stop
 
     if threads is not None:
@@ -58,7 +76,15 @@ def command(file: str, multiple: int, shard: str, storage: str | None, tracking_
     k, sep, n = shard.partition("/")
     if not (sep and k.isdigit() and n.isdigit()):
         raise click.BadParameter(f"expected K/N, for example 1/2, got {shard!r}", param_hint="--shard")
-    outcome = budget_check(protocol, multiple, storage=storage, tracking_uri=tracking_uri, results_dir=results_dir,
-                           data_root=data_root, quiet=quiet, shard=(int(k), int(n)))
+    outcome = budget_check(
+        protocol,
+        multiple,
+        storage=storage,
+        tracking_uri=tracking_uri,
+        results_dir=results_dir,
+        data_root=data_root,
+        quiet=quiet,
+        shard=(int(k), int(n)),
+    )
     log.info(describe(outcome, multiple))
     return 0

@@ -17,10 +17,16 @@ def _rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 @click.command("claims")
 @click.argument("claims_file", type=click.Path(path_type=Path))
-@click.option("--results", type=click.Path(path_type=Path),
-              help="results directory [default: the file's `results`, else results/<protocol>]")
-@click.option("--out", type=click.Path(path_type=Path),
-              help="folder for claims.md and claims.json [default: the results directory]")
+@click.option(
+    "--results",
+    type=click.Path(path_type=Path),
+    help="results directory [default: the file's `results`, else results/<protocol>]",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="folder for claims.md and claims.json [default: the results directory]",
+)
 @format_option
 @quiet_option
 def command(claims_file: Path, results: Path | None, out: Path | None, fmt: str, quiet: bool) -> int:
@@ -29,8 +35,8 @@ def command(claims_file: Path, results: Path | None, out: Path | None, fmt: str,
     Verdicts are findings, not failures: the exit status is 0 whatever they
     are, and 2 when the file or the results cannot be used.
     """
-    from bench.reports import claims, source
     from bench.atomic import write_json, write_text
+    from bench.reports import claims, source
 
     cf = claims.parse(claims_file)
     res = source.load(claims.resolve_results_dir(cf, results))

@@ -18,8 +18,9 @@ def text(results: list[CheckResult], tolerance: float) -> str:
     lines = [f"{'check':<40} {'cases':>5} {'max rel value':>14} {'max rel grad':>13}  result  PML settings"]
     for r in results:
         ok = "ok" if r.passed else "FAIL"
-        lines.append(f"{r.name:<40} {r.cases:>5} {r.max_rel_value:>14.2e} {r.max_rel_grad:>13.2e}  {ok:<6}  "
-                     f"{r.pml_settings}")
+        lines.append(
+            f"{r.name:<40} {r.cases:>5} {r.max_rel_value:>14.2e} {r.max_rel_grad:>13.2e}  {ok:<6}  {r.pml_settings}"
+        )
         if r.note:
             lines.append(f"{'':<40} note: {r.note}")
     failed = sum(not r.passed for r in results)

@@ -26,23 +26,41 @@ def rows(board: Board) -> list[dict[str, Any]]:
         if board.budget is not None:  # the same keys in every row (a CSV has one header), NaN where unchecked
             change = board.budget.changes.get(r.cell)
             nan = math.nan
-            row.update({f"{board.primary}_at_multiple": change.at_multiple.mean if change else nan,
-                        "change": change.change.diff if change else nan,
-                        "change_ci_low": change.change.low if change else nan,
-                        "change_ci_high": change.change.high if change else nan,
-                        "rank_at_multiple": board.budget.ranks_at_multiple.get(r.cell, nan)})
-        row.update({f"val_{board.primary}": r.validation, "trials": r.trials, "trials_complete": r.trials_complete,
-                    "iterations": r.total_iterations, "samples": r.total_samples, "wall_time_s": r.wall_time_s,
-                    "params": r.params})
+            row.update(
+                {
+                    f"{board.primary}_at_multiple": change.at_multiple.mean if change else nan,
+                    "change": change.change.diff if change else nan,
+                    "change_ci_low": change.change.low if change else nan,
+                    "change_ci_high": change.change.high if change else nan,
+                    "rank_at_multiple": board.budget.ranks_at_multiple.get(r.cell, nan),
+                }
+            )
+        row.update(
+            {
+                f"val_{board.primary}": r.validation,
+                "trials": r.trials,
+                "trials_complete": r.trials_complete,
+                "iterations": r.total_iterations,
+                "samples": r.total_samples,
+                "wall_time_s": r.wall_time_s,
+                "params": r.params,
+            }
+        )
         out.append(row)
     return out
 
 
 def document(board: Board) -> dict[str, Any]:
     """The JSON form: the rows with what makes them comparable (protocol hash, fingerprints, metric)."""
-    return {"protocol": board.protocol, "protocol_hash": board.protocol_hash, "primary": board.primary,
-            "fingerprints": board.fingerprints, "refused": board.manifest.get("refused") or {},
-            "cells": rows(board), "budget_check": _budget(board)}
+    return {
+        "protocol": board.protocol,
+        "protocol_hash": board.protocol_hash,
+        "primary": board.primary,
+        "fingerprints": board.fingerprints,
+        "refused": board.manifest.get("refused") or {},
+        "cells": rows(board),
+        "budget_check": _budget(board),
+    }
 
 
 def _budget(board: Board) -> dict[str, Any] | None:
@@ -50,36 +68,74 @@ def _budget(board: Board) -> dict[str, Any] | None:
     b = board.budget
     if b is None:
         return None
-    return {"multiple": b.multiple, "iterations": b.iterations, "metric": b.metric,
-            "kendall_tau": b.tau if math.isfinite(b.tau) else None, "moved": b.moved, "not_checked": b.missing,
-            "stable": b.stable}
+    return {
+        "multiple": b.multiple,
+        "iterations": b.iterations,
+        "metric": b.metric,
+        "kendall_tau": b.tau if math.isfinite(b.tau) else None,
+        "moved": b.moved,
+        "not_checked": b.missing,
+        "stable": b.stable,
+    }
 
 
 @click.command("leaderboard")
 @click.argument("results", type=click.Path(path_type=Path), required=False)
-@click.option("--mlflow-experiment", "experiment", metavar="NAME",
-              help="read the sweep from this MLflow experiment (`dmlbench/<protocol>`) instead of RESULTS")
-@click.option("--tracking-uri", default=None,
-              help="with --mlflow-experiment: the MLflow store [default: $MLFLOW_TRACKING_URI, then runs/mlflow.db]")
-@click.option("--protocol-hash", default=None, metavar="PREFIX",
-              help="with --mlflow-experiment: the protocol version, where the experiment holds several")
-@click.option("--out", "out", type=click.Path(path_type=Path),
-              help="with --mlflow-experiment: folder for the artifacts and pages [default: leaderboards/<protocol>]")
-@click.option("--markdown", "md_path", type=click.Path(path_type=Path),
-              help="where to write the Markdown table [default: RESULTS/leaderboard.md]")
-@click.option("--html", "html_path", type=click.Path(path_type=Path),
-              help="where to write the HTML page [default: RESULTS/leaderboard.html]")
+@click.option(
+    "--mlflow-experiment",
+    "experiment",
+    metavar="NAME",
+    help="read the sweep from this MLflow experiment (`dmlbench/<protocol>`) instead of RESULTS",
+)
+@click.option(
+    "--tracking-uri",
+    default=None,
+    help="with --mlflow-experiment: the MLflow store [default: $MLFLOW_TRACKING_URI, then runs/mlflow.db]",
+)
+@click.option(
+    "--protocol-hash",
+    default=None,
+    metavar="PREFIX",
+    help="with --mlflow-experiment: the protocol version, where the experiment holds several",
+)
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(path_type=Path),
+    help="with --mlflow-experiment: folder for the artifacts and pages [default: leaderboards/<protocol>]",
+)
+@click.option(
+    "--markdown",
+    "md_path",
+    type=click.Path(path_type=Path),
+    help="where to write the Markdown table [default: RESULTS/leaderboard.md]",
+)
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(path_type=Path),
+    help="where to write the HTML page [default: RESULTS/leaderboard.html]",
+)
 @format_option
 @quiet_option
-def command(results: Path | None, experiment: str | None, tracking_uri: str | None, protocol_hash: str | None,
-            out: Path | None, md_path: Path | None, html_path: Path | None, fmt: str, quiet: bool) -> int:
+def command(
+    results: Path | None,
+    experiment: str | None,
+    tracking_uri: str | None,
+    protocol_hash: str | None,
+    out: Path | None,
+    md_path: Path | None,
+    html_path: Path | None,
+    fmt: str,
+    quiet: bool,
+) -> int:
     """Rank the cells of RESULTS (results/<protocol>/), or of an MLflow experiment, by the primary metric.
 
     Writes the Markdown table and the HTML page, and prints the table
     (Markdown with --format table).
     """
-    from bench.reports import html, leaderboard, source
     from bench.atomic import write_text
+    from bench.reports import html, leaderboard, source
 
     if (results is None) == (experiment is None):
         raise BenchError("leaderboard: give a results directory or --mlflow-experiment NAME (one of the two)")

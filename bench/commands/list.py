@@ -23,12 +23,25 @@ def rows(kind: str | None = None) -> list[dict[str, Any]]:
     for entry in registry.entries(kind):
         params = {n: None if d is inspect.Parameter.empty else d for n, d in entry.parameters().items()}
         required = [n for n, d in entry.parameters().items() if d is inspect.Parameter.empty]
-        out.append({"kind": entry.kind, "name": entry.name, "pml_backed": entry.pml_backed, "parameters": params,
-                    "required": required, "search_space": dict(entry.search_space), "summary": entry.summary, "counterpart": entry.counterpart or None,
-                    "needs": list(entry.needs), "source": entry.source, "version": entry.version or None,
-                    "source_sha256": entry.source_hash or None,
-                    "reference": entry.reference if entry.reference is None or isinstance(entry.reference, str)
-                    else getattr(entry.reference, "__qualname__", repr(entry.reference))})
+        out.append(
+            {
+                "kind": entry.kind,
+                "name": entry.name,
+                "pml_backed": entry.pml_backed,
+                "parameters": params,
+                "required": required,
+                "search_space": dict(entry.search_space),
+                "summary": entry.summary,
+                "counterpart": entry.counterpart or None,
+                "needs": list(entry.needs),
+                "source": entry.source,
+                "version": entry.version or None,
+                "source_sha256": entry.source_hash or None,
+                "reference": entry.reference
+                if entry.reference is None or isinstance(entry.reference, str)
+                else getattr(entry.reference, "__qualname__", repr(entry.reference)),
+            }
+        )
     return out
 
 

@@ -33,11 +33,22 @@ def rows(p: Plan) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for c in p.cells:
         e = p.estimates.get(c.id)
-        out.append({"cell": c.id, "status": "planned", "trials": b.trials, "folds": b.folds,
-                    "iterations_per_run": b.iterations, "seeds": b.seeds, "iterations": b.total_iterations,
-                    "samples_max": b.samples_seen, "est_time_s": None if e is None else round(e.mid_s, 1),
-                    "method_ms": round(p.method_s[c.id] * 1000, 3) if c.id in p.method_s else None,
-                    "search_space": c.search_space, "reason": ""})
+        out.append(
+            {
+                "cell": c.id,
+                "status": "planned",
+                "trials": b.trials,
+                "folds": b.folds,
+                "iterations_per_run": b.iterations,
+                "seeds": b.seeds,
+                "iterations": b.total_iterations,
+                "samples_max": b.samples_seen,
+                "est_time_s": None if e is None else round(e.mid_s, 1),
+                "method_ms": round(p.method_s[c.id] * 1000, 3) if c.id in p.method_s else None,
+                "search_space": c.search_space,
+                "reason": "",
+            }
+        )
     out += [{"cell": d.cell, "status": "dropped", "reason": d.reason} for d in p.dropped]
     return out
 
@@ -50,26 +61,56 @@ def _not_nan(ctx: click.Context, param: click.Parameter, value: float | None) ->
 
 @click.command("plan")
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--step-ms", type=click.FloatRange(min=0, max=3.6e6, min_open=True), default=None, callback=_not_nan,
-              help="a training step's time measured on your device (benchmarks/bench_trunk_step.py), "
-                   "at the protocol's batch and image size: replaces the step timed here (or the built-in table)")
-@click.option("--measure/--no-measure", default=True, show_default=True,
-              help="time a few training steps and embeddings of the protocol's trunk on this machine (a few "
-                   "seconds) for the estimate; --no-measure uses the built-in per-trunk table (one reference "
-                   "machine's figures). A CUDA protocol on a machine without CUDA keeps the table")
-@click.option("--threads", default=None, type=click.IntRange(min=1),
-              help="torch CPU threads to time the trunk on: pass what `run --threads` will get (default: "
-                   "torch's, as `run` without --threads)")
-@click.option("--budget-check", "check_multiple", type=click.IntRange(min=0, max=1000), default=0, show_default=True,
-              help="add a budget check at this whole multiple of the budget to the estimate, as `dmlbench "
-                   "budget-check --multiple` trains it (0: none)")
-@click.option("--time-methods", is_flag=True,
-              help="time each cell's loss and miner on batches of the protocol's shape (a few seconds) and add "
-                   "them to its steps: a method that costs more than the trunk is named")
+@click.option(
+    "--step-ms",
+    type=click.FloatRange(min=0, max=3.6e6, min_open=True),
+    default=None,
+    callback=_not_nan,
+    help="a training step's time measured on your device (benchmarks/bench_trunk_step.py), "
+    "at the protocol's batch and image size: replaces the step timed here (or the built-in table)",
+)
+@click.option(
+    "--measure/--no-measure",
+    default=True,
+    show_default=True,
+    help="time a few training steps and embeddings of the protocol's trunk on this machine (a few "
+    "seconds) for the estimate; --no-measure uses the built-in per-trunk table (one reference "
+    "machine's figures). A CUDA protocol on a machine without CUDA keeps the table",
+)
+@click.option(
+    "--threads",
+    default=None,
+    type=click.IntRange(min=1),
+    help="torch CPU threads to time the trunk on: pass what `run --threads` will get (default: "
+    "torch's, as `run` without --threads)",
+)
+@click.option(
+    "--budget-check",
+    "check_multiple",
+    type=click.IntRange(min=0, max=1000),
+    default=0,
+    show_default=True,
+    help="add a budget check at this whole multiple of the budget to the estimate, as `dmlbench "
+    "budget-check --multiple` trains it (0: none)",
+)
+@click.option(
+    "--time-methods",
+    is_flag=True,
+    help="time each cell's loss and miner on batches of the protocol's shape (a few seconds) and add "
+    "them to its steps: a method that costs more than the trunk is named",
+)
 @format_option
 @quiet_option
-def command(file: str, step_ms: float | None, measure: bool, threads: int | None, check_multiple: int,
-            time_methods: bool, fmt: str, quiet: bool) -> int:
+def command(
+    file: str,
+    step_ms: float | None,
+    measure: bool,
+    threads: int | None,
+    check_multiple: int,
+    time_methods: bool,
+    fmt: str,
+    quiet: bool,
+) -> int:
     """Expand protocol FILE into cells (loss x miner), print dropped pairs, search spaces, budget and time estimate.
 
     The estimate is wall time on this machine for a CPU protocol and GPU-hours for a CUDA one, from the
@@ -90,10 +131,17 @@ def command(file: str, step_ms: float | None, measure: bool, threads: int | None
     refused = [p for p in found.problems if not p.note or time_methods]
     if refused:
         first = refused[0]
-        raise BenchError(f"--time-methods times on the protocol's device: {first.message}" if first.note
-                         else first.message)
-    p = plan(protocol, None if step_ms is None else step_ms / 1000, check_multiple, time_methods, measure=measure,
-             threads=threads)
+        raise BenchError(
+            f"--time-methods times on the protocol's device: {first.message}" if first.note else first.message
+        )
+    p = plan(
+        protocol,
+        None if step_ms is None else step_ms / 1000,
+        check_multiple,
+        time_methods,
+        measure=measure,
+        threads=threads,
+    )
     emit(fmt, lambda: format_plan(p), lambda: rows(p))
     return 0
 
@@ -137,10 +185,12 @@ def format_plan(p: Plan, cpuinfo: str | None = None) -> str:
         return f"all {known[0]} classes" if known else "all classes"
 
     split = data.get("split")
-    sides = (f"train {data['train']} ({classes(data['train'], data['train_classes'])}), "
-             f"test {describe(data['test'])} ({classes(sized_test(data['test']), data['test_classes'])}), "
-             if split is None else
-             f"pool {data['train']} split {split['test_classes']} of the classes for test (seed {split['seed']}), ")
+    sides = (
+        f"train {data['train']} ({classes(data['train'], data['train_classes'])}), "
+        f"test {describe(data['test'])} ({classes(sized_test(data['test']), data['test_classes'])}), "
+        if split is None
+        else f"pool {data['train']} split {split['test_classes']} of the classes for test (seed {split['seed']}), "
+    )
     lines = [
         f"protocol {p.protocol.name} (hash {p.protocol.hash12}) from {p.protocol.source}",
         f"data: {sides}"
@@ -159,16 +209,22 @@ def format_plan(p: Plan, cpuinfo: str | None = None) -> str:
     ]
     width = max([len(c.id) for c in p.cells] + [4])
     timed = bool(p.method_s)
-    lines.append(f"  {'cell':<{width}}  trials  folds  iters/run  seeds  iterations  samples(max)  est. time"
-                 + ("  loss+miner ms" if timed else ""))
+    lines.append(
+        f"  {'cell':<{width}}  trials  folds  iters/run  seeds  iterations  samples(max)  est. time"
+        + ("  loss+miner ms" if timed else "")
+    )
     for c in p.cells:
         e = p.estimates[c.id]
         method = p.method_s.get(c.id)
-        lines.append(f"  {c.id:<{width}}  {b.trials:>6}  {b.folds:>5}  {b.iterations:>9}  {b.seeds:>5}  "
-                     f"{b.total_iterations:>10,}  {b.samples_seen:>12,}  {hms(e.mid_s)}"
-                     + (f"  {'-' if method is None else f'{method * 1000:.3g}':>13}" if timed else ""))
-    lines += ["", "search spaces (what each cell's trials tune; [low, high], log: sampled on a log scale, "
-                  "{...}: choices):"]
+        lines.append(
+            f"  {c.id:<{width}}  {b.trials:>6}  {b.folds:>5}  {b.iterations:>9}  {b.seeds:>5}  "
+            f"{b.total_iterations:>10,}  {b.samples_seen:>12,}  {hms(e.mid_s)}"
+            + (f"  {'-' if method is None else f'{method * 1000:.3g}':>13}" if timed else "")
+        )
+    lines += [
+        "",
+        "search spaces (what each cell's trials tune; [low, high], log: sampled on a log scale, {...}: choices):",
+    ]
     lines += [f"  {c.id:<{width}}  {describe_space(c.search_space)}" for c in p.cells]
     if p.dropped:
         lines += ["", f"dropped ({len(p.dropped)}):"]
@@ -185,18 +241,26 @@ def format_plan(p: Plan, cpuinfo: str | None = None) -> str:
     note = cost.source or ("" if cost.measured else "not measured: scaled from conv4")
     if p.cost_note:
         note = f"{note}; {p.cost_note}" if note else p.cost_note
-    step = f"{cost.step_s[0] * 1000:.3g}" + ("" if cost.step_s[0] == cost.step_s[1] else f"-{cost.step_s[1] * 1000:.3g}")
+    step = f"{cost.step_s[0] * 1000:.3g}" + (
+        "" if cost.step_s[0] == cost.step_s[1] else f"-{cost.step_s[1] * 1000:.3g}"
+    )
     h, w = cost.ref_hw or (math.isqrt(cost.ref_pixels),) * 2
-    basis = (f"{trunk} step {step} ms at {h}x{w}, "
-             f"batch {cost.ref_batch}" + (f", {note}" if note else ""))
+    basis = f"{trunk} step {step} ms at {h}x{w}, batch {cost.ref_batch}" + (f", {note}" if note else "")
     gpu = str(training["device"]).startswith("cuda")
     span = e.high_s > e.low_s * 1.001
-    where = (f"estimated GPU time{{check}}: {e.mid_s / 3600:,.1f} GPU-hours on one GPU ("
-             + (f"{e.low_s / 3600:,.1f} to {e.high_s / 3600:,.1f}; " if span else "") if gpu else
-             f"estimated time on this machine{{check}}: {hms(e.mid_s)} ("
-             + (f"{hms(e.low_s)} to {hms(e.high_s)}; " if span else ""))
-    check = (f", with a budget check at {p.check_multiple:g}x the finals ({b.seeds} seeds x "
-             f"{round(p.check_multiple * b.iterations):,} iterations a cell)" if p.check_multiple else "")
+    where = (
+        f"estimated GPU time{{check}}: {e.mid_s / 3600:,.1f} GPU-hours on one GPU ("
+        + (f"{e.low_s / 3600:,.1f} to {e.high_s / 3600:,.1f}; " if span else "")
+        if gpu
+        else f"estimated time on this machine{{check}}: {hms(e.mid_s)} ("
+        + (f"{hms(e.low_s)} to {hms(e.high_s)}; " if span else "")
+    )
+    check = (
+        f", with a budget check at {p.check_multiple:g}x the finals ({b.seeds} seeds x "
+        f"{round(p.check_multiple * b.iterations):,} iterations a cell)"
+        if p.check_multiple
+        else ""
+    )
     lines += [
         "",
         f"budget, the same for every cell: {b.trials} trials x {b.folds} fold(s) x {b.iterations:,} iterations "
@@ -208,18 +272,25 @@ def format_plan(p: Plan, cpuinfo: str | None = None) -> str:
         _assumptions(p, cost, gpu),
     ]
     if timed:
-        lines.append(f"loss+miner: timed here on one thread, random {b.batch_size}-sample batches (early training, "
-                     f"an upper bound where mining shrinks), added to every step of the cell")
+        lines.append(
+            f"loss+miner: timed here on one thread, random {b.batch_size}-sample batches (early training, "
+            f"an upper bound where mining shrinks), added to every step of the cell"
+        )
         ph, pw = image_hw(data["image_size"])  # the trunk's step at the protocol's batch and image size
         step_s = cost.step_s[0] * (b.batch_size / cost.ref_batch) * (ph * pw / cost.ref_pixels)
         slow = [(c, s) for c, s in p.method_s.items() if s > step_s]
-        lines += [f"note: {c}'s loss and miner take {s * 1000:.3g} ms a step, {s / step_s:.1f}x the trunk's "
-                  f"{step_s * 1000:.3g} ms: this cell costs more than the others" for c, s in slow]
+        lines += [
+            f"note: {c}'s loss and miner take {s * 1000:.3g} ms a step, {s / step_s:.1f}x the trunk's "
+            f"{step_s * 1000:.3g} ms: this cell costs more than the others"
+            for c, s in slow
+        ]
     if not gpu and training["precision"] == "bf16" and cost.source != "--step-ms" and cost.threads is None:
         amx = "has no AMX" if lacks_amx(_cpuinfo() if cpuinfo is None else cpuinfo) else "has AMX or is not x86"
-        lines.append(f"note: the step time above is fp32's; bf16 + channels-last measured 2.1-2.5x faster on a "
-                     f"CPU with AMX, 1.2x on one without (this CPU {amx}): time a step with "
-                     f"benchmarks/bench_precision.py and pass --step-ms")
+        lines.append(
+            f"note: the step time above is fp32's; bf16 + channels-last measured 2.1-2.5x faster on a "
+            f"CPU with AMX, 1.2x on one without (this CPU {amx}): time a step with "
+            f"benchmarks/bench_precision.py and pass --step-ms"
+        )
     return "\n".join(lines)
 
 
@@ -228,22 +299,31 @@ def _assumptions(p: Plan, cost: Any, gpu: bool) -> str:
     training = p.protocol.doc["training"]
     if cost.threads is not None:
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-        step = (f"the trunk's training step ({training['precision']}"
-                f"{', channels-last' if _channels_last(training) else ''}, forward + backward + "
-                f"{training['optimizer']} step) and its embedding (no gradient) as timed here just now on random "
-                + ("inputs; " if gpu else
-                   f"inputs on {cost.threads} CPU thread(s) (pass `run --threads {cost.threads}` to match), with "
-                   f"this machine's load then ({load:.1f} on {os.cpu_count()} cores): a busier machine is slower; "))
+        step = (
+            f"the trunk's training step ({training['precision']}"
+            f"{', channels-last' if _channels_last(training) else ''}, forward + backward + "
+            f"{training['optimizer']} step) and its embedding (no gradient) as timed here just now on random "
+            + (
+                "inputs; "
+                if gpu
+                else f"inputs on {cost.threads} CPU thread(s) (pass `run --threads {cost.threads}` to match), with "
+                f"this machine's load then ({load:.1f} on {os.cpu_count()} cores): a busier machine is slower; "
+            )
+        )
     elif cost.source == "--step-ms":
         step = "the step time given (--step-ms), an embedding scaled from the table; "
     else:
-        step = ("the built-in per-trunk table (one reference machine's figures, scaled to this batch and image "
-                "size: 2-3x off on another machine; `dmlbench plan` without --no-measure times it here); ")
+        step = (
+            "the built-in per-trunk table (one reference machine's figures, scaled to this batch and image "
+            "size: 2-3x off on another machine; `dmlbench plan` without --no-measure times it here); "
+        )
     method = "timed above" if p.method_s else f"{STEP_FIXED_S * 1000:g} ms a step; --time-methods times them"
-    return (f"assumes: {step}not timed: the loss and miner ({method}), reading the data a step (in memory: "
-            f"nothing), the metrics (fixed per-pair and k-means figures), the records (MLflow, Optuna: "
-            f"fixed figures a run), and once a sweep {SWEEP_FIXED_S:g} s of start-up, data loading and opening "
-            f"the stores, plus the floor")
+    return (
+        f"assumes: {step}not timed: the loss and miner ({method}), reading the data a step (in memory: "
+        f"nothing), the metrics (fixed per-pair and k-means figures), the records (MLflow, Optuna: "
+        f"fixed figures a run), and once a sweep {SWEEP_FIXED_S:g} s of start-up, data loading and opening "
+        f"the stores, plus the floor"
+    )
 
 
 def _channels_last(training: dict[str, Any]) -> bool:
@@ -255,5 +335,6 @@ def _augment_text(augment: dict[str, Any] | None) -> str:
     """``data.augment``'s pipelines, one name list per side (their arguments are in the protocol)."""
     if not augment:
         return ""
-    return "".join(f", {side} pipeline {' > '.join(next(iter(item)) for item in items)}"
-                   for side, items in augment.items())
+    return "".join(
+        f", {side} pipeline {' > '.join(next(iter(item)) for item in items)}" for side, items in augment.items()
+    )

@@ -22,17 +22,34 @@ def sweep_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The options that say where a sweep records and reads, and its threads: `run`'s, and `budget-check`'s
     (which must point at the run it checks)."""
     options = [
-        click.option("--storage", default=None, metavar="URL",
-                     help="Optuna storage, any RDB URL (default: sqlite:///./runs/optuna.db); share it to share the "
-                          "sweep; postgresql:// needs the `postgres` extra"),
-        click.option("--tracking-uri", default=None,
-                     help="MLflow URI or path (default: $MLFLOW_TRACKING_URI, else ./runs/mlflow.db)"),
-        click.option("--results-dir", default="results", show_default=True, type=click.Path(file_okay=False),
-                     help="tables go to RESULTS_DIR/<protocol name>/"),
-        click.option("--data-root", default=None,
-                     help="folder holding the datasets (default: $DMLBENCH_DATA, ../shared/data)"),
-        click.option("--threads", default=None, type=click.IntRange(min=1),
-                     help="torch CPU threads (default: torch's, one per core); 1 on a machine busy with other work"),
+        click.option(
+            "--storage",
+            default=None,
+            metavar="URL",
+            help="Optuna storage, any RDB URL (default: sqlite:///./runs/optuna.db); share it to share the "
+            "sweep; postgresql:// needs the `postgres` extra",
+        ),
+        click.option(
+            "--tracking-uri",
+            default=None,
+            help="MLflow URI or path (default: $MLFLOW_TRACKING_URI, else ./runs/mlflow.db)",
+        ),
+        click.option(
+            "--results-dir",
+            default="results",
+            show_default=True,
+            type=click.Path(file_okay=False),
+            help="tables go to RESULTS_DIR/<protocol name>/",
+        ),
+        click.option(
+            "--data-root", default=None, help="folder holding the datasets (default: $DMLBENCH_DATA, ../shared/data)"
+        ),
+        click.option(
+            "--threads",
+            default=None,
+            type=click.IntRange(min=1),
+            help="torch CPU threads (default: torch's, one per core); 1 on a machine busy with other work",
+        ),
     ]
     for option in reversed(options):
         command = option(command)
@@ -42,13 +59,26 @@ def sweep_options(command: Callable[..., Any]) -> Callable[..., Any]:
 @click.command("run")
 @click.argument("file", type=click.Path(dir_okay=False))
 @sweep_options
-@click.option("--redo", multiple=True, metavar="CELL",
-              help="discard CELL's records and run it again, e.g. after a fix to its loss or miner (repeatable; "
-                   "no other worker may be running)")
+@click.option(
+    "--redo",
+    multiple=True,
+    metavar="CELL",
+    help="discard CELL's records and run it again, e.g. after a fix to its loss or miner (repeatable; "
+    "no other worker may be running)",
+)
 @format_option
 @quiet_option
-def command(file: str, storage: str | None, tracking_uri: str | None, results_dir: str, data_root: str | None,
-            threads: int | None, redo: tuple[str, ...], fmt: str, quiet: bool) -> int:
+def command(
+    file: str,
+    storage: str | None,
+    tracking_uri: str | None,
+    results_dir: str,
+    data_root: str | None,
+    threads: int | None,
+    redo: tuple[str, ...],
+    fmt: str,
+    quiet: bool,
+) -> int:
     """Run (or resume) protocol FILE, then print the ranked cells.
 
     Resume with the same --threads to reproduce the numbers exactly: the
@@ -79,13 +109,24 @@ def command(file: str, storage: str | None, tracking_uri: str | None, results_di
         signal.signal(signal.SIGTERM, interrupt)
     protocol = load_protocol(file)  # a malformed file fails before storage, data or MLflow are touched
     quiet_libraries()  # the sweep's pre-flight (bench.sweep.preflight) then refuses what `validate` refuses
-    result = run_protocol(protocol, Options(storage=storage, tracking_uri=tracking_uri, results_dir=results_dir,
-                                            data_root=data_root, quiet=quiet, redo=redo))
+    result = run_protocol(
+        protocol,
+        Options(
+            storage=storage,
+            tracking_uri=tracking_uri,
+            results_dir=results_dir,
+            data_root=data_root,
+            quiet=quiet,
+            redo=redo,
+        ),
+    )
     _print_table(result, fmt)
     minutes, seconds = divmod(int(result.wall_time_s), 60)
     completed = _completed_cells(result)
-    log.info(f"{protocol.name} ({protocol.hash12}): {result.cells} cells run, {completed} with a completed final "
-             f"seed, in {minutes}:{seconds:02d}; tables in {result.path}")
+    log.info(
+        f"{protocol.name} ({protocol.hash12}): {result.cells} cells run, {completed} with a completed final "
+        f"seed, in {minutes}:{seconds:02d}; tables in {result.path}"
+    )
     _where_to_look(result)
     if completed == 0:
         log.error(f"dmlbench: no cell completed: {_first_reason(result)}")
@@ -93,8 +134,10 @@ def command(file: str, storage: str | None, tracking_uri: str | None, results_di
     missing = _cells_without_result(protocol, result)
     if missing:
         shown = "; ".join(f"{cell}: {why}" for cell, why in missing.items())
-        log.error(f"dmlbench: {len(missing)} of {result.cells} planned cell(s) have no result ({shown}); the table "
-                  "marks them, and a run that leaves a planned cell without a result is not a finished comparison")
+        log.error(
+            f"dmlbench: {len(missing)} of {result.cells} planned cell(s) have no result ({shown}); the table "
+            "marks them, and a run that leaves a planned cell without a result is not a finished comparison"
+        )
         return 1
     return 0
 
@@ -104,8 +147,11 @@ def _cells_without_result(protocol: Any, result: SweepResult) -> dict[str, str]:
     from bench.plan import plan
 
     finals, trials = result.finals, result.trials
-    done = set() if finals.empty or "state" not in finals else \
-        set(finals.loc[finals["state"] == "COMPLETE", "cell"].astype(str))
+    done = (
+        set()
+        if finals.empty or "state" not in finals
+        else set(finals.loc[finals["state"] == "COMPLETE", "cell"].astype(str))
+    )
     out = {}
     for cell in (c.id for c in plan(protocol).cells):
         if cell in done:

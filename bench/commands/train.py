@@ -79,8 +79,9 @@ def _table(metrics: dict[str, float], floor: dict[str, float]) -> str:
     """Each metric's score beside the untrained trunk's (the floor): what training added."""
     width = max(map(len, metrics))
     head = f"{'metric':<{width}}  {'trained':>7}  {'floor':>7}"
-    return "\n".join([head, *(f"{name:<{width}}  {value:>7.4f}  {_score(floor.get(name)):>7}"
-                              for name, value in metrics.items())])
+    return "\n".join(
+        [head, *(f"{name:<{width}}  {value:>7.4f}  {_score(floor.get(name)):>7}" for name, value in metrics.items())]
+    )
 
 
 def _score(value: float | None) -> str:
@@ -89,20 +90,47 @@ def _score(value: float | None) -> str:
 
 @click.command("train")
 @click.option("--data", "train_spec", default=DEFAULT_TRAIN, show_default=True, help="training classes (dataset spec)")
-@click.option("--test-data", "test_spec", default=DEFAULT_TEST, show_default=True,
-              help="test classes (dataset spec), disjoint from the training classes")
-@click.option("--train-classes", default=None, metavar="N|A,B,...",
-              help="training classes: a count (seeded sample) or a comma list of ids or folder names")
-@click.option("--test-classes", default=None, metavar="N|A,B,...",
-              help="test classes: a count (seeded sample) or a comma list of ids or folder names")
-@click.option("--split", default=None, metavar="FRACTION|COUNT",
-              help="hold out this fraction or count of --data's classes as test classes (seeded by --seed)")
-@click.option("--resize", type=click.Choice(["stretch", "pad", "center_crop"]), default="stretch",
-              show_default=True, help="how a non-square image becomes square")
-@click.option("--channels", type=click.Choice(["1", "3", "grey", "rgb"]), default=None,
-              help="image channels given to the trunk (default: as stored)")
-@click.option("--threads", default=None, type=click.IntRange(min=1),
-              help="torch CPU threads (default: torch's, one per core)")
+@click.option(
+    "--test-data",
+    "test_spec",
+    default=DEFAULT_TEST,
+    show_default=True,
+    help="test classes (dataset spec), disjoint from the training classes",
+)
+@click.option(
+    "--train-classes",
+    default=None,
+    metavar="N|A,B,...",
+    help="training classes: a count (seeded sample) or a comma list of ids or folder names",
+)
+@click.option(
+    "--test-classes",
+    default=None,
+    metavar="N|A,B,...",
+    help="test classes: a count (seeded sample) or a comma list of ids or folder names",
+)
+@click.option(
+    "--split",
+    default=None,
+    metavar="FRACTION|COUNT",
+    help="hold out this fraction or count of --data's classes as test classes (seeded by --seed)",
+)
+@click.option(
+    "--resize",
+    type=click.Choice(["stretch", "pad", "center_crop"]),
+    default="stretch",
+    show_default=True,
+    help="how a non-square image becomes square",
+)
+@click.option(
+    "--channels",
+    type=click.Choice(["1", "3", "grey", "rgb"]),
+    default=None,
+    help="image channels given to the trunk (default: as stored)",
+)
+@click.option(
+    "--threads", default=None, type=click.IntRange(min=1), help="torch CPU threads (default: torch's, one per core)"
+)
 @click.option("--data-root", default=None, help="folder holding the datasets (default: $DMLBENCH_DATA, ../shared/data)")
 @click.option("--size", default=28, show_default=True, help="image side in pixels")
 @click.option("--trunk", default="conv4", show_default=True, help="trunk name (see `dmlbench list --kind trunk`)")
@@ -115,35 +143,87 @@ def _score(value: float | None) -> str:
 @click.option("--P", "P", default=32, show_default=True, help="classes per batch")
 @click.option("--K", "K", default=4, show_default=True, help="samples per class in a batch")
 @click.option("--iterations", default=1000, show_default=True, help="training iterations (batches)")
-@click.option("--optimizer", type=click.Choice(["adam", "sgd", "rmsprop"]), default="adam", show_default=True,
-              help="optimizer")
+@click.option(
+    "--optimizer", type=click.Choice(["adam", "sgd", "rmsprop"]), default="adam", show_default=True, help="optimizer"
+)
 @click.option("--lr", default=1e-3, show_default=True, help="learning rate")
 @click.option("--weight-decay", default=0.0, show_default=True, help="L2 weight decay of the optimizer")
-@click.option("--augmentation", type=click.Choice(["shift", "affine"]), default=None,
-              help="training augmentation (default: none)")
-@click.option("--augment", default=None, metavar="YAML",
-              help="transforms.v2 pipelines for image files, as data.augment, e.g. "
-                   "'{train: [{RandomResizedCrop: {size: 28}}, RandomHorizontalFlip]}'")
-@click.option("--workers", default=None, type=click.IntRange(min=0),
-              help="data-loader worker processes for image files (default: one per core, at most 8)")
+@click.option(
+    "--augmentation", type=click.Choice(["shift", "affine"]), default=None, help="training augmentation (default: none)"
+)
+@click.option(
+    "--augment",
+    default=None,
+    metavar="YAML",
+    help="transforms.v2 pipelines for image files, as data.augment, e.g. "
+    "'{train: [{RandomResizedCrop: {size: 28}}, RandomHorizontalFlip]}'",
+)
+@click.option(
+    "--workers",
+    default=None,
+    type=click.IntRange(min=0),
+    help="data-loader worker processes for image files (default: one per core, at most 8)",
+)
 @click.option("--seed", default=0, show_default=True, help="seed of weights, batches and augmentation")
-@click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32", show_default=True,
-              help="of the trunk's forward pass (fp16 needs a CUDA device; losses always run in fp32)")
-@click.option("--schedule", type=click.Choice(["constant", "cosine"]), default="constant", show_default=True,
-              help="learning-rate schedule over the iterations")
+@click.option(
+    "--precision",
+    type=click.Choice(["fp32", "bf16", "fp16"]),
+    default="fp32",
+    show_default=True,
+    help="of the trunk's forward pass (fp16 needs a CUDA device; losses always run in fp32)",
+)
+@click.option(
+    "--schedule",
+    type=click.Choice(["constant", "cosine"]),
+    default="constant",
+    show_default=True,
+    help="learning-rate schedule over the iterations",
+)
 @click.option("--warmup", default=0, show_default=True, help="iterations of linear LR warm-up before the schedule")
 @click.option("--device", default="cpu", show_default=True, help="torch device, e.g. cuda:0")
-@click.option("--tracking-uri", default=None,
-              help="MLflow URI or path (default: $MLFLOW_TRACKING_URI, else ./runs/mlflow.db)")
+@click.option(
+    "--tracking-uri", default=None, help="MLflow URI or path (default: $MLFLOW_TRACKING_URI, else ./runs/mlflow.db)"
+)
 @click.option("--experiment", default="dmlbench-train", show_default=True, help="MLflow experiment")
 @format_option
 @quiet_option
-def command(train_spec: str, test_spec: str, train_classes: str | None, test_classes: str | None,
-            split: str | None, resize: str, channels: str | None, threads: int | None, data_root: str | None, size: int, trunk: str,
-            trunk_param: tuple[str, ...], embedding_dim: int, loss: str, loss_param: tuple[str, ...],
-            miner: str | None, miner_param: tuple[str, ...], P: int, K: int, iterations: int, optimizer: str,
-            lr: float, weight_decay: float, augmentation: str | None, augment: str | None, workers: int | None, seed: int, precision: str, schedule: str,
-            warmup: int, device: str, tracking_uri: str | None, experiment: str, fmt: str, quiet: bool) -> int:
+def command(
+    train_spec: str,
+    test_spec: str,
+    train_classes: str | None,
+    test_classes: str | None,
+    split: str | None,
+    resize: str,
+    channels: str | None,
+    threads: int | None,
+    data_root: str | None,
+    size: int,
+    trunk: str,
+    trunk_param: tuple[str, ...],
+    embedding_dim: int,
+    loss: str,
+    loss_param: tuple[str, ...],
+    miner: str | None,
+    miner_param: tuple[str, ...],
+    P: int,
+    K: int,
+    iterations: int,
+    optimizer: str,
+    lr: float,
+    weight_decay: float,
+    augmentation: str | None,
+    augment: str | None,
+    workers: int | None,
+    seed: int,
+    precision: str,
+    schedule: str,
+    warmup: int,
+    device: str,
+    tracking_uri: str | None,
+    experiment: str,
+    fmt: str,
+    quiet: bool,
+) -> int:
     """Train one trunk with one loss (and miner), evaluate on the test classes, log to MLflow.
 
     Each metric is printed beside the floor: the same seed's untrained trunk,
@@ -157,19 +237,39 @@ def command(train_spec: str, test_spec: str, train_classes: str | None, test_cla
     from bench.single_run import DataChoice, check_config, train_and_evaluate
     from bench.training import TrainConfig
 
-    choice = DataChoice(parse_classes(train_classes, "--train-classes"), parse_classes(test_classes, "--test-classes"),
-                        parse_split(split), seed, resize, None if channels is None else CHANNELS[channels],
-                        parse_augment(augment), {"workers": workers})
+    choice = DataChoice(
+        parse_classes(train_classes, "--train-classes"),
+        parse_classes(test_classes, "--test-classes"),
+        parse_split(split),
+        seed,
+        resize,
+        None if channels is None else CHANNELS[channels],
+        parse_augment(augment),
+        {"workers": workers},
+    )
 
     miner_params = parse_params(miner_param, "--miner-param")
     if miner is None and miner_params:
         raise BenchError("--miner-param given without --miner")
     config = TrainConfig(
-        trunk=trunk, trunk_params=parse_params(trunk_param, "--trunk-param"), embedding_dim=embedding_dim,
-        loss=loss, loss_params=parse_params(loss_param, "--loss-param"), miner=miner,
-        miner_params=miner_params, optimizer=optimizer, lr=lr,
-        weight_decay=weight_decay, P=P, K=K, iterations=iterations, seed=seed, augmentation=augmentation,
-        device=device, precision=precision, schedule={"type": schedule, "warmup": warmup},
+        trunk=trunk,
+        trunk_params=parse_params(trunk_param, "--trunk-param"),
+        embedding_dim=embedding_dim,
+        loss=loss,
+        loss_params=parse_params(loss_param, "--loss-param"),
+        miner=miner,
+        miner_params=miner_params,
+        optimizer=optimizer,
+        lr=lr,
+        weight_decay=weight_decay,
+        P=P,
+        K=K,
+        iterations=iterations,
+        seed=seed,
+        augmentation=augmentation,
+        device=device,
+        precision=precision,
+        schedule={"type": schedule, "warmup": warmup},
     )
     check_config(config, size)  # before MLflow and the data are loaded
     from bench.cli import quiet_libraries
@@ -179,10 +279,14 @@ def command(train_spec: str, test_spec: str, train_classes: str | None, test_cla
         import torch
 
         torch.set_num_threads(threads)
-    run = train_and_evaluate(config, train_spec, test_spec, data_root, size, tracking_uri, experiment,
-                             progress_bar=not quiet, choice=choice)
-    emit(fmt, lambda: _table(run.metrics, run.floor),
-         lambda: [{"metric": k, "value": v, "floor": run.floor.get(k)} for k, v in run.metrics.items()],
-         lambda: {"metrics": run.metrics, "floor": run.floor, "run_id": run.run_id, "tracking_uri": run.tracking_uri})
+    run = train_and_evaluate(
+        config, train_spec, test_spec, data_root, size, tracking_uri, experiment, progress_bar=not quiet, choice=choice
+    )
+    emit(
+        fmt,
+        lambda: _table(run.metrics, run.floor),
+        lambda: [{"metric": k, "value": v, "floor": run.floor.get(k)} for k, v in run.metrics.items()],
+        lambda: {"metrics": run.metrics, "floor": run.floor, "run_id": run.run_id, "tracking_uri": run.tracking_uri},
+    )
     log.info(f"MLflow run {run.run_id} in {run.tracking_uri}")
     return 0

@@ -30,9 +30,11 @@ def data_lines(protocol: Protocol, prepared: Any) -> list[str]:
     lines = [f"  train {d['train']}: {counts(prepared.train)}"]
     if isinstance(test, QueryGallery):
         skipped = len(test.query) - test.matched_queries()
-        lines += [f"  test query {d['test']['query']}: {counts(test.query)}"
-                  + (f"; {skipped} without a match in the gallery, skipped by the metrics" if skipped else ""),
-                  f"  test gallery {d['test']['gallery']}: {counts(test.gallery)}"]
+        lines += [
+            f"  test query {d['test']['query']}: {counts(test.query)}"
+            + (f"; {skipped} without a match in the gallery, skipped by the metrics" if skipped else ""),
+            f"  test gallery {d['test']['gallery']}: {counts(test.gallery)}",
+        ]
     else:
         lines.append(f"  test {d['test']}: {counts(test)}")
     for i in range(len(prepared.folds)):
@@ -44,14 +46,29 @@ def data_lines(protocol: Protocol, prepared: Any) -> list[str]:
 @click.command("validate")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--data-root", default=None, help="folder holding the datasets (default: $DMLBENCH_DATA, ../shared/data)")
-@click.option("--no-data", is_flag=True, help="check the files only: do not load the data nor look for the weights file")
-@click.option("--storage", default=None, metavar="URL", help="check this Optuna storage as `run --storage` would use it")
+@click.option(
+    "--no-data", is_flag=True, help="check the files only: do not load the data nor look for the weights file"
+)
+@click.option(
+    "--storage", default=None, metavar="URL", help="check this Optuna storage as `run --storage` would use it"
+)
 @click.option("--tracking-uri", default=None, help="check this MLflow store as `run --tracking-uri` would use it")
-@click.option("--results-dir", default=None, type=click.Path(file_okay=False),
-              help="check this results folder as `run --results-dir` would use it")
+@click.option(
+    "--results-dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="check this results folder as `run --results-dir` would use it",
+)
 @quiet_option
-def command(files: tuple[str, ...], data_root: str | None, no_data: bool, storage: str | None,
-            tracking_uri: str | None, results_dir: str | None, quiet: bool) -> int:
+def command(
+    files: tuple[str, ...],
+    data_root: str | None,
+    no_data: bool,
+    storage: str | None,
+    tracking_uri: str | None,
+    results_dir: str | None,
+    quiet: bool,
+) -> int:
     """Check protocol FILES against the schema and the registry, then load and split their data; print each one's hash
     and the class and sample counts of every split.
 
@@ -76,8 +93,15 @@ def command(files: tuple[str, ...], data_root: str | None, no_data: bool, storag
         except BenchError as e:
             problems.append(str(e))
             continue
-        found = inspect(protocol, data_root=data_root, data=not no_data, stores=stores, storage=storage,
-                        tracking_uri=tracking_uri, results_dir=results_dir)
+        found = inspect(
+            protocol,
+            data_root=data_root,
+            data=not no_data,
+            stores=stores,
+            storage=storage,
+            tracking_uri=tracking_uri,
+            results_dir=results_dir,
+        )
         if found.errors:
             problems += [p.message for p in found.errors]
             continue

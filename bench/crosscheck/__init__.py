@@ -10,11 +10,12 @@ difference above the tolerance. Plugin entries that declare a reference
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from bench.crosscheck.base import TOLERANCE, CheckResult, rel_diff
 
 __all__ = ["TOLERANCE", "CheckResult", "all_checks", "rel_diff"]
+
 
 def all_checks(cases: int = 50, seed: int = 0) -> Iterable[CheckResult]:
     from bench.crosscheck import losses, plugins, triplets

@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import torch
 
@@ -104,7 +105,9 @@ def _labels(rng: random.Random, layout: str, gen: torch.Generator) -> torch.Tens
     if layout == "no_tuple":
         return torch.tensor([rng.randint(0, 9)])
     if layout == "large":  # B = 256: 16 classes of two, the rest singletons (PML's pos x neg matrix stays small)
-        return torch.cat([torch.arange(16).repeat_interleave(2), torch.arange(16, 240)])[torch.randperm(256, generator=gen)]
+        return torch.cat([torch.arange(16).repeat_interleave(2), torch.arange(16, 240)])[
+            torch.randperm(256, generator=gen)
+        ]
     raise AssertionError(layout)
 
 
@@ -192,7 +195,9 @@ def run(spec: Spec, cases: int, seed: int) -> CheckResult:
             continue
         own = spec.own(case)
         own_v, own_g = _value_and_grad(own, case, case.indices_tuple)
-        per_tuple = float(own_v) / max(own.stats.get("num_tuples", 1.0), 1.0) if case.reduction == "sum" else float(own_v)
+        per_tuple = (
+            float(own_v) / max(own.stats.get("num_tuples", 1.0), 1.0) if case.reduction == "sum" else float(own_v)
+        )
         if 0.0 < per_tuple < spec.min_loss:
             imprecise += 1
             continue
@@ -242,8 +247,14 @@ _DIST = {
 }
 
 
-def _two_margins(name: str, kind: str, own: Callable[..., BenchLoss], pml: Callable[..., torch.nn.Module],
-                 margins: Callable[[random.Random], tuple[float, float]], settings: tuple[str, str]) -> Spec:
+def _two_margins(
+    name: str,
+    kind: str,
+    own: Callable[..., BenchLoss],
+    pml: Callable[..., torch.nn.Module],
+    margins: Callable[[random.Random], tuple[float, float]],
+    settings: tuple[str, str],
+) -> Spec:
     """A loss with two margins on a distance: ours as drawn, PML's through `_margin` (``settings``: the
     PML margin arguments in words, for cosine and for the Lp kinds)."""
 
@@ -254,8 +265,11 @@ def _two_margins(name: str, kind: str, own: Callable[..., BenchLoss], pml: Calla
         f"{name} ({kind})",
         f"{pml.__name__}({settings[kind != 'cosine']}, distance={_DIST[kind]}, {_R})",
         lambda c: own(*drawn(c), distance=kind, normalize=c.normalize, reduction=c.reduction),
-        lambda c: pml(*(_margin(kind, v) for v in drawn(c)), distance=_pml_distance(kind, c.normalize),
-                      reducer=_reducer(c.reduction)),
+        lambda c: pml(
+            *(_margin(kind, v) for v in drawn(c)),
+            distance=_pml_distance(kind, c.normalize),
+            reducer=_reducer(c.reduction),
+        ),
     )
 
 
@@ -264,9 +278,14 @@ def _contrastive(kind: str) -> Spec:
 
     from bench.losses.contrastive import ContrastiveLoss
 
-    return _two_margins("contrastive", kind, ContrastiveLoss, losses.ContrastiveLoss,
-                        lambda r: (r.uniform(0.0, 0.5), r.uniform(0.3, 2.0)),
-                        ("pos_margin=1-pos_margin, neg_margin=1-neg_margin", "pos_margin, neg_margin"))
+    return _two_margins(
+        "contrastive",
+        kind,
+        ContrastiveLoss,
+        losses.ContrastiveLoss,
+        lambda r: (r.uniform(0.0, 0.5), r.uniform(0.3, 2.0)),
+        ("pos_margin=1-pos_margin, neg_margin=1-neg_margin", "pos_margin, neg_margin"),
+    )
 
 
 def _lifted(kind: str) -> Spec:
@@ -274,9 +293,14 @@ def _lifted(kind: str) -> Spec:
 
     from bench.losses.lifted import LiftedStructureLoss
 
-    return _two_margins("lifted_structure", kind, LiftedStructureLoss, losses.LiftedStructureLoss,
-                        lambda r: (r.uniform(0.1, 2.0), r.choice([0.0, r.uniform(0.0, 0.5)])),
-                        ("neg_margin=1-margin, pos_margin=1-pos_margin", "neg_margin=margin, pos_margin"))
+    return _two_margins(
+        "lifted_structure",
+        kind,
+        LiftedStructureLoss,
+        losses.LiftedStructureLoss,
+        lambda r: (r.uniform(0.1, 2.0), r.choice([0.0, r.uniform(0.0, 0.5)])),
+        ("neg_margin=1-margin, pos_margin=1-pos_margin", "neg_margin=margin, pos_margin"),
+    )
 
 
 def _npair(kind: str) -> Spec:
@@ -307,8 +331,10 @@ def _npair_l2() -> Spec:
         f"distance={_DIST['dot']}, {_R}); equal when the batch is exactly the N pairs",
         lambda c: NPairLoss(l2_reg=reg(c), normalize=c.normalize, reduction=c.reduction),
         lambda c: losses.NPairsLoss(
-            embedding_regularizer=regularizers.LpRegularizer(power=2), embedding_reg_weight=2 * reg(c),
-            distance=_pml_distance("dot", c.normalize), reducer=_reducer(c.reduction),
+            embedding_regularizer=regularizers.LpRegularizer(power=2),
+            embedding_reg_weight=2 * reg(c),
+            distance=_pml_distance("dot", c.normalize),
+            reducer=_reducer(c.reduction),
         ),
         layouts=("pk2",),
         tuple_modes=(None,),
@@ -333,7 +359,9 @@ def _infonce(kind: str) -> Spec:
         f"NTXentLoss(temperature, distance={_DIST[kind]}, {_R}); temperature >= max D / 600 "
         "(avg_nonzero: >= (max D - min D) / 25)",
         lambda c: InfoNCELoss(temperature(c), distance=kind, normalize=c.normalize, reduction=c.reduction),
-        lambda c: losses.NTXentLoss(temperature(c), distance=_pml_distance(kind, c.normalize), reducer=_reducer(c.reduction)),
+        lambda c: losses.NTXentLoss(
+            temperature(c), distance=_pml_distance(kind, c.normalize), reducer=_reducer(c.reduction)
+        ),
         min_loss=1e-6,
     )
 

@@ -10,7 +10,8 @@ and gradient, a miner by the set of tuples it returns.
 from __future__ import annotations
 
 import random
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 
@@ -24,8 +25,6 @@ def _build(entry: Any) -> tuple[Any, Any, str]:
     import inspect
 
     from bench import registry
-
-    
 
     def call(name: str, params: dict[str, Any]) -> str:
         return f"{name}({', '.join(f'{k}={v!r}' for k, v in params.items())})"
@@ -85,15 +84,14 @@ def check(entry: Any, cases: int, seed: int) -> CheckResult:
         (v1, g1), (v2, g2) = _value_and_grad(own, x, labels), _value_and_grad(ref, x, labels)
         worst_v, worst_g = max(worst_v, rel_diff(v1, v2)), max(worst_g, rel_diff(g1, g2))
     note = f"tuple sets differ in {differ} case(s)" if differ else ""
-    return CheckResult(f"{entry.kind} {entry.name} (plugin)", settings, cases,
-                       float("inf") if differ else worst_v, worst_g, note)
+    return CheckResult(
+        f"{entry.kind} {entry.name} (plugin)", settings, cases, float("inf") if differ else worst_v, worst_g, note
+    )
 
 
 def checks(cases: int = 50, seed: int = 0) -> Iterable[CheckResult]:
     """One result per entry that declares a reference (installed plugins are imported for this)."""
     from bench import registry
-
-    
 
     for entry in registry.entries():
         if entry.reference is not None:

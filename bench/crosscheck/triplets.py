@@ -12,16 +12,19 @@ the value difference infinite, so the check fails).
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import torch
 
 from bench.crosscheck.base import CheckResult, rel_diff
 
-_LOSS = ("TripletMarginLoss(margin, smooth_loss=soft, distance=LpDistance(normalize_embeddings=normalize, "
-         "power=1 euclidean | 2 squared_euclidean) or CosineSimilarity(), "
-         "reducer=AvgNonZeroReducer | MeanReducer | SumReducer)")
+_LOSS = (
+    "TripletMarginLoss(margin, smooth_loss=soft, distance=LpDistance(normalize_embeddings=normalize, "
+    "power=1 euclidean | 2 squared_euclidean) or CosineSimilarity(), "
+    "reducer=AvgNonZeroReducer | MeanReducer | SumReducer)"
+)
 
 
 @dataclass(frozen=True)
@@ -37,21 +40,43 @@ class Combo:
 
 def _tmm(kind: str, margin_inf: bool = False):
     def build(miners, margin, distance):
-        return miners.TripletMarginMiner(margin=float("inf") if margin_inf else margin, type_of_triplets=kind,
-                                         distance=distance)
+        return miners.TripletMarginMiner(
+            margin=float("inf") if margin_inf else margin, type_of_triplets=kind, distance=distance
+        )
+
     return build
 
 
 COMBOS = (
     Combo("triplet", None, lambda m: {}, "no miner (all triplets)", None),
-    Combo("triplet + batch_all", "batch_all", lambda m: {"margin": m},
-          "TripletMarginMiner(margin=inf, type_of_triplets='all')", _tmm("all", margin_inf=True)),
-    Combo("triplet + batch_hard", "batch_hard", lambda m: {}, "BatchHardMiner()",
-          lambda miners, margin, distance: miners.BatchHardMiner(distance=distance)),
-    Combo("triplet + semihard", "semihard", lambda m: {"margin": m, "semantics": "all"},
-          "TripletMarginMiner(margin, type_of_triplets='semihard')", _tmm("semihard")),
-    Combo("triplet + hard", "hard", lambda m: {},  # PML's margin (> 0 here) selects nothing more
-          "TripletMarginMiner(margin, type_of_triplets='hard')", _tmm("hard")),
+    Combo(
+        "triplet + batch_all",
+        "batch_all",
+        lambda m: {"margin": m},
+        "TripletMarginMiner(margin=inf, type_of_triplets='all')",
+        _tmm("all", margin_inf=True),
+    ),
+    Combo(
+        "triplet + batch_hard",
+        "batch_hard",
+        lambda m: {},
+        "BatchHardMiner()",
+        lambda miners, margin, distance: miners.BatchHardMiner(distance=distance),
+    ),
+    Combo(
+        "triplet + semihard",
+        "semihard",
+        lambda m: {"margin": m, "semantics": "all"},
+        "TripletMarginMiner(margin, type_of_triplets='semihard')",
+        _tmm("semihard"),
+    ),
+    Combo(
+        "triplet + hard",
+        "hard",
+        lambda m: {},  # PML's margin (> 0 here) selects nothing more
+        "TripletMarginMiner(margin, type_of_triplets='hard')",
+        _tmm("hard"),
+    ),
 )
 
 LAYOUTS = ("random", "pk", "one_class", "singletons", "duplicates", "pk")
@@ -74,8 +99,10 @@ class Case:
 
     def describe(self) -> str:
         """The case's settings in one line, for a failure message."""
-        return (f"B={len(self.labels)} dim={self.embeddings.shape[1]} {self.layout} {self.distance} "
-                f"normalize={self.normalize} {self.reduction} soft={self.soft} margin={self.margin:.3g}")
+        return (
+            f"B={len(self.labels)} dim={self.embeddings.shape[1]} {self.layout} {self.distance} "
+            f"normalize={self.normalize} {self.reduction} soft={self.soft} margin={self.margin:.3g}"
+        )
 
 
 def make_case(index: int, rng: random.Random) -> Case:
@@ -100,8 +127,16 @@ def make_case(index: int, rng: random.Random) -> Case:
         dst = torch.randint(0, size, (size // 2,), generator=g)
         x[dst] = x[src]
     distance = rng.choice(DISTANCES)
-    return Case(x, y, layout, distance, rng.random() < 0.7, rng.choice(REDUCTIONS), rng.random() < 0.25,
-                rng.choice([0.05, 0.2, rng.uniform(0.01, 1.0)]))
+    return Case(
+        x,
+        y,
+        layout,
+        distance,
+        rng.random() < 0.7,
+        rng.choice(REDUCTIONS),
+        rng.random() < 0.25,
+        rng.choice([0.05, 0.2, rng.uniform(0.01, 1.0)]),
+    )
 
 
 def _pml_parts(case: Case) -> tuple[Any, Any]:
@@ -110,10 +145,12 @@ def _pml_parts(case: Case) -> tuple[Any, Any]:
     if case.distance == "cosine":
         dist = distances.CosineSimilarity()
     else:
-        dist = distances.LpDistance(normalize_embeddings=case.normalize, p=2,
-                                    power=2 if case.distance == "squared_euclidean" else 1)
-    reducer = {"avg_nonzero": reducers.AvgNonZeroReducer, "mean": reducers.MeanReducer,
-               "sum": reducers.SumReducer}[case.reduction]()
+        dist = distances.LpDistance(
+            normalize_embeddings=case.normalize, p=2, power=2 if case.distance == "squared_euclidean" else 1
+        )
+    reducer = {"avg_nonzero": reducers.AvgNonZeroReducer, "mean": reducers.MeanReducer, "sum": reducers.SumReducer}[
+        case.reduction
+    ]()
     return dist, reducer
 
 
@@ -135,8 +172,14 @@ def run_case(combo: Combo, case: Case) -> tuple[float, float, bool]:
 
     from bench.registry import build_loss, build_miner
 
-    own_loss = build_loss("triplet", margin=case.margin, distance=case.distance, normalize=case.normalize,
-                          soft=case.soft, reduction=case.reduction)
+    own_loss = build_loss(
+        "triplet",
+        margin=case.margin,
+        distance=case.distance,
+        normalize=case.normalize,
+        soft=case.soft,
+        reduction=case.reduction,
+    )
     dist, reducer = _pml_parts(case)
     pml_loss = losses.TripletMarginLoss(margin=case.margin, smooth_loss=case.soft, distance=dist, reducer=reducer)
     x, y = case.embeddings, case.labels
@@ -145,8 +188,9 @@ def run_case(combo: Combo, case: Case) -> tuple[float, float, bool]:
         own_t = pml_t = None
     else:
         assert combo.pml_build is not None, f"{combo.name}: an own miner needs its PML counterpart"
-        own_t = build_miner(combo.own_miner, distance=case.distance, normalize=case.normalize,
-                            **combo.own_params(case.margin))(x, y)
+        own_t = build_miner(
+            combo.own_miner, distance=case.distance, normalize=case.normalize, **combo.own_params(case.margin)
+        )(x, y)
         pml_t = combo.pml_build(miners, case.margin, dist)(x, y)
         same_sets = torch.equal(_key(own_t, len(y)), _key(pml_t, len(y)))
     own_v, own_g = _value_and_grad(lambda e: own_loss(e, y, own_t), x)

@@ -11,25 +11,36 @@ protocol file's folder in a protocol (`resolve_spec`, `bench.protocol.load`).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from bench.data import cars, cub, inshop, market, sop
-from bench.data.cache import cache_dir
-from bench.data.labeled import LabeledData, with_channels
-from bench.data.roots import resolve_root
 from bench.data._layout import Layout
 from bench.data.augment import normalise
+from bench.data.cache import cache_dir
 from bench.data.fashion_mnist import load_fashion_mnist
 from bench.data.files import FileIndex, labeled_from_index
-from bench.data.images import ImageFiles
 from bench.data.generic import load_folder, load_npz
+from bench.data.images import ImageFiles
+from bench.data.labeled import LabeledData, with_channels
 from bench.data.omniglot import load_lake_runs, load_omniglot
+from bench.data.roots import resolve_root
 from bench.errors import BenchError
 
-__all__ = ["ImageFiles", "LabeledData", "SPECS", "cache_dir", "check_path", "class_keys", "load", "load_lake_runs",
-           "resolve_root", "resolve_spec"]
+__all__ = [
+    "ImageFiles",
+    "LabeledData",
+    "SPECS",
+    "cache_dir",
+    "check_path",
+    "class_keys",
+    "load",
+    "load_lake_runs",
+    "resolve_root",
+    "resolve_spec",
+]
 
 _Loader = Callable[[str, "str | Path | None", int, str], LabeledData]
 
@@ -55,8 +66,13 @@ _STANDARD: tuple[tuple[Layout, _Reader, tuple[str, ...]], ...] = (
     (inshop.LAYOUT, inshop.read_inshop, inshop.SPLITS),
     (market.LAYOUT, market.read_market1501, tuple(market.SPLITS)),
 )
-_NAMED.update({f"{layout.family}:{split}": _published(layout, read, split)
-               for layout, read, splits in _STANDARD for split in splits})
+_NAMED.update(
+    {
+        f"{layout.family}:{split}": _published(layout, read, split)
+        for layout, read, splits in _STANDARD
+        for split in splits
+    }
+)
 _PATHS: dict[str, _Loader] = {
     "npz": lambda path, _, size, resize: load_npz(path, size, resize),
     "folder": lambda path, _, size, resize: load_folder(path, size, resize),
@@ -64,9 +80,15 @@ _PATHS: dict[str, _Loader] = {
 SPECS = (*_NAMED, *(f"{kind}:PATH" for kind in _PATHS))
 
 
-def load(spec: str, root: str | Path | None = None, size: int | Sequence[int] = 28, resize: str = "stretch",
-         channels: int | None = None, augment: Mapping[str, Any] | None = None,
-         loader: Mapping[str, Any] | None = None) -> LabeledData:
+def load(
+    spec: str,
+    root: str | Path | None = None,
+    size: int | Sequence[int] = 28,
+    resize: str = "stretch",
+    channels: int | None = None,
+    augment: Mapping[str, Any] | None = None,
+    loader: Mapping[str, Any] | None = None,
+) -> LabeledData:
     """The dataset a spec names, images at ``size x size`` made square by `resize`, with `channels` (None: as stored).
 
     `size` may be [height, width] for image files whose `augment` pipelines (both sides) end there.
@@ -79,8 +101,10 @@ def load(spec: str, root: str | Path | None = None, size: int | Sequence[int] = 
         data = load(spec, root, hw[0], resize, channels, augment, loader)
         sides = normalise(augment)
         if not data.lazy or not (sides.get("train") and sides.get("eval")):
-            raise BenchError(f"data.image_size {hw[0]}x{hw[1]} is not square: only image files with both "
-                             "data.augment.train and data.augment.eval, ending at that size, take it")
+            raise BenchError(
+                f"data.image_size {hw[0]}x{hw[1]} is not square: only image files with both "
+                "data.augment.train and data.augment.eval, ending at that size, take it"
+            )
         return replace(data, x=data.x.with_options(size=hw))
     size = hw[0]
     if spec in _NAMED:
@@ -101,13 +125,16 @@ def _size_hw(size: Any) -> tuple[int, int]:
     return (parts[0], parts[-1])
 
 
-def _with_pipeline(data: LabeledData, spec: str, augment: Mapping[str, Any] | None,
-                   loader: Mapping[str, Any] | None) -> LabeledData:
+def _with_pipeline(
+    data: LabeledData, spec: str, augment: Mapping[str, Any] | None, loader: Mapping[str, Any] | None
+) -> LabeledData:
     steps = normalise(augment)
     if not data.lazy:
         if steps:
-            raise BenchError(f"data.augment: {spec} is held in memory as tensors, not read from image files: "
-                             "use data.augmentation (shift or affine) for it")
+            raise BenchError(
+                f"data.augment: {spec} is held in memory as tensors, not read from image files: "
+                "use data.augmentation (shift or affine) for it"
+            )
         return data
     return replace(data, x=data.x.with_options(augment=steps, loader=dict(loader or {})))
 
@@ -139,8 +166,10 @@ def check_path(spec: str) -> None:
     if not target.exists():
         raise BenchError(f"{spec}: {'folder' if want_dir else 'file'} {target} does not exist")
     if want_dir != target.is_dir():
-        raise BenchError(f"{spec}: {target} is {'a file' if want_dir else 'a folder'}, expected "
-                         f"{'a folder of class sub-folders' if want_dir else 'an .npz file'}")
+        raise BenchError(
+            f"{spec}: {target} is {'a file' if want_dir else 'a folder'}, expected "
+            f"{'a folder of class sub-folders' if want_dir else 'an .npz file'}"
+        )
     if not os.access(target, os.R_OK | (os.X_OK if want_dir else 0)):
         raise BenchError(f"{spec}: {target} is not readable")
 

@@ -11,9 +11,9 @@ where, because that, not a file name, is what the user has to act on.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Iterator, Sequence
 
 from bench.data.roots import candidate_roots
 from bench.errors import BenchError
@@ -47,8 +47,9 @@ class Layout:
         return root / self.folder
 
     def _absent(self, root: Path, looked: str = "") -> BenchError:
-        return BenchError(f"{self.family}: {self.missing(root)} not found under {root}: "
-                          f"{self.unpack.format(where=root)}{looked}")
+        return BenchError(
+            f"{self.family}: {self.missing(root)} not found under {root}: {self.unpack.format(where=root)}{looked}"
+        )
 
     def check_images(self, root: Path, relatives: Sequence[str]) -> None:
         """Every listed image must exist (a stat each: about a second for SOP's 120,053): a truncated
@@ -58,8 +59,10 @@ class Layout:
         missing = [r for r in relatives if not (folder / r).is_file()]
         if missing:
             more = f" (and {len(missing) - 1} more of {len(relatives)})" if len(missing) > 1 else ""
-            raise BenchError(f"{self.family}: image {folder / missing[0]} listed in the index is missing{more}: "
-                             f"{self.unpack.format(where=root)}")
+            raise BenchError(
+                f"{self.family}: image {folder / missing[0]} listed in the index is missing{more}: "
+                f"{self.unpack.format(where=root)}"
+            )
 
     def find(self, explicit: str | Path | None) -> Path:
         """The first candidate data root that holds the whole layout.

@@ -18,9 +18,22 @@ from typing import Any
 from bench.errors import BenchError
 
 ALLOWED = (
-    "CenterCrop", "ColorJitter", "GaussianBlur", "Grayscale", "Normalize", "Pad", "RandomAffine", "RandomCrop",
-    "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip", "RandomPerspective", "RandomResizedCrop",
-    "RandomRotation", "RandomVerticalFlip", "Resize",
+    "CenterCrop",
+    "ColorJitter",
+    "GaussianBlur",
+    "Grayscale",
+    "Normalize",
+    "Pad",
+    "RandomAffine",
+    "RandomCrop",
+    "RandomErasing",
+    "RandomGrayscale",
+    "RandomHorizontalFlip",
+    "RandomPerspective",
+    "RandomResizedCrop",
+    "RandomRotation",
+    "RandomVerticalFlip",
+    "Resize",
 )
 SIDES = ("train", "eval")
 _NEEDS_FLOAT = ("Normalize",)

@@ -12,8 +12,9 @@ import json
 import os
 import warnings
 import zlib
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 

@@ -19,8 +19,12 @@ from bench.data._layout import Layout, check_split, nonempty
 from bench.data.files import FileIndex
 from bench.errors import BenchError
 
-LAYOUT = Layout("cars196", "cars196", ("cars_annos.mat", "car_ims/"),
-                "unpack car_ims.tgz into {where}/cars196 and put cars_annos.mat beside car_ims/")
+LAYOUT = Layout(
+    "cars196",
+    "cars196",
+    ("cars_annos.mat", "car_ims/"),
+    "unpack car_ims.tgz into {where}/cars196 and put cars_annos.mat beside car_ims/",
+)
 SPLITS = {"train": range(1, 99), "test": range(99, 197)}
 FIELDS = ("relative_im_path", "class")
 
@@ -51,8 +55,9 @@ def _read_mat(file: Path) -> tuple[np.ndarray, list[str]]:
     try:
         mat = scipy.io.loadmat(file)
     except Exception as err:  # scipy raises ValueError, TypeError, OSError ... for a damaged file
-        raise BenchError(f"cars196: {file} is not a readable MATLAB file ({type(err).__name__}): "
-                         "download cars_annos.mat again") from None
+        raise BenchError(
+            f"cars196: {file} is not a readable MATLAB file ({type(err).__name__}): download cars_annos.mat again"
+        ) from None
     annotations = mat.get("annotations")
     if not isinstance(annotations, np.ndarray) or annotations.dtype.names is None:
         raise BenchError(f"cars196: {file} has no struct array 'annotations'")

@@ -14,8 +14,12 @@ from bench.data._layout import Layout, check_split, index_rows, integer, malform
 from bench.data.files import FileIndex
 from bench.errors import BenchError
 
-LAYOUT = Layout("cub200", "CUB_200_2011", ("images.txt", "image_class_labels.txt", "images/"),
-                "unpack CUB_200_2011.tgz into {where}")
+LAYOUT = Layout(
+    "cub200",
+    "CUB_200_2011",
+    ("images.txt", "image_class_labels.txt", "images/"),
+    "unpack CUB_200_2011.tgz into {where}",
+)
 SPLITS = {"train": range(1, 101), "test": range(101, 201)}
 
 
@@ -27,18 +31,22 @@ def read_cub200(root: Path, split: str) -> FileIndex:
     classes = _id_column(folder / "image_class_labels.txt", "class id")
     if images.keys() != classes.keys():
         odd = min(images.keys() ^ classes.keys())
-        has, lacks = ("images.txt", "image_class_labels.txt") if odd in images else \
-            ("image_class_labels.txt", "images.txt")
-        raise BenchError(f"cub200: image id {odd} is in {folder / has} but not in {lacks}: "
-                         "the two files come from different releases")
+        has, lacks = (
+            ("images.txt", "image_class_labels.txt") if odd in images else ("image_class_labels.txt", "images.txt")
+        )
+        raise BenchError(
+            f"cub200: image id {odd} is in {folder / has} but not in {lacks}: "
+            "the two files come from different releases"
+        )
     wanted = SPLITS[split]
     paths, labels, names = [], [], {}
     for image_id, (_, path) in images.items():
         class_line, class_text = classes[image_id]
         species = integer(LAYOUT.family, folder / "image_class_labels.txt", class_line, "class id", class_text)
         if not 1 <= species <= 200:
-            raise malformed(LAYOUT.family, folder / "image_class_labels.txt", class_line,
-                            f"class id {species} is outside 1..200")
+            raise malformed(
+                LAYOUT.family, folder / "image_class_labels.txt", class_line, f"class id {species} is outside 1..200"
+            )
         if species in wanted:
             paths.append(f"images/{path}")
             labels.append(species - 1)

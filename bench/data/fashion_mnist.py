@@ -53,9 +53,12 @@ def load_fashion_mnist(split: str, root: str | Path | None = None, size: int = 2
     if split not in FILES:
         raise BenchError(f"unknown Fashion-MNIST split {split!r}: expected train or test")
     images_file, labels_file = FILES[split]
-    base = resolve_root(
-        root, DATASET, FILES[split], extra_roots=(SYSTEM_ROOT,), hint="run `apt-get install dataset-fashion-mnist`"
-    ) / DATASET
+    base = (
+        resolve_root(
+            root, DATASET, FILES[split], extra_roots=(SYSTEM_ROOT,), hint="run `apt-get install dataset-fashion-mnist`"
+        )
+        / DATASET
+    )
     images, labels = read_idx(base / images_file), read_idx(base / labels_file)
     if images.ndim != 3 or labels.shape != (images.shape[0],):
         raise BenchError(f"{base}: images {images.shape} and labels {labels.shape} do not match")

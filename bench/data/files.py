@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from bench.data.labeled import LabeledData
 from bench.data.images import ImageFiles, image_channels
+from bench.data.labeled import LabeledData
 from bench.errors import BenchError
 
 
@@ -43,11 +43,19 @@ class FileIndex:
             raise ValueError(f"{self.name}: {len(self.paths)} paths but {len(self.labels)} labels")
         for key, values in self.per_sample.items():
             if len(values) != len(self.paths):
-                raise ValueError(f"{self.name}: per_sample[{key!r}] has {len(values)} values for {len(self.paths)} paths")
+                raise ValueError(
+                    f"{self.name}: per_sample[{key!r}] has {len(values)} values for {len(self.paths)} paths"
+                )
 
 
-def labeled_from_index(index: FileIndex, size: int = 28, resize: str = "stretch", channels: int | None = None,
-                       *, scan_channels: bool = False) -> LabeledData:
+def labeled_from_index(
+    index: FileIndex,
+    size: int = 28,
+    resize: str = "stretch",
+    channels: int | None = None,
+    *,
+    scan_channels: bool = False,
+) -> LabeledData:
     """The dataset an index describes, as `LabeledData` whose ``x`` is lazy `ImageFiles` (nothing decoded).
 
     `channels` None is RGB (3), what the published photo sets are, unless

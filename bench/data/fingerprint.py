@@ -77,7 +77,12 @@ def _update(h: Any, value: Any) -> None:
             _update(h, value.per_sample[key])
     elif hasattr(value, "query") and hasattr(value, "gallery"):  # QueryGallery
         h.update(b"query-gallery;")
-        for part in (value.query, value.gallery, getattr(value, "query_ids", None), getattr(value, "gallery_ids", None)):
+        for part in (
+            value.query,
+            value.gallery,
+            getattr(value, "query_ids", None),
+            getattr(value, "gallery_ids", None),
+        ):
             _update(h, part)
     elif hasattr(value, "__dict__"):  # a small record (a one-shot run): its fields in order
         h.update(f"{type(value).__name__};".encode())
@@ -92,8 +97,11 @@ def _files(h: Any, files: ImageFiles) -> None:
     """Relative path and content digest of every file, and how it is decoded (digests cached by stat)."""
     h.update(f"files {len(files)} size={files.size} resize={files.resize} channels={files.channels};".encode())
     root = Path(files.root)
-    store = cache_dir() / "fingerprints" / (hashlib.blake2b(str(root.resolve()).encode(), digest_size=8).hexdigest()
-                                            + ".json")
+    store = (
+        cache_dir()
+        / "fingerprints"
+        / (hashlib.blake2b(str(root.resolve()).encode(), digest_size=8).hexdigest() + ".json")
+    )
     try:
         known: dict[str, list[Any]] = json.loads(store.read_text())
     except (OSError, ValueError):  # none yet, or a half-written one from a killed process: rebuilt

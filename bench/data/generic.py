@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench.data.files import FileIndex
 from bench.data.labeled import LabeledData
 from bench.data.resize import fit_square, resize_area
-from bench.data.files import FileIndex
 from bench.errors import BenchError
 
 log = logging.getLogger("dmlbench.data")
@@ -71,24 +71,39 @@ def folder_index(path: str | Path) -> FileIndex:
         _check_links(class_dir)
         nested = sorted(f.name for f in class_dir.iterdir() if f.is_dir() and not f.name.startswith("."))
         if nested:  # its images would be left out without a word
-            raise BenchError(f"class folder {class_dir} holds a sub-folder {nested[0]!r}: a class is one folder of "
-                             "images; move its images up, or make it a class of its own")
+            raise BenchError(
+                f"class folder {class_dir} holds a sub-folder {nested[0]!r}: a class is one folder of "
+                "images; move its images up, or make it a class of its own"
+            )
         visible = [f for f in class_dir.iterdir() if f.is_file() and not f.name.startswith(".")]
         files = sorted(f.name for f in visible if f.suffix.lower() in suffixes)
         skipped += [f for f in visible if f.suffix.lower() not in suffixes]
         if not files:
-            raise BenchError(f"class folder {class_dir} holds no images"
-                             + (f" (skipped {len(visible)} file(s) without an image extension, e.g. "
-                                f"{sorted(f.name for f in visible)[0]})" if visible else ""))
+            raise BenchError(
+                f"class folder {class_dir} holds no images"
+                + (
+                    f" (skipped {len(visible)} file(s) without an image extension, e.g. "
+                    f"{sorted(f.name for f in visible)[0]})"
+                    if visible
+                    else ""
+                )
+            )
         paths += [f"{class_dir.name}/{name}" for name in files]
         labels += [label] * len(files)
     if skipped:
         names = sorted({f.name for f in skipped})
-        log.info(f"folder:{root}: skipped {len(skipped)} file(s) without an image extension "
-                 f"({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})")
-    return FileIndex(root, tuple(paths), tuple(labels), f"folder:{root}",
-                     class_names={i: d.name for i, d in enumerate(class_dirs)}, skipped=len(skipped))
-
+        log.info(
+            f"folder:{root}: skipped {len(skipped)} file(s) without an image extension "
+            f"({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+        )
+    return FileIndex(
+        root,
+        tuple(paths),
+        tuple(labels),
+        f"folder:{root}",
+        class_names={i: d.name for i, d in enumerate(class_dirs)},
+        skipped=len(skipped),
+    )
 
 
 def _check_links(folder: Path) -> None:
@@ -145,8 +160,9 @@ def load_npz(path: str | Path, size: int = 28, resize: str = "stretch") -> Label
     per_sample = {}
     if camera is not None:  # re-ID data: the camera of each sample, for the Market-1501 evaluation rules
         if camera.shape != y.shape or not np.issubdtype(camera.dtype, np.integer):
-            raise BenchError(f"{file}: camera must hold one integer per sample, shape {y.shape}, got "
-                             f"{camera.dtype} {camera.shape}")
+            raise BenchError(
+                f"{file}: camera must hold one integer per sample, shape {y.shape}, got {camera.dtype} {camera.shape}"
+            )
         per_sample["camera"] = torch.from_numpy(camera.astype(np.int64))
     return LabeledData(torch.from_numpy(xs), torch.from_numpy(y.astype(np.int64)), f"npz:{file}", meta, per_sample)
 
@@ -159,8 +175,10 @@ def _check_label_range(y: np.ndarray, file: Path) -> None:
         finite = np.isfinite(y)
         if not finite.all() or np.abs(y).max() >= 2**53:
             bad = y[~finite][0] if not finite.all() else y[np.abs(y) >= 2**53][0]
-            raise BenchError(f"{file}: class id {bad!r} in y is not an exact integer: use ids below 2^53 "
-                             "(int64 ids, or floats holding small integers)")
+            raise BenchError(
+                f"{file}: class id {bad!r} in y is not an exact integer: use ids below 2^53 "
+                "(int64 ids, or floats holding small integers)"
+            )
     elif y.dtype.kind == "u" and y.size and int(y.max()) > np.iinfo(np.int64).max:
         raise BenchError(f"{file}: class id {int(y.max())} in y does not fit in int64: renumber the classes")
 

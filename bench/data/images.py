@@ -16,17 +16,18 @@ the protocol's ``transforms.v2`` (`bench.data.augment`).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
 from bench.data.resize import fit_square, resize_area
-from bench.protocol.schema import image_hw
 from bench.errors import BenchError
+from bench.protocol.schema import image_hw
 
 MAX_PIXELS = 40_000_000  # a 6,000 x 6,000 photo; more is decoded into gigabytes of floats before resizing
 GRAY_MODES = {"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "F", "La"}
@@ -84,7 +85,7 @@ class ImageFiles:
     def file(self, index: int) -> Path:
         return self.root / str(self.paths[index])
 
-    def with_options(self, **changes: Any) -> "ImageFiles":
+    def with_options(self, **changes: Any) -> ImageFiles:
         """The same files decoded otherwise (channels, augment, loader)."""
         return replace(self, **changes, _pipelines={})
 
@@ -95,8 +96,10 @@ class ImageFiles:
         file = self.file(index)
         if not items:
             if not isinstance(self.size, int):
-                raise BenchError(f"data.image_size {self.size[0]}x{self.size[1]} is not square: give "
-                                 f"data.augment.{side}, ending at that size")
+                raise BenchError(
+                    f"data.image_size {self.size[0]}x{self.size[1]} is not square: give "
+                    f"data.augment.{side}, ending at that size"
+                )
             image = _square(read_image(file), self.channels, self.resize, self.size)
         else:
             if side not in self._pipelines:
@@ -113,9 +116,11 @@ class ImageFiles:
             image = image.as_subclass(torch.Tensor)
         want = (self.channels, *image_hw(self.size))
         if tuple(image.shape) != want:
-            raise BenchError(f"data.augment.{side} gives {'x'.join(map(str, image.shape))} (channels x height x "
-                             f"width) from {file}, but the protocol wants {'x'.join(map(str, want))} (data.channels, "
-                             f"data.image_size): end the pipeline at that size and channel count")
+            raise BenchError(
+                f"data.augment.{side} gives {'x'.join(map(str, image.shape))} (channels x height x "
+                f"width) from {file}, but the protocol wants {'x'.join(map(str, want))} (data.channels, "
+                f"data.image_size): end the pipeline at that size and channel count"
+            )
         return image
 
     def to_tensor(self) -> torch.Tensor:
@@ -181,8 +186,10 @@ def _eight_bit(img: Image.Image, channels: int, file: Path) -> Image.Image:
 
 def _check_pixels(img: Image.Image, file: Path) -> None:
     if img.width * img.height > MAX_PIXELS:
-        raise BenchError(f"image {file} declares {img.width} x {img.height} pixels, more "
-                         f"than {MAX_PIXELS:,}: refused as a possible decompression bomb")
+        raise BenchError(
+            f"image {file} declares {img.width} x {img.height} pixels, more "
+            f"than {MAX_PIXELS:,}: refused as a possible decompression bomb"
+        )
 
 
 def image_channels(file: Path) -> int:

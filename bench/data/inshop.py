@@ -16,8 +16,12 @@ from pathlib import Path
 from bench.data._layout import Layout, check_split, index_rows, integer, malformed, nonempty
 from bench.data.files import FileIndex
 
-LAYOUT = Layout("inshop", "inshop", ("Eval/list_eval_partition.txt", "img/"),
-                "unzip img.zip into {where}/inshop and put list_eval_partition.txt in {where}/inshop/Eval/")
+LAYOUT = Layout(
+    "inshop",
+    "inshop",
+    ("Eval/list_eval_partition.txt", "img/"),
+    "unzip img.zip into {where}/inshop and put list_eval_partition.txt in {where}/inshop/Eval/",
+)
 HEADER = ["image_name", "item_id", "evaluation_status"]
 SPLITS = ("train", "query", "gallery")
 _ITEM = re.compile(r"id_(\d+)")
@@ -44,7 +48,9 @@ def read_inshop(root: Path, split: str) -> FileIndex:
         if match is None:
             raise malformed(LAYOUT.family, file, line, f"item id {item!r} is not of the form id_<number>")
         if status not in SPLITS:
-            raise malformed(LAYOUT.family, file, line, f"evaluation_status {status!r} is not one of {', '.join(SPLITS)}")
+            raise malformed(
+                LAYOUT.family, file, line, f"evaluation_status {status!r} is not one of {', '.join(SPLITS)}"
+            )
         listed += 1
         if status == split:
             label = integer(LAYOUT.family, file, line, "item id", match.group(1))

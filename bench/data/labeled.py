@@ -6,8 +6,9 @@ demand (`lazy`); `with_channels` gives train and test one channel count.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 
@@ -43,9 +44,7 @@ class LabeledData:
         if not isinstance(self.y, torch.Tensor) or self.y.dtype != torch.int64:
             raise BenchError(f"{self.name}: y must be an int64 tensor, got {_describe(self.y)}")
         if self.y.shape != (self.x.shape[0],):
-            raise BenchError(
-                f"{self.name}: y must have shape (N,) = ({self.x.shape[0]},), got {tuple(self.y.shape)}"
-            )
+            raise BenchError(f"{self.name}: y must have shape (N,) = ({self.x.shape[0]},), got {tuple(self.y.shape)}")
         for key, values in self.per_sample.items():
             if not isinstance(values, torch.Tensor) or values.shape[:1] != self.y.shape:
                 raise BenchError(f"{self.name}: per_sample[{key!r}] must be a tensor of {len(self.y)} values")
@@ -63,7 +62,7 @@ class LabeledData:
         """The sorted class ids present, as plain ints (what splits and fingerprints take)."""
         return tuple(int(c) for c in torch.unique(self.y).tolist())
 
-    def subset(self, classes: Iterable[int]) -> "LabeledData":
+    def subset(self, classes: Iterable[int]) -> LabeledData:
         """Keep the samples of `classes`; a class that is absent is an error, not a silent no-op.
 
         A split that names a class the data lacks means the split was made for
@@ -77,10 +76,11 @@ class LabeledData:
         mask = torch.isin(self.y, torch.tensor(wanted, dtype=torch.int64))
         return self.where(mask)
 
-    def where(self, mask: torch.Tensor) -> "LabeledData":
+    def where(self, mask: torch.Tensor) -> LabeledData:
         """The samples a boolean mask (or index tensor) selects, with their per-sample facts."""
-        return LabeledData(self.x[mask], self.y[mask], self.name, dict(self.meta),
-                           {k: v[mask] for k, v in self.per_sample.items()})
+        return LabeledData(
+            self.x[mask], self.y[mask], self.name, dict(self.meta), {k: v[mask] for k, v in self.per_sample.items()}
+        )
 
 
 def _describe(value: Any) -> str:

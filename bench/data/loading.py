@@ -63,7 +63,10 @@ def loader_options(files: ImageFiles, device: torch.device) -> dict[str, Any]:
     workers = files.loader.get("workers")
     pin = files.loader.get("pin_memory")
     workers = default_workers() if workers is None else int(workers)
-    options: dict[str, Any] = {"num_workers": workers, "pin_memory": device.type == "cuda" if pin is None else bool(pin)}
+    options: dict[str, Any] = {
+        "num_workers": workers,
+        "pin_memory": device.type == "cuda" if pin is None else bool(pin),
+    }
     if workers:
         options.update(worker_init_fn=_one_thread, prefetch_factor=4)
     return options
@@ -100,8 +103,7 @@ def _worker_message(text: str) -> str:
 
 def train_loader(files: ImageFiles, batch_sampler: Any, seed: int, device: torch.device) -> DataLoader:
     """Training batches: the train pipeline, batches as the batch sampler draws them."""
-    return DataLoader(ImageDataset(files, True, seed), batch_sampler=batch_sampler,
-                      **loader_options(files, device))
+    return DataLoader(ImageDataset(files, True, seed), batch_sampler=batch_sampler, **loader_options(files, device))
 
 
 def eval_loader(files: ImageFiles, batch_size: int, device: torch.device) -> DataLoader:

@@ -19,8 +19,12 @@ from bench.data.files import FileIndex
 from bench.errors import BenchError
 
 SPLITS = {"train": "bounding_box_train", "query": "query", "gallery": "bounding_box_test"}
-LAYOUT = Layout("market1501", "Market-1501-v15.09.15", tuple(f"{d}/" for d in SPLITS.values()),
-                "unzip Market-1501-v15.09.15.zip into {where}")
+LAYOUT = Layout(
+    "market1501",
+    "Market-1501-v15.09.15",
+    tuple(f"{d}/" for d in SPLITS.values()),
+    "unzip Market-1501-v15.09.15.zip into {where}",
+)
 _NAME = re.compile(r"(-1|\d{4})_c([1-6])s(\d+)_(\d{6})_(\d{2})\.jpg", re.IGNORECASE)
 
 

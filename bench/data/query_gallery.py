@@ -51,7 +51,7 @@ class QueryGallery:
     gallery_ids: torch.Tensor | None = None
 
     @classmethod
-    def of(cls, query: Any, gallery: Any, same_set: bool, by_name: bool = False) -> "QueryGallery":
+    def of(cls, query: Any, gallery: Any, same_set: bool, by_name: bool = False) -> QueryGallery:
         """Query and gallery; ``same_set`` when both sides are one dataset, whose samples then pair by position;
         ``by_name`` when classes are known by name only (two folders), see `align_by_name`."""
         if same_set:
@@ -79,8 +79,10 @@ class QueryGallery:
         for side, data in (("query", self.query), ("gallery", self.gallery)):
             values = per_sample(data, CAMERA)
             if values is None:
-                raise BenchError(f"{data.name}: the {side} data has no per-sample camera: reid_map and cmc_at_k "
-                                 "need one (an npz gives it as an array named camera)")
+                raise BenchError(
+                    f"{data.name}: the {side} data has no per-sample camera: reid_map and cmc_at_k "
+                    "need one (an npz gives it as an array named camera)"
+                )
             out.append(values)
         return out[0], out[1]
 

@@ -5,7 +5,7 @@ The same pixels give the same tensors whichever file format they came from.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch

@@ -1,5 +1,4 @@
-"""Where data lives: an explicit option, ``$DMLBENCH_DATA``, ``../shared/data``, ``./data``, in that order.
-"""
+"""Where data lives: an explicit option, ``$DMLBENCH_DATA``, ``../shared/data``, ``./data``, in that order."""
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.errors import BenchError
-
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_DATA_REL = Path("..") / "shared" / "data"
@@ -69,6 +67,4 @@ def resolve_root(
     where = str(candidate_roots(explicit)[0]) if explicit else "$DMLBENCH_DATA"
     looked = ", ".join(str(r / dataset) for r in roots)
     prefix = f"{hint}, or " if hint else ""
-    raise BenchError(
-        f"{dataset} not found: {prefix}put {names} under {where}/{dataset}/ (looked in: {looked})"
-    )
+    raise BenchError(f"{dataset} not found: {prefix}put {names} under {where}/{dataset}/ (looked in: {looked})")

@@ -13,8 +13,12 @@ from pathlib import Path
 from bench.data._layout import Layout, check_split, index_rows, integer, malformed, nonempty
 from bench.data.files import FileIndex
 
-LAYOUT = Layout("sop", "Stanford_Online_Products", ("Ebay_train.txt", "Ebay_test.txt"),
-                "unzip Stanford_Online_Products.zip into {where}")
+LAYOUT = Layout(
+    "sop",
+    "Stanford_Online_Products",
+    ("Ebay_train.txt", "Ebay_test.txt"),
+    "unzip Stanford_Online_Products.zip into {where}",
+)
 HEADER = ["image_id", "class_id", "super_class_id", "path"]
 SPLITS = ("train", "test")
 

@@ -88,8 +88,10 @@ def split_pool(classes: Iterable[int], test_classes: float, seed: int) -> tuple[
         return split_classes(classes, float(test_classes), seed)
     unique = _unique_classes(classes, 2, "a train/test split")
     if float(test_classes) != int(test_classes) or not 1 <= test_classes < len(unique):
-        raise BenchError(f"data.split.test_classes: expected a fraction in (0, 1) or a count from 1 to "
-                         f"{len(unique) - 1} (the pool has {len(unique)} classes), got {test_classes}")
+        raise BenchError(
+            f"data.split.test_classes: expected a fraction in (0, 1) or a count from 1 to "
+            f"{len(unique) - 1} (the pool has {len(unique)} classes), got {test_classes}"
+        )
     return _cut(unique, int(test_classes), seed)
 
 

@@ -13,13 +13,13 @@ protocol gives; the loss module itself is only the formula.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
 from bench import distances, reducers
-
 from bench.errors import BenchError
 from bench.reducers import zero_loss
 from bench.tuples import Quadruplets
@@ -34,8 +34,9 @@ def check_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
     return value
 
 
-def check_number(name: str, value: Any, *, low: float | None = None, high: float | None = None,
-                 strict: bool = False) -> float:
+def check_number(
+    name: str, value: Any, *, low: float | None = None, high: float | None = None, strict: bool = False
+) -> float:
     """A finite real number within [low, high] (or (low, high) with ``strict``), as a float."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise BenchError(f"{name} must be a finite number, got {value!r}")
@@ -113,8 +114,13 @@ class BenchLoss(nn.Module):
     stale value is never logged.
     """
 
-    def __init__(self, distance: Any = "euclidean", normalize: bool = True, reduction: Any = "mean",
-                 allowed: tuple[str, ...] = distances.DISTANCES) -> None:
+    def __init__(
+        self,
+        distance: Any = "euclidean",
+        normalize: bool = True,
+        reduction: Any = "mean",
+        allowed: tuple[str, ...] = distances.DISTANCES,
+    ) -> None:
         super().__init__()
         self.stats: dict[str, float] = {}
         if distance is not None:

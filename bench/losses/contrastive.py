@@ -39,8 +39,16 @@ class ContrastiveLoss(BenchLoss):
     ``reduction=None`` picks the form's own default (see the module docstring).
     """
 
-    def __init__(self, pos_margin: float = 0.0, neg_margin: float = 1.0, distance: Any = "euclidean",
-                 normalize: bool = True, reduction: Any = None, form: str = "pml", pos_weight: float = 0.5) -> None:
+    def __init__(
+        self,
+        pos_margin: float = 0.0,
+        neg_margin: float = 1.0,
+        distance: Any = "euclidean",
+        normalize: bool = True,
+        reduction: Any = None,
+        form: str = "pml",
+        pos_weight: float = 0.5,
+    ) -> None:
         form = check_choice("form", form, FORMS)
         super().__init__(distance, normalize, _DEFAULT_REDUCTION[form] if reduction is None else reduction)
         self.form = form

@@ -39,8 +39,9 @@ from bench.losses.base import (
 class InfoNCELoss(BenchLoss):
     """Softmax of each positive pair against its anchor's negatives, at a temperature."""
 
-    def __init__(self, temperature: float = 0.07, distance: Any = "cosine", normalize: bool = True,
-                 reduction: Any = "mean") -> None:
+    def __init__(
+        self, temperature: float = 0.07, distance: Any = "cosine", normalize: bool = True, reduction: Any = "mean"
+    ) -> None:
         super().__init__(distance, normalize, reduction)
         self.temperature = check_number("temperature", temperature, low=0.0, strict=True)
 

@@ -55,8 +55,16 @@ FORMS = ("smooth", "hard")
 class LiftedStructureLoss(BenchLoss):
     """Every positive pair against all negatives of both its ends, without a positive x negative matrix."""
 
-    def __init__(self, margin: float = 1.0, pos_margin: float = 0.0, distance: Any = "euclidean",
-                 normalize: bool = True, reduction: Any = "mean", form: str = "smooth", scale: float = 1.0) -> None:
+    def __init__(
+        self,
+        margin: float = 1.0,
+        pos_margin: float = 0.0,
+        distance: Any = "euclidean",
+        normalize: bool = True,
+        reduction: Any = "mean",
+        form: str = "smooth",
+        scale: float = 1.0,
+    ) -> None:
         super().__init__(distance, normalize, reduction)
         self.margin = check_number("margin", margin)
         self.pos_margin = check_number("pos_margin", pos_margin)

@@ -53,8 +53,14 @@ def one_pair_per_class(a: torch.Tensor, p: torch.Tensor, labels: torch.Tensor) -
 class NPairLoss(BenchLoss):
     """One positive per class against the positives of every other class, plus an L2 penalty."""
 
-    def __init__(self, l2_reg: float = 0.0, distance: Any = "dot", normalize: bool = True, reduction: Any = "mean",
-                 temperature: float = 1.0) -> None:
+    def __init__(
+        self,
+        l2_reg: float = 0.0,
+        distance: Any = "dot",
+        normalize: bool = True,
+        reduction: Any = "mean",
+        temperature: float = 1.0,
+    ) -> None:
         super().__init__(distance, normalize, reduction, allowed=SIMILARITIES)
         self.l2_reg = check_number("l2_reg", l2_reg, low=0.0)
         self.temperature = check_number("temperature", temperature, low=0.0, strict=True)

@@ -28,8 +28,13 @@ def _count(name: str, value: Any) -> int:
     return value
 
 
-def _scaled(pml_class: Any, num_classes: int, embedding_size: int, margin: float, scale: float,
-            ) -> tuple[torch.nn.Module, int]:
+def _scaled(
+    pml_class: Any,
+    num_classes: int,
+    embedding_size: int,
+    margin: float,
+    scale: float,
+) -> tuple[torch.nn.Module, int]:
     """A PML proxy loss with a margin and a scale (ArcFace, CosFace), and its number of classes."""
     n, d = _count("num_classes", num_classes), _count("embedding_size", embedding_size)
     return pml_class(n, d, margin=margin, scale=check_number("scale", scale, low=0, strict=True)), n
@@ -62,22 +67,34 @@ class MultiSimilarityLoss(_PMLLoss):
     def __init__(self, alpha: float = 2.0, beta: float = 50.0, base: float = 0.5) -> None:
         from pytorch_metric_learning.losses import MultiSimilarityLoss as PML
 
-        super().__init__(PML(alpha=check_number("alpha", alpha, low=0, strict=True),
-                             beta=check_number("beta", beta, low=0, strict=True), base=check_number("base", base)))
+        super().__init__(
+            PML(
+                alpha=check_number("alpha", alpha, low=0, strict=True),
+                beta=check_number("beta", beta, low=0, strict=True),
+                base=check_number("base", base),
+            )
+        )
 
 
 class MarginLoss(_PMLLoss):
     """Wu et al. 2017: pairs on either side of a boundary ``beta`` by ``margin``; ``nu`` regularises a
     learned ``beta``; ``triplets_per_anchor`` caps the triplets read ("all" or a count)."""
 
-    def __init__(self, margin: float = 0.2, nu: float = 0.0, beta: float = 1.2,
-                 triplets_per_anchor: int | str = "all") -> None:
+    def __init__(
+        self, margin: float = 0.2, nu: float = 0.0, beta: float = 1.2, triplets_per_anchor: int | str = "all"
+    ) -> None:
         from pytorch_metric_learning.losses import MarginLoss as PML
 
         if triplets_per_anchor != "all":
             _count("triplets_per_anchor", triplets_per_anchor)
-        super().__init__(PML(margin=check_number("margin", margin, low=0), nu=check_number("nu", nu, low=0),
-                             beta=check_number("beta", beta), triplets_per_anchor=triplets_per_anchor))
+        super().__init__(
+            PML(
+                margin=check_number("margin", margin, low=0),
+                nu=check_number("nu", nu, low=0),
+                beta=check_number("beta", beta),
+                triplets_per_anchor=triplets_per_anchor,
+            )
+        )
 
 
 class ProxyAnchorLoss(_PMLLoss):
@@ -88,8 +105,9 @@ class ProxyAnchorLoss(_PMLLoss):
         from pytorch_metric_learning.losses import ProxyAnchorLoss as PML
 
         n, d = _count("num_classes", num_classes), _count("embedding_size", embedding_size)
-        super().__init__(PML(n, d, margin=check_number("margin", margin),
-                             alpha=check_number("alpha", alpha, low=0, strict=True)), n)
+        super().__init__(
+            PML(n, d, margin=check_number("margin", margin), alpha=check_number("alpha", alpha, low=0, strict=True)), n
+        )
 
 
 class ArcFaceLoss(_PMLLoss):
@@ -98,8 +116,9 @@ class ArcFaceLoss(_PMLLoss):
     def __init__(self, num_classes: int, embedding_size: int, margin: float = 28.6, scale: float = 64.0) -> None:
         from pytorch_metric_learning.losses import ArcFaceLoss as PML
 
-        super().__init__(*_scaled(PML, num_classes, embedding_size, check_number("margin", margin, low=0, high=180),
-                                  scale))
+        super().__init__(
+            *_scaled(PML, num_classes, embedding_size, check_number("margin", margin, low=0, high=180), scale)
+        )
 
 
 class CosFaceLoss(_PMLLoss):
@@ -134,16 +153,30 @@ class CircleLoss(_PMLLoss):
 # What a PML loss consumes where its base class does not say: proxy losses are those built with num_classes
 _TUPLES = {"TripletMarginLoss": "triplets", "MarginLoss": "triplets", "NPairsLoss": "npair", "AngularLoss": "npair"}
 # PML constructor arguments that are objects, not numbers a protocol can give
-_OBJECTS = ("distance", "reducer", "embedding_regularizer", "embedding_reg_weight", "weight_regularizer",
-            "weight_reg_weight", "weight_init_func", "collect_stats", "loss", "miner")
+_OBJECTS = (
+    "distance",
+    "reducer",
+    "embedding_regularizer",
+    "embedding_reg_weight",
+    "weight_regularizer",
+    "weight_reg_weight",
+    "weight_init_func",
+    "collect_stats",
+    "loss",
+    "miner",
+)
 _PLAIN = (int, float, str, bool, type(None))
 
 
 def plain_signature(pml_class: Any) -> inspect.Signature:
     """A PML constructor's parameters a protocol can set: required ones and those with a plain default."""
-    keep = [p for p in inspect.signature(pml_class).parameters.values()
-            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in _OBJECTS
-            and (p.default is p.empty or isinstance(p.default, _PLAIN))]
+    keep = [
+        p
+        for p in inspect.signature(pml_class).parameters.values()
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        and p.name not in _OBJECTS
+        and (p.default is p.empty or isinstance(p.default, _PLAIN))
+    ]
     return inspect.Signature([p.replace(kind=p.KEYWORD_ONLY) for p in keep])
 
 
@@ -157,12 +190,20 @@ def loss_tuples(name: str, pml_class: Any, signature: inspect.Signature) -> str:
         return "proxy"
     if issubclass(pml_class, GenericPairLoss):
         return "pairs"
-    raise BenchError(f"pml:{name}: cannot tell which tuples it consumes; register it with "
-                     "bench.registry.register('loss', ..., tuples=...) around an adapter of your own")
+    raise BenchError(
+        f"pml:{name}: cannot tell which tuples it consumes; register it with "
+        "bench.registry.register('loss', ..., tuples=...) around an adapter of your own"
+    )
 
 
-def adapter_class(namespace: dict[str, Any], name: str, base: type, pml_class: type, tuples: str,
-                  init_base: Callable[[Any, Any, dict[str, Any]], None]) -> type:
+def adapter_class(
+    namespace: dict[str, Any],
+    name: str,
+    base: type,
+    pml_class: type,
+    tuples: str,
+    init_base: Callable[[Any, Any, dict[str, Any]], None],
+) -> type:
     """``PML_<name>``: a ``base`` subclass whose constructor takes ``pml_class``'s plain parameters.
 
     Defined once in ``namespace`` (the adapters' module), so that the
@@ -177,9 +218,17 @@ def adapter_class(namespace: dict[str, Any], name: str, base: type, pml_class: t
             raise BenchError(f"pml:{name}: {e}") from None
         init_base(self, pml, params)
 
-    cls = type(f"PML_{name}", (base,), {"__init__": __init__, "__signature__": signature, "tuples": tuples,
-                                        "__module__": namespace["__name__"],
-                                        "__doc__": f"PML's {name} behind dmlbench's call convention."})
+    cls = type(
+        f"PML_{name}",
+        (base,),
+        {
+            "__init__": __init__,
+            "__signature__": signature,
+            "tuples": tuples,
+            "__module__": namespace["__name__"],
+            "__doc__": f"PML's {name} behind dmlbench's call convention.",
+        },
+    )
     namespace[cls.__name__] = cls
     return cls
 
@@ -189,7 +238,7 @@ def lazy_adapters(adapter: Callable[[str], type], module: str) -> Callable[[str]
 
     def __getattr__(attr: str) -> Any:
         if attr.startswith("PML_"):
-            return adapter(attr[len("PML_"):])
+            return adapter(attr[len("PML_") :])
         raise AttributeError(f"module {module!r} has no attribute {attr!r}")
 
     return __getattr__
@@ -210,12 +259,25 @@ def adapter(name: str) -> type:
     if f"PML_{name}" in globals():
         return globals()[f"PML_{name}"]
     pml_class = pml_class_of(losses, losses.BaseMetricLossFunction, "loss", name)
-    return adapter_class(globals(), name, _PMLLoss, pml_class, loss_tuples(name, pml_class, plain_signature(pml_class)),
-                         lambda self, pml, params: _PMLLoss.__init__(self, pml, params.get("num_classes")))
+    return adapter_class(
+        globals(),
+        name,
+        _PMLLoss,
+        pml_class,
+        loss_tuples(name, pml_class, plain_signature(pml_class)),
+        lambda self, pml, params: _PMLLoss.__init__(self, pml, params.get("num_classes")),
+    )
 
 
 __getattr__ = lazy_adapters(adapter, __name__)
 
 
-__all__ = ["MultiSimilarityLoss", "MarginLoss", "ProxyAnchorLoss", "ArcFaceLoss", "CosFaceLoss",
-           "SupConLoss", "CircleLoss"]
+__all__ = [
+    "MultiSimilarityLoss",
+    "MarginLoss",
+    "ProxyAnchorLoss",
+    "ArcFaceLoss",
+    "CosFaceLoss",
+    "SupConLoss",
+    "CircleLoss",
+]

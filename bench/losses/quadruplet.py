@@ -80,9 +80,17 @@ class QuadrupletLoss(BenchLoss):
         if "sums_violating" not in cls.__dict__ and ({"forward", "compute"} & set(cls.__dict__)):
             cls.sums_violating = False
 
-    def __init__(self, alpha1: float = 1.0, alpha2: float = 0.5, distance: Any = "squared_euclidean",
-                 learned_metric: bool = False, metric_hidden: int = 10, metric_layers: int = 3,
-                 normalize: bool = True, reduction: Any = "mean") -> None:
+    def __init__(
+        self,
+        alpha1: float = 1.0,
+        alpha2: float = 0.5,
+        distance: Any = "squared_euclidean",
+        learned_metric: bool = False,
+        metric_hidden: int = 10,
+        metric_layers: int = 3,
+        normalize: bool = True,
+        reduction: Any = "mean",
+    ) -> None:
         super().__init__(distance, normalize, reduction)
         self.alpha1 = check_number("alpha1", alpha1)
         self.alpha2 = check_number("alpha2", alpha2)
@@ -93,8 +101,9 @@ class QuadrupletLoss(BenchLoss):
             hidden = int(check_number("metric_hidden", metric_hidden, low=1))
             layers = int(check_number("metric_layers", metric_layers, low=1))
             if hidden != metric_hidden or layers != metric_layers:
-                raise BenchError(f"metric_hidden and metric_layers must be integers, got {metric_hidden!r}, "
-                                 f"{metric_layers!r}")
+                raise BenchError(
+                    f"metric_hidden and metric_layers must be integers, got {metric_hidden!r}, {metric_layers!r}"
+                )
             self.metric = LearnedMetric(hidden, layers)
 
     def distance_matrix(self, embeddings: torch.Tensor) -> torch.Tensor:
@@ -110,13 +119,17 @@ class QuadrupletLoss(BenchLoss):
             self.stats = {}
             check_inputs(embeddings, labels)
             if indices_tuple.batch_size != len(embeddings):
-                raise BenchError(f"ViolatingQuadruplets of a batch of {indices_tuple.batch_size}, "
-                                 f"got {len(embeddings)} embeddings")
+                raise BenchError(
+                    f"ViolatingQuadruplets of a batch of {indices_tuple.batch_size}, got {len(embeddings)} embeddings"
+                )
             return self.compute(embeddings, labels.to(embeddings.device), indices_tuple)
         if not isinstance(indices_tuple, Quadruplets):
             if indices_tuple is not None:
-                given = {3: "triplets", 4: "pairs"}.get(len(indices_tuple), "a tuple") if isinstance(
-                    indices_tuple, (tuple, list)) else type(indices_tuple).__name__
+                given = (
+                    {3: "triplets", 4: "pairs"}.get(len(indices_tuple), "a tuple")
+                    if isinstance(indices_tuple, (tuple, list))
+                    else type(indices_tuple).__name__
+                )
                 raise BenchError(f"quadruplet loss needs Quadruplets(i, j, l, k) from a quadruplet miner, got {given}")
             return super().forward(embeddings, labels, None)
         self.stats = {}
@@ -140,8 +153,10 @@ class QuadrupletLoss(BenchLoss):
             self.stats["fraction_positive"] = float(num_pos) / num if num else 0.0
             return self.reducer.divide(total, num, num_pos, embeddings)
         q = indices_tuple
-        alpha1, alpha2 = (own if given is None else torch.as_tensor(given, dtype=dist.dtype, device=dist.device)
-                          for own, given in ((self.alpha1, q.alpha1), (self.alpha2, q.alpha2)))
+        alpha1, alpha2 = (
+            own if given is None else torch.as_tensor(given, dtype=dist.dtype, device=dist.device)
+            for own, given in ((self.alpha1, q.alpha1), (self.alpha2, q.alpha2))
+        )
         losses = quadruplet_terms(dist, q, alpha1, alpha2)
         self.record(losses)
         return self.reducer(losses, embeddings)
@@ -162,8 +177,9 @@ def check_quadruplets(q: Quadruplets, batch_size: int) -> tuple[Margin | None, M
             continue
         if not torch.is_tensor(m) or not m.is_floating_point() or m.shape not in ((), (lengths[0],)):
             shape = tuple(m.shape) if torch.is_tensor(m) else type(m).__name__
-            raise BenchError(f"Quadruplets.{name} must be a number or a float tensor of shape () or "
-                             f"({lengths[0]},), got {shape}")
+            raise BenchError(
+                f"Quadruplets.{name} must be a number or a float tensor of shape () or ({lengths[0]},), got {shape}"
+            )
         if not bool(torch.isfinite(m).all()):
             raise BenchError(f"Quadruplets.{name} must be finite")
     return q.alpha1, q.alpha2
@@ -182,10 +198,12 @@ def all_quadruplets(labels: torch.Tensor) -> Quadruplets:
     y = labels
     eye = torch.eye(len(y), dtype=torch.bool, device=y.device)
     same = y[:, None] == y[None, :]
-    valid = ((same & ~eye)[:, :, None, None]  # y_i = y_j, i != j
-             & ~same[:, None, :, None]  # y_l != y_i
-             & ~same[:, None, None, :]  # y_k != y_i
-             & ~same[None, None, :, :])  # y_l != y_k
+    valid = (
+        (same & ~eye)[:, :, None, None]  # y_i = y_j, i != j
+        & ~same[:, None, :, None]  # y_l != y_i
+        & ~same[:, None, None, :]  # y_k != y_i
+        & ~same[None, None, :, :]
+    )  # y_l != y_k
     i, j, l, k = torch.where(valid)  # noqa: E741
     return Quadruplets(i, j, l, k)
 
@@ -198,8 +216,9 @@ def class_members(same: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return idx, same.gather(1, idx)
 
 
-def all_quadruplet_totals(dist: torch.Tensor, labels: torch.Tensor, alpha1: float, alpha2: float
-                          ) -> tuple[torch.Tensor, int, int]:
+def all_quadruplet_totals(
+    dist: torch.Tensor, labels: torch.Tensor, alpha1: float, alpha2: float
+) -> tuple[torch.Tensor, int, int]:
     """Sum of the losses of every valid quadruplet, their number, and how many are positive.
 
     See the module docstring for the method and its cost. The sum stays

@@ -43,8 +43,14 @@ def anchor_positive_pairs(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
 class TripletLoss(BenchLoss):
     """``[D(a,p) - D(a,n) + margin]_+`` (or its softplus) over triplets, PML-compatible defaults."""
 
-    def __init__(self, margin: float = 0.05, distance: Any = "euclidean", normalize: bool = True,
-                 soft: bool = False, reduction: Any = "avg_nonzero") -> None:
+    def __init__(
+        self,
+        margin: float = 0.05,
+        distance: Any = "euclidean",
+        normalize: bool = True,
+        soft: bool = False,
+        reduction: Any = "avg_nonzero",
+    ) -> None:
         super().__init__(distance, normalize, reduction)
         self.margin = check_number("margin", margin)
         self.soft = check_bool("soft", soft)
@@ -81,8 +87,9 @@ class TripletLoss(BenchLoss):
         a, p = anchor_positive_pairs(labels)
         return self._dense(embeddings, a, p, labels[a][:, None] != labels[None, :])
 
-    def _dense(self, embeddings: torch.Tensor, a: torch.Tensor, p: torch.Tensor,
-               negative: torch.Tensor) -> torch.Tensor:
+    def _dense(
+        self, embeddings: torch.Tensor, a: torch.Tensor, p: torch.Tensor, negative: torch.Tensor
+    ) -> torch.Tensor:
         """Triplets ``(a[i], p[i], n)`` for each ``negative[i, n]``, as one (pairs, B) matrix.
 
         No B^3 mask, no per-triplet gather or scatter, no compaction: the

@@ -12,5 +12,17 @@ from bench.metrics.geometry import GEOMETRIES, L2_NORMALIZED, RAW, geometry, to_
 from bench.metrics.query_gallery import query_gallery_metrics, reid_metrics
 from bench.metrics.retrieval import retrieval_metrics
 
-__all__ = ["GEOMETRIES", "L2_NORMALIZED", "OneShotRun", "RAW", "clustering_metrics", "episode_accuracy", "geometry",
-           "lake_runs_accuracy", "query_gallery_metrics", "reid_metrics", "retrieval_metrics", "to_geometry"]
+__all__ = [
+    "GEOMETRIES",
+    "L2_NORMALIZED",
+    "OneShotRun",
+    "RAW",
+    "clustering_metrics",
+    "episode_accuracy",
+    "geometry",
+    "lake_runs_accuracy",
+    "query_gallery_metrics",
+    "reid_metrics",
+    "retrieval_metrics",
+    "to_geometry",
+]

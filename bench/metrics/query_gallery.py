@@ -41,8 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.errors import BenchError
-from bench.metrics.retrieval import BLOCK_ELEMENTS, RETRIEVAL_DISTANCES, _as_tensor, _check_ks, \
-    as_embeddings_and_labels
+from bench.metrics.retrieval import BLOCK_ELEMENTS, RETRIEVAL_DISTANCES, _as_tensor, _check_ks, as_embeddings_and_labels
 
 RANKING_METRICS = ("precision_at_1", "r_precision", "map_at_r", "recall_at_k")
 # A chunk's working set in float32 blocks (4 bytes an element), measured: the exclusion masks and the
@@ -74,8 +73,20 @@ def query_gallery_metrics(
     sets share no sample. ``metrics`` limits the work to what is asked.
     Returns also ``num_queries`` and ``skipped_queries``.
     """
-    scorer = _Scorer(query, query_labels, gallery, gallery_labels, query_ids, gallery_ids, None, None, distance,
-                     chunk_size, None, None)
+    scorer = _Scorer(
+        query,
+        query_labels,
+        gallery,
+        gallery_labels,
+        query_ids,
+        gallery_ids,
+        None,
+        None,
+        distance,
+        chunk_size,
+        None,
+        None,
+    )
     ks = _check_ks(ks)
     unknown = sorted(set(metrics) - set(RANKING_METRICS))
     if unknown:
@@ -127,8 +138,20 @@ def reid_metrics(
     fraction of queries whose first correct item is within the k first.
     Returns ``reid_map``, ``cmc_at_{k}``, ``num_queries``, ``skipped_queries``.
     """
-    scorer = _Scorer(query, query_labels, gallery, gallery_labels, query_ids, gallery_ids, query_cameras,
-                     gallery_cameras, distance, chunk_size, junk_label, distractor_label)
+    scorer = _Scorer(
+        query,
+        query_labels,
+        gallery,
+        gallery_labels,
+        query_ids,
+        gallery_ids,
+        query_cameras,
+        gallery_cameras,
+        distance,
+        chunk_size,
+        junk_label,
+        distractor_label,
+    )
     ks = _check_ks(ks)
     n = len(scorer.qy)
     first, ap = torch.zeros(n, dtype=torch.int64), torch.zeros(n, dtype=torch.float64)
@@ -223,18 +246,30 @@ def ranked_prefix(scores: torch.Tensor, k: int) -> torch.Tensor:
 class _Scorer:
     """Validated inputs and the chunked score blocks with the exclusion rules applied."""
 
-    def __init__(self, query: object, query_labels: object, gallery: object, gallery_labels: object,
-                 query_ids: object, gallery_ids: object, query_cameras: object, gallery_cameras: object,
-                 distance: str, chunk_size: int | None, junk_label: int | None,
-                 distractor_label: int | None) -> None:
+    def __init__(
+        self,
+        query: object,
+        query_labels: object,
+        gallery: object,
+        gallery_labels: object,
+        query_ids: object,
+        gallery_ids: object,
+        query_cameras: object,
+        gallery_cameras: object,
+        distance: str,
+        chunk_size: int | None,
+        junk_label: int | None,
+        distractor_label: int | None,
+    ) -> None:
         self.q, self.qy = as_embeddings_and_labels(query, query_labels)
         self.g, self.gy = as_embeddings_and_labels(gallery, gallery_labels)
         if self.q.shape[1] != self.g.shape[1]:
             raise BenchError(f"query and gallery embeddings differ in size: {self.q.shape[1]} vs {self.g.shape[1]}")
         if distance not in RETRIEVAL_DISTANCES:
             raise BenchError(f"unknown distance {distance!r}: expected one of {', '.join(RETRIEVAL_DISTANCES)}")
-        if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer))
-                                       or chunk_size < 1):
+        if chunk_size is not None and (
+            isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1
+        ):
             raise BenchError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         if (query_ids is None) != (gallery_ids is None):
             raise BenchError("sample ids must be given for both query and gallery, or for neither")
@@ -286,8 +321,10 @@ class _Scorer:
     def nonempty(self, values: torch.Tensor) -> torch.Tensor:
         """The per-query values of the queries with a correct gallery item; none at all is an error."""
         if not self.has.any():
-            raise BenchError(f"none of the {len(self.qy)} queries has a correct item in the gallery of "
-                             f"{len(self.gy)}: nothing to retrieve (are query and gallery of the same classes?)")
+            raise BenchError(
+                f"none of the {len(self.qy)} queries has a correct item in the gallery of "
+                f"{len(self.gy)}: nothing to retrieve (are query and gallery of the same classes?)"
+            )
         return values[self.has]
 
     def counts(self) -> dict[str, float]:

@@ -15,7 +15,6 @@ from typing import Any
 import torch
 
 from bench import distances
-
 from bench.errors import BenchError
 from bench.losses.base import check_bool, check_choice, check_inputs, check_number
 from bench.tuples import IndexTuple
@@ -85,8 +84,9 @@ class BenchMiner:
         return f"{type(self).__name__}({params})"
 
 
-def triplet_margins(embeddings: torch.Tensor, labels: torch.Tensor, distance: distances.Distance
-                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def triplet_margins(
+    embeddings: torch.Tensor, labels: torch.Tensor, distance: distances.Distance
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Every positive pair against every candidate negative, without a B^3 mask.
 
     Returns ``(a, p, tm, negative, mat)``: the positive pairs in lexicographic
@@ -118,8 +118,14 @@ class DenseTriplets(tuple):
     pairs: tuple[torch.Tensor, torch.Tensor]
     mask: torch.Tensor
 
-    def __new__(cls, a: torch.Tensor, p: torch.Tensor, n: torch.Tensor,
-                pairs: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor) -> "DenseTriplets":
+    def __new__(
+        cls,
+        a: torch.Tensor,
+        p: torch.Tensor,
+        n: torch.Tensor,
+        pairs: tuple[torch.Tensor, torch.Tensor],
+        mask: torch.Tensor,
+    ) -> DenseTriplets:
         obj = super().__new__(cls, (a, p, n))
         obj.pairs, obj.mask = pairs, mask
         return obj

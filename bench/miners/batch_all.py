@@ -8,9 +8,9 @@ tells how much of the batch still trains.
 
 from __future__ import annotations
 
-import torch
-
 from typing import Any
+
+import torch
 
 from bench.miners._common import BenchMiner, check_number, select_triplets, triplet_margins
 

@@ -33,7 +33,8 @@ Two ways to use it:
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -67,8 +68,7 @@ class HardestOfPoolMiner(LossMetric, BenchMiner):
         self.num_hardest = check_int("num_hardest", num_hardest, 0)
         self.num_random = check_int("num_random", num_random, 0)
         if self.num_hardest + self.num_random > self.pool_size:
-            raise BenchError(f"num_hardest + num_random ({num_hardest} + {num_random}) exceeds pool_size "
-                             f"{pool_size}")
+            raise BenchError(f"num_hardest + num_random ({num_hardest} + {num_random}) exceeds pool_size {pool_size}")
         if self.num_hardest + self.num_random == 0:
             raise BenchError("num_hardest + num_random must be at least 1")
         self.kind = check_choice("kind", kind, KINDS)
@@ -88,8 +88,9 @@ class HardestOfPoolMiner(LossMetric, BenchMiner):
         if self.kind == "triplet":
             a, p, n = tuples
             return torch.relu(dist[a, p] - dist[a, n] + self.margin)
-        alpha1, alpha2 = (self._loss.alpha1, self._loss.alpha2) if self._loss is not None else (
-            self.alpha1, self.alpha2)
+        alpha1, alpha2 = (
+            (self._loss.alpha1, self._loss.alpha2) if self._loss is not None else (self.alpha1, self.alpha2)
+        )
         return quadruplet_terms(dist, Quadruplets(*tuples), alpha1, alpha2)
 
     def draw(self, labels: torch.Tensor, generator: torch.Generator) -> Tuples:
@@ -101,10 +102,12 @@ class HardestOfPoolMiner(LossMetric, BenchMiner):
     def select(self, losses: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Positions in the pool: the hardest first, then the random ones."""
         keep = select_hardest(losses.cpu(), self.num_hardest, self.num_random, generator)
-        self.stats.update(pool_size=float(len(losses)),
-                          pool_fraction_positive=float((losses > 0).float().mean()) if len(losses) else 0.0,
-                          hardest_loss=float(losses[keep[: self.num_hardest]].mean()) if len(keep) else 0.0,
-                          num_tuples=float(len(keep)))
+        self.stats.update(
+            pool_size=float(len(losses)),
+            pool_fraction_positive=float((losses > 0).float().mean()) if len(losses) else 0.0,
+            hardest_loss=float(losses[keep[: self.num_hardest]].mean()) if len(keep) else 0.0,
+            num_tuples=float(len(keep)),
+        )
         return keep
 
     def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> IndexTuple:
@@ -115,8 +118,9 @@ class HardestOfPoolMiner(LossMetric, BenchMiner):
         keep = self.select(self.tuple_losses(dist, tuple(t.to(device) for t in pool)), self._generator)
         return _wrap(self.kind, tuple(t[keep].to(device) for t in pool))
 
-    def batch(self, step: int, embed: Callable[[torch.Tensor], torch.Tensor], labels: torch.Tensor,
-              generator: torch.Generator) -> tuple[torch.Tensor, IndexTuple]:
+    def batch(
+        self, step: int, embed: Callable[[torch.Tensor], torch.Tensor], labels: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, IndexTuple]:
         """Pool drawn from the whole training split; returns (sample_indices, tuples in their positions)."""
         self.stats = {}
         labels = labels.cpu()
@@ -139,8 +143,7 @@ def _wrap(kind: str, tuples: Tuples) -> IndexTuple:
     return Quadruplets(*tuples) if kind == "quadruplet" else tuple(tuples)
 
 
-def select_hardest(losses: torch.Tensor, num_hardest: int, num_random: int,
-                   generator: torch.Generator) -> torch.Tensor:
+def select_hardest(losses: torch.Tensor, num_hardest: int, num_random: int, generator: torch.Generator) -> torch.Tensor:
     """The ``num_hardest`` largest losses (ties: pool order), then ``num_random`` of the rest at random."""
     order = torch.sort(losses, descending=True, stable=True).indices
     rest = order[num_hardest:]
@@ -186,8 +189,9 @@ class _ByClass:
         return self.order[pos]
 
 
-def _positive_pairs(labels: torch.Tensor, n: int, classes_needed: int, generator: torch.Generator
-                    ) -> tuple[_ByClass, tuple[torch.Tensor, torch.Tensor] | None]:
+def _positive_pairs(
+    labels: torch.Tensor, n: int, classes_needed: int, generator: torch.Generator
+) -> tuple[_ByClass, tuple[torch.Tensor, torch.Tensor] | None]:
     """``n`` random positive pairs (None when fewer than ``classes_needed`` classes or no pair exist)."""
     by = _ByClass(labels)
     i = by.anchors(n, classes_needed, generator)

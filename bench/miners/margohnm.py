@@ -112,20 +112,36 @@ class MargOHNMMiner(LossMetric, BenchMiner):
         alpha1, alpha2 = self.margins(dist, labels, warm)
         if self.max_tuples is None and getattr(self._loss, "sums_violating", False):
             total, _, count = all_quadruplet_totals(dist, labels, alpha1, alpha2)
-            self.stats.update(alpha1=alpha1, alpha2=alpha2, warmup=float(warm), num_violating=float(count),
-                              num_tuples=float(count), mean_loss=float(total) / count if count else 0.0)
+            self.stats.update(
+                alpha1=alpha1,
+                alpha2=alpha2,
+                warmup=float(warm),
+                num_violating=float(count),
+                num_tuples=float(count),
+                mean_loss=float(total) / count if count else 0.0,
+            )
             return ViolatingQuadruplets(len(labels), alpha1, alpha2, count)
         found, losses, violating = violating_quadruplets(dist, labels, alpha1, alpha2, self.max_tuples, self.keep)
-        self.stats.update(alpha1=alpha1, alpha2=alpha2, warmup=float(warm), num_violating=float(violating),
-                          num_tuples=float(len(found[0])),
-                          mean_loss=float(losses.mean()) if len(losses) else 0.0)
+        self.stats.update(
+            alpha1=alpha1,
+            alpha2=alpha2,
+            warmup=float(warm),
+            num_violating=float(violating),
+            num_tuples=float(len(found[0])),
+            mean_loss=float(losses.mean()) if len(losses) else 0.0,
+        )
         i, j, l, k = found  # noqa: E741 - the paper's names
         return Quadruplets(i, j, l, k, alpha1=alpha1, alpha2=alpha2)
 
 
-def violating_quadruplets(dist: torch.Tensor, labels: torch.Tensor, alpha1: float, alpha2: float,
-                          max_tuples: int | None = None, keep: str = "random",
-                          ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor, int]:
+def violating_quadruplets(
+    dist: torch.Tensor,
+    labels: torch.Tensor,
+    alpha1: float,
+    alpha2: float,
+    max_tuples: int | None = None,
+    keep: str = "random",
+) -> tuple[tuple[torch.Tensor, ...], torch.Tensor, int]:
     """The violating quadruplets (all, or ``max_tuples`` of them chosen by ``keep``), their losses,
     and how many violated in all. Uncapped they come in (i, j, l, k) order; capped, highest key first
     (the loss for ``hardest``, a uniform draw from torch's generator for ``random``)."""
@@ -139,7 +155,7 @@ def violating_quadruplets(dist: torch.Tensor, labels: torch.Tensor, alpha1: floa
     violating = 0
     step = max(1, _CHUNK // max(1, n * n))
     for start in range(0, len(a), step):
-        i, j = a[start:start + step], p[start:start + step]
+        i, j = a[start : start + step], p[start : start + step]
         other = ~same[i]  # (q, B): samples of a class other than y_i
         valid = other[:, :, None] & other[:, None, :] & ~same[None, :, :]  # (q, l, k)
         positive = dist[i, j][:, None, None]
@@ -167,8 +183,12 @@ def _cat(parts: list[tuple[torch.Tensor, ...]], empty: torch.Tensor) -> tuple[to
     return tuple(torch.cat([p[f] for p in parts]) if parts else empty for f in range(4))
 
 
-def _top(parts: list[tuple[torch.Tensor, ...]], losses: list[torch.Tensor], keys: list[torch.Tensor], m: int,
-         ) -> tuple[list[tuple[torch.Tensor, ...]], list[torch.Tensor], list[torch.Tensor]]:
+def _top(
+    parts: list[tuple[torch.Tensor, ...]],
+    losses: list[torch.Tensor],
+    keys: list[torch.Tensor],
+    m: int,
+) -> tuple[list[tuple[torch.Tensor, ...]], list[torch.Tensor], list[torch.Tensor]]:
     """The ``m`` candidates with the highest keys (stable: ties keep (i, j, l, k) order), highest first."""
     key = torch.cat(keys)
     order = torch.sort(key, descending=True, stable=True).indices[:m]

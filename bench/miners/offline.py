@@ -16,7 +16,8 @@ Anchors are processed in chunks against the whole set, so memory stays at
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -33,9 +34,17 @@ class OfflineMiner(BenchMiner):
 
     dataset_level = True
 
-    def __init__(self, margin: float = 0.2, strategy: str = "semihard", refresh_every: int = 100,
-                 subset_size: int | None = None, triplets_per_batch: int = 64, distance: Any = "euclidean",
-                 normalize: bool = True, chunk_size: int = 256) -> None:
+    def __init__(
+        self,
+        margin: float = 0.2,
+        strategy: str = "semihard",
+        refresh_every: int = 100,
+        subset_size: int | None = None,
+        triplets_per_batch: int = 64,
+        distance: Any = "euclidean",
+        normalize: bool = True,
+        chunk_size: int = 256,
+    ) -> None:
         super().__init__(distance, normalize)
         self.margin = check_number("margin", margin)
         self.strategy = check_choice("strategy", strategy, STRATEGIES)
@@ -63,8 +72,9 @@ class OfflineMiner(BenchMiner):
             a, p, n = a[violating], p[violating], n[violating]
         return a, p, n
 
-    def batch(self, step: int, embed: Callable[[torch.Tensor], torch.Tensor], labels: torch.Tensor,
-              generator: torch.Generator) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    def batch(
+        self, step: int, embed: Callable[[torch.Tensor], torch.Tensor], labels: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         """Sample indices of the training split and the triplets among them (positions in those indices)."""
         if self._pool is None or step - self._refreshed_at >= self.refresh_every:
             self._refresh(step, embed, labels, generator)
@@ -77,8 +87,9 @@ class OfflineMiner(BenchMiner):
         sample_indices, positions = torch.unique(flat, return_inverse=True)
         return sample_indices, (positions[0], positions[1], positions[2])
 
-    def _refresh(self, step: int, embed: Callable[[torch.Tensor], torch.Tensor], labels: torch.Tensor,
-                 generator: torch.Generator) -> None:
+    def _refresh(
+        self, step: int, embed: Callable[[torch.Tensor], torch.Tensor], labels: torch.Tensor, generator: torch.Generator
+    ) -> None:
         total = len(labels)
         if self.subset_size is None or self.subset_size >= total:
             indices = torch.arange(total)

@@ -29,17 +29,25 @@ class MultiSimilarityMiner(BenchMiner):
     def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """PML's pairs as they come, counted in ``stats``."""
         a1, p, a2, n = self._pml(embeddings, labels)
-        self.stats.update(num_pos_pairs=float(len(a1)), num_neg_pairs=float(len(a2)),
-                          num_tuples=float(len(a1) + len(a2)))
+        self.stats.update(
+            num_pos_pairs=float(len(a1)), num_neg_pairs=float(len(a2)), num_tuples=float(len(a1) + len(a2))
+        )
         return a1, p, a2, n
 
 
 # ---- any other PML miner, by class name (`pml:TripletMarginMiner`) ----------------------------------
 
 # What each PML miner returns (PML's miners do not declare it): triplets (a, p, n) or pairs (a1, p, a2, n)
-_TUPLES = {"TripletMarginMiner": "triplets", "BatchHardMiner": "triplets", "AngularMiner": "triplets",
-           "PairMarginMiner": "pairs", "MultiSimilarityMiner": "pairs", "UniformHistogramMiner": "pairs",
-           "BatchEasyHardMiner": "pairs", "HDCMiner": "pairs"}
+_TUPLES = {
+    "TripletMarginMiner": "triplets",
+    "BatchHardMiner": "triplets",
+    "AngularMiner": "triplets",
+    "PairMarginMiner": "pairs",
+    "MultiSimilarityMiner": "pairs",
+    "UniformHistogramMiner": "pairs",
+    "BatchEasyHardMiner": "pairs",
+    "HDCMiner": "pairs",
+}
 
 
 class _GenericPMLMiner(BenchMiner):
@@ -63,10 +71,18 @@ def adapter(name: str) -> type:
         return globals()[f"PML_{name}"]
     pml_class = pml_class_of(miners, miners.BaseMiner, "miner", name)
     if name not in _TUPLES:
-        raise BenchError(f"pml:{name}: cannot tell which tuples it produces (known: {', '.join(sorted(_TUPLES))}); "
-                         "register an adapter of your own with bench.registry.register('miner', ..., tuples=...)")
-    return adapter_class(globals(), name, _GenericPMLMiner, pml_class, _TUPLES[name],
-                         lambda self, pml, params: _GenericPMLMiner.__init__(self, pml))
+        raise BenchError(
+            f"pml:{name}: cannot tell which tuples it produces (known: {', '.join(sorted(_TUPLES))}); "
+            "register an adapter of your own with bench.registry.register('miner', ..., tuples=...)"
+        )
+    return adapter_class(
+        globals(),
+        name,
+        _GenericPMLMiner,
+        pml_class,
+        _TUPLES[name],
+        lambda self, pml, params: _GenericPMLMiner.__init__(self, pml),
+    )
 
 
 __getattr__ = lazy_adapters(adapter, __name__)

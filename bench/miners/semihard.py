@@ -29,8 +29,14 @@ from bench.miners._common import BenchMiner, check_choice, check_number, select_
 SEMANTICS = ("all", "nearest")
 
 
-def nearest_negatives(mat: torch.Tensor, row_index: torch.Tensor, row_labels: torch.Tensor,
-                      labels: torch.Tensor, margin: float, strategy: str) -> tuple[torch.Tensor, ...]:
+def nearest_negatives(
+    mat: torch.Tensor,
+    row_index: torch.Tensor,
+    row_labels: torch.Tensor,
+    labels: torch.Tensor,
+    margin: float,
+    strategy: str,
+) -> tuple[torch.Tensor, ...]:
     """One triplet per positive pair whose anchor is a row of ``mat``.
 
     ``mat`` is (C, N): distances from the anchors ``row_index`` (labels
@@ -63,8 +69,9 @@ def nearest_negatives(mat: torch.Tensor, row_index: torch.Tensor, row_labels: to
 class SemiHardMiner(BenchMiner):
     """Semi-hard triplets; ``semantics`` picks PML's (all) or FaceNet's (nearest per pair)."""
 
-    def __init__(self, margin: float = 0.2, semantics: str = "all", distance: Any = "euclidean",
-                 normalize: bool = True) -> None:
+    def __init__(
+        self, margin: float = 0.2, semantics: str = "all", distance: Any = "euclidean", normalize: bool = True
+    ) -> None:
         super().__init__(distance, normalize)
         self.margin = check_number("margin", margin)
         self.semantics = check_choice("semantics", semantics, SEMANTICS)

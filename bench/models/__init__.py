@@ -59,8 +59,12 @@ class Conv4(nn.Module):
             raise _too_small("conv4", shape, 16)
         blocks: list[nn.Module] = []
         for i in range(4):
-            blocks += [nn.Conv2d(c if i == 0 else channels, channels, 3, padding=1),
-                       nn.BatchNorm2d(channels), nn.ReLU(inplace=True), nn.MaxPool2d(2)]
+            blocks += [
+                nn.Conv2d(c if i == 0 else channels, channels, 3, padding=1),
+                nn.BatchNorm2d(channels),
+                nn.ReLU(inplace=True),
+                nn.MaxPool2d(2),
+            ]
             h, w = h // 2, w // 2
         self.features = nn.Sequential(*blocks, nn.Flatten())
         self.embed = nn.Linear(channels * h * w, check_embedding_dim("conv4", embedding_dim))
@@ -91,8 +95,12 @@ class LeCun2006(nn.Module):
         if min(h, w) < 1:
             raise _too_small("lecun2006", shape, 32, " (raise pad_to to 32)")
         self.features = nn.Sequential(
-            nn.Conv2d(c, 15, 6), nn.ReLU(inplace=True), nn.AvgPool2d(3),
-            nn.Conv2d(15, 30, 9), nn.ReLU(inplace=True), nn.Flatten(),
+            nn.Conv2d(c, 15, 6),
+            nn.ReLU(inplace=True),
+            nn.AvgPool2d(3),
+            nn.Conv2d(15, 30, 9),
+            nn.ReLU(inplace=True),
+            nn.Flatten(),
         )
         self.embed = nn.Linear(30 * h * w, check_embedding_dim("lecun2006", embedding_dim))
 
@@ -126,10 +134,17 @@ class OmniglotEncoder(nn.Module):
             if min(h, w) < 1:
                 raise _too_small("omniglot_encoder", shape, 4)
         self.features = nn.Sequential(
-            nn.Conv2d(c, 128, 7, padding=padding), nn.ReLU(inplace=True), nn.MaxPool2d(2),
-            nn.Conv2d(128, 128, 5, padding=padding), nn.ReLU(inplace=True), nn.MaxPool2d(2),
-            nn.Conv2d(128, 64, 5, padding=padding), nn.ReLU(inplace=True), nn.Flatten(),
-            nn.Linear(64 * h * w, 2048), nn.ReLU(inplace=True),
+            nn.Conv2d(c, 128, 7, padding=padding),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(2),
+            nn.Conv2d(128, 128, 5, padding=padding),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(2),
+            nn.Conv2d(128, 64, 5, padding=padding),
+            nn.ReLU(inplace=True),
+            nn.Flatten(),
+            nn.Linear(64 * h * w, 2048),
+            nn.ReLU(inplace=True),
         )
         self.embed = nn.Linear(2048, check_embedding_dim("omniglot_encoder", embedding_dim))
 
@@ -174,5 +189,13 @@ class MLP(nn.Module):
 # the trunk a run trains (weights, frozen BN, parameter groups): bench/models/trunk.py
 from bench.models.trunk import freeze_batchnorm, head_parameters, param_groups  # noqa: E402
 
-__all__ = ["MLP", "Conv4", "LeCun2006", "OmniglotEncoder", "check_embedding_dim", "freeze_batchnorm",
-           "head_parameters", "param_groups"]
+__all__ = [
+    "MLP",
+    "Conv4",
+    "LeCun2006",
+    "OmniglotEncoder",
+    "check_embedding_dim",
+    "freeze_batchnorm",
+    "head_parameters",
+    "param_groups",
+]

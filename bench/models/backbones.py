@@ -125,7 +125,7 @@ def __getattr__(attr: str) -> Callable[..., Backbone]:
     """
     if not attr.startswith("timm_"):
         raise AttributeError(attr)
-    return functools.partial(timm_trunk, attr[len("timm_"):])
+    return functools.partial(timm_trunk, attr[len("timm_") :])
 
 
 def published_weights(trunk: str, variant: str | None = None) -> tuple[str, str]:
@@ -142,19 +142,23 @@ def published_weights(trunk: str, variant: str | None = None) -> tuple[str, str]
         try:
             weights = enum.DEFAULT if variant is None else enum[variant]
         except KeyError:
-            raise BenchError(f"model.pretrained: torchvision has no {variant!r} weights for {trunk}: expected one of "
-                             f"{', '.join(w.name for w in enum)}") from None
+            raise BenchError(
+                f"model.pretrained: torchvision has no {variant!r} weights for {trunk}: expected one of "
+                f"{', '.join(w.name for w in enum)}"
+            ) from None
         arch = trunk.replace("resnet", "ResNet-")
         return weights.url.rsplit("/", 1)[-1], f"torchvision's {arch} weights ({weights.name})"
     if trunk.startswith(TIMM_PREFIX):
-        model = trunk[len(TIMM_PREFIX):] + (f".{variant}" if variant else "")
+        model = trunk[len(TIMM_PREFIX) :] + (f".{variant}" if variant else "")
         check_timm_name(model)
         cfg = timm_module().models.get_pretrained_cfg(model)
         url = getattr(cfg, "url", None) if cfg is not None else None
         if not url:
             hub_id = getattr(cfg, "hf_hub_id", None) if cfg is not None else None
             where = f" from the Hugging Face hub ({hub_id}, model.safetensors)" if hub_id else ""
-            raise BenchError(f"model.pretrained: timm publishes {model}'s weights{where}, not in the torch hub "
-                             "cache: give the file's path")
+            raise BenchError(
+                f"model.pretrained: timm publishes {model}'s weights{where}, not in the torch hub "
+                "cache: give the file's path"
+            )
         return url.rsplit("/", 1)[-1], f"timm's {model} weights"
     raise BenchError(f"model.pretrained: trunk {trunk!r} has no published weights: give the path of a state_dict")

@@ -49,13 +49,16 @@ def head_parameters(trunk: nn.Module) -> list[torch.nn.Parameter]:
     """The embedding head's parameters (``trunk.embed``), which ``training.trunk_lr`` leaves at ``training.lr``."""
     head = getattr(trunk, "embed", None)
     if not isinstance(head, nn.Module):
-        raise BenchError(f"training.trunk_lr: trunk {type(trunk).__name__} has no embedding head (an `embed` "
-                         "layer) to keep apart from the trunk: remove training.trunk_lr")
+        raise BenchError(
+            f"training.trunk_lr: trunk {type(trunk).__name__} has no embedding head (an `embed` "
+            "layer) to keep apart from the trunk: remove training.trunk_lr"
+        )
     return list(head.parameters())
 
 
-def param_groups(trunk: nn.Module, others: list[nn.Parameter], lr: float,
-                 trunk_lr: float | None) -> list[dict[str, Any]]:
+def param_groups(
+    trunk: nn.Module, others: list[nn.Parameter], lr: float, trunk_lr: float | None
+) -> list[dict[str, Any]]:
     """The optimiser's parameter groups: one at ``lr``, or with ``trunk_lr`` the trunk body apart from the rest.
 
     ``others`` are the trainable parameters outside the trunk (a proxy
@@ -71,7 +74,7 @@ def param_groups(trunk: nn.Module, others: list[nn.Parameter], lr: float,
         return [{"params": params, "lr": lr}]
     head = {id(p) for p in head_parameters(trunk)}
     body = {id(p) for p in trunk.parameters()} - head
-    return [{"params": [p for p in params if id(p) in body], "lr": trunk_lr},
-            {"params": [p for p in params if id(p) not in body], "lr": lr}]
-
-
+    return [
+        {"params": [p for p in params if id(p) in body], "lr": trunk_lr},
+        {"params": [p for p in params if id(p) not in body], "lr": lr},
+    ]

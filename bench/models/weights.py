@@ -49,8 +49,9 @@ def resolve(spec: str, trunk: str) -> Path:
     from bench.models.backbones import published_weights
 
     if not isinstance(spec, str) or not spec.strip():
-        raise BenchError(f"model.pretrained must be a file, a file name in the torch hub cache, hub or null, "
-                         f"got {spec!r}")
+        raise BenchError(
+            f"model.pretrained must be a file, a file name in the torch hub cache, hub or null, got {spec!r}"
+        )
     if spec == HUB or spec.startswith(HUB + ":"):
         name, what = published_weights(trunk, spec.partition(":")[2] or None)
         path = hub_checkpoints() / name
@@ -60,15 +61,13 @@ def resolve(spec: str, trunk: str) -> Path:
     if "/" not in spec and "\\" not in spec and not spec.startswith("~"):
         path = hub_checkpoints() / spec
         if not path.is_file():
-            raise BenchError(f"model.pretrained: {spec} not found: put {_known(spec, trunk)} at {path} "
-                             "or give a path")
+            raise BenchError(f"model.pretrained: {spec} not found: put {_known(spec, trunk)} at {path} or give a path")
         return path
     path = Path(spec).expanduser()
     if path.is_dir():
         raise BenchError(f"model.pretrained: {path} is a directory: give the weights file in it")
     if not path.is_file():
-        raise BenchError(f"model.pretrained: {path} not found: put {_known(spec, trunk)} there or give "
-                         "another path")
+        raise BenchError(f"model.pretrained: {path} not found: put {_known(spec, trunk)} there or give another path")
     return path
 
 
@@ -95,8 +94,10 @@ def _check_hash(path: Path) -> None:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     if not digest.hexdigest().startswith(match.group(1)):
-        raise BenchError(f"model.pretrained: {path} has sha256 {digest.hexdigest()[:12]}..., its name says "
-                         f"{match.group(1)}...: a damaged or different file")
+        raise BenchError(
+            f"model.pretrained: {path} has sha256 {digest.hexdigest()[:12]}..., its name says "
+            f"{match.group(1)}...: a damaged or different file"
+        )
 
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
@@ -113,10 +114,12 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
                 state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - unpickling and format errors of every kind: one line naming the file
         raise BenchError(f"model.pretrained: {path} {_unreadable(e)}") from None
-    if not isinstance(state, Mapping) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
-                                                 for k, v in state.items()):
-        raise BenchError(f"model.pretrained: {path} holds a {type(state).__name__}, not a state_dict "
-                         "(names to tensors)")
+    if not isinstance(state, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    ):
+        raise BenchError(
+            f"model.pretrained: {path} holds a {type(state).__name__}, not a state_dict (names to tensors)"
+        )
     return dict(state)
 
 
@@ -127,11 +130,15 @@ def _unreadable(e: Exception) -> str:
 
     text = str(e)
     if isinstance(e, pickle.UnpicklingError) and "weights_only" in text.lower():
-        return ("holds Python objects besides tensors, which dmlbench does not unpickle (it loads with "
-                "weights_only=True): save the model's state_dict() alone, or as .safetensors")
+        return (
+            "holds Python objects besides tensors, which dmlbench does not unpickle (it loads with "
+            "weights_only=True): save the model's state_dict() alone, or as .safetensors"
+        )
     first = (text.strip().splitlines() or [type(e).__name__])[0]
-    return (f"cannot be read as a torch checkpoint or a .safetensors file (truncated, or another format): "
-            f"{type(e).__name__}: {first[:100]}")
+    return (
+        f"cannot be read as a torch checkpoint or a .safetensors file (truncated, or another format): "
+        f"{type(e).__name__}: {first[:100]}"
+    )
 
 
 def load_pretrained(trunk: nn.Module, path: Path, name: str) -> None:
@@ -149,11 +156,15 @@ def load_pretrained(trunk: nn.Module, path: Path, name: str) -> None:
     unexpected = [k for k in given if k not in own]
     reshaped = [k for k in given if k in own and given[k].shape != own[k].shape]
     if missing or unexpected or reshaped:
-        parts = [f"{len(missing)} missing key(s)" + (f" (e.g. {missing[0]})" if missing else ""),
-                 f"{len(unexpected)} unexpected" + (f" (e.g. {unexpected[0]})" if unexpected else "")]
+        parts = [
+            f"{len(missing)} missing key(s)" + (f" (e.g. {missing[0]})" if missing else ""),
+            f"{len(unexpected)} unexpected" + (f" (e.g. {unexpected[0]})" if unexpected else ""),
+        ]
         if reshaped:
             k = reshaped[0]
-            parts.append(f"{len(reshaped)} of another shape (e.g. {k}: {tuple(given[k].shape)} in the file, "
-                         f"{tuple(own[k].shape)} in the trunk)")
+            parts.append(
+                f"{len(reshaped)} of another shape (e.g. {k}: {tuple(given[k].shape)} in the file, "
+                f"{tuple(own[k].shape)} in the trunk)"
+            )
         raise BenchError(f"model.pretrained: {path} does not fit trunk {name!r}: {', '.join(parts)}")
     target.load_state_dict(given, strict=False)  # only num_batches_tracked may be absent (files before torch 0.4.1)

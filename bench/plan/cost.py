@@ -38,11 +38,19 @@ UNKNOWN_TRUNK = TrunkCost((0.075, 0.135), 8.0 / 13180, measured=False)
 # ResNets at 224x224, batch 32, bf16 + channels-last, one thread. ResNet-50 measured here by
 # benchmarks/bench_trunk_step.py (3.2 s of CPU a step at 227x227, embedding ~0.09 s an image in fp32,
 # on a loaded machine: the range allows for it); ResNet-18 scaled by multiply-adds (1.8 / 4.1 G).
-TRUNK_COSTS.update({
-    "resnet18": TrunkCost((1.3, 2.0), 0.04, ref_batch=32, ref_pixels=224 * 224, measured=False,
-                          source="not measured: scaled from ResNet-50"),
-    "resnet50": TrunkCost((3.0, 4.5), 0.09, ref_batch=32, ref_pixels=224 * 224),
-})
+TRUNK_COSTS.update(
+    {
+        "resnet18": TrunkCost(
+            (1.3, 2.0),
+            0.04,
+            ref_batch=32,
+            ref_pixels=224 * 224,
+            measured=False,
+            source="not measured: scaled from ResNet-50",
+        ),
+        "resnet50": TrunkCost((3.0, 4.5), 0.09, ref_batch=32, ref_pixels=224 * 224),
+    }
+)
 # On one GPU. Conv-4 measured on an H100 (benchmarks/bench_step_time.py: 8.0-8.5 ms at batch 128,
 # 13,180 images embedded in 0.04 s). The ResNets are not measured on a GPU here (a guess until
 # someone measures them): eager PyTorch trains a ResNet-50 at about 1,000-1,600 images/s in bf16 on
@@ -51,10 +59,12 @@ TRUNK_COSTS.update({
 _GPU_GUESS = "not measured: published eager-PyTorch throughput; pass --step-ms from benchmarks/bench_trunk_step.py"
 GPU_TRUNK_COSTS: dict[str, TrunkCost] = {
     "conv4": TrunkCost((0.0080, 0.0085), 0.04 / 13180, source="measured on an H100"),
-    "resnet18": TrunkCost((0.008, 0.014), 0.0002, ref_batch=32, ref_pixels=224 * 224, measured=False,
-                          source=_GPU_GUESS),
-    "resnet50": TrunkCost((0.020, 0.032), 0.0005, ref_batch=32, ref_pixels=224 * 224, measured=False,
-                          source=_GPU_GUESS),
+    "resnet18": TrunkCost(
+        (0.008, 0.014), 0.0002, ref_batch=32, ref_pixels=224 * 224, measured=False, source=_GPU_GUESS
+    ),
+    "resnet50": TrunkCost(
+        (0.020, 0.032), 0.0005, ref_batch=32, ref_pixels=224 * 224, measured=False, source=_GPU_GUESS
+    ),
 }
 UNKNOWN_GPU_TRUNK = GPU_TRUNK_COSTS["resnet50"]
 
@@ -142,12 +152,25 @@ def measured_cost(protocol: Protocol, m: Measured) -> TrunkCost:
     h, w = image_hw(doc["data"]["image_size"])
     batch = doc["training"]["P"] * doc["training"]["K"]
     where = "on this machine" if m.device == "cpu" else f"on {m.device} here"
-    return TrunkCost((m.step_s, m.step_s), m.embed_s, ref_batch=batch, ref_pixels=h * w, ref_hw=(h, w),
-                     source=f"measured {where}: median of {m.steps} steps, {m.threads} thread(s)", threads=m.threads)
+    return TrunkCost(
+        (m.step_s, m.step_s),
+        m.embed_s,
+        ref_batch=batch,
+        ref_pixels=h * w,
+        ref_hw=(h, w),
+        source=f"measured {where}: median of {m.steps} steps, {m.threads} thread(s)",
+        threads=m.threads,
+    )
 
 
-def estimate_cell(protocol: Protocol, cell: Cell, budget: Budget, cost: TrunkCost | None = None,
-                  check_multiple: float = 0, method_s: float = 0.0) -> Estimate:
+def estimate_cell(
+    protocol: Protocol,
+    cell: Cell,
+    budget: Budget,
+    cost: TrunkCost | None = None,
+    check_multiple: float = 0,
+    method_s: float = 0.0,
+) -> Estimate:
     """Seconds for one cell: training steps, evaluations (validation, pruning checks, test) and records.
 
     ``check_multiple`` > 0 adds a budget check: the finals retrained at that multiple of the budget

@@ -24,8 +24,14 @@ from bench.protocol.load import method_params
 NOT_SELECTED = "not selected by the protocol (the loss's `miners` list)"
 
 
-def plan(protocol: Protocol, step_s: float | None = None, check_multiple: float = 0,
-         time_methods: bool = False, measure: bool = False, threads: int | None = None) -> Plan:
+def plan(
+    protocol: Protocol,
+    step_s: float | None = None,
+    check_multiple: float = 0,
+    time_methods: bool = False,
+    measure: bool = False,
+    threads: int | None = None,
+) -> Plan:
     """Cells (loss x miner) in grid order, dropped pairs with their reasons, one budget for all.
 
     ``step_s`` is a training step time measured on one's own device (it replaces the cost table);
@@ -54,11 +60,18 @@ def plan(protocol: Protocol, step_s: float | None = None, check_multiple: float 
             cells.append(_cell(cell_id, loss_entry, loss_item, miner_entry, miner_item, doc["model"]))
     if not cells:  # a sweep of nothing would end "0 cells done", exit 0, with empty tables
         first = dropped[0]
-        raise BenchError(f"{protocol.name}: the grid has no cell: every loss x miner pair was dropped "
-                         f"({len(dropped)}; first {first.cell}: {first.reason})")
+        raise BenchError(
+            f"{protocol.name}: the grid has no cell: every loss x miner pair was dropped "
+            f"({len(dropped)}; first {first.cell}: {first.reason})"
+        )
     training, validation = doc["training"], doc["data"]["validation"]
-    budget = Budget(trials=doc["tuning"]["trials"], folds=validation["use"], iterations=training["iterations"],
-                    batch_size=training["P"] * training["K"], seeds=len(doc["final"]["seeds"]))
+    budget = Budget(
+        trials=doc["tuning"]["trials"],
+        folds=validation["use"],
+        iterations=training["iterations"],
+        batch_size=training["P"] * training["K"],
+        seeds=len(doc["final"]["seeds"]),
+    )
     cost, cost_note = trunk_cost(protocol, step_s), ""
     if measure and step_s is None:
         from bench.plan.measure import EMBED_BATCH, measure_trunk, unavailable  # torch: only when measuring
@@ -75,14 +88,29 @@ def plan(protocol: Protocol, step_s: float | None = None, check_multiple: float 
         from bench.plan.method_cost import time_cells  # imports torch: only when timing is asked for
 
         method_s = time_cells(protocol, tuple(cells))
-    estimates = {c.id: estimate_cell(protocol, c, budget, cost, check_multiple, method_s.get(c.id, 0.0))
-                 for c in cells}
-    return Plan(protocol, tuple(cells), tuple(dropped), budget, estimates, cost, check_multiple, method_s,
-                cost_note, sweep_overhead_s(protocol, budget, cost))
+    estimates = {c.id: estimate_cell(protocol, c, budget, cost, check_multiple, method_s.get(c.id, 0.0)) for c in cells}
+    return Plan(
+        protocol,
+        tuple(cells),
+        tuple(dropped),
+        budget,
+        estimates,
+        cost,
+        check_multiple,
+        method_s,
+        cost_note,
+        sweep_overhead_s(protocol, budget, cost),
+    )
 
 
-def _cell(cell_id: str, loss_entry: registry.Entry, loss_item: dict[str, Any],
-          miner_entry: registry.Entry | None, miner_item: dict[str, Any], model: dict[str, Any]) -> Cell:
+def _cell(
+    cell_id: str,
+    loss_entry: registry.Entry,
+    loss_item: dict[str, Any],
+    miner_entry: registry.Entry | None,
+    miner_item: dict[str, Any],
+    model: dict[str, Any],
+) -> Cell:
     """One cell: fixed parameters, and the searched ones less those the miner's tuples supply (dead there)."""
     supplied = miner_entry.supplies if miner_entry is not None else ()
     space = {f"loss.{k}": v for k, v in loss_item["search_space"].items() if k not in supplied}
@@ -92,5 +120,12 @@ def _cell(cell_id: str, loss_entry: registry.Entry, loss_item: dict[str, Any],
         space.update({f"miner.{k}": v for k, v in miner_item["search_space"].items()})
         miner_params = method_params(miner_entry, miner_item["params"], model)
         dataset_level = miner_entry.dataset_level(miner_params)
-    return Cell(cell_id, loss_entry.name, miner_entry.name if miner_entry else None,
-                method_params(loss_entry, loss_item["params"], model), miner_params, space, dataset_level)
+    return Cell(
+        cell_id,
+        loss_entry.name,
+        miner_entry.name if miner_entry else None,
+        method_params(loss_entry, loss_item["params"], model),
+        miner_params,
+        space,
+        dataset_level,
+    )

@@ -84,8 +84,9 @@ def _optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=lr, momentum=0.9)
 
 
-def measure_trunk(protocol: Protocol, budget_s: float = 3.0, threads: int | None = None,
-                  embed_batch: int = EMBED_BATCH) -> Measured:
+def measure_trunk(
+    protocol: Protocol, budget_s: float = 3.0, threads: int | None = None, embed_batch: int = EMBED_BATCH
+) -> Measured:
     """Time the protocol's trunk here: training steps for up to about ``budget_s`` seconds, then embedding
     for up to about half that (each at least once after a warm-up). ``threads``: torch CPU threads while
     timing (None: as set now, what `run` uses without ``--threads``); ``embed_batch``: the batch evaluation
@@ -97,8 +98,7 @@ def measure_trunk(protocol: Protocol, budget_s: float = 3.0, threads: int | None
     h, w = image_hw(doc["data"]["image_size"])
     in_shape = (channels_of(doc), h, w)
     batch = training["P"] * training["K"]
-    config = TrainConfig(precision=training["precision"], channels_last=training["channels_last"],
-                         device=str(device))
+    config = TrainConfig(precision=training["precision"], channels_last=training["channels_last"], device=str(device))
     before = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
@@ -107,27 +107,44 @@ def measure_trunk(protocol: Protocol, budget_s: float = 3.0, threads: int | None
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # every RNG left as it was
             torch.manual_seed(0)
             step_s, steps, trunk = _time_steps(model, training, config, in_shape, batch, device, budget_s)
-            embed_s, timed_batch = _time_embedding(trunk, in_shape, device, budget_s / 2,
-                                                   max(1, min(embed_batch, EMBED_BATCH)))
+            embed_s, timed_batch = _time_embedding(
+                trunk, in_shape, device, budget_s / 2, max(1, min(embed_batch, EMBED_BATCH))
+            )
     finally:
         torch.set_num_threads(before)
     return Measured(step_s, steps, embed_s, timed_batch, used, str(device))
 
 
-def _time_steps(model: dict[str, Any], training: dict[str, Any], config: TrainConfig, in_shape: tuple[int, ...],
-                batch: int, device: torch.device, budget_s: float) -> tuple[float, int, torch.nn.Module]:
+def _time_steps(
+    model: dict[str, Any],
+    training: dict[str, Any],
+    config: TrainConfig,
+    in_shape: tuple[int, ...],
+    batch: int,
+    device: torch.device,
+    budget_s: float,
+) -> tuple[float, int, torch.nn.Module]:
     from bench.trunks import trunk_from
 
-    trunk = trunk_from(model["trunk"], in_shape, model["embedding_dim"], dict(model["trunk_params"]),
-                       None, bool(model.get("freeze_bn", False))).to(device)
+    trunk = trunk_from(
+        model["trunk"],
+        in_shape,
+        model["embedding_dim"],
+        dict(model["trunk_params"]),
+        None,
+        bool(model.get("freeze_bn", False)),
+    ).to(device)
     x = torch.randn(batch, *in_shape, device=device)
     channels_last = use_channels_last(config, x)
     if channels_last:
-        trunk = trunk.to(memory_format=torch.channels_last)
+        trunk = trunk.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # the stubs lack memory_format
         x = x.contiguous(memory_format=torch.channels_last)
     optimizer = _optimizer(training["optimizer"], trunk.parameters(), float(training["lr"]))
-    autocast = (torch.autocast(device.type, dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[config.precision])
-                if config.precision != "fp32" else None)
+    autocast = (
+        torch.autocast(device.type, dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[config.precision])
+        if config.precision != "fp32"
+        else None
+    )
     trunk.train()
 
     def step() -> float:
@@ -155,8 +172,9 @@ def _time_steps(model: dict[str, Any], training: dict[str, Any], config: TrainCo
     return statistics.median(times), len(times), trunk
 
 
-def _time_embedding(trunk: torch.nn.Module, in_shape: tuple[int, ...], device: torch.device,
-                    budget_s: float, target: int) -> tuple[float, int]:
+def _time_embedding(
+    trunk: torch.nn.Module, in_shape: tuple[int, ...], device: torch.device, budget_s: float, target: int
+) -> tuple[float, int]:
     """Seconds per image of a no-gradient forward in eval mode at batch ``target``, or at the largest batch
     (growing 4x from 16) whose timing fits ``budget_s``, as `bench.evaluation.embed` runs it."""
     trunk.eval()

@@ -32,13 +32,14 @@ from typing import Any
 import torch
 
 from bench import registry
-
 from bench.plan.cost import dataset_size
 from bench.plan.types import Cell
 from bench.protocol import Protocol
 
 
-def _built(protocol: Protocol, cell: Cell, device: torch.device) -> tuple[Any, Any, torch.Tensor, Callable[[], torch.Tensor]]:
+def _built(
+    protocol: Protocol, cell: Cell, device: torch.device
+) -> tuple[Any, Any, torch.Tensor, Callable[[], torch.Tensor]]:
     """The cell's loss and miner as training builds them (the miner bound to the loss, `method_call` naming a
     ``bind_loss`` that raises), the labels of a P x K batch and a maker of random embeddings of its shape (on the
     unit sphere when the protocol normalises, requiring grad). Call it under `_rng_kept`."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from bench.protocol import Protocol
 
+
 @dataclass(frozen=True)
 class TrunkCost:
     """Seconds per training step at the reference size, and per embedded image (no gradient)."""
@@ -119,8 +120,11 @@ class Plan:
     @property
     def estimate(self) -> Estimate:
         values = list(self.estimates.values())
-        return Estimate(self.sweep_s + sum(e.low_s for e in values), self.sweep_s + sum(e.high_s for e in values),
-                        all(e.measured for e in values))
+        return Estimate(
+            self.sweep_s + sum(e.low_s for e in values),
+            self.sweep_s + sum(e.high_s for e in values),
+            all(e.measured for e in values),
+        )
 
     def cell(self, cell_id: str) -> Cell:
         """The planned cell of this id; KeyError for a dropped or unknown one."""

@@ -27,8 +27,17 @@ import yaml
 from bench.devices import precision_problem
 from bench.errors import BenchError
 from bench.protocol.safe_yaml import YamlRefused, load_yaml, read_text
-from bench.protocol.schema import DEFAULTS, image_hw, METRICS, PRUNER_DEFAULTS, REID_METRICS, RETRIEVAL_METRICS, SCHEMA, \
-    describe_error, error_path
+from bench.protocol.schema import (
+    DEFAULTS,
+    METRICS,
+    PRUNER_DEFAULTS,
+    REID_METRICS,
+    RETRIEVAL_METRICS,
+    SCHEMA,
+    describe_error,
+    error_path,
+    image_hw,
+)
 
 NO_MINER = "none"
 
@@ -145,8 +154,10 @@ def parse_protocol(text: str, source: str = "<protocol>", base: str | Path | Non
     lines = _lines(node)
     report = _Reporter(source, lines)
     if not isinstance(raw, dict):
-        report.add((), "expected a mapping of protocol sections, got " + ("an empty file" if raw is None else
-                                                                         type(raw).__name__))
+        report.add(
+            (),
+            "expected a mapping of protocol sections, got " + ("an empty file" if raw is None else type(raw).__name__),
+        )
         report.raise_if_any()
     _check_schema(raw, report)
     _check_finite(raw, (), report)
@@ -157,8 +168,9 @@ def parse_protocol(text: str, source: str = "<protocol>", base: str | Path | Non
     _check_semantics(doc, report)
     report.raise_if_any()
     digest = protocol_hash(doc)
-    return Protocol(doc=resolve_paths(doc, Path.cwd() if base is None else Path(base)), hash=digest,
-                    source=source, text=text)
+    return Protocol(
+        doc=resolve_paths(doc, Path.cwd() if base is None else Path(base)), hash=digest, source=source, text=text
+    )
 
 
 def resolve_paths(doc: dict[str, Any], base: Path) -> dict[str, Any]:
@@ -176,8 +188,9 @@ def resolve_paths(doc: dict[str, Any], base: Path) -> dict[str, Any]:
         if isinstance(value, str):
             data[key] = resolve_spec(value, base)
         elif isinstance(value, dict):
-            data[key] = {side: resolve_spec(spec, base) if isinstance(spec, str) else spec
-                         for side, spec in value.items()}
+            data[key] = {
+                side: resolve_spec(spec, base) if isinstance(spec, str) else spec for side, spec in value.items()
+            }
     weights = out["model"].get("pretrained")
     if isinstance(weights, str) and ("/" in weights or "\\" in weights or weights.startswith("~")):
         path = Path(weights).expanduser()
@@ -202,11 +215,12 @@ def plugin_fingerprints(doc: dict[str, Any]) -> dict[str, dict[str, str]]:
     """``kind:name`` -> version and source sha256 of every plugin entry the document names."""
     from bench import registry
 
-    
-
     used = [("trunk", doc.get("model", {}).get("trunk"))]
-    used += [(kind, item.get("name")) for kind, section in (("loss", "losses"), ("miner", "miners"))
-             for item in doc.get("grid", {}).get(section, [])]
+    used += [
+        (kind, item.get("name"))
+        for kind, section in (("loss", "losses"), ("miner", "miners"))
+        for item in doc.get("grid", {}).get(section, [])
+    ]
     out = {}
     for kind, name in used:
         if not isinstance(name, str) or name == NO_MINER:
@@ -332,8 +346,6 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
     """What a schema cannot say: registry names and parameters, ranges, cross-references."""
     from bench import registry
 
-    
-
     def entry_or_report(kind: str, name: str, path: tuple) -> Any:
         try:
             return registry.get(kind, name)
@@ -344,8 +356,9 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
     model = doc["model"]
     trunk = entry_or_report("trunk", model["trunk"], ("model", "trunk"))
     if trunk is not None:
-        if _check_param_names(trunk, model["trunk_params"], ("model", "trunk_params"), report,
-                              exclude=("in_shape", "embedding_dim")):
+        if _check_param_names(
+            trunk, model["trunk_params"], ("model", "trunk_params"), report, exclude=("in_shape", "embedding_dim")
+        ):
             from bench.trunks import check_size
 
             h, w = image_hw(doc["data"]["image_size"])
@@ -363,8 +376,10 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
         for i, item in enumerate(doc["grid"][section]):
             path = ("grid", section, i)
             if item["label"] in labels and labels[item["label"]][0] == section:
-                report.add((*path, "label"), f"label {item['label']!r} is used twice in grid.{section}: "
-                           "give one of them another label")
+                report.add(
+                    (*path, "label"),
+                    f"label {item['label']!r} is used twice in grid.{section}: give one of them another label",
+                )
             labels[item["label"]] = (section, i)
             if kind == "miner" and item["name"] == NO_MINER:
                 if item["params"] or item["search_space"]:
@@ -389,29 +404,37 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
     for i, item in enumerate(doc["grid"]["losses"]):
         for j, name in enumerate(item.get("miners", [])):
             if name not in miner_labels:
-                report.add(("grid", "losses", i, "miners", j),
-                           f"no miner labelled {name!r} in grid.miners: expected one of {', '.join(miner_labels)}")
+                report.add(
+                    ("grid", "losses", i, "miners", j),
+                    f"no miner labelled {name!r} in grid.miners: expected one of {', '.join(miner_labels)}",
+                )
     _check_supplied(doc, written, report)
     _check_training(doc["training"], report)
 
     evaluation = doc["evaluation"]
     if evaluation["primary"] not in evaluation["metrics"]:
-        report.add(("evaluation", "primary"), f"the primary metric {evaluation['primary']!r} must be one of "
-                   f"evaluation.metrics ({', '.join(evaluation['metrics'])})")
+        report.add(
+            ("evaluation", "primary"),
+            f"the primary metric {evaluation['primary']!r} must be one of "
+            f"evaluation.metrics ({', '.join(evaluation['metrics'])})",
+        )
     assert set(RETRIEVAL_METRICS) <= set(METRICS)
 
     validation = doc["data"]["validation"]
     if validation["use"] > validation["folds"]:
-        report.add(("data", "validation", "use"), f"expected at most folds={validation['folds']}, "
-                   f"got {validation['use']}")
+        report.add(
+            ("data", "validation", "use"), f"expected at most folds={validation['folds']}, got {validation['use']}"
+        )
     _check_data_classes(doc["data"], report)
     _check_augment(doc["data"], report)
     _check_query_gallery(doc, report)
     _check_image_size(doc, trunk, report)
     pruner = doc["tuning"]["pruner"]
     if pruner["type"] != "none" and pruner["check_every"] > doc["training"]["iterations"]:
-        report.add(("tuning", "pruner", "check_every"),
-                   f"expected at most training.iterations={doc['training']['iterations']}, got {pruner['check_every']}")
+        report.add(
+            ("tuning", "pruner", "check_every"),
+            f"expected at most training.iterations={doc['training']['iterations']}, got {pruner['check_every']}",
+        )
 
 
 # --------------------------------------------------------------------------- data and split
@@ -470,13 +493,19 @@ def _normalise_data(data: dict[str, Any], seed: int) -> None:
 
 def _check_trunk_options(doc: dict[str, Any], report: _Reporter) -> None:
     """model.pretrained, model.freeze_bn and training.trunk_lr against the trunk (bench.models.trunk)."""
-    from bench.trunks import option_problems
     from bench.protocol.schema import setting
+    from bench.trunks import option_problems
 
     model, (h, w) = doc["model"], image_hw(doc["data"]["image_size"])
-    problems = option_problems(model["trunk"], (1, h, w), model["embedding_dim"], model["trunk_params"],
-                               setting(doc, "model.pretrained"), setting(doc, "model.freeze_bn"),
-                               setting(doc, "training.trunk_lr"))
+    problems = option_problems(
+        model["trunk"],
+        (1, h, w),
+        model["embedding_dim"],
+        model["trunk_params"],
+        setting(doc, "model.pretrained"),
+        setting(doc, "model.freeze_bn"),
+        setting(doc, "training.trunk_lr"),
+    )
     for dotted, message in problems.items():
         report.add(tuple(dotted.split(".")), message)
 
@@ -506,17 +535,24 @@ def _check_data_classes(data: dict[str, Any], report: _Reporter) -> None:
             if data[key] is not None:
                 report.add(("data", key), f"data.split chooses the classes: remove data.{key}")
         if split["test_classes"] > 1 and not isinstance(split["test_classes"], int):
-            report.add(("data", "split", "test_classes"), "expected a count (an integer) or a fraction in (0, 1), "
-                       f"got {split['test_classes']}")
+            report.add(
+                ("data", "split", "test_classes"),
+                f"expected a count (an integer) or a fraction in (0, 1), got {split['test_classes']}",
+            )
         return
     same = data["train"] == data["test"]  # across two datasets, class identities are compared on the data
     if same and isinstance(train_c, list) and isinstance(test_c, list) and set(train_c) & set(test_c):
         shared = sorted(set(train_c) & set(test_c), key=str)
-        report.add(("data", "test_classes"), f"test classes must be unseen in training; shared with "
-                   f"train_classes: {', '.join(map(str, shared[:5]))}")
+        report.add(
+            ("data", "test_classes"),
+            f"test classes must be unseen in training; shared with train_classes: {', '.join(map(str, shared[:5]))}",
+        )
     if same and not (isinstance(train_c, list) and isinstance(test_c, list)):
-        report.add(("data", "test"), "train and test name the same dataset: give disjoint class lists in "
-                   "train_classes and test_classes, or data.split")
+        report.add(
+            ("data", "test"),
+            "train and test name the same dataset: give disjoint class lists in "
+            "train_classes and test_classes, or data.split",
+        )
 
 
 def _check_augment(data: dict[str, Any], report: _Reporter) -> None:
@@ -539,14 +575,20 @@ def _check_query_gallery(doc: dict[str, Any], report: _Reporter) -> None:
     data, metrics = doc["data"], doc["evaluation"]["metrics"]
     if not is_query_gallery(data["test"]):
         for metric in (m for m in REID_METRICS if m in metrics):
-            report.add(("evaluation", "metrics"), f"{metric} ranks a query set against a gallery: give data.test "
-                       "as {query: SPEC, gallery: SPEC} (data with a per-sample camera)")
+            report.add(
+                ("evaluation", "metrics"),
+                f"{metric} ranks a query set against a gallery: give data.test "
+                "as {query: SPEC, gallery: SPEC} (data with a per-sample camera)",
+            )
         return
     if data["test_classes"] is not None:
         report.add(("data", "test_classes"), "data.test {query, gallery} is used whole: remove data.test_classes")
     for metric in (m for m in ("nmi", "ami", "lake_accuracy") if m in metrics):
-        report.add(("evaluation", "metrics"), f"{metric} needs one test set, not a query set and a gallery: "
-                   f"remove {metric} or give data.test as one spec")
+        report.add(
+            ("evaluation", "metrics"),
+            f"{metric} needs one test set, not a query set and a gallery: "
+            f"remove {metric} or give data.test as one spec",
+        )
 
 
 MIN_IMAGE_SIZE = 4  # below this an image has no shape to learn from; a 1x1 run still "ranked" its cells
@@ -557,8 +599,6 @@ def _check_image_size(doc: dict[str, Any], trunk: Any, report: _Reporter) -> Non
     so nothing is allocated), not as a failure of every trial."""
     from bench import registry
 
-    
-
     size = doc["data"]["image_size"]
     h, w = image_hw(size)
     if min(h, w) < MIN_IMAGE_SIZE:
@@ -566,8 +606,11 @@ def _check_image_size(doc: dict[str, Any], trunk: Any, report: _Reporter) -> Non
         return
     augment = doc["data"].get("augment") or {}
     if h != w and not (augment.get("train") and augment.get("eval")):
-        report.add(("data", "image_size"), f"{h}x{w} is not square: only image files with both data.augment.train "
-                   "and data.augment.eval, ending at that size, take it")
+        report.add(
+            ("data", "image_size"),
+            f"{h}x{w} is not square: only image files with both data.augment.train "
+            "and data.augment.eval, ending at that size, take it",
+        )
         return
     if trunk is None:
         return
@@ -575,8 +618,12 @@ def _check_image_size(doc: dict[str, Any], trunk: Any, report: _Reporter) -> Non
         import torch
 
         with torch.device("meta"):
-            registry.build_trunk(trunk.name, in_shape=(1, h, w), embedding_dim=doc["model"]["embedding_dim"],
-                                 **doc["model"]["trunk_params"])
+            registry.build_trunk(
+                trunk.name,
+                in_shape=(1, h, w),
+                embedding_dim=doc["model"]["embedding_dim"],
+                **doc["model"]["trunk_params"],
+            )
     except BenchError as e:
         if "too small" in str(e):
             report.add(("data", "image_size"), str(e))
@@ -584,8 +631,9 @@ def _check_image_size(doc: dict[str, Any], trunk: Any, report: _Reporter) -> Non
         pass
 
 
-def _check_param_names(entry: Any, names: dict[str, Any], path: tuple, report: _Reporter,
-                       exclude: tuple[str, ...] = ()) -> bool:
+def _check_param_names(
+    entry: Any, names: dict[str, Any], path: tuple, report: _Reporter, exclude: tuple[str, ...] = ()
+) -> bool:
     try:
         allowed = [n for n in entry.parameters() if n not in exclude]
     except (ImportError, AttributeError) as e:
@@ -594,8 +642,11 @@ def _check_param_names(entry: Any, names: dict[str, Any], path: tuple, report: _
     ok = True
     for name in names:
         if name not in allowed:
-            report.add((*path, name), f"{entry.kind} {entry.name!r} has no parameter {name!r}: "
-                       f"expected one of {', '.join(allowed) or '(none)'}")
+            report.add(
+                (*path, name),
+                f"{entry.kind} {entry.name!r} has no parameter {name!r}: "
+                f"expected one of {', '.join(allowed) or '(none)'}",
+            )
             ok = False
     return ok
 
@@ -640,8 +691,9 @@ def _distribution_problem(dist: dict[str, Any]) -> str | None:
     return None
 
 
-def _try_build(kind: str, entry: Any, item: dict[str, Any], doc: dict[str, Any], path: tuple,
-               report: _Reporter) -> None:
+def _try_build(
+    kind: str, entry: Any, item: dict[str, Any], doc: dict[str, Any], path: tuple, report: _Reporter
+) -> None:
     """Build the method with its fixed parameters: a bad value (a misspelt choice) fails now, not mid-sweep.
     Then once with each categorical choice of its search space: an unknown choice would otherwise fail
     every trial that draws it, and a sweep whose trials all fail still said "cells done"."""
@@ -663,8 +715,6 @@ def _build_problem(kind: str, entry: Any, fixed: dict[str, Any], doc: dict[str, 
     """Where and what, if the method cannot be built with ``fixed``."""
     from bench import registry
 
-    
-
     params = method_params(entry, fixed, doc["model"])
     context = {"num_classes": doc["training"]["P"], "embedding_size": doc["model"]["embedding_dim"]}
     try:
@@ -677,42 +727,54 @@ def _build_problem(kind: str, entry: Any, fixed: dict[str, Any], doc: dict[str, 
     return None
 
 
-def _check_served_batch(entry: Any, item: dict[str, Any], training: dict[str, Any], path: tuple,
-                        report: _Reporter) -> None:
+def _check_served_batch(
+    entry: Any, item: dict[str, Any], training: dict[str, Any], path: tuple, report: _Reporter
+) -> None:
     """A dataset-level miner may not serve more samples a step than P x K: the budget counts samples too."""
     served = entry.batch
     if served is None or not entry.dataset_level(item["params"]):
         return
     names = served.counts
     if any(n in item["search_space"] for n in names):
-        report.add((*path, "search_space"), f"{', '.join(names)} set the batch size of {entry.name}: fix them in "
-                   "params, the batch is part of the budget")
+        report.add(
+            (*path, "search_space"),
+            f"{', '.join(names)} set the batch size of {entry.name}: fix them in "
+            "params, the batch is part of the budget",
+        )
         return
     params = entry.settings(item["params"])
     per_tuple = served.size(params)
     tuples = sum(int(params[n]) for n in names)
     largest, batch = tuples * per_tuple, training["P"] * training["K"]
     if largest > batch:
-        report.add((*path, "params"), f"{entry.name} serves up to {largest} samples a step ({per_tuple} x "
-                   f"({' + '.join(f'{n}={params[n]}' for n in names)})), more than the batch P x K = {batch}: "
-                   f"lower {' and '.join(names)} so every method sees at most {batch} samples a step")
+        report.add(
+            (*path, "params"),
+            f"{entry.name} serves up to {largest} samples a step ({per_tuple} x "
+            f"({' + '.join(f'{n}={params[n]}' for n in names)})), more than the batch P x K = {batch}: "
+            f"lower {' and '.join(names)} so every method sees at most {batch} samples a step",
+        )
 
 
 def _check_batch_needs(entry: Any, training: dict[str, Any], path: tuple, report: _Reporter) -> None:
     """The classes and samples per class a P x K batch must hold for this method to find any tuple."""
     if training["P"] < entry.min_classes:
-        report.add((*path, "name"), f"{entry.kind} {entry.name!r} needs at least {entry.min_classes} classes a "
-                   f"batch: training.P is {training['P']}")
+        report.add(
+            (*path, "name"),
+            f"{entry.kind} {entry.name!r} needs at least {entry.min_classes} classes a "
+            f"batch: training.P is {training['P']}",
+        )
     if training["K"] < entry.min_per_class:
-        report.add((*path, "name"), f"{entry.kind} {entry.name!r} needs at least {entry.min_per_class} samples "
-                   f"of each class a batch: training.K is {training['K']}")
+        report.add(
+            (*path, "name"),
+            f"{entry.kind} {entry.name!r} needs at least {entry.min_per_class} samples "
+            f"of each class a batch: training.K is {training['K']}",
+        )
 
 
 def _check_supplied(doc: dict[str, Any], written: dict[int, list[str]], report: _Reporter) -> None:
     """A loss parameter searched in the protocol but supplied by every miner it is paired with is dead:
     the miner's tuples override it, so its search would only add noise. Refused, naming the miners."""
     from bench import registry
-    
 
     miners = {m["label"]: m for m in doc["grid"]["miners"]}
     for i, item in enumerate(doc["grid"]["losses"]):
@@ -732,9 +794,11 @@ def _check_supplied(doc: dict[str, Any], written: dict[int, list[str]], report: 
         for key in explicit:
             suppliers = [m.name for m in paired if m is not None and key in m.supplies]
             if paired and len(suppliers) == len(paired):
-                report.add(("grid", "losses", i, "search_space", key),
-                           f"{key!r} is supplied by the miner's tuples ({', '.join(suppliers)}) in every cell of "
-                           f"{item['label']}: searching it has no effect; remove it from search_space")
+                report.add(
+                    ("grid", "losses", i, "search_space", key),
+                    f"{key!r} is supplied by the miner's tuples ({', '.join(suppliers)}) in every cell of "
+                    f"{item['label']}: searching it has no effect; remove it from search_space",
+                )
 
 
 def method_params(entry: Any, fixed: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:

@@ -37,16 +37,21 @@ class Loader(yaml.SafeLoader):
         for key_node, _ in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
                 kind = "a list" if isinstance(key_node, yaml.SequenceNode) else "a mapping"
-                raise yaml.constructor.ConstructorError(None, None, f"a key must be text, got {kind}",
-                                                        key_node.start_mark)
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"a key must be text, got {kind}", key_node.start_mark
+                )
             key = self.construct_object(key_node, deep=deep)
             if not isinstance(key, str):
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"a key must be text, got {type(key).__name__} {str(key)[:40]!r}", key_node.start_mark)
+                    None, None, f"a key must be text, got {type(key).__name__} {str(key)[:40]!r}", key_node.start_mark
+                )
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (first at line {seen[key].start_mark.line + 1})",
-                    key_node.start_mark)
+                    None,
+                    None,
+                    f"duplicate key {key!r} (first at line {seen[key].start_mark.line + 1})",
+                    key_node.start_mark,
+                )
             seen[key] = key_node
         return super().construct_mapping(node, deep=deep)
 

@@ -27,23 +27,50 @@ METRICS = (*RETRIEVAL_METRICS, "nmi", "ami", "lake_accuracy", *REID_METRICS)
 TEST_DATA = {
     "oneOf": [
         {"type": "string"},
-        {"type": "object", "additionalProperties": False, "required": ["query", "gallery"],
-         "properties": {"query": {"type": "string"}, "gallery": {"type": "string"}}},
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["query", "gallery"],
+            "properties": {"query": {"type": "string"}, "gallery": {"type": "string"}},
+        },
     ]
 }
 
 DISTRIBUTION = {
     "oneOf": [
-        {"type": "object", "additionalProperties": False, "required": ["type", "low", "high"],
-         "properties": {"type": {"const": "float"}, "low": _NUM, "high": _NUM, "log": {"type": "boolean"},
-                        "step": {"type": "number", "exclusiveMinimum": 0}}},
-        {"type": "object", "additionalProperties": False, "required": ["type", "low", "high"],
-         "properties": {"type": {"const": "int"}, "low": {"type": "integer"}, "high": {"type": "integer"},
-                        "log": {"type": "boolean"}, "step": _POS_INT}},
-        {"type": "object", "additionalProperties": False, "required": ["type", "choices"],
-         "properties": {"type": {"const": "categorical"},
-                        "choices": {"type": "array", "minItems": 1,
-                                    "items": {"type": ["string", "number", "boolean", "null"]}}}},
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["type", "low", "high"],
+            "properties": {
+                "type": {"const": "float"},
+                "low": _NUM,
+                "high": _NUM,
+                "log": {"type": "boolean"},
+                "step": {"type": "number", "exclusiveMinimum": 0},
+            },
+        },
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["type", "low", "high"],
+            "properties": {
+                "type": {"const": "int"},
+                "low": {"type": "integer"},
+                "high": {"type": "integer"},
+                "log": {"type": "boolean"},
+                "step": _POS_INT,
+            },
+        },
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["type", "choices"],
+            "properties": {
+                "type": {"const": "categorical"},
+                "choices": {"type": "array", "minItems": 1, "items": {"type": ["string", "number", "boolean", "null"]}},
+            },
+        },
     ]
 }
 
@@ -95,8 +122,12 @@ SCHEDULE = {
         "type": {"enum": ["constant", "cosine", "step", "exponential"]},
         "warmup": {"type": "integer", "minimum": 0},
         "gamma": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-        "milestones": {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
-                       "minItems": 1, "uniqueItems": True},
+        "milestones": {
+            "type": "array",
+            "items": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+            "minItems": 1,
+            "uniqueItems": True,
+        },
         "start": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
     },
     "allOf": [
@@ -108,9 +139,17 @@ SCHEDULE = {
 # data.augment: transforms.v2 class names (bench.data.augment.ALLOWED), bare or {Name: {kwargs}}
 AUGMENT_LIST: dict[str, Any] = {
     "type": "array",
-    "items": {"anyOf": [{"type": "string"},
-                        {"type": "object", "minProperties": 1, "maxProperties": 1,
-                         "additionalProperties": {"type": ["object", "null"]}}]},
+    "items": {
+        "anyOf": [
+            {"type": "string"},
+            {
+                "type": "object",
+                "minProperties": 1,
+                "maxProperties": 1,
+                "additionalProperties": {"type": ["object", "null"]},
+            },
+        ]
+    },
 }
 
 SCHEMA: dict[str, Any] = {
@@ -136,8 +175,7 @@ SCHEMA: dict[str, Any] = {
                 "train_classes": CLASSES,
                 "test_classes": CLASSES,
                 # a side, or [height, width] for image files whose data.augment pipelines end there
-                "image_size": {"anyOf": [_POS_INT, {"type": "array", "items": _POS_INT, "minItems": 2,
-                                                    "maxItems": 2}]},
+                "image_size": {"anyOf": [_POS_INT, {"type": "array", "items": _POS_INT, "minItems": 2, "maxItems": 2}]},
                 "min_samples_per_class": {"type": "integer", "minimum": 2},
                 "augmentation": {"enum": [None, "shift", "affine"]},
                 "augment": {
@@ -235,8 +273,17 @@ SCHEMA: dict[str, Any] = {
             "additionalProperties": False,
             "required": ["seeds"],
             "properties": {
-                "seeds": {"oneOf": [_POS_INT, {"type": "array", "items": {"type": "integer", "minimum": 0},
-                                               "minItems": 1, "uniqueItems": True}]},
+                "seeds": {
+                    "oneOf": [
+                        _POS_INT,
+                        {
+                            "type": "array",
+                            "items": {"type": "integer", "minimum": 0},
+                            "minItems": 1,
+                            "uniqueItems": True,
+                        },
+                    ]
+                },
             },
         },
         "grid": {
@@ -349,15 +396,16 @@ def _one_of(error: Any) -> str:
             return f"expected a distribution with type float, int or categorical, got {_show(value.get('type'))}"
         for sub in error.context or ():
             branch = branches[sub.relative_schema_path[0]]
-            if branch.get("properties", {}).get("type", {}).get("const") == value["type"] \
-                    and sub.validator != "const":
-                where = ".".join(map(str, error_path(sub)[len(error.absolute_path):]))
+            if branch.get("properties", {}).get("type", {}).get("const") == value["type"] and sub.validator != "const":
+                where = ".".join(map(str, error_path(sub)[len(error.absolute_path) :]))
                 return f"{where + ': ' if where else ''}{describe_error(sub)} (in a {value['type']} distribution)"
     objects = [i for i, b in enumerate(branches) if b.get("type") == "object"]
-    if isinstance(value, dict) and len(objects) == 1:  # a mapping where a mapping is one choice: say what is wrong in it
+    if (
+        isinstance(value, dict) and len(objects) == 1
+    ):  # a mapping where a mapping is one choice: say what is wrong in it
         for sub in error.context or ():
             if sub.relative_schema_path[0] == objects[0]:
-                where = ".".join(map(str, error_path(sub)[len(error.absolute_path):]))
+                where = ".".join(map(str, error_path(sub)[len(error.absolute_path) :]))
                 return f"{where + ': ' if where else ''}{describe_error(sub)}"
     return f"expected {_alternatives(error.validator_value)}, got {_show(value)}"
 
@@ -373,8 +421,15 @@ def _alternatives(options: list[dict[str, Any]]) -> str:
     return " or ".join(dict.fromkeys(words)) or "another value"
 
 
-_ARTICLE = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",
-            "number": "a number", "boolean": "true or false", "null": "null"}
+_ARTICLE = {
+    "object": "a mapping",
+    "array": "a list",
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "null": "null",
+}
 
 
 def _show(value: Any) -> str:

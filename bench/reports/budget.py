@@ -79,9 +79,11 @@ class BudgetCheck:
     def summary(self) -> str:
         """One sentence: the multiple, tau, the cells that moved and those the check lacks."""
         tau = f"{self.tau:.2f}" if math.isfinite(self.tau) else "undefined (fewer than 2 cells)"
-        text = (f"at {self.multiple}x the budget ({self.iterations:,} iterations a run, the same final seeds), "
-                f"Kendall's tau between the rankings of {self.metric} is {tau}; cells that moved: "
-                f"{self.describe_moves()}")
+        text = (
+            f"at {self.multiple}x the budget ({self.iterations:,} iterations a run, the same final seeds), "
+            f"Kendall's tau between the rankings of {self.metric} is {tau}; cells that moved: "
+            f"{self.describe_moves()}"
+        )
         if self.missing:
             text += f"; not checked (no completed seed at {self.multiple}x): {', '.join(self.missing)}"
         return text
@@ -89,6 +91,7 @@ class BudgetCheck:
 
 def ranking(means: dict[str, float]) -> dict[str, int]:
     """Rank 1 for the highest mean; ties (and NaN, ranked last) by cell id: the leaderboard's own order."""
+
     def key(cell: str) -> tuple[float, str]:
         m = means[cell]
         return (-m if math.isfinite(m) else math.inf, cell)
@@ -122,8 +125,13 @@ def rows_at(res: Results, multiple: int) -> pd.DataFrame:
     if "params" in rows and "params" in res.finals:  # a row of other parameters checks another configuration
         ran = res.finals.groupby(res.finals["cell"].astype(str))["params"].first()
         mine = rows["cell"].astype(str).map(ran)
-        rows = rows[~(rows["params"].map(lambda p: isinstance(p, str)) & mine.map(lambda p: isinstance(p, str))
-                      & (rows["params"] != mine))]
+        rows = rows[
+            ~(
+                rows["params"].map(lambda p: isinstance(p, str))
+                & mine.map(lambda p: isinstance(p, str))
+                & (rows["params"] != mine)
+            )
+        ]
     return rows[~rows["cell"].astype(str).isin(res.refused)]
 
 
@@ -143,8 +151,7 @@ def check(res: Results, multiple: int | None = None) -> BudgetCheck | None:
     multiple = recorded[-1] if multiple is None else multiple
     at = rows_at(res, multiple)
     metric = res.primary
-    base = {c: float(np.nanmean(res.values(c, metric))) if len(res.values(c, metric)) else math.nan
-            for c in res.cells}
+    base = {c: float(np.nanmean(res.values(c, metric))) if len(res.values(c, metric)) else math.nan for c in res.cells}
     changes: dict[str, CellChange] = {}
     for cell in res.cells:
         rows = at[at["cell"].astype(str) == cell]
@@ -153,14 +160,25 @@ def check(res: Results, multiple: int | None = None) -> BudgetCheck | None:
         later = dict(zip(rows["seed"].astype(int), pd.to_numeric(rows[metric], errors="coerce")))
         earlier = dict(zip(res.seeds(cell), res.values(cell, metric)))
         both = sorted(set(later) & set(earlier))
-        changes[cell] = CellChange(cell, within(t_interval(list(later.values())), metric),
-                                   paired([later[s] for s in both], [earlier[s] for s in both]))
+        changes[cell] = CellChange(
+            cell,
+            within(t_interval(list(later.values())), metric),
+            paired([later[s] for s in both], [earlier[s] for s in both]),
+        )
     ranked = [c for c in res.cells if c in changes]
     ranks = ranking({c: base[c] for c in ranked})
     ranks_at = ranking({c: changes[c].at_multiple.mean for c in ranked})
     iterations = int(pd.to_numeric(at["iterations"], errors="coerce").max()) if len(at) else 0
-    return BudgetCheck(multiple, iterations, metric, changes, ranks, ranks_at, kendall_tau(ranks, ranks_at),
-                       [c for c in res.cells if c not in changes])
+    return BudgetCheck(
+        multiple,
+        iterations,
+        metric,
+        changes,
+        ranks,
+        ranks_at,
+        kendall_tau(ranks, ranks_at),
+        [c for c in res.cells if c not in changes],
+    )
 
 
 def at_multiple(res: Results, multiple: int) -> Results:

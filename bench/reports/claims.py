@@ -99,8 +99,15 @@ KINDS = ("beats", "no_better", "within", "reaches", "spread", "against_reference
 
 _cell = {"type": "string", "minLength": 1}
 _method = {  # what a cell must run for the claim to be about it: checked against the re-planned protocol
-    "type": "object", "minProperties": 1, "additionalProperties": False,
-    "properties": {"loss": _cell, "miner": _cell, "loss_params": {"type": "object"}, "miner_params": {"type": "object"}},
+    "type": "object",
+    "minProperties": 1,
+    "additionalProperties": False,
+    "properties": {
+        "loss": _cell,
+        "miner": _cell,
+        "loss_params": {"type": "object"},
+        "miner_params": {"type": "object"},
+    },
 }
 _num = {"type": "number"}
 SCHEMA: dict[str, Any] = {
@@ -127,7 +134,9 @@ SCHEMA: dict[str, Any] = {
                     "note": {"type": "string"},
                     "kind": {"enum": list(KINDS)},
                     "metric": {"type": "string"},
-                    "a": _cell, "b": _cell, "cell": _cell,
+                    "a": _cell,
+                    "b": _cell,
+                    "cell": _cell,
                     "cells": {"type": "array", "items": _cell, "minItems": 2, "uniqueItems": True},
                     "points": {"type": "number", "exclusiveMinimum": 0},
                     "below": {"type": "number", "exclusiveMinimum": 0},
@@ -139,13 +148,17 @@ SCHEMA: dict[str, Any] = {
                     "requires": {"type": "object", "minProperties": 1, "additionalProperties": _method},
                 },
                 "allOf": [
-                    {"if": {"properties": {"kind": {"enum": ["beats", "no_better"]}}},
-                     "then": {"required": ["a", "b"]}},
+                    {
+                        "if": {"properties": {"kind": {"enum": ["beats", "no_better"]}}},
+                        "then": {"required": ["a", "b"]},
+                    },
                     {"if": {"properties": {"kind": {"const": "within"}}}, "then": {"required": ["a", "b", "points"]}},
                     {"if": {"properties": {"kind": {"const": "reaches"}}}, "then": {"required": ["cell", "value"]}},
                     {"if": {"properties": {"kind": {"const": "spread"}}}, "then": {"required": ["cells", "below"]}},
-                    {"if": {"properties": {"kind": {"const": "against_reference"}}},
-                     "then": {"required": ["cell", "value", "reference", "expect"]}},
+                    {
+                        "if": {"properties": {"kind": {"const": "against_reference"}}},
+                        "then": {"required": ["cell", "value", "reference", "expect"]},
+                    },
                 ],
             },
         },
@@ -198,8 +211,14 @@ def parse(path: str | Path) -> ClaimsFile:
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
         raise BenchError(f"{path}: claim ids must be unique; repeated: {', '.join(dup)}")
-    return ClaimsFile(path, doc["protocol"], doc.get("results"), doc.get("metric"),
-                      float(doc.get("equivalence", DELTA)), doc["claims"])
+    return ClaimsFile(
+        path,
+        doc["protocol"],
+        doc.get("results"),
+        doc.get("metric"),
+        float(doc.get("equivalence", DELTA)),
+        doc["claims"],
+    )
 
 
 def _non_finite(value: Any, where: str = "") -> tuple[str, float] | None:
@@ -215,8 +234,10 @@ def _non_finite(value: Any, where: str = "") -> tuple[str, float] | None:
 
 
 VERDICTS = ("supported", "contradicted", "inconclusive", "not testable")
-TUNING_CAVEAT = ("conditional on one tuning draw: the tuning stage ran once, so the interval holds the final "
-                 "seeds' noise, not the tuner's")
+TUNING_CAVEAT = (
+    "conditional on one tuning draw: the tuning stage ran once, so the interval holds the final "
+    "seeds' noise, not the tuner's"
+)
 
 
 @dataclass(frozen=True)
@@ -255,6 +276,7 @@ def best_cell(res: Results) -> str:
     def key(cell: str) -> tuple[float, str]:
         v = float(res.rows(cell)[col].mean())
         return (-v if math.isfinite(v) else math.inf, cell)
+
     return min(res.cells, key=key)
 
 
@@ -272,11 +294,13 @@ def _finding(p_support: float, p_contradict: float, support_first: bool = True) 
     adjusts at 5%. Where both rules hold (an interval inside (0, delta)
     for `beats`), the rule named first wins, as the interval rules say.
     """
-    first, second = (("supported", p_support), ("contradicted", p_contradict)) if support_first else \
-        (("contradicted", p_contradict), ("supported", p_support))
+    first, second = (
+        (("supported", p_support), ("contradicted", p_contradict))
+        if support_first
+        else (("contradicted", p_contradict), ("supported", p_support))
+    )
     name, p = first if (2 * first[1] < 1 - LEVEL or first[1] <= second[1]) else second
     return name, min(1.0, 2 * p)
-
 
 
 _BOUNDS = ("points", "below", "margin", "equivalence")  # differences between two cells: at most the range's width
@@ -292,11 +316,15 @@ def _scaled(cf: ClaimsFile, claim: dict[str, Any], key: str, metric: str) -> flo
     where = f"{cf.path}: " + (f"claim {claim['id']}: " if "id" in claim else "")
     if key in _BOUNDS:
         if value > high - low:
-            raise BenchError(f"{where}{key} {raw:g} is wider than {metric}'s whole range [{low:g}, {high:g}]: "
-                             f"write it on that scale ({raw / 100:g} for {raw:g} points), or add unit: percent")
+            raise BenchError(
+                f"{where}{key} {raw:g} is wider than {metric}'s whole range [{low:g}, {high:g}]: "
+                f"write it on that scale ({raw / 100:g} for {raw:g} points), or add unit: percent"
+            )
     elif not low <= value <= high:
-        raise BenchError(f"{where}{key} {raw:g} lies outside {metric}'s range [{low:g}, {high:g}]: "
-                         f"write it on that scale, or add unit: percent if it is a percentage")
+        raise BenchError(
+            f"{where}{key} {raw:g} lies outside {metric}'s range [{low:g}, {high:g}]: "
+            f"write it on that scale, or add unit: percent if it is a percentage"
+        )
     return value
 
 
@@ -316,8 +344,6 @@ def mismatch(plan: Plan, cell: str, spec: dict[str, Any]) -> str | None:
     fixed value a claim is about.
     """
     from bench import registry
-
-    
 
     try:
         c = plan.cell(cell)
@@ -362,8 +388,10 @@ def _untestable(res: Results, cell: str, name: str, claim: dict[str, Any]) -> st
     if not spec:
         return None
     if res.plan is None:
-        return (f"the protocol with hash {res.protocol_hash[:12]} (the manifest's `protocol_file`) was not found, "
-                f"so what {cell} runs cannot be checked against `requires`")
+        return (
+            f"the protocol with hash {res.protocol_hash[:12]} (the manifest's `protocol_file`) was not found, "
+            f"so what {cell} runs cannot be checked against `requires`"
+        )
     return mismatch(res.plan, cell, spec)
 
 
@@ -387,8 +415,13 @@ def judge(claim: dict[str, Any], res: Results, cf: ClaimsFile) -> Verdict:
     own = "margin" in claim  # else the file's equivalence margin, on the metric's own scale
     delta = _scaled(cf, claim if own else {"equivalence": cf.equivalence}, "margin" if own else "equivalence", metric)
     kind = claim["kind"]
-    names = [claim["a"], claim["b"]] if kind in ("beats", "no_better", "within") else \
-        [claim["cell"]] if kind in ("reaches", "against_reference") else list(claim["cells"])
+    names = (
+        [claim["a"], claim["b"]]
+        if kind in ("beats", "no_better", "within")
+        else [claim["cell"]]
+        if kind in ("reaches", "against_reference")
+        else list(claim["cells"])
+    )
     cells = [best_cell(res) if n == "best" else n for n in names]
     if len(set(cells)) < len(cells):
         raise BenchError(f"{cf.path}: claim {cid}: a cell is named twice ({', '.join(cells)})")
@@ -405,10 +438,10 @@ def judge(claim: dict[str, Any], res: Results, cf: ClaimsFile) -> Verdict:
         d = diff(a, b)
         if kind == "beats":
             finding = _finding(d.p_greater, d.shifted(delta)[1])
-            why = (f"{a} - {b} = {_ci(d)}; supported if it lies above 0, contradicted if it lies below +{delta:g}")
+            why = f"{a} - {b} = {_ci(d)}; supported if it lies above 0, contradicted if it lies below +{delta:g}"
         elif kind == "no_better":
             finding = _finding(d.shifted(delta)[1], d.p_greater, support_first=False)
-            why = (f"{a} - {b} = {_ci(d)}; supported if it lies below +{delta:g}, contradicted if it lies above 0")
+            why = f"{a} - {b} = {_ci(d)}; supported if it lies below +{delta:g}, contradicted if it lies above 0"
         else:
             x = _scaled(cf, claim, "points", metric)
             finding = _finding(*_tost(d, x))
@@ -432,13 +465,28 @@ def judge(claim: dict[str, Any], res: Results, cf: ClaimsFile) -> Verdict:
         hi_c, lo_c = max(cells, key=means.__getitem__), min(cells, key=means.__getitem__)
         d = diff(hi_c, lo_c)
         finding = _finding(max(t[0] for t in tests), min(1.0, len(pairs) * min(t[1] for t in tests)))
-        why = (f"largest gap {hi_c} - {lo_c} = {_ci(d)}; supported if every pairwise interval lies inside "
-               f"(-{x:g}, +{x:g}), contradicted if a Bonferroni-widened one lies outside")
+        why = (
+            f"largest gap {hi_c} - {lo_c} = {_ci(d)}; supported if every pairwise interval lies inside "
+            f"(-{x:g}, +{x:g}), contradicted if a Bonferroni-widened one lies outside"
+        )
     name, p = finding
     verdict = name if p < 1 - LEVEL else "inconclusive"
-    return Verdict(claim, verdict, why, metric, d.diff, d.low, d.high, cells,
-                   {c: res.seeds(c) for c in cells}, {c: [float(v) for v in res.values(c, metric)] for c in cells},
-                   name, p, p, d.test)
+    return Verdict(
+        claim,
+        verdict,
+        why,
+        metric,
+        d.diff,
+        d.low,
+        d.high,
+        cells,
+        {c: res.seeds(c) for c in cells},
+        {c: [float(v) for v in res.values(c, metric)] for c in cells},
+        name,
+        p,
+        p,
+        d.test,
+    )
 
 
 def resolve_results_dir(cf: ClaimsFile, explicit: str | Path | None) -> Path:
@@ -459,8 +507,10 @@ def adjust(verdicts: list[Verdict]) -> list[Verdict]:
             out.append(v)
             continue
         verdict = v.finding if p < 1 - LEVEL else "inconclusive"
-        reason = (f"{v.reason}; p = {v.p_raw:.3g} ({v.finding}), Holm-adjusted {p:.3g} over "
-                  f"{sum(x.testable for x in verdicts)} claims; {TUNING_CAVEAT}")
+        reason = (
+            f"{v.reason}; p = {v.p_raw:.3g} ({v.finding}), Holm-adjusted {p:.3g} over "
+            f"{sum(x.testable for x in verdicts)} claims; {TUNING_CAVEAT}"
+        )
         out.append(replace(v, verdict=verdict, p_adjusted=p, reason=reason))
     return out
 
@@ -468,7 +518,9 @@ def adjust(verdicts: list[Verdict]) -> list[Verdict]:
 def evaluate(cf: ClaimsFile, res: Results) -> list[Verdict]:
     """Every claim of the file judged on ``res``, Holm-adjusted together; refuses results of another protocol."""
     if res.protocol != cf.protocol:
-        raise BenchError(f"{cf.path} is about protocol {cf.protocol!r}, but {res.root} holds results of {res.protocol!r}")
+        raise BenchError(
+            f"{cf.path} is about protocol {cf.protocol!r}, but {res.root} holds results of {res.protocol!r}"
+        )
     return stability(cf, res, adjust([judge(c, res, cf) for c in cf.claims]))
 
 
@@ -486,17 +538,25 @@ def stability(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> list[Ver
         problems = []
         if not check.stable:
             tau = f"{check.tau:.2f}" if math.isfinite(check.tau) else "undefined"
-            problems.append(f"the table's ranking moved at {m}x (Kendall's tau {tau})" if check.moved else
-                            f"the budget check lacks {', '.join(check.missing)}")
+            problems.append(
+                f"the table's ranking moved at {m}x (Kendall's tau {tau})"
+                if check.moved
+                else f"the budget check lacks {', '.join(check.missing)}"
+            )
         moved = [c for c in v.cells if c in check.moved]
         if moved:
-            problems.append("its cells changed rank: " + ", ".join(
-                f"{c} (rank {check.ranks[c]} to {check.ranks_at_multiple[c]})" for c in moved))
+            problems.append(
+                "its cells changed rank: "
+                + ", ".join(f"{c} (rank {check.ranks[c]} to {check.ranks_at_multiple[c]})" for c in moved)
+            )
         again = later[i].verdict if later is not None else "not testable"
         if again != v.verdict:
             problems.append(f"at {m}x it would be {again}")
-        note = (f"not stable at {m}x the budget: " + "; ".join(problems)) if problems else \
-            f"stable at {m}x the budget: ranking unchanged, verdict the same"
+        note = (
+            (f"not stable at {m}x the budget: " + "; ".join(problems))
+            if problems
+            else f"stable at {m}x the budget: ranking unchanged, verdict the same"
+        )
         out.append(replace(v, stable=not problems, stability=note, verdict_at_multiple=again))
     return out
 
@@ -517,20 +577,36 @@ def to_json(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> dict[str, 
         "fingerprints": res.fingerprints,
         "equivalence": cf.equivalence,
         "interval": f"{LEVEL:.0%} (paired t where both cells ran the same final seeds, else Welch; one-sample t "
-                    "against published values)",
+        "against published values)",
         "correction": "Holm across the file's testable claims; verdicts use the adjusted p",
         "conditional_on": TUNING_CAVEAT,
         "verdicts": [
             {
-                "id": v.claim["id"], "kind": v.claim["kind"], "source": v.claim["source"],
-                "statement": v.claim.get("statement", ""), "verdict": v.verdict, "metric": v.metric,
-                "effect": _n(v.effect), "ci_low": _n(v.low), "ci_high": _n(v.high), "reason": v.reason,
-                "test": v.test or None, "finding": v.finding or None, "p": _n(v.p_raw),
+                "id": v.claim["id"],
+                "kind": v.claim["kind"],
+                "source": v.claim["source"],
+                "statement": v.claim.get("statement", ""),
+                "verdict": v.verdict,
+                "metric": v.metric,
+                "effect": _n(v.effect),
+                "ci_low": _n(v.low),
+                "ci_high": _n(v.high),
+                "reason": v.reason,
+                "test": v.test or None,
+                "finding": v.finding or None,
+                "p": _n(v.p_raw),
                 "p_holm": _n(v.p_adjusted),
-                "stable": v.stable, "stability": v.stability or None, "verdict_at_multiple": v.verdict_at_multiple or None,
+                "stable": v.stable,
+                "stability": v.stability or None,
+                "verdict_at_multiple": v.verdict_at_multiple or None,
                 "n_seeds": {c: len(s) for c, s in v.values.items()},
-                "records": {"cells": v.cells, "seeds": v.seeds, "values": v.values,
-                            "results_file": str(res.finals_file), "protocol_hash": res.protocol_hash},
+                "records": {
+                    "cells": v.cells,
+                    "seeds": v.seeds,
+                    "values": v.values,
+                    "results_file": str(res.finals_file),
+                    "protocol_hash": res.protocol_hash,
+                },
             }
             for v in verdicts
         ],
@@ -544,20 +620,36 @@ def _budget_doc(res: Results) -> dict[str, Any] | None:
     check = budget.check(res)
     if check is None:
         return None
-    return {"multiple": check.multiple, "iterations": check.iterations, "metric": check.metric,
-            "kendall_tau": _n(check.tau), "moved": check.moved, "not_checked": check.missing, "stable": check.stable}
+    return {
+        "multiple": check.multiple,
+        "iterations": check.iterations,
+        "metric": check.metric,
+        "kendall_tau": _n(check.tau),
+        "moved": check.moved,
+        "not_checked": check.missing,
+        "stable": check.stable,
+    }
 
 
 def _budget_line(res: Results) -> str:
     """What the markdown says of the budget check above the verdicts."""
     check = budget.check(res)
     if check is None:
-        return ("No budget check (`dmlbench budget-check`): whether these verdicts hold when every cell trains "
-                "longer is unknown.")
-    head = ("The table's ranking is stable" if check.stable else "**The table's ranking is not stable**"
-            if check.moved else "**The table's ranking is not yet shown stable** (the check is incomplete)")
-    return (f"{head} under the budget check: {md_text(check.summary())}. Beside each verdict: whether it holds "
-            f"at {check.multiple}x (judged again there by the same rules).")
+        return (
+            "No budget check (`dmlbench budget-check`): whether these verdicts hold when every cell trains "
+            "longer is unknown."
+        )
+    head = (
+        "The table's ranking is stable"
+        if check.stable
+        else "**The table's ranking is not stable**"
+        if check.moved
+        else "**The table's ranking is not yet shown stable** (the check is incomplete)"
+    )
+    return (
+        f"{head} under the budget check: {md_text(check.summary())}. Beside each verdict: whether it holds "
+        f"at {check.multiple}x (judged again there by the same rules)."
+    )
 
 
 def _p(x: float) -> str:
@@ -571,14 +663,16 @@ def _f(x: float) -> str:
 def markdown(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> str:
     """A README-ready table of the verdicts, their reasons, and the files and fingerprints they rest on."""
     out = [
-        f"## Claims checked against {md_code(res.protocol)}", "",
+        f"## Claims checked against {md_code(res.protocol)}",
+        "",
         f"Effects as difference of means with a {LEVEL:.0%} interval over final seeds (paired t where both cells "
         f"ran the same seeds, else Welch); equivalence margin {cf.equivalence:g} unless a claim sets its own. "
         "Each verdict uses its Holm-adjusted p (across this file's testable claims); every interval is "
         f"{TUNING_CAVEAT}. A claim on a missing, collapsed (not above the floor), barely trained (above it by "
         f"less than {floor.WEAK_SHARE:.0%} of the best cell's gain) or different method is not testable.",
         "",
-        _budget_line(res), "",
+        _budget_line(res),
+        "",
         "| claim | kind | verdict | budget check | metric | effect [95% CI] | test | p | p (Holm) | seeds | cells | "
         "source |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -588,18 +682,27 @@ def markdown(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> str:
         ci = f"{_f(v.effect)} [{_f(v.low)}, {_f(v.high)}]"
         cells = ", ".join(md_code(c) for c in v.cells)
         src = md_text(v.claim["source"])
-        out.append(f"| {v.claim['id']} | {v.claim['kind']} | **{v.verdict}** | {md_text(v.stability or '-')} | "
-                   f"{v.metric} | {ci} | {v.test or '-'} | "
-                   f"{_p(v.p_raw)} | {_p(v.p_adjusted)} | {seeds or '-'} | {cells} | {src} |")
+        out.append(
+            f"| {v.claim['id']} | {v.claim['kind']} | **{v.verdict}** | {md_text(v.stability or '-')} | "
+            f"{v.metric} | {ci} | {v.test or '-'} | "
+            f"{_p(v.p_raw)} | {_p(v.p_adjusted)} | {seeds or '-'} | {cells} | {src} |"
+        )
     out += ["", "### Reasons", ""]
-    out += [f"- **{v.claim['id']}** ({v.verdict}): {md_text(v.claim.get('statement', '').strip())} {md_text(v.reason)}"
-            .replace("  ", " ")
-            for v in verdicts]
-    out += ["", "---", "",
-            f"- results file {md_code(res.finals_file)}, protocol {md_code(res.protocol)} hash "
-            f"{md_code(res.protocol_hash)}",
-            *(f"- {md_text(k)} split fingerprint {md_code(fp)}" for k, fp in res.fingerprints.items()),
-            f"- claims file {md_code(cf.path)}"]
+    out += [
+        f"- **{v.claim['id']}** ({v.verdict}): {md_text(v.claim.get('statement', '').strip())} {md_text(v.reason)}".replace(
+            "  ", " "
+        )
+        for v in verdicts
+    ]
+    out += [
+        "",
+        "---",
+        "",
+        f"- results file {md_code(res.finals_file)}, protocol {md_code(res.protocol)} hash "
+        f"{md_code(res.protocol_hash)}",
+        *(f"- {md_text(k)} split fingerprint {md_code(fp)}" for k, fp in res.fingerprints.items()),
+        f"- claims file {md_code(cf.path)}",
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -607,9 +710,17 @@ def text_table(verdicts: list[Verdict]) -> str:
     """One aligned line per claim for the terminal."""
     rows = [("claim", "verdict", "effect [95% CI]", "p (Holm)", "seeds", "cells", "at the budget check")]
     for v in verdicts:
-        rows.append((v.claim["id"], v.verdict, f"{_f(v.effect)} [{_f(v.low)}, {_f(v.high)}]", _p(v.p_adjusted),
-                     "/".join(str(len(s)) for s in v.values.values()) or "-", " vs ".join(v.cells),
-                     "-" if v.stable is None else "stable" if v.stable else f"NOT STABLE ({v.verdict_at_multiple} there)"))
+        rows.append(
+            (
+                v.claim["id"],
+                v.verdict,
+                f"{_f(v.effect)} [{_f(v.low)}, {_f(v.high)}]",
+                _p(v.p_adjusted),
+                "/".join(str(len(s)) for s in v.values.values()) or "-",
+                " vs ".join(v.cells),
+                "-" if v.stable is None else "stable" if v.stable else f"NOT STABLE ({v.verdict_at_multiple} there)",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -81,14 +81,20 @@ class FloorCheck:
             return f"not testable against the floor ({d.n_a} seed(s), floor {d.n_b})"
         test = f"{d.test}, one-sided p = {d.p_greater:.3g}"
         if self.collapsed:
-            return (f"collapsed: at the floor on {self.metric} (not significantly above it, and its interval "
-                    f"rules out {WEAK_SHARE:.0%} of the best cell's gain; {test})")
+            return (
+                f"collapsed: at the floor on {self.metric} (not significantly above it, and its interval "
+                f"rules out {WEAK_SHARE:.0%} of the best cell's gain; {test})"
+            )
         if self.unresolved:
-            return (f"not shown above the floor on {self.metric} with {d.n_a} seeds ({test}): the interval "
-                    f"{d.low:+.3f} to {d.high:+.3f} is too wide to say; more seeds decide it")
+            return (
+                f"not shown above the floor on {self.metric} with {d.n_a} seeds ({test}): the interval "
+                f"{d.low:+.3f} to {d.high:+.3f} is too wide to say; more seeds decide it"
+            )
         if self.weak:
-            return (f"barely trained: {self.share:.0%} of the best cell's gain over the floor on {self.metric} "
-                    f"(below {WEAK_SHARE:.0%}; {test})")
+            return (
+                f"barely trained: {self.share:.0%} of the best cell's gain over the floor on {self.metric} "
+                f"(below {WEAK_SHARE:.0%}; {test})"
+            )
         return f"above the floor on {self.metric} ({test})"
 
 

@@ -20,8 +20,19 @@ import pandas as pd
 
 from bench.errors import BenchError
 from bench.reports import svg
-from bench.reports.leaderboard import (NOTES, Board, budget, budget_cells, budget_heads, floor_cells, fmt, fmt_interval,
-                                       fmt_params, footer_lines, notes)
+from bench.reports.leaderboard import (
+    NOTES,
+    Board,
+    budget,
+    budget_cells,
+    budget_heads,
+    floor_cells,
+    fmt,
+    fmt_interval,
+    fmt_params,
+    footer_lines,
+    notes,
+)
 from bench.reports.source import Results
 
 BEST_CELLS = 3  # distance distributions are drawn for this many top cells
@@ -67,7 +78,9 @@ def _history_from_trials(trials: pd.DataFrame | None, cell: str) -> pd.DataFrame
         return None
     value = pd.to_numeric(t["value"], errors="coerce")
     ok = value.where(t["state"].astype(str) == "COMPLETE") if "state" in t else value
-    return pd.DataFrame({"trial": t["trial"].to_numpy(), "value": value.to_numpy(), "best_so_far": ok.cummax().to_numpy()})
+    return pd.DataFrame(
+        {"trial": t["trial"].to_numpy(), "value": value.to_numpy(), "best_so_far": ok.cummax().to_numpy()}
+    )
 
 
 def collect(res: Results, board: Board) -> Artifacts:
@@ -152,16 +165,24 @@ def table(board: Board) -> str:
     heads: list[tuple[str, str, str]] = [("rank", "rank", "num"), ("cell", "cell", "text"), ("seeds", "seeds", "num")]
     heads += [(m, m, "num") for m in board.metrics]
     heads += [(h.replace(" ", "_"), h, "num") for h in budget_heads(board)]
-    heads += [(f"val_{board.primary}", f"val_{board.primary}", "num"), ("budget", "budget", "num"),
-              ("params", "tuned hyperparameters", "text"), ("notes", "notes", "text")]
+    heads += [
+        (f"val_{board.primary}", f"val_{board.primary}", "num"),
+        ("budget", "budget", "num"),
+        ("params", "tuned hyperparameters", "text"),
+        ("notes", "notes", "text"),
+    ]
     th = "".join(f'<th data-key="{escape(k)}" data-type="{t}">{escape(label)}</th>' for k, label, t in heads)
     body = []
     for r in board.rows:
         tds = [_cell(str(r.rank), r.rank), _cell(r.cell, r.cell), _cell(str(r.n_seeds), r.n_seeds)]
         tds += [_cell(fmt_interval(r.metrics[m]), r.metrics[m].mean) for m in board.metrics]
         tds += [_cell(text, _budget_value(board, r.cell, i)) for i, text in enumerate(budget_cells(board, r))]
-        tds += [_cell(fmt(r.validation), r.validation), _cell(budget(r), r.trials),
-                _cell(fmt_params(r.params), fmt_params(r.params)), _cell(notes(r), notes(r))]
+        tds += [
+            _cell(fmt(r.validation), r.validation),
+            _cell(budget(r), r.trials),
+            _cell(fmt_params(r.params), fmt_params(r.params)),
+            _cell(notes(r), notes(r)),
+        ]
         mark = ' class="collapsed"' if r.collapsed or r.not_shown_above else ""
         body.append(f'<tr data-cell="{escape(r.cell)}"{mark}>' + "".join(tds) + "</tr>")
     for cell, why in board.missing.items():  # a planned cell without a result is a row that says why
@@ -191,7 +212,7 @@ def _section(title: str, svgs: list[str], note: str = "") -> str:
     if not svgs:
         return ""
     p = f"<p>{escape(note)}</p>" if note else ""
-    return f"<section><h2>{escape(title)}</h2>{p}<div class=\"plots\">" + "\n".join(svgs) + "</div></section>"
+    return f'<section><h2>{escape(title)}</h2>{p}<div class="plots">' + "\n".join(svgs) + "</div></section>"
 
 
 def plots(board: Board, art: Artifacts) -> str:
@@ -199,19 +220,34 @@ def plots(board: Board, art: Artifacts) -> str:
     rows = board.rows
     labels = [r.cell for r in rows]
     per_metric = [
-        svg.ci_plot(labels, [r.metrics[m].mean for r in rows], [r.metrics[m].low for r in rows],
-                    [r.metrics[m].high for r in rows], f"{m} per cell (mean, 95% CI)", m)
+        svg.ci_plot(
+            labels,
+            [r.metrics[m].mean for r in rows],
+            [r.metrics[m].low for r in rows],
+            [r.metrics[m].high for r in rows],
+            f"{m} per cell (mean, 95% CI)",
+            m,
+        )
         for m in board.metrics
     ]
     p = board.primary
-    transfer = svg.scatter(
-        [(r.validation, r.metrics[p].mean, r.cell) for r in rows],
-        f"validation vs test {p}", f"validation {p} (best trial)", f"test {p} (mean over seeds)",
-        yerr=[(r.metrics[p].low, r.metrics[p].high) for r in rows], diagonal=True,
-        note=f"Spearman rank correlation {fmt(board.transfer, 2)}",
-    ) if any(math.isfinite(r.validation) for r in rows) else ""
-    dists = [svg.histograms({"positive pairs": pos, "negative pairs": neg}, f"{cell}: test pair distances", "distance")
-             for cell, (pos, neg) in art.pair_distances.items()]
+    transfer = (
+        svg.scatter(
+            [(r.validation, r.metrics[p].mean, r.cell) for r in rows],
+            f"validation vs test {p}",
+            f"validation {p} (best trial)",
+            f"test {p} (mean over seeds)",
+            yerr=[(r.metrics[p].low, r.metrics[p].high) for r in rows],
+            diagonal=True,
+            note=f"Spearman rank correlation {fmt(board.transfer, 2)}",
+        )
+        if any(math.isfinite(r.validation) for r in rows)
+        else ""
+    )
+    dists = [
+        svg.histograms({"positive pairs": pos, "negative pairs": neg}, f"{cell}: test pair distances", "distance")
+        for cell, (pos, neg) in art.pair_distances.items()
+    ]
     embs = [svg.points2d(x, y, f"{cell}: 2-D test embedding") for cell, (x, y) in art.embeddings.items()]
     hist = []
     for r in rows:
@@ -221,18 +257,33 @@ def plots(board: Board, art: Artifacts) -> str:
         trial = pd.to_numeric(h["trial"], errors="coerce").to_numpy(dtype=float)
         best = pd.to_numeric(h.get("best_so_far", h["value"]), errors="coerce").to_numpy(dtype=float)
         value = pd.to_numeric(h["value"], errors="coerce").to_numpy(dtype=float)
-        hist.append(svg.lines({"best so far": (trial, best)}, f"{r.cell}: tuning history", "trial",
-                              f"validation {p}", markers={"trial": (trial, value)}))
-    return "\n".join([
-        _section("Metrics per cell", per_metric),
-        _section("Does tuning transfer?", [transfer] if transfer else [],
-                 "Each cell's best validation score (class-disjoint folds of training classes) against its test score; "
-                 "points far from the dashed line mean the validation folds mis-rank the methods."),
-        _section("Distance distributions of the best cells", dists,
-                 "Test distances of positive and negative pairs (first final seed); less overlap separates classes better."),
-        _section("2-D embeddings", embs),
-        _section("Optuna history", hist),
-    ])
+        hist.append(
+            svg.lines(
+                {"best so far": (trial, best)},
+                f"{r.cell}: tuning history",
+                "trial",
+                f"validation {p}",
+                markers={"trial": (trial, value)},
+            )
+        )
+    return "\n".join(
+        [
+            _section("Metrics per cell", per_metric),
+            _section(
+                "Does tuning transfer?",
+                [transfer] if transfer else [],
+                "Each cell's best validation score (class-disjoint folds of training classes) against its test score; "
+                "points far from the dashed line mean the validation folds mis-rank the methods.",
+            ),
+            _section(
+                "Distance distributions of the best cells",
+                dists,
+                "Test distances of positive and negative pairs (first final seed); less overlap separates classes better.",
+            ),
+            _section("2-D embeddings", embs),
+            _section("Optuna history", hist),
+        ]
+    )
 
 
 def render(board: Board, art: Artifacts) -> str:

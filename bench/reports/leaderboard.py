@@ -110,22 +110,31 @@ class Board:
         """
         out = []
         if self.missing:
-            out.append(f"{len(self.missing)} planned cell(s) have no result ({', '.join(self.missing)}): the "
-                       "comparison is incomplete, and the rows below say why")
+            out.append(
+                f"{len(self.missing)} planned cell(s) have no result ({', '.join(self.missing)}): the "
+                "comparison is incomplete, and the rows below say why"
+            )
         seeds = [r.n_seeds for r in self.rows]
         if seeds and min(seeds) < MIN_SEEDS:
-            out.append(f"only {min(seeds)} final seed(s) in some cells (fewer than {MIN_SEEDS}): "
-                       "the intervals are wide or missing, and the ranking may not hold")
+            out.append(
+                f"only {min(seeds)} final seed(s) in some cells (fewer than {MIN_SEEDS}): "
+                "the intervals are wide or missing, and the ranking may not hold"
+            )
         if self.budget is not None and not self.budget.stable:
-            head = ("the ranking is not stable when every cell trains longer: " if self.budget.moved else
-                    "the ranking is not yet shown stable when every cell trains longer (the budget check is "
-                    "incomplete): ")
+            head = (
+                "the ranking is not stable when every cell trains longer: "
+                if self.budget.moved
+                else "the ranking is not yet shown stable when every cell trains longer (the budget check is "
+                "incomplete): "
+            )
             out.append(head + self.budget.summary() + ". This ranking may not be the one the methods converge to")
         rho = self.transfer
         if math.isfinite(rho) and rho < MIN_TRANSFER and len(self.rows) >= MIN_TRANSFER_CELLS:
-            out.append(f"validation/test rank correlation (Spearman) of {self.primary} is {rho:.2f}, below "
-                       f"{MIN_TRANSFER}: the cells' validation scores do not predict their test ranking, so tuning "
-                       "results mean little here")
+            out.append(
+                f"validation/test rank correlation (Spearman) of {self.primary} is {rho:.2f}, below "
+                f"{MIN_TRANSFER}: the cells' validation scores do not predict their test ranking, so tuning "
+                "results mean little here"
+            )
         return out
 
     @property
@@ -179,7 +188,7 @@ def build(res: Results) -> Board:
         src = rows if len(rows) else every
         params = _params(src["params"].iloc[0]) if "params" in src else {}
 
-        def total(col: str) -> float:
+        def total(col: str, t: Any = t, every: Any = every) -> float:
             parts = [frame[col] for frame in (t, every) if frame is not None and col in frame]
             return float(sum(p.fillna(0).sum() for p in parts)) if parts else math.nan
 
@@ -197,8 +206,10 @@ def build(res: Results) -> Board:
                 trials_complete=n_complete,
                 wall_time_s=float(rows["wall_time_s"].sum()) if "wall_time_s" in rows else math.nan,
                 params=params,
-                failed={int(r["seed"]) if "seed" in fail else i: _reason(r.get("reason"))
-                        for i, (_, r) in enumerate(fail.iterrows())},
+                failed={
+                    int(r["seed"]) if "seed" in fail else i: _reason(r.get("reason"))
+                    for i, (_, r) in enumerate(fail.iterrows())
+                },
                 floor_check=floor.check(res, cell),
                 edge_warnings=_edges(plan, cell, params),
             )
@@ -210,8 +221,19 @@ def build(res: Results) -> Board:
 
     ranked = [Row(**{**r.__dict__, "rank": i + 1}) for i, r in enumerate(sorted(unranked, key=key))]
     floor_row = {m: within(t_interval(res.floor_values(m)[0]), m) for m in metrics} if res.floor is not None else {}
-    return Board(res.protocol, res.protocol_hash, primary, metrics, ranked, res.fingerprints, res.manifest,
-                 floor_row, plan is not None, budget_check.check(res), _missing(res, trials))
+    return Board(
+        res.protocol,
+        res.protocol_hash,
+        primary,
+        metrics,
+        ranked,
+        res.fingerprints,
+        res.manifest,
+        floor_row,
+        plan is not None,
+        budget_check.check(res),
+        _missing(res, trials),
+    )
 
 
 def _missing(res: Results, trials: pd.DataFrame | None) -> dict[str, str]:
@@ -254,11 +276,13 @@ def _edges(plan: Any, cell: str, params: dict[str, Any]) -> list[str]:
     return edges.warnings(params, space)
 
 
-NOTES = ("Notes: a cell the data show at the floor (the untrained trunk) is collapsed and evidence of nothing; "
-         "one not significantly above it with an interval too wide to say is not shown above the floor (more seeds "
-         "decide); one above it by less than a quarter of the best cell's gain is barely trained; failed "
-         "final seeds are counted with their reason; a tuned value within 5% of an end of its search range may "
-         "have been cut short by the range.")
+NOTES = (
+    "Notes: a cell the data show at the floor (the untrained trunk) is collapsed and evidence of nothing; "
+    "one not significantly above it with an interval too wide to say is not shown above the floor (more seeds "
+    "decide); one above it by less than a quarter of the best cell's gain is barely trained; failed "
+    "final seeds are counted with their reason; a tuned value within 5% of an end of its search range may "
+    "have been cut short by the range."
+)
 
 
 def fmt(x: float, digits: int = 3) -> str:
@@ -285,8 +309,9 @@ def budget_heads(board: Board) -> list[str]:
     """The budget check's column heads (none without a check): the primary metric at the multiple, its change
     from the finals, and the cell's rank at the multiple."""
     b = board.budget
-    return [] if b is None else [f"{board.primary} at {b.multiple}x", f"change at {b.multiple}x",
-                                 f"rank at {b.multiple}x"]
+    return (
+        [] if b is None else [f"{board.primary} at {b.multiple}x", f"change at {b.multiple}x", f"rank at {b.multiple}x"]
+    )
 
 
 def budget_cells(board: Board, row: Row, digits: int = 3) -> list[str]:
@@ -298,23 +323,32 @@ def budget_cells(board: Board, row: Row, digits: int = 3) -> list[str]:
     if change is None:
         return ["-", "-", "-"]
     rank = b.ranks_at_multiple.get(row.cell)
-    return [fmt_interval(change.at_multiple, digits), fmt_change(change.change, digits),
-            "-" if rank is None else str(rank)]
+    return [
+        fmt_interval(change.at_multiple, digits),
+        fmt_change(change.change, digits),
+        "-" if rank is None else str(rank),
+    ]
 
 
 def budget_line(board: Board) -> str:
     """The footer's sentence on the budget check, or on its absence."""
     b = board.budget
     if b is None:
-        return ("no budget check: whether this ranking holds when every cell trains longer is unknown "
-                "(`dmlbench budget-check`)")
-    return (f"budget check: {md_text(b.summary())}. Change: the mean over seeds of (the run at {b.multiple}x minus "
-            "the final of the same seed), with its paired 95% t-interval")
+        return (
+            "no budget check: whether this ranking holds when every cell trains longer is unknown "
+            "(`dmlbench budget-check`)"
+        )
+    return (
+        f"budget check: {md_text(b.summary())}. Change: the mean over seeds of (the run at {b.multiple}x minus "
+        "the final of the same seed), with its paired 95% t-interval"
+    )
 
 
 CLIP_MARK = "*"
-CLIP_NOTE = (f"{CLIP_MARK} interval clipped to the metric's range ([0, 1]; AMI only at 1): the t interval "
-             "reached beyond a value any run can take")
+CLIP_NOTE = (
+    f"{CLIP_MARK} interval clipped to the metric's range ([0, 1]; AMI only at 1): the t interval "
+    "reached beyond a value any run can take"
+)
 
 
 def fmt_params(params: dict[str, Any]) -> str:
@@ -359,43 +393,56 @@ def md_text(text: object) -> str:
 def footer_lines(board: Board) -> list[str]:
     """What makes the table rerunnable and comparable: protocol hash, split fingerprints, code."""
     m = board.manifest
-    lines = [f"protocol {md_code(board.protocol)}, hash {md_code(board.protocol_hash)}",
-             f"primary metric {md_code(board.primary)}"]
+    lines = [
+        f"protocol {md_code(board.protocol)}, hash {md_code(board.protocol_hash)}",
+        f"primary metric {md_code(board.primary)}",
+    ]
     for name, digest in board.fingerprints.items():
         lines.append(f"{md_text(name)} fingerprint {md_code(digest)}")
     b = m.get("budget")
     if isinstance(b, dict) and b:
         lines.append("budget per cell: " + ", ".join(f"{k} {v}" for k, v in b.items()))
-    for key, label in (("source", "read from"), ("git_commit", "git commit"), ("created", "created"),
-                       ("finished", "finished")):
+    for key, label in (
+        ("source", "read from"),
+        ("git_commit", "git commit"),
+        ("created", "created"),
+        ("finished", "finished"),
+    ):
         if m.get(key):
             lines.append(f"{label} {md_text(m[key])}")
     if m.get("git_dirty"):
         lines.append("the working tree had uncommitted changes")
     refused = m.get("refused") or {}
-    for cell, why in (refused.items() if isinstance(refused, dict) else []):
+    for cell, why in refused.items() if isinstance(refused, dict) else []:
         lines.append(f"left out (budget audit): {md_code(cell)}: {md_text(why)}")
     if board.floor:
         collapsed = [r.cell for r in board.rows if r.collapsed]
         unresolved = [r.cell for r in board.rows if r.not_shown_above]
-        lines.append(f"floor: the untrained trunk evaluated the same way, one run per final seed; a cell is marked "
-                     f"collapsed when its {md_code(board.primary)} is not significantly above it (one-sided, "
-                     f"alpha {floor.ALPHA:g}, paired by seed when the seeds match, else Welch) and its interval rules "
-                     f"out {floor.WEAK_SHARE:.0%} of the best cell's gain: "
-                     + (", ".join(md_code(c) for c in collapsed) or "none")
-                     + "; not shown above the floor (not significant, interval too wide to say): "
-                     + (", ".join(md_code(c) for c in unresolved) or "none")
-                     + f"; barely trained (above it by less than {floor.WEAK_SHARE:.0%} of the best cell's gain): "
-                     + (", ".join(md_code(r.cell) for r in board.rows
-                                  if r.floor_check is not None and r.floor_check.weak) or "none"))
+        lines.append(
+            f"floor: the untrained trunk evaluated the same way, one run per final seed; a cell is marked "
+            f"collapsed when its {md_code(board.primary)} is not significantly above it (one-sided, "
+            f"alpha {floor.ALPHA:g}, paired by seed when the seeds match, else Welch) and its interval rules "
+            f"out {floor.WEAK_SHARE:.0%} of the best cell's gain: "
+            + (", ".join(md_code(c) for c in collapsed) or "none")
+            + "; not shown above the floor (not significant, interval too wide to say): "
+            + (", ".join(md_code(c) for c in unresolved) or "none")
+            + f"; barely trained (above it by less than {floor.WEAK_SHARE:.0%} of the best cell's gain): "
+            + (
+                ", ".join(md_code(r.cell) for r in board.rows if r.floor_check is not None and r.floor_check.weak)
+                or "none"
+            )
+        )
     else:
-        lines.append("no floor row: these results have no floor.csv (the untrained trunk was not evaluated), "
-                     "so no cell can be marked collapsed")
+        lines.append(
+            "no floor row: these results have no floor.csv (the untrained trunk was not evaluated), "
+            "so no cell can be marked collapsed"
+        )
     if board.clipped:
         lines.append(CLIP_NOTE)
     if not board.edges_known:
-        lines.append("tuned values not checked against their search ranges: the protocol file with this hash "
-                     "was not found")
+        lines.append(
+            "tuned values not checked against their search ranges: the protocol file with this hash was not found"
+        )
     lines.append(budget_line(board))
     return lines
 
@@ -412,8 +459,17 @@ def notes(row: Row) -> str:
 
 def markdown(board: Board) -> str:
     """A README-ready Markdown table with the protocol footer."""
-    head = ["rank", "cell", "seeds", *board.metrics, *budget_heads(board), f"val_{board.primary}", "budget",
-            "tuned hyperparameters", "notes"]
+    head = [
+        "rank",
+        "cell",
+        "seeds",
+        *board.metrics,
+        *budget_heads(board),
+        f"val_{board.primary}",
+        "budget",
+        "tuned hyperparameters",
+        "notes",
+    ]
     out = [
         f"## dmlbench leaderboard: {md_text(board.protocol)}",
         "",
@@ -425,20 +481,54 @@ def markdown(board: Board) -> str:
     ]
     for r in board.rows:
         cells = [
-            str(r.rank), md_code(r.cell), str(r.n_seeds),
-            *(fmt_interval(r.metrics[m]) for m in board.metrics), *budget_cells(board, r),
-            fmt(r.validation), budget(r), md_text(fmt_params(r.params)), md_text(notes(r)),
+            str(r.rank),
+            md_code(r.cell),
+            str(r.n_seeds),
+            *(fmt_interval(r.metrics[m]) for m in board.metrics),
+            *budget_cells(board, r),
+            fmt(r.validation),
+            budget(r),
+            md_text(fmt_params(r.params)),
+            md_text(notes(r)),
         ]
         out.append("| " + " | ".join(cells) + " |")
     for cell, why in board.missing.items():
-        out.append("| " + " | ".join(["-", md_code(cell), "0", *("-" for _ in board.metrics),
-                                       *("-" for _ in budget_heads(board)), "-", "-", "-",
-                                       md_text(f"no result: {why}")]) + " |")
+        out.append(
+            "| "
+            + " | ".join(
+                [
+                    "-",
+                    md_code(cell),
+                    "0",
+                    *("-" for _ in board.metrics),
+                    *("-" for _ in budget_heads(board)),
+                    "-",
+                    "-",
+                    "-",
+                    md_text(f"no result: {why}"),
+                ]
+            )
+            + " |"
+        )
     if board.floor:
         n = max(iv.n for iv in board.floor.values())
-        out.append("| " + " | ".join(["floor", "untrained trunk", str(n), *floor_cells(board),
-                                       *("-" for _ in budget_heads(board)), "-", "-", "-",
-                                       "the same trunk before training"]) + " |")
+        out.append(
+            "| "
+            + " | ".join(
+                [
+                    "floor",
+                    "untrained trunk",
+                    str(n),
+                    *floor_cells(board),
+                    *("-" for _ in budget_heads(board)),
+                    "-",
+                    "-",
+                    "-",
+                    "the same trunk before training",
+                ]
+            )
+            + " |"
+        )
     out += [line for w in board.warnings for line in ("", f"> **Warning:** {w}")]  # right under the table
     out += ["", "---", ""]
     out += [f"- {line}" for line in footer_lines(board)]
@@ -455,22 +545,45 @@ def text(board: Board, columns: tuple[str, ...] = ("precision_at_1", "lake_accur
     extra = [m for m in columns if m in board.metrics and m != board.primary]
     checked = budget_heads(board)[1:2]  # the change at the multiple
     head = ["rank", "cell", "seeds", f"{board.primary} [95% CI]", *extra, *checked, f"val_{board.primary}"]
-    rows = [[str(r.rank), r.cell + r.mark, str(r.n_seeds),
-             fmt_interval(r.metrics[board.primary]), *(fmt(r.metrics[m].mean) for m in extra),
-             *budget_cells(board, r)[1:2], fmt(r.validation)] for r in board.rows]
-    rows += [["-", f"{cell} (no result)", "0", "-", *("-" for _ in extra), *("-" for _ in checked), "-"]
-             for cell in board.missing]
+    rows = [
+        [
+            str(r.rank),
+            r.cell + r.mark,
+            str(r.n_seeds),
+            fmt_interval(r.metrics[board.primary]),
+            *(fmt(r.metrics[m].mean) for m in extra),
+            *budget_cells(board, r)[1:2],
+            fmt(r.validation),
+        ]
+        for r in board.rows
+    ]
+    rows += [
+        ["-", f"{cell} (no result)", "0", "-", *("-" for _ in extra), *("-" for _ in checked), "-"]
+        for cell in board.missing
+    ]
     if board.floor:
-        rows.append(["floor", "untrained trunk", str(board.floor[board.primary].n),
-                     fmt_interval(board.floor[board.primary]), *(fmt(board.floor[m].mean) for m in extra),
-                     *("-" for _ in checked), "-"])
+        rows.append(
+            [
+                "floor",
+                "untrained trunk",
+                str(board.floor[board.primary].n),
+                fmt_interval(board.floor[board.primary]),
+                *(fmt(board.floor[m].mean) for m in extra),
+                *("-" for _ in checked),
+                "-",
+            ]
+        )
     widths = [max(len(line[i]) for line in [head, *rows]) for i in range(len(head))]
 
     def line(cells: list[str]) -> str:
         return "  ".join(c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
 
-    out = [*(f"warning: {w}" for w in board.warnings), line(head), line(["-" * w for w in widths]),
-           *(line(r) for r in rows)]
+    out = [
+        *(f"warning: {w}" for w in board.warnings),
+        line(head),
+        line(["-" * w for w in widths]),
+        *(line(r) for r in rows),
+    ]
     refused = board.manifest.get("refused") or {}
     out += [f"left out (budget audit): {cell}: {why}" for cell, why in refused.items()]
     if board.budget is not None and board.budget.stable:  # an unstable one is the warning above the table

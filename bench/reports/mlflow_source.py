@@ -72,8 +72,10 @@ def _experiment(client: Any, name: str) -> Any:
         known = [e.name for e in client.search_experiments() if e.name.startswith(PREFIX)]
     except Exception as e:  # an unreachable server or an unreadable file is the user's URI
         raise BenchError(f"cannot read MLflow tracking store {client.tracking_uri!r}: {str(e).splitlines()[0]}") from e
-    raise BenchError(f"no MLflow experiment {name!r} in {client.tracking_uri} "
-                     f"(dmlbench experiments there: {', '.join(known) or 'none'})")
+    raise BenchError(
+        f"no MLflow experiment {name!r} in {client.tracking_uri} "
+        f"(dmlbench experiments there: {', '.join(known) or 'none'})"
+    )
 
 
 def _pick_hash(runs: list[Any], wanted: str | None, experiment: str) -> str:
@@ -83,12 +85,16 @@ def _pick_hash(runs: list[Any], wanted: str | None, experiment: str) -> str:
     if wanted:
         chosen = [h for h in hashes if h.startswith(wanted)]
         if len(chosen) != 1:
-            raise BenchError(f"--protocol-hash {wanted!r} matches {len(chosen)} of the protocol versions in "
-                             f"{experiment!r} ({', '.join(h[:12] for h in hashes)})")
+            raise BenchError(
+                f"--protocol-hash {wanted!r} matches {len(chosen)} of the protocol versions in "
+                f"{experiment!r} ({', '.join(h[:12] for h in hashes)})"
+            )
         return chosen[0]
     if len(hashes) > 1:
-        raise BenchError(f"MLflow experiment {experiment!r} holds {len(hashes)} versions of the protocol "
-                         f"({', '.join(h[:12] for h in hashes)}); choose one with --protocol-hash")
+        raise BenchError(
+            f"MLflow experiment {experiment!r} holds {len(hashes)} versions of the protocol "
+            f"({', '.join(h[:12] for h in hashes)}); choose one with --protocol-hash"
+        )
     return hashes[0]
 
 
@@ -104,8 +110,10 @@ def _protocol(client: Any, cell_runs: list[Any], protocol_hash: str) -> Any:
                 local = client.download_artifacts(run.info.run_id, item.path, tmp)
                 protocol = parse_protocol(Path(local).read_text(), source=f"MLflow run {run.info.run_id}/{item.path}")
             if protocol.hash != protocol_hash:
-                raise BenchError(f"MLflow run {run.info.run_id}: its protocol file hashes to {protocol.hash[:12]}, "
-                                 f"its runs say {protocol_hash[:12]}")
+                raise BenchError(
+                    f"MLflow run {run.info.run_id}: its protocol file hashes to {protocol.hash[:12]}, "
+                    f"its runs say {protocol_hash[:12]}"
+                )
             return protocol
     raise BenchError(f"no cell run of protocol {protocol_hash[:12]} recorded its protocol file")
 
@@ -139,18 +147,24 @@ def records(runs: list[Any], plan: Any) -> Any:
         folds: dict[int, list[tuple[int, float]]] = defaultdict(list)
         for run in by_kind["fold"][cell.id]:
             if f"val_{primary}" in run.data.metrics:
-                folds[int(run.data.tags["trial"])].append((int(run.data.tags["fold"]),
-                                                          _number(run.data, f"val_{primary}")))
+                folds[int(run.data.tags["trial"])].append(
+                    (int(run.data.tags["fold"]), _number(run.data, f"val_{primary}"))
+                )
         trials: dict[int, dict[str, Any]] = {}
         for run in sorted(by_kind["trial"][cell.id], key=lambda r: int(r.data.tags["trial"])):
             slot, state, d = int(run.data.tags["trial"]), run.data.tags["state"], run.data
             value = _number(d, f"val_{primary}") if state == "COMPLETE" else None
             trials[slot] = {
-                **base, "trial": slot, "state": state, "value": value,
+                **base,
+                "trial": slot,
+                "state": state,
+                "value": value,
                 "fold_values": json.dumps([v for _, v in sorted(folds[slot])]),
                 "params": json.dumps({k: _param(v) for k, v in d.params.items()}, sort_keys=True),
-                "iterations": int(_number(d, "iterations", 0)), "samples_seen": int(_number(d, "samples_seen", 0)),
-                "wall_time_s": _number(d, "wall_time_s"), "reason": d.tags.get("reason", ""),
+                "iterations": int(_number(d, "iterations", 0)),
+                "samples_seen": int(_number(d, "samples_seen", 0)),
+                "wall_time_s": _number(d, "wall_time_s"),
+                "reason": d.tags.get("reason", ""),
                 "budget_iterations": per_trial,
             }
             out.trials.append(trials[slot])
@@ -158,11 +172,17 @@ def records(runs: list[Any], plan: Any) -> Any:
         for run in sorted(by_kind["final"][cell.id], key=lambda r: int(r.data.tags["seed"])):
             d = run.data
             chosen = trials.get(int(d.params.get("best_trial", -1)), {})
-            row = {**base, "seed": int(d.tags["seed"]), "params": chosen.get("params", "{}"),
-                   "train_fingerprint": d.tags.get("dmlbench.train_fingerprint"),
-                   "test_fingerprint": d.tags.get("dmlbench.test_fingerprint"),
-                   "iterations": int(_number(d, "iterations", 0)), "samples_seen": int(_number(d, "samples_seen", 0)),
-                   "wall_time_s": _number(d, "wall_time_s"), f"val_{primary}": chosen.get("value")}
+            row = {
+                **base,
+                "seed": int(d.tags["seed"]),
+                "params": chosen.get("params", "{}"),
+                "train_fingerprint": d.tags.get("dmlbench.train_fingerprint"),
+                "test_fingerprint": d.tags.get("dmlbench.test_fingerprint"),
+                "iterations": int(_number(d, "iterations", 0)),
+                "samples_seen": int(_number(d, "samples_seen", 0)),
+                "wall_time_s": _number(d, "wall_time_s"),
+                f"val_{primary}": chosen.get("value"),
+            }
             row.update({m: _number(d, m) for m in metrics})
             row.update({"state": d.tags["state"], "reason": d.tags.get("reason", "")})
             out.finals.append(row)
@@ -196,12 +216,13 @@ def _download(client: Any, runs: list[Any], root: Path, plan: Any) -> None:
                 client.download_artifacts(run.info.run_id, item.path, str(directory))
 
 
-def load(experiment: str, out: str | Path, tracking_uri: str | None = None,
-         protocol_hash: str | None = None) -> Results:
+def load(
+    experiment: str, out: str | Path, tracking_uri: str | None = None, protocol_hash: str | None = None
+) -> Results:
     """The `Results` of one protocol version recorded in an MLflow experiment; artifacts go under ``out``."""
-    from bench.sweep import tables
-    from bench.stores import tracking
     from bench.plan import plan as make_plan
+    from bench.stores import tracking
+    from bench.sweep import tables
 
     client = _client(tracking_uri)
     found = _experiment(client, experiment)
@@ -218,11 +239,21 @@ def load(experiment: str, out: str | Path, tracking_uri: str | None = None,
     _download(client, runs, root, plan)
     tables.write_histories(root, recs.history)
     manifest = _manifest(runs, plan, refused, found.name)
-    res = Results(root, manifest, frames["finals"], frames["trials"], frames["summary"], None,
-                  floor_frame(runs, plan), budget_frame(runs, plan))
+    res = Results(
+        root,
+        manifest,
+        frames["finals"],
+        frames["trials"],
+        frames["summary"],
+        None,
+        floor_frame(runs, plan),
+        budget_frame(runs, plan),
+    )
     if not res.cells:
-        raise BenchError(f"MLflow experiment {found.name!r}: no cell of protocol {chosen[:12]} has a completed, "
-                         "budget-audited final run")
+        raise BenchError(
+            f"MLflow experiment {found.name!r}: no cell of protocol {chosen[:12]} has a completed, "
+            "budget-audited final run"
+        )
     return res
 
 
@@ -234,11 +265,18 @@ def floor_frame(runs: list[Any], plan: Any) -> pd.DataFrame:
 
     protocol = plan.protocol
     metrics = metric_names(protocol.doc)
-    rows = {int(r.data.tags["seed"]): {"protocol_hash": protocol.hash, "seed": int(r.data.tags["seed"]),
-                                       **{m: r.data.metrics.get(m, float("nan")) for m in metrics}}
-            for r in runs if r.data.tags.get("kind") == "floor" and "seed" in r.data.tags}
-    return pd.DataFrame([rows[s] for s in protocol.final_seeds if s in rows],
-                        columns=["protocol_hash", "seed", *metrics])
+    rows = {
+        int(r.data.tags["seed"]): {
+            "protocol_hash": protocol.hash,
+            "seed": int(r.data.tags["seed"]),
+            **{m: r.data.metrics.get(m, float("nan")) for m in metrics},
+        }
+        for r in runs
+        if r.data.tags.get("kind") == "floor" and "seed" in r.data.tags
+    }
+    return pd.DataFrame(
+        [rows[s] for s in protocol.final_seeds if s in rows], columns=["protocol_hash", "seed", *metrics]
+    )
 
 
 def budget_frame(runs: list[Any], plan: Any) -> pd.DataFrame | None:
@@ -255,12 +293,21 @@ def budget_frame(runs: list[Any], plan: Any) -> pd.DataFrame | None:
         tags, d = run.data.tags, run.data
         if tags.get("kind") != "budget_check" or "state" not in tags or tags.get("cell") not in planned:
             continue
-        rows.append({"protocol_hash": protocol.hash, "cell": tags["cell"], "seed": int(tags["seed"]),
-                     "multiple": int(tags["multiple"]), "iterations": int(_number(d, "iterations", 0)),
-                     "samples_seen": int(_number(d, "samples_seen", 0)), "wall_time_s": _number(d, "wall_time_s"),
-                     **{m: _number(d, m) for m in metric_names(protocol.doc)},
-                     "state": tags["state"], "reason": tags.get("reason", ""),
-                     "git_commit": tags.get("dmlbench.git_commit")})
+        rows.append(
+            {
+                "protocol_hash": protocol.hash,
+                "cell": tags["cell"],
+                "seed": int(tags["seed"]),
+                "multiple": int(tags["multiple"]),
+                "iterations": int(_number(d, "iterations", 0)),
+                "samples_seen": int(_number(d, "samples_seen", 0)),
+                "wall_time_s": _number(d, "wall_time_s"),
+                **{m: _number(d, m) for m in metric_names(protocol.doc)},
+                "state": tags["state"],
+                "reason": tags.get("reason", ""),
+                "git_commit": tags.get("dmlbench.git_commit"),
+            }
+        )
     if not rows:
         return None
     rows.sort(key=lambda r: (r["multiple"], planned[r["cell"]], r["seed"]))
@@ -272,21 +319,29 @@ def _manifest(runs: list[Any], plan: Any, refused: dict[str, str], experiment: s
     from bench.sweep.tables import metric_names
 
     protocol, tags = plan.protocol, runs[0].data.tags
-    fingerprints: dict[str, Any] = {k: tags[f"dmlbench.{k}_fingerprint"] for k in ("split", "train", "test")
-                                    if f"dmlbench.{k}_fingerprint" in tags}
+    fingerprints: dict[str, Any] = {
+        k: tags[f"dmlbench.{k}_fingerprint"] for k in ("split", "train", "test") if f"dmlbench.{k}_fingerprint" in tags
+    }
     folds = _fold_fingerprints(runs)
     if folds:
         fingerprints["folds"] = folds
     starts = [r.info.start_time for r in runs if r.info.start_time]
     ends = [r.info.end_time for r in runs if r.info.end_time]
     return {
-        "protocol": protocol.name, "protocol_hash": protocol.hash, "primary_metric": protocol.primary,
-        "metrics": metric_names(protocol.doc), "fingerprints": dict(sorted(fingerprints.items())),
-        "budget": dict(sorted(vars(plan.budget).items())), "cells": [c.id for c in plan.cells], "refused": refused,
-        "git_commit": tags.get("dmlbench.git_commit"), "git_dirty": tags.get("dmlbench.git_dirty") == "true",
+        "protocol": protocol.name,
+        "protocol_hash": protocol.hash,
+        "primary_metric": protocol.primary,
+        "metrics": metric_names(protocol.doc),
+        "fingerprints": dict(sorted(fingerprints.items())),
+        "budget": dict(sorted(vars(plan.budget).items())),
+        "cells": [c.id for c in plan.cells],
+        "refused": refused,
+        "git_commit": tags.get("dmlbench.git_commit"),
+        "git_dirty": tags.get("dmlbench.git_dirty") == "true",
         "source": f"MLflow experiment {experiment}",
         "protocol_text": protocol.text,  # the search ranges and fixed params reports re-plan from
-        "created": _iso(min(starts)) if starts else None, "finished": _iso(max(ends)) if ends else None,
+        "created": _iso(min(starts)) if starts else None,
+        "finished": _iso(max(ends)) if ends else None,
     }
 
 

@@ -122,8 +122,14 @@ def classify(base: list[float], cur: list[float], tolerance: float, alpha: float
     return "same", d
 
 
-def compare(baseline: Results, current: Results, metric: str | None = None, tolerance: float = TOLERANCE,
-            alpha: float = ALPHA, allow_missing: bool = False) -> Comparison:
+def compare(
+    baseline: Results,
+    current: Results,
+    metric: str | None = None,
+    tolerance: float = TOLERANCE,
+    alpha: float = ALPHA,
+    allow_missing: bool = False,
+) -> Comparison:
     """Every cell of either table, in baseline order then new cells."""
     if not (tolerance >= 0 and math.isfinite(tolerance)):
         raise BenchError(f"--tolerance must be a non-negative number, got {tolerance}")
@@ -158,27 +164,48 @@ def _num(x: float | None) -> float | None:
 
 
 def _iv(iv: Interval | None) -> dict | None:
-    return None if iv is None else {"mean": _num(iv.mean), "ci_low": _num(iv.low), "ci_high": _num(iv.high), "n_seeds": iv.n}
+    return (
+        None
+        if iv is None
+        else {"mean": _num(iv.mean), "ci_low": _num(iv.low), "ci_high": _num(iv.high), "n_seeds": iv.n}
+    )
 
 
 def to_json(cmp: Comparison) -> dict:
     """The machine-readable report (`--json`)."""
+
     def side(r: Results) -> dict:
-        return {"results": str(r.root), "protocol": r.protocol, "protocol_hash": r.protocol_hash,
-                "fingerprints": r.fingerprints}
+        return {
+            "results": str(r.root),
+            "protocol": r.protocol,
+            "protocol_hash": r.protocol_hash,
+            "fingerprints": r.fingerprints,
+        }
 
     return {
         "baseline": side(cmp.baseline),
         "current": side(cmp.current),
         "metric": cmp.metric,
-        "rule": {"tolerance": cmp.tolerance, "alpha": cmp.alpha, "test": "Welch one-sided t-test over seeds",
-                 "missing_fails": not cmp.allow_missing},
+        "rule": {
+            "tolerance": cmp.tolerance,
+            "alpha": cmp.alpha,
+            "test": "Welch one-sided t-test over seeds",
+            "missing_fails": not cmp.allow_missing,
+        },
         "cells": [
             {
-                "cell": c.cell, "status": c.status, "baseline": _iv(c.baseline), "current": _iv(c.current),
-                "change": None if c.change is None else {
-                    "diff": _num(c.change.diff), "ci_low": _num(c.change.low), "ci_high": _num(c.change.high),
-                    "df": _num(c.change.df), "p_drop": _num(c.change.p_less),
+                "cell": c.cell,
+                "status": c.status,
+                "baseline": _iv(c.baseline),
+                "current": _iv(c.current),
+                "change": None
+                if c.change is None
+                else {
+                    "diff": _num(c.change.diff),
+                    "ci_low": _num(c.change.low),
+                    "ci_high": _num(c.change.high),
+                    "df": _num(c.change.df),
+                    "p_drop": _num(c.change.p_less),
                 },
             }
             for c in cmp.cells
@@ -195,15 +222,32 @@ def text_table(cmp: Comparison) -> str:
     head = ("cell", "status", f"baseline {cmp.metric}", f"current {cmp.metric}", "change [95% CI]", "p(drop)")
     rows = [head]
     for c in cmp.cells:
-        ch = "-" if c.change is None else (
-            f"{c.change.diff:+.4f} [{c.change.low:+.4f}, {c.change.high:+.4f}]" if c.change.testable
-            else f"{c.change.diff:+.4f} (untestable)")
-        rows.append((c.cell, c.status, fmt_interval(c.baseline) if c.baseline else "-",
-                     fmt_interval(c.current) if c.current else "-", ch, fmt(c.p_drop, 4)))
+        ch = (
+            "-"
+            if c.change is None
+            else (
+                f"{c.change.diff:+.4f} [{c.change.low:+.4f}, {c.change.high:+.4f}]"
+                if c.change.testable
+                else f"{c.change.diff:+.4f} (untestable)"
+            )
+        )
+        rows.append(
+            (
+                c.cell,
+                c.status,
+                fmt_interval(c.baseline) if c.baseline else "-",
+                fmt_interval(c.current) if c.current else "-",
+                ch,
+                fmt(c.p_drop, 4),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    verdict = (f"{len(cmp.failures)} regression(s): {', '.join(c.cell for c in cmp.failures)}" if cmp.failures
-               else "no regression")
+    verdict = (
+        f"{len(cmp.failures)} regression(s): {', '.join(c.cell for c in cmp.failures)}"
+        if cmp.failures
+        else "no regression"
+    )
     lines.append(f"rule: drop > {cmp.tolerance:g} and Welch one-sided p < {cmp.alpha:g}; {verdict}")
     return "\n".join(lines)

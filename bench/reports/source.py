@@ -25,9 +25,27 @@ if TYPE_CHECKING:
 
 # Columns of finals.csv that describe a run rather than measure it.
 RUN_COLUMNS = {
-    "protocol_hash", "cell", "loss", "miner", "label", "seed", "params", "train_fingerprint",
-    "test_fingerprint", "folds_fingerprint", "iterations", "samples_seen", "wall_time_s", "status",
-    "reason", "trials", "epochs", "num_queries", "runs", "episodes", "budget_iterations",
+    "protocol_hash",
+    "cell",
+    "loss",
+    "miner",
+    "label",
+    "seed",
+    "params",
+    "train_fingerprint",
+    "test_fingerprint",
+    "folds_fingerprint",
+    "iterations",
+    "samples_seen",
+    "wall_time_s",
+    "status",
+    "reason",
+    "trials",
+    "epochs",
+    "num_queries",
+    "runs",
+    "episodes",
+    "budget_iterations",
 }
 
 
@@ -61,7 +79,7 @@ class Results:
         """Split fingerprints flattened to names (`train`, `test`, `split`, `fold 1 train`, ...) -> digest."""
         fp = _first(self.manifest, "fingerprints", "split_fingerprints", default={}) or {}
         out: dict[str, str] = {}
-        for key, value in (fp.items() if isinstance(fp, dict) else []):
+        for key, value in fp.items() if isinstance(fp, dict) else []:
             if isinstance(value, list):
                 for i, fold in enumerate(value, 1):
                     items = fold.items() if isinstance(fold, dict) else [("", fold)]
@@ -99,7 +117,8 @@ class Results:
             cols = [str(m) for m in listed if str(m) in self.finals]
         else:
             cols = [
-                c for c in self.finals.columns
+                c
+                for c in self.finals.columns
                 if c not in RUN_COLUMNS and not c.startswith("val_") and pd.api.types.is_numeric_dtype(self.finals[c])
             ]
         if self.primary in cols:
@@ -187,9 +206,7 @@ class Results:
         """A BenchError naming the cells there are when ``cell`` is not one; ``what`` prefixes the message."""
         if cell not in self.cells:
             where = f"{what}: " if what else ""
-            raise BenchError(
-                f"{where}no cell {cell!r} in {self.root} (cells: {', '.join(self.cells)})"
-            )
+            raise BenchError(f"{where}no cell {cell!r} in {self.root} (cells: {', '.join(self.cells)})")
 
 
 def _first(d: dict[str, Any], *keys: str, default: Any = None) -> Any:
@@ -231,8 +248,16 @@ def load(root: str | Path, complete: bool = True) -> Results:
         raise BenchError(f"{finals_path}: no 'cell' column; not a dmlbench finals table")
     if complete:
         tables.check_complete(root, manifest, finals, read["summary"])
-    res = Results(root, manifest, finals, read["trials"], read["summary"], finals_path, _floor(root, read),
-                  _budget_check(root, read))
+    res = Results(
+        root,
+        manifest,
+        finals,
+        read["trials"],
+        read["summary"],
+        finals_path,
+        _floor(root, read),
+        _budget_check(root, read),
+    )
     _check_hashes(res)
     _check_rows(res)
     _check_ranges(res)
@@ -289,8 +314,9 @@ def _check_rows(res: Results) -> None:
             raise BenchError(f"{res.finals_file}: seed {bad!r} is not an integer")
     primary = _first(res.manifest, "primary_metric", "primary", default="map_at_r")
     if not isinstance(primary, str) or primary not in res.finals:
-        raise BenchError(f"{res.root / tables.MANIFEST}: the primary metric {str(primary)[:80]!r} is not a column "
-                         f"of {tables.FINALS}")
+        raise BenchError(
+            f"{res.root / tables.MANIFEST}: the primary metric {str(primary)[:80]!r} is not a column of {tables.FINALS}"
+        )
 
 
 def _check_ranges(res: Results) -> None:
@@ -306,8 +332,10 @@ def _check_ranges(res: Results) -> None:
         bad = done[(values < low) | (values > high) | (values.isna() & done[metric].notna())]
         if len(bad):
             row = bad.iloc[0]
-            raise BenchError(f"{res.finals_file}: cell {row['cell']} seed {row.get('seed', '?')}: {metric} = "
-                             f"{row[metric]!r} is not a number in [{low:g}, {high:g}]: the table was edited or damaged")
+            raise BenchError(
+                f"{res.finals_file}: cell {row['cell']} seed {row.get('seed', '?')}: {metric} = "
+                f"{row[metric]!r} is not a number in [{low:g}, {high:g}]: the table was edited or damaged"
+            )
 
 
 def _check_hashes(res: Results) -> None:

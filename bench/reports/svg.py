@@ -10,8 +10,8 @@ URL into the page).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from html import escape
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -53,8 +53,17 @@ def _span(values: Iterable[float | None], pad: float = 0.05) -> tuple[float, flo
 class Frame:
     """Maps data coordinates to pixels inside margins, and draws the axes."""
 
-    def __init__(self, width: int, height: int, x: tuple[float, float], y: tuple[float, float],
-                 left: int = 60, right: int = 15, top: int = 28, bottom: int = 40):
+    def __init__(
+        self,
+        width: int,
+        height: int,
+        x: tuple[float, float],
+        y: tuple[float, float],
+        left: int = 60,
+        right: int = 15,
+        top: int = 28,
+        bottom: int = 40,
+    ):
         self.w, self.h = width, height
         self.x0, self.x1 = x
         self.y0, self.y1 = y
@@ -77,17 +86,25 @@ class Frame:
         if xticks:
             for v in ticks(self.x0, self.x1):
                 x = self.px(v)
-                parts.append(f'<line x1="{x:.1f}" y1="{self.h - self.b}" x2="{x:.1f}" y2="{self.h - self.b + 4}" stroke="#666"/>')
-                parts.append(f'<text x="{x:.1f}" y="{self.h - self.b + 15}" text-anchor="middle" {FONT}>{_num(v)}</text>')
+                parts.append(
+                    f'<line x1="{x:.1f}" y1="{self.h - self.b}" x2="{x:.1f}" y2="{self.h - self.b + 4}" stroke="#666"/>'
+                )
+                parts.append(
+                    f'<text x="{x:.1f}" y="{self.h - self.b + 15}" text-anchor="middle" {FONT}>{_num(v)}</text>'
+                )
         if yticks:
             for v in ticks(self.y0, self.y1):
                 y = self.py(v)
                 parts.append(f'<line x1="{self.l - 4}" y1="{y:.1f}" x2="{self.l}" y2="{y:.1f}" stroke="#666"/>')
                 parts.append(f'<text x="{self.l - 6}" y="{y + 4:.1f}" text-anchor="end" {FONT}>{_num(v)}</text>')
-        parts.append(f'<text x="{(self.l + self.w - self.r) / 2:.1f}" y="{self.h - 6}" text-anchor="middle" {FONT}>{escape(xlabel)}</text>')
+        parts.append(
+            f'<text x="{(self.l + self.w - self.r) / 2:.1f}" y="{self.h - 6}" text-anchor="middle" {FONT}>{escape(xlabel)}</text>'
+        )
         if ylabel:
             cy = (self.t + self.h - self.b) / 2
-            parts.append(f'<text transform="translate(12,{cy:.1f}) rotate(-90)" text-anchor="middle" {FONT}>{escape(ylabel)}</text>')
+            parts.append(
+                f'<text transform="translate(12,{cy:.1f}) rotate(-90)" text-anchor="middle" {FONT}>{escape(ylabel)}</text>'
+            )
         return parts
 
 
@@ -105,8 +122,14 @@ def _svg(width: int, height: int, title: str, parts: list[str], kind: str) -> st
     )
 
 
-def ci_plot(labels: Sequence[str], means: Sequence[float], lows: Sequence[float], highs: Sequence[float],
-            title: str, xlabel: str) -> str:
+def ci_plot(
+    labels: Sequence[str],
+    means: Sequence[float],
+    lows: Sequence[float],
+    highs: Sequence[float],
+    title: str,
+    xlabel: str,
+) -> str:
     """Horizontal dot-and-whisker chart: one row per cell, its mean and interval."""
     n = len(labels)
     left = min(260, 12 + 7 * max((len(s) for s in labels), default=4))
@@ -118,14 +141,25 @@ def ci_plot(labels: Sequence[str], means: Sequence[float], lows: Sequence[float]
         y = f.py(i)
         parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" {FONT}>{escape(lab)}</text>')
         if math.isfinite(a) and math.isfinite(b):
-            parts.append(f'<line class="ci" x1="{f.px(a):.1f}" y1="{y:.1f}" x2="{f.px(b):.1f}" y2="{y:.1f}" stroke="{PALETTE[0]}" stroke-width="2"/>')
+            parts.append(
+                f'<line class="ci" x1="{f.px(a):.1f}" y1="{y:.1f}" x2="{f.px(b):.1f}" y2="{y:.1f}" stroke="{PALETTE[0]}" stroke-width="2"/>'
+            )
         if math.isfinite(m):
-            parts.append(f'<circle class="mean" cx="{f.px(m):.1f}" cy="{y:.1f}" r="4" fill="{PALETTE[0]}"><title>{escape(lab)}: {_num(m)}</title></circle>')
+            parts.append(
+                f'<circle class="mean" cx="{f.px(m):.1f}" cy="{y:.1f}" r="4" fill="{PALETTE[0]}"><title>{escape(lab)}: {_num(m)}</title></circle>'
+            )
     return _svg(640, height, title, parts, "ci")
 
 
-def scatter(points: Sequence[tuple[float, float, str]], title: str, xlabel: str, ylabel: str,
-            yerr: Sequence[tuple[float, float]] | None = None, diagonal: bool = False, note: str = "") -> str:
+def scatter(
+    points: Sequence[tuple[float, float, str]],
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    yerr: Sequence[tuple[float, float]] | None = None,
+    diagonal: bool = False,
+    note: str = "",
+) -> str:
     """Labelled points, optional vertical intervals and the y = x line (validation vs test)."""
     xs = [p[0] for p in points]
     ys = [p[1] for p in points]
@@ -137,17 +171,25 @@ def scatter(points: Sequence[tuple[float, float, str]], title: str, xlabel: str,
     if diagonal:
         a, b = max(x0, y0), min(x1, y1)
         if a < b:
-            parts.append(f'<line x1="{f.px(a):.1f}" y1="{f.py(a):.1f}" x2="{f.px(b):.1f}" y2="{f.py(b):.1f}" stroke="#bbb" stroke-dasharray="4 3"/>')
+            parts.append(
+                f'<line x1="{f.px(a):.1f}" y1="{f.py(a):.1f}" x2="{f.px(b):.1f}" y2="{f.py(b):.1f}" stroke="#bbb" stroke-dasharray="4 3"/>'
+            )
     for i, (x, y, lab) in enumerate(points):
         if not (math.isfinite(x) and math.isfinite(y)):
             continue
         c = PALETTE[i % len(PALETTE)]
         if yerr and math.isfinite(yerr[i][0]) and math.isfinite(yerr[i][1]):
-            parts.append(f'<line class="ci" x1="{f.px(x):.1f}" y1="{f.py(yerr[i][0]):.1f}" x2="{f.px(x):.1f}" y2="{f.py(yerr[i][1]):.1f}" stroke="{c}"/>')
-        parts.append(f'<circle cx="{f.px(x):.1f}" cy="{f.py(y):.1f}" r="4" fill="{c}"><title>{escape(lab)}</title></circle>')
+            parts.append(
+                f'<line class="ci" x1="{f.px(x):.1f}" y1="{f.py(yerr[i][0]):.1f}" x2="{f.px(x):.1f}" y2="{f.py(yerr[i][1]):.1f}" stroke="{c}"/>'
+            )
+        parts.append(
+            f'<circle cx="{f.px(x):.1f}" cy="{f.py(y):.1f}" r="4" fill="{c}"><title>{escape(lab)}</title></circle>'
+        )
         right = f.px(x) > (f.l + f.w - f.r) / 2  # labels point inwards so they stay inside the chart
         tx, anchor = (f.px(x) - 6, "end") if right else (f.px(x) + 6, "start")
-        parts.append(f'<text x="{tx:.1f}" y="{f.py(y) - 6:.1f}" text-anchor="{anchor}" {FONT} fill="{c}">{escape(lab)}</text>')
+        parts.append(
+            f'<text x="{tx:.1f}" y="{f.py(y) - 6:.1f}" text-anchor="{anchor}" {FONT} fill="{c}">{escape(lab)}</text>'
+        )
     if note:
         parts.append(f'<text x="{f.l + 6}" y="{f.t + 14}" {FONT}>{escape(note)}</text>')
     return _svg(520, 400, title, parts, "scatter")
@@ -174,12 +216,19 @@ def histograms(series: dict[str, np.ndarray], title: str, xlabel: str, bins: int
         pts.append(f"{f.px(edges[-1]):.1f},{f.py(0):.1f}")
         parts.append(f'<polygon class="hist" points="{" ".join(pts)}" fill="{c}" fill-opacity="0.35" stroke="{c}"/>')
         parts.append(f'<rect x="{f.w - f.r - 150}" y="{f.t + 8 + 16 * i}" width="10" height="10" fill="{c}"/>')
-        parts.append(f'<text x="{f.w - f.r - 135}" y="{f.t + 17 + 16 * i}" {FONT}>{escape(name)} (n={arrays[name].size})</text>')
+        parts.append(
+            f'<text x="{f.w - f.r - 135}" y="{f.t + 17 + 16 * i}" {FONT}>{escape(name)} (n={arrays[name].size})</text>'
+        )
     return _svg(420, 280, title, parts, "hist")
 
 
-def lines(series: dict[str, tuple[Sequence[float], Sequence[float]]], title: str, xlabel: str, ylabel: str,
-          markers: dict[str, tuple[Sequence[float], Sequence[float]]] | None = None) -> str:
+def lines(
+    series: dict[str, tuple[Sequence[float], Sequence[float]]],
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    markers: dict[str, tuple[Sequence[float], Sequence[float]]] | None = None,
+) -> str:
     """Step lines (best so far) with optional points (each trial's value)."""
     allx = [x for xs, _ in [*series.values(), *(markers or {}).values()] for x in xs]
     ally = [y for _, ys in [*series.values(), *(markers or {}).values()] for y in ys]
@@ -189,8 +238,10 @@ def lines(series: dict[str, tuple[Sequence[float], Sequence[float]]], title: str
         c = PALETTE[(i + 1) % len(PALETTE)]
         for x, y in zip(xs, ys):
             if math.isfinite(x) and math.isfinite(y):
-                parts.append(f'<circle cx="{f.px(x):.1f}" cy="{f.py(y):.1f}" r="3" fill="{c}" fill-opacity="0.7"><title>{escape(name)} {_num(x)}: {_num(y)}</title></circle>')
-    for i, (name, (xs, ys)) in enumerate(series.items()):
+                parts.append(
+                    f'<circle cx="{f.px(x):.1f}" cy="{f.py(y):.1f}" r="3" fill="{c}" fill-opacity="0.7"><title>{escape(name)} {_num(x)}: {_num(y)}</title></circle>'
+                )
+    for i, (xs, ys) in enumerate(series.values()):
         c = PALETTE[i % len(PALETTE)]
         pts = [(x, y) for x, y in zip(xs, ys) if math.isfinite(x) and math.isfinite(y)]
         if pts:
@@ -210,5 +261,7 @@ def points2d(xy: np.ndarray, labels: np.ndarray, title: str, max_points: int = 2
     parts = f.axes("dimension 1", "dimension 2")
     classes = {c: i for i, c in enumerate(dict.fromkeys(labels.tolist()))}
     for (x, y), c in zip(xy, labels.tolist()):
-        parts.append(f'<circle cx="{f.px(x):.1f}" cy="{f.py(y):.1f}" r="2" fill="{PALETTE[classes[c] % len(PALETTE)]}" fill-opacity="0.7"/>')
+        parts.append(
+            f'<circle cx="{f.px(x):.1f}" cy="{f.py(y):.1f}" r="2" fill="{PALETTE[classes[c] % len(PALETTE)]}" fill-opacity="0.7"/>'
+        )
     return _svg(420, 420, title, parts, "embedding")

@@ -32,11 +32,11 @@ MLFLOW_TABLES = frozenset({"experiments", "runs", "metrics", "params"})
 def check_given(storage: str | None, tracking_uri: str | None) -> None:
     """An option given empty is a mistake (an unset variable in a script), not a request for the default."""
     if storage is not None and not storage.strip():
-        raise BenchError("--storage is empty: give a database URL, or leave the option out for "
-                         "sqlite:///./runs/optuna.db")
+        raise BenchError(
+            "--storage is empty: give a database URL, or leave the option out for sqlite:///./runs/optuna.db"
+        )
     if tracking_uri is not None and not str(tracking_uri).strip():
-        raise BenchError("--tracking-uri is empty: give a URI or a path, or leave the option out for "
-                         "./runs/mlflow.db")
+        raise BenchError("--tracking-uri is empty: give a URI or a path, or leave the option out for ./runs/mlflow.db")
 
 
 def _tables(path: Path) -> set[str]:
@@ -60,15 +60,20 @@ def check_separate(storage_url: str, tracking_uri: str) -> None:
     if optuna_db is not None and optuna_db == mlflow_db:
         raise BenchError(f"--storage and --tracking-uri name the same database {optuna_db}: give each its own file")
     if optuna_db is not None and MLFLOW_TABLES <= _tables(optuna_db):
-        raise BenchError(f"--storage {optuna_db} is an MLflow tracking database, not an Optuna storage: "
-                         "were --storage and --tracking-uri swapped?")
+        raise BenchError(
+            f"--storage {optuna_db} is an MLflow tracking database, not an Optuna storage: "
+            "were --storage and --tracking-uri swapped?"
+        )
     if mlflow_db is not None and OPTUNA_TABLES <= _tables(mlflow_db):
-        raise BenchError(f"--tracking-uri {mlflow_db} is an Optuna storage, not an MLflow tracking database: "
-                         "were --storage and --tracking-uri swapped?")
+        raise BenchError(
+            f"--tracking-uri {mlflow_db} is an Optuna storage, not an MLflow tracking database: "
+            "were --storage and --tracking-uri swapped?"
+        )
 
 
-def check_not_emptied(manifest: dict[str, Any] | None, protocol_hash: str, results: Path, storage_url: str,
-                      label: str, prefix: str) -> None:
+def check_not_emptied(
+    manifest: dict[str, Any] | None, protocol_hash: str, results: Path, storage_url: str, label: str, prefix: str
+) -> None:
     """Results of this very protocol say cells were done, yet the storage knows none of its studies:
     the storage was emptied, replaced or mistyped, and running on would retrain every cell and then
     overwrite those tables with new numbers. Checked before the storage is opened (opening creates it)."""
@@ -88,6 +93,8 @@ def check_not_emptied(manifest: dict[str, Any] | None, protocol_hash: str, resul
         except Exception:  # noqa: BLE001 - unreachable storage: opening it says why, with one line
             return
     if not any(name.startswith(prefix) for name in known):  # on any data: changed data move results aside
-        raise BenchError(f"{results} holds results of this protocol, but the Optuna storage {label} has none of "
-                         "its studies: point --storage at the sweep's database (manifest.json names it), or move "
-                         f"{results} aside to start afresh")
+        raise BenchError(
+            f"{results} holds results of this protocol, but the Optuna storage {label} has none of "
+            "its studies: point --storage at the sweep's database (manifest.json names it), or move "
+            f"{results} aside to start afresh"
+        )

@@ -98,8 +98,9 @@ class MlflowWriter:
                 break
             except Exception as e:
                 if attempt == 3:
-                    raise BenchError(f"cannot open MLflow tracking store {redact(uri)!r}: "
-                                     f"{str(e).splitlines()[0]}") from e
+                    raise BenchError(
+                        f"cannot open MLflow tracking store {redact(uri)!r}: {str(e).splitlines()[0]}"
+                    ) from e
                 time.sleep(1 + attempt)
 
     def _create_experiment(self, name: str) -> str:
@@ -124,8 +125,7 @@ class MlflowWriter:
         return str(self.client.create_run(self.experiment_id, tags=all_tags, run_name=name).info.run_id)
 
     @contextmanager
-    def recording(self, name: str, tags: Mapping[str, Any] | None = None,
-                  parent: str | None = None) -> Iterator[str]:
+    def recording(self, name: str, tags: Mapping[str, Any] | None = None, parent: str | None = None) -> Iterator[str]:
         """A new run for the block: FINISHED on a clean exit, KILLED on Ctrl-C, FAILED on any other exception."""
         run_id = self.create(name, tags, parent)
         try:
@@ -138,8 +138,14 @@ class MlflowWriter:
             raise
         self.client.set_terminated(run_id, "FINISHED")
 
-    def log(self, run_id: str, params: Mapping[str, Any] | None = None, metrics: Mapping[str, Any] | None = None,
-            tags: Mapping[str, Any] | None = None, step: int = 0) -> None:
+    def log(
+        self,
+        run_id: str,
+        params: Mapping[str, Any] | None = None,
+        metrics: Mapping[str, Any] | None = None,
+        tags: Mapping[str, Any] | None = None,
+        step: int = 0,
+    ) -> None:
         """Log what is not logged yet: a resumed run keeps one value per metric, not two.
 
         Parameters are flattened; metrics that are not numbers are skipped. Two workers sharing a run (a
@@ -152,8 +158,11 @@ class MlflowWriter:
         for attempt in (0, 1):
             existing = self.client.get_run(run_id).data
             stamp = int(time.time() * 1000)
-            m = [Metric(k, _finite(v), stamp, step) for k, v in (metrics or {}).items()
-                 if k not in existing.metrics and isinstance(v, (int, float)) and not isinstance(v, bool)]
+            m = [
+                Metric(k, _finite(v), stamp, step)
+                for k, v in (metrics or {}).items()
+                if k not in existing.metrics and isinstance(v, (int, float)) and not isinstance(v, bool)
+            ]
             p = [Param(k, v) for k, v in flatten(params or {}).items() if k not in existing.params]
             t = [RunTag(k, v) for k, v in tag_values(tags).items()]
             if not (m or p or t):
@@ -188,8 +197,9 @@ class MlflowRecords(MlflowWriter):
         self.protocol = protocol
         super().__init__(uri, f"dmlbench/{protocol.name}", base_tags)
 
-    def run(self, key: str, name: str, parent: str | None = None, tags: dict[str, Any] | None = None,
-            shared: bool = False) -> str:
+    def run(
+        self, key: str, name: str, parent: str | None = None, tags: dict[str, Any] | None = None, shared: bool = False
+    ) -> str:
         """The run with this key: the existing one (reopened) or a new one.
 
         A key that several workers may create at once (``shared``: a cell's parent run, a floor seed; trial
@@ -215,25 +225,40 @@ class MlflowRecords(MlflowWriter):
 
     def cell_run(self, cell: Cell) -> str:
         """A cell's parent run: its methods, fixed parameters and search space, and the protocol file."""
-        run_id = self.run(cell.id, cell.id, tags={"cell": cell.id, "loss": cell.loss, "miner": cell.miner or "none",
-                                                  "kind": "cell"}, shared=True)
-        self.log(run_id, params={"loss": cell.loss, "miner": cell.miner or "none", "loss_params": cell.loss_params,
-                                 "miner_params": cell.miner_params,
-                                 "search_space": json.dumps(cell.search_space, sort_keys=True)})
+        run_id = self.run(
+            cell.id,
+            cell.id,
+            tags={"cell": cell.id, "loss": cell.loss, "miner": cell.miner or "none", "kind": "cell"},
+            shared=True,
+        )
+        self.log(
+            run_id,
+            params={
+                "loss": cell.loss,
+                "miner": cell.miner or "none",
+                "loss_params": cell.loss_params,
+                "miner_params": cell.miner_params,
+                "search_space": json.dumps(cell.search_space, sort_keys=True),
+            },
+        )
         self.artifact(run_id, f"{self.protocol.name}.yaml", text=self.protocol.text)
         return run_id
 
     def _find(self, full_key: str) -> list[Any]:
-        runs = self.client.search_runs([self.experiment_id], filter_string=f"tags.`dmlbench.key` = '{full_key}'",
-                                       max_results=10)
+        runs = self.client.search_runs(
+            [self.experiment_id], filter_string=f"tags.`dmlbench.key` = '{full_key}'", max_results=10
+        )
         return sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id))
 
     def delete_cell(self, cell_id: str) -> int:
         """Delete the runs of one cell of this protocol version (the cell run, its trials, folds, seeds)."""
         prefix = f"{self.protocol.key12}/{cell_id}"
         runs = search_all(self.client, self.experiment_id, f"tags.`dmlbench.key` LIKE '{self.protocol.key12}/%'")
-        doomed = [r.info.run_id for r in runs
-                  if (key := r.data.tags.get("dmlbench.key", "")) == prefix or key.startswith(prefix + "/")]
+        doomed = [
+            r.info.run_id
+            for r in runs
+            if (key := r.data.tags.get("dmlbench.key", "")) == prefix or key.startswith(prefix + "/")
+        ]
         for run_id in doomed:
             self.client.delete_run(run_id)
         return len(doomed)

@@ -24,8 +24,12 @@ __all__ = ["SQLITE_LOCK_WAIT_S", "open_storage"]
 SQLITE_LOCK_WAIT_S = 60  # a SQLite writer waits this long for another's lock before failing
 
 
-def open_storage(url: str, heartbeat_interval: int | None = None, grace_period: int | None = None,
-                 stale_trial_callback: Callable[[Any, Any], None] | None = None) -> Any:
+def open_storage(
+    url: str,
+    heartbeat_interval: int | None = None,
+    grace_period: int | None = None,
+    stale_trial_callback: Callable[[Any, Any], None] | None = None,
+) -> Any:
     """An ``optuna.storages.RDBStorage`` on ``url``; heartbeats only when ``heartbeat_interval`` is given.
 
     ``grace_period`` and ``stale_trial_callback`` are Optuna's: how long a
@@ -37,17 +41,22 @@ def open_storage(url: str, heartbeat_interval: int | None = None, grace_period: 
 
     url = with_connect_timeout(url)
     store = parse(url)
-    engine_kwargs: dict[str, Any] = ({"connect_args": {"timeout": SQLITE_LOCK_WAIT_S}} if store.is_sqlite
-                                     else {"pool_pre_ping": True})
+    engine_kwargs: dict[str, Any] = (
+        {"connect_args": {"timeout": SQLITE_LOCK_WAIT_S}} if store.is_sqlite else {"pool_pre_ping": True}
+    )
     if store.path is not None:
         store.path.parent.mkdir(parents=True, exist_ok=True)
     for attempt in range(4):  # two workers starting at once on a new database race to create its tables
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             try:
-                return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs,
-                                                  heartbeat_interval=heartbeat_interval, grace_period=grace_period,
-                                                  heartbeat_stale_trial_callback=stale_trial_callback)
+                return optuna.storages.RDBStorage(
+                    url,
+                    engine_kwargs=engine_kwargs,
+                    heartbeat_interval=heartbeat_interval,
+                    grace_period=grace_period,
+                    heartbeat_stale_trial_callback=stale_trial_callback,
+                )
             except Exception as e:  # a URL that cannot be opened is the user's
                 if attempt == 3 or "UNIQUE constraint" not in str(e) and "already exists" not in str(e):
                     raise BenchError(f"cannot open Optuna storage {redact(url)!r}: {str(e).splitlines()[0]}") from e

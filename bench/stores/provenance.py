@@ -17,8 +17,13 @@ from typing import Any
 
 __all__ = ["PACKAGES", "git_commit", "git_dirty", "package_versions", "plugin_versions", "standard_tags"]
 
-PACKAGES = {"torch": "torch", "pml": "pytorch-metric-learning", "optuna": "optuna", "mlflow": "mlflow",
-            "dmlbench": "dmlbench"}
+PACKAGES = {
+    "torch": "torch",
+    "pml": "pytorch-metric-learning",
+    "optuna": "optuna",
+    "mlflow": "mlflow",
+    "dmlbench": "dmlbench",
+}
 
 
 def package_versions() -> dict[str, str]:
@@ -42,15 +47,18 @@ def plugin_versions() -> dict[str, str]:
     """``plugin.<kind>.<name>`` -> ``<version> sha256:<hash> (<source>)`` for every plugin entry loaded."""
     from bench import registry
 
-    return {f"plugin.{e.kind}.{e.name}": f"{e.version or '-'} sha256:{e.source_hash or '-'} ({e.source})"
-            for e in registry.loaded_plugins()}
+    return {
+        f"plugin.{e.kind}.{e.name}": f"{e.version or '-'} sha256:{e.source_hash or '-'} ({e.source})"
+        for e in registry.loaded_plugins()
+    }
 
 
 def _git(args: list[str], path: str | Path | None) -> str | None:
     cwd = Path(path) if path is not None else Path(__file__).resolve().parent
     try:
-        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
 

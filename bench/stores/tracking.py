@@ -34,8 +34,9 @@ from bench.stores.urls import (
 )
 
 DEFAULT_FILE = "mlflow.db"
-TRACKING_SCHEMES = frozenset({"sqlite", "postgresql", "postgres", "mysql", "mssql", "http", "https", "file",
-                              "databricks", "databricks-uc", "uc"})
+TRACKING_SCHEMES = frozenset(
+    {"sqlite", "postgresql", "postgres", "mysql", "mssql", "http", "https", "file", "databricks", "databricks-uc", "uc"}
+)
 
 
 def default_tracking_uri(root: str | Path | None = None, *, create: bool = True) -> str:
@@ -57,13 +58,17 @@ def resolve_tracking_uri(uri: str | Path | None = None, *, create: bool = True) 
     scheme = parse(text).scheme
     if scheme or "://" in text:
         if scheme not in TRACKING_SCHEMES:
-            raise BenchError(f"tracking URI {redact(text)!r}: unknown scheme {scheme or text.partition('://')[0]!r}: "
-                             "expected one of "
-                             f"{', '.join(sorted(TRACKING_SCHEMES))}, or a path")
+            raise BenchError(
+                f"tracking URI {redact(text)!r}: unknown scheme {scheme or text.partition('://')[0]!r}: "
+                "expected one of "
+                f"{', '.join(sorted(TRACKING_SCHEMES))}, or a path"
+            )
         return with_connect_timeout(text)
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:", text):  # 'sqlite:/x', 'http:host': a scheme missing its '//'
-        raise BenchError(f"tracking URI {text!r} looks like a URI without '://' (read as a folder it would "
-                         "create one named after the scheme): write scheme://..., or a path")
+        raise BenchError(
+            f"tracking URI {text!r} looks like a URI without '://' (read as a folder it would "
+            "create one named after the scheme): write scheme://..., or a path"
+        )
     path = Path(text).expanduser().resolve()
     if path.is_dir() or not path.suffix:
         return default_tracking_uri(path, create=create)
@@ -111,8 +116,10 @@ def _check_http(uri: str) -> None:
     try:
         requests.get(uri.rstrip("/") + "/health", timeout=CONNECT_TIMEOUT_S)
     except requests.RequestException as e:
-        raise BenchError(f"cannot reach MLflow tracking server {redact(uri)!r}: {type(e).__name__}: "
-                         f"{str(e).strip().splitlines()[0][:200]}") from None
+        raise BenchError(
+            f"cannot reach MLflow tracking server {redact(uri)!r}: {type(e).__name__}: "
+            f"{str(e).strip().splitlines()[0][:200]}"
+        ) from None
 
 
 def search_all(client: Any, experiment_id: str, filter_string: str = "") -> list[Any]:

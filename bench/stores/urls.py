@@ -20,8 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-__all__ = ["CONNECT_TIMEOUT_S", "DEFAULT_DIR", "StoreURL", "default_url", "parse", "redact", "sqlite_path", "sqlite_url",
-           "with_connect_timeout"]
+__all__ = [
+    "CONNECT_TIMEOUT_S",
+    "DEFAULT_DIR",
+    "StoreURL",
+    "default_url",
+    "parse",
+    "redact",
+    "sqlite_path",
+    "sqlite_url",
+    "with_connect_timeout",
+]
 
 CONNECT_TIMEOUT_S = 5  # a database server that does not answer is refused in seconds, not after minutes of TCP retries
 DEFAULT_DIR = "runs"  # where the default stores live, relative to the working directory
@@ -57,7 +66,7 @@ def parse(url: str) -> StoreURL:
     if m is None:
         return StoreURL(url, "", None, "")
     scheme = m.group(1).split("+", 1)[0].lower()
-    rest, _, query = url[m.end():].partition("?")
+    rest, _, query = url[m.end() :].partition("?")
     path = None
     if scheme == "sqlite" and rest.startswith("/") and rest not in ("/", "/:memory:"):
         path = Path(rest[1:]).expanduser().resolve()

@@ -17,5 +17,16 @@
 Nothing is imported here, so that reading tables never imports the trainer.
 """
 
-__all__ = ["artifacts", "budget_check", "final_run", "floor", "preflight", "probe", "progress", "result", "runner",
-           "tables", "tuning"]
+__all__ = [
+    "artifacts",
+    "budget_check",
+    "final_run",
+    "floor",
+    "preflight",
+    "probe",
+    "progress",
+    "result",
+    "runner",
+    "tables",
+    "tuning",
+]

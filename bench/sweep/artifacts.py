@@ -17,8 +17,9 @@ from bench.sweep.tuning import derive_seed
 PAIR_SAMPLE = 20000  # positive and negative pairs kept in pair_distances.npz
 
 
-def write_cell_artifacts(model: Any, test: Any, directory: Path, *, protocol_seed: int, normalize: bool,
-                         device: str = "cpu") -> list[Path]:
+def write_cell_artifacts(
+    model: Any, test: Any, directory: Path, *, protocol_seed: int, normalize: bool, device: str = "cpu"
+) -> list[Path]:
     """Embed the test data with ``model`` and write pair distances (and the 2-D embedding when 2-d).
 
     Returns the files written, for the caller to attach to its records.

@@ -52,9 +52,9 @@ from bench.protocol import Protocol
 from bench.stores import provenance, tracking
 from bench.stores.urls import redact, sqlite_path
 from bench.sweep import tables
+from bench.sweep.final_run import FinalRun, Record, train_final
 from bench.sweep.preflight import refuse
 from bench.sweep.progress import Progress
-from bench.sweep.final_run import FinalRun, Record, train_final
 from bench.sweep.tuning import open_storage
 
 RUN_COLUMNS = ["protocol_hash", "cell", "seed", "multiple", "iterations", "samples_seen", "wall_time_s"]
@@ -84,18 +84,24 @@ def tuned_cells(protocol: Protocol, results: Path, storage_url: str) -> list[Tun
     if manifest is None:
         raise BenchError(f"budget-check: {results} holds no results of {protocol.name}: {run}")
     if manifest.get("protocol_hash") != protocol.hash:
-        raise BenchError(f"budget-check: {results} holds results of another version of {protocol.name} "
-                         f"(hash {str(manifest.get('protocol_hash'))[:12]}, the file's is {protocol.hash12}): {run}")
+        raise BenchError(
+            f"budget-check: {results} holds results of another version of {protocol.name} "
+            f"(hash {str(manifest.get('protocol_hash'))[:12]}, the file's is {protocol.hash12}): {run}"
+        )
     if protocol.data and manifest.get("data_fingerprint") != protocol.data:
-        raise BenchError(f"budget-check: {results} holds results of {protocol.name} on other data (data fingerprint "
-                         f"{str(manifest.get('data_fingerprint') or 'not recorded')[:8]}, the data here "
-                         f"{protocol.data[:8]}): retraining on these data would not check that run")
+        raise BenchError(
+            f"budget-check: {results} holds results of {protocol.name} on other data (data fingerprint "
+            f"{str(manifest.get('data_fingerprint') or 'not recorded')[:8]}, the data here "
+            f"{protocol.data[:8]}): retraining on these data would not check that run"
+        )
     if not manifest.get("finished"):
         raise BenchError(f"budget-check: the run of {protocol.name} in {results} has not finished: {run}")
     db = sqlite_path(storage_url)
     if db is not None and not db.is_file():
-        raise BenchError(f"budget-check: the Optuna storage {db} does not exist: point --storage at the run's "
-                         "database (manifest.json names it)")
+        raise BenchError(
+            f"budget-check: the Optuna storage {db} does not exist: point --storage at the run's "
+            "database (manifest.json names it)"
+        )
     plan = make_plan(protocol)
     records = tables.collect(plan, open_storage(storage_url))
     out = []
@@ -105,11 +111,14 @@ def tuned_cells(protocol: Protocol, results: Path, storage_url: str) -> list[Tun
             trials = [r for r in records.trials if r["cell"] == cell.id]
             if len(trials) == plan.budget.trials and not any(r["state"] == "COMPLETE" for r in trials):
                 continue  # no trial completed: the finals retrained nothing, nor does the check
-            raise BenchError(f"budget-check: the Optuna storage {redact(storage_url)} holds no final seed of "
-                             f"{cell.id}: point --storage at the run's database, or {run}")
+            raise BenchError(
+                f"budget-check: the Optuna storage {redact(storage_url)} holds no final seed of "
+                f"{cell.id}: point --storage at the run's database, or {run}"
+            )
         if len(finals) != plan.budget.seeds:
-            raise BenchError(f"budget-check: {cell.id} has {len(finals)} of {plan.budget.seeds} final seeds "
-                             f"recorded: {run}")
+            raise BenchError(
+                f"budget-check: {cell.id} has {len(finals)} of {plan.budget.seeds} final seeds recorded: {run}"
+            )
         out.append(Tuned(cell, json.loads(finals[0]["params"]), finals[0][f"val_{protocol.primary}"]))
     return out
 
@@ -167,9 +176,17 @@ class CheckOutcome:
     wall_time_s: float
 
 
-def budget_check(protocol: Protocol, multiple: int = 2, *, storage: str | None = None, tracking_uri: str | None = None,
-                 results_dir: str | Path = "results", data_root: str | None = None, quiet: bool = False,
-                 shard: tuple[int, int] = (1, 1)) -> CheckOutcome:
+def budget_check(
+    protocol: Protocol,
+    multiple: int = 2,
+    *,
+    storage: str | None = None,
+    tracking_uri: str | None = None,
+    results_dir: str | Path = "results",
+    data_root: str | None = None,
+    quiet: bool = False,
+    shard: tuple[int, int] = (1, 1),
+) -> CheckOutcome:
     """Retrain every cell's final configuration at ``multiple`` x the budget on the final seeds, resuming.
 
     ``shard`` (k, n) trains only the k-th of every n (cell, seed) pairs: n workers started with shards
@@ -183,8 +200,9 @@ def budget_check(protocol: Protocol, multiple: int = 2, *, storage: str | None =
         raise BenchError(f"budget-check: --shard must be K/N with 1 <= K <= N, got {k}/{n}")
     start = time.perf_counter()
     # what `validate` and `run` refuse (bench.sweep.preflight), the data loaded on the way
-    prepared = refuse(protocol, data_root=data_root, stores=True, storage=storage, tracking_uri=tracking_uri,
-                      results_dir=results_dir).prepared
+    prepared = refuse(
+        protocol, data_root=data_root, stores=True, storage=storage, tracking_uri=tracking_uri, results_dir=results_dir
+    ).prepared
     protocol = protocol.with_data(prepared.data_fingerprint())  # the run's records are keyed by its data too
     results = tables.protocol_dir(results_dir, protocol.name)
     storage_url = storage or default_storage()
@@ -195,8 +213,10 @@ def budget_check(protocol: Protocol, multiple: int = 2, *, storage: str | None =
     for side in ("train", "test"):
         ran = (manifest.get("fingerprints") or {}).get(side)
         if ran is not None and ran != fingerprints[side]:
-            raise BenchError(f"budget-check: the {side} data differ from the run's (fingerprint {fingerprints[side]}, "
-                             f"the run's {ran}): check --data-root")
+            raise BenchError(
+                f"budget-check: the {side} data differ from the run's (fingerprint {fingerprints[side]}, "
+                f"the run's {ran}): check --data-root"
+            )
     path = results / tables.BUDGET_CHECK
     ran = {t.cell.id: params_text(t.params) for t in cells}
     # a row trained with other parameters (the cell was --redo'ne since) is stale: trained again, then replaced
@@ -212,16 +232,30 @@ def budget_check(protocol: Protocol, multiple: int = 2, *, storage: str | None =
 class _Check:
     """One pass of the budget check: training, records, progress."""
 
-    def __init__(self, protocol: Protocol, multiple: int, prepared: Any, path: Path, order: list[str],
-                 tracking_uri: str, fingerprints: dict[str, Any], quiet: bool) -> None:
+    def __init__(
+        self,
+        protocol: Protocol,
+        multiple: int,
+        prepared: Any,
+        path: Path,
+        order: list[str],
+        tracking_uri: str,
+        fingerprints: dict[str, Any],
+        quiet: bool,
+    ) -> None:
         from bench.stores.mlflow_runs import MlflowRecords
 
         self.protocol, self.multiple, self.prepared, self.path, self.order = protocol, multiple, prepared, path, order
         self.iterations = protocol.doc["training"]["iterations"] * multiple
         self.code = {"git_commit": provenance.git_commit(), "git_dirty": provenance.git_dirty()}
-        base_tags = provenance.standard_tags(fingerprints["split"], protocol=protocol.name, protocol_hash=protocol.hash,
-                                           train_fingerprint=fingerprints["train"],
-                                           test_fingerprint=fingerprints["test"], data_fingerprint=protocol.data)
+        base_tags = provenance.standard_tags(
+            fingerprints["split"],
+            protocol=protocol.name,
+            protocol_hash=protocol.hash,
+            train_fingerprint=fingerprints["train"],
+            test_fingerprint=fingerprints["test"],
+            data_fingerprint=protocol.data,
+        )
         self.mlflow = MlflowRecords(protocol, tracking_uri, base_tags)
         self.quiet = quiet
 
@@ -234,9 +268,11 @@ class _Check:
         left = {t.cell.id for t, _ in todo}
         self.progress.cell_done(len(cells) - len(left))
         if kept:
-            self.progress.line(f"budget check x{self.multiple}: {kept} of the {assigned} seeds "
-                               f"{'this shard checks' if assigned < len(cells) * seeds else 'to check'} already in "
-                               f"{self.path.name}, kept")
+            self.progress.line(
+                f"budget check x{self.multiple}: {kept} of the {assigned} seeds "
+                f"{'this shard checks' if assigned < len(cells) * seeds else 'to check'} already in "
+                f"{self.path.name}, kept"
+            )
         try:
             for tuned in cells:
                 mine = [s for t, s in todo if t is tuned]
@@ -251,13 +287,25 @@ class _Check:
 
     def _seed(self, tuned: Tuned, seed: int) -> None:
         p = self.protocol
-        run = train_final(p, self.prepared, tuned.cell, tuned.params, seed, _Row(self, tuned, seed),
-                          mlflow=self.mlflow, progress=self.progress, step=self._step, multiple=self.multiple)
+        run = train_final(
+            p,
+            self.prepared,
+            tuned.cell,
+            tuned.params,
+            seed,
+            _Row(self, tuned, seed),
+            mlflow=self.mlflow,
+            progress=self.progress,
+            step=self._step,
+            multiple=self.multiple,
+        )
         result, primary = run.result, run.metrics.get(p.primary, math.nan)
         score = f" {p.primary}={primary:.4f}" if math.isfinite(primary) else ""
         why = f" ({result.reason})" if result.reason and result.state != "COMPLETE" else ""
-        self.progress.line(f"{tuned.cell.id} x{self.multiple} seed {seed} {result.state}{score} "
-                           f"[{result.iterations} it, {result.wall_time_s:.1f} s]{why} | {self.progress.eta()}")
+        self.progress.line(
+            f"{tuned.cell.id} x{self.multiple} seed {seed} {result.state}{score} "
+            f"[{result.iterations} it, {result.wall_time_s:.1f} s]{why} | {self.progress.eta()}"
+        )
 
     def _step(self, it: int, total: int, loss: float) -> None:
         from bench.sweep.runner import STOP
@@ -273,19 +321,33 @@ class _Row(Record):
 
     def __init__(self, check: _Check, tuned: Tuned, seed: int) -> None:
         m = check.multiple
-        super().__init__(f"budget_check/x{m}/{tuned.cell.id}/seed{seed}",
-                         f"budget check x{m} {tuned.cell.id} seed {seed}",
-                         {"kind": "budget_check", "cell": tuned.cell.id, "seed": seed, "multiple": m},
-                         params={"multiple": m}, purpose="budget check training")
+        super().__init__(
+            f"budget_check/x{m}/{tuned.cell.id}/seed{seed}",
+            f"budget check x{m} {tuned.cell.id} seed {seed}",
+            {"kind": "budget_check", "cell": tuned.cell.id, "seed": seed, "multiple": m},
+            params={"multiple": m},
+            purpose="budget check training",
+        )
         self.check, self.tuned = check, tuned
 
     def write(self, run: FinalRun) -> None:
         c, p, result = self.check, self.check.protocol, run.result
         metrics = {m: run.metrics.get(m, math.nan) for m in tables.metric_names(p.doc)}
-        row = {"protocol_hash": p.hash, "cell": self.tuned.cell.id, "seed": run.seed, "multiple": c.multiple,
-               "iterations": result.iterations, "samples_seen": result.samples_seen,
-               "wall_time_s": round(result.wall_time_s, 3), f"val_{p.primary}": self.tuned.validation, **metrics,
-               "state": result.state, "reason": result.reason, "params": params_text(self.tuned.params), **c.code}
+        row = {
+            "protocol_hash": p.hash,
+            "cell": self.tuned.cell.id,
+            "seed": run.seed,
+            "multiple": c.multiple,
+            "iterations": result.iterations,
+            "samples_seen": result.samples_seen,
+            "wall_time_s": round(result.wall_time_s, 3),
+            f"val_{p.primary}": self.tuned.validation,
+            **metrics,
+            "state": result.state,
+            "reason": result.reason,
+            "params": params_text(self.tuned.params),
+            **c.code,
+        }
         record(c.path, p, row, c.order)
 
     def logged_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
@@ -295,6 +357,7 @@ class _Row(Record):
 def describe(outcome: CheckOutcome, multiple: int) -> str:
     """The closing line: what was trained, what was kept, where the rows are."""
     minutes, seconds = divmod(int(outcome.wall_time_s), 60)
-    return (f"budget check x{multiple}: {outcome.trained} seed(s) trained, {outcome.kept} kept, in "
-            f"{minutes}:{seconds:02d}; rows in {outcome.path}")
-
+    return (
+        f"budget check x{multiple}: {outcome.trained} seed(s) trained, {outcome.kept} kept, in "
+        f"{minutes}:{seconds:02d}; rows in {outcome.path}"
+    )

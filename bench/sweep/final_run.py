@@ -46,8 +46,9 @@ if TYPE_CHECKING:
     from bench.training import TrainConfig
 
 
-def final_run_config(protocol: Protocol, cell: Cell, params: dict[str, Any], seed: int,
-                     multiple: int = 1) -> TrainConfig:
+def final_run_config(
+    protocol: Protocol, cell: Cell, params: dict[str, Any], seed: int, multiple: int = 1
+) -> TrainConfig:
     """Final seed ``seed`` of ``cell`` with ``params``, trained ``multiple`` times as long: the finals' config
     (`final_config`, so the same training seed) with the iterations and the schedule's warm-up scaled; at
     ``multiple`` 1 the finals' config as it is."""
@@ -75,8 +76,16 @@ class Record:
     """Where a final run is recorded: its MLflow run (key, name, tags, parent run, the parameters logged
     beside the config) and, through a subclass's `write`, the caller's own store."""
 
-    def __init__(self, key: str, name: str, tags: dict[str, Any], *, parent: str | None = None,
-                 params: dict[str, Any] | None = None, purpose: str = "final training") -> None:
+    def __init__(
+        self,
+        key: str,
+        name: str,
+        tags: dict[str, Any],
+        *,
+        parent: str | None = None,
+        params: dict[str, Any] | None = None,
+        purpose: str = "final training",
+    ) -> None:
         self.key, self.name, self.tags, self.parent = key, name, tags, parent
         self.params = params or {}
         self.purpose = purpose  # what the test-class guard calls this training
@@ -97,10 +106,20 @@ class Record:
         return metrics
 
 
-def train_final(protocol: Protocol, prepared: Prepared, cell: Cell, params: dict[str, Any], seed: int,
-                record: Record, *, mlflow: MlflowRecords, progress: Progress,
-                step: Callable[[int, int, float], None], multiple: int = 1,
-                artifacts: Path | None = None) -> FinalRun:
+def train_final(
+    protocol: Protocol,
+    prepared: Prepared,
+    cell: Cell,
+    params: dict[str, Any],
+    seed: int,
+    record: Record,
+    *,
+    mlflow: MlflowRecords,
+    progress: Progress,
+    step: Callable[[int, int, float], None],
+    multiple: int = 1,
+    artifacts: Path | None = None,
+) -> FinalRun:
     """Train final seed ``seed`` of ``cell`` with ``params`` (``multiple`` x the budget), score it on the test
     set, write the artifacts into ``artifacts`` (a cell's directory; None: none) when it completed, record
     it (``record``) and log its MLflow run. ``step`` is the training loop's progress callback (it may raise
@@ -111,9 +130,15 @@ def train_final(protocol: Protocol, prepared: Prepared, cell: Cell, params: dict
     try:
         with record.held():
             prepared.guard.check(prepared.train.classes, record.purpose)
-            result = train_and_score(protocol, config, prepared.train, prepared.test,
-                                     clustering=clusters_on_test(protocol), lake_runs=prepared.lake_runs,
-                                     progress=step)
+            result = train_and_score(
+                protocol,
+                config,
+                prepared.train,
+                prepared.test,
+                clustering=clusters_on_test(protocol),
+                lake_runs=prepared.lake_runs,
+                progress=step,
+            )
     except BaseException:
         record.abandon()
         mlflow.end(run_id, "KILLED")
@@ -124,22 +149,35 @@ def train_final(protocol: Protocol, prepared: Prepared, cell: Cell, params: dict
     if artifacts is not None and result.state == "COMPLETE":
         _artifacts(protocol, prepared, result, artifacts, mlflow, run_id)
     record.write(run)
-    mlflow.log(run_id, params={**config.to_dict(), **record.params},
-               metrics={**record.logged_metrics(metrics), "final_loss": result.final_loss,
-                        "iterations": result.iterations, "samples_seen": result.samples_seen,
-                        "wall_time_s": result.wall_time_s},
-               tags={"state": result.state, "reason": result.reason[:500]})
+    mlflow.log(
+        run_id,
+        params={**config.to_dict(), **record.params},
+        metrics={
+            **record.logged_metrics(metrics),
+            "final_loss": result.final_loss,
+            "iterations": result.iterations,
+            "samples_seen": result.samples_seen,
+            "wall_time_s": result.wall_time_s,
+        },
+        tags={"state": result.state, "reason": result.reason[:500]},
+    )
     mlflow.end(run_id, result.state)
     return run
 
 
-def _artifacts(protocol: Protocol, prepared: Prepared, result: RunResult, directory: Path, mlflow: MlflowRecords,
-               run_id: str) -> None:
+def _artifacts(
+    protocol: Protocol, prepared: Prepared, result: RunResult, directory: Path, mlflow: MlflowRecords, run_id: str
+) -> None:
     """Test pair distances (and the 2-D embedding) of the run, for reports, attached to its MLflow run."""
     from bench.data.query_gallery import one_set
 
-    written = write_cell_artifacts(result.model, one_set(prepared.test), directory, protocol_seed=protocol.seed,
-                                   normalize=protocol.doc["model"]["normalize"],
-                                   device=protocol.doc["training"]["device"])
+    written = write_cell_artifacts(
+        result.model,
+        one_set(prepared.test),
+        directory,
+        protocol_seed=protocol.seed,
+        normalize=protocol.doc["model"]["normalize"],
+        device=protocol.doc["training"]["device"],
+    )
     for path in written:
         mlflow.artifact(run_id, path.name, path=path)

@@ -18,16 +18,16 @@ from typing import Any
 import pandas as pd
 
 from bench.atomic import write_with
-from bench.sweep import tables
-from bench.protocol import Protocol
 from bench.evaluation import clusters_on_test, score_model
+from bench.protocol import Protocol
+from bench.sweep import tables
 from bench.sweep.tuning import Prepared, final_seed
 
 
 def initial_trunk(protocol: Protocol, seed: int, in_shape: tuple[int, ...]) -> Any:
     """The trunk final seed ``seed`` starts from: seeded and built exactly as bench.training.train does."""
-    from bench.trunks import protocol_trunk
     from bench.training import seed_everything  # the training loop's own seeding, so the two cannot drift
+    from bench.trunks import protocol_trunk
 
     seed_everything(final_seed(protocol.seed, seed))
     return protocol_trunk(protocol.doc, in_shape).to(protocol.doc["training"]["device"]).eval()
@@ -37,9 +37,15 @@ def floor_row(protocol: Protocol, prepared: Prepared, seed: int) -> dict[str, An
     """One row of floor.csv: the protocol version, the seed, every metric of the finals table."""
     metrics = tables.metric_names(protocol.doc)
     trunk = initial_trunk(protocol, seed, tuple(prepared.train.x.shape[1:]))
-    scores = score_model(protocol, trunk, prepared.test, clustering=clusters_on_test(protocol),
-                         lake_runs=prepared.lake_runs, device=protocol.doc["training"]["device"],
-                         seed=final_seed(protocol.seed, seed))
+    scores = score_model(
+        protocol,
+        trunk,
+        prepared.test,
+        clustering=clusters_on_test(protocol),
+        lake_runs=prepared.lake_runs,
+        device=protocol.doc["training"]["device"],
+        seed=final_seed(protocol.seed, seed),
+    )
     return {"protocol_hash": protocol.hash, "seed": seed, **{m: float(scores[m]) for m in metrics}}
 
 
@@ -48,11 +54,16 @@ def update_floor(protocol: Protocol, prepared: Prepared, results: Path) -> pd.Da
     columns = ["protocol_hash", "seed", *tables.metric_names(protocol.doc)]
     path = results / tables.FLOOR
     old = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=columns)
-    keep = old[(old["protocol_hash"] == protocol.hash) & old["seed"].isin(protocol.final_seeds)] \
-        if list(old.columns) == columns else pd.DataFrame(columns=columns)
+    keep = (
+        old[(old["protocol_hash"] == protocol.hash) & old["seed"].isin(protocol.final_seeds)]
+        if list(old.columns) == columns
+        else pd.DataFrame(columns=columns)
+    )
     done = {int(s) for s in keep["seed"]}
-    rows = [*keep.to_dict("records"),
-            *(floor_row(protocol, prepared, s) for s in protocol.final_seeds if s not in done)]
+    rows = [
+        *keep.to_dict("records"),
+        *(floor_row(protocol, prepared, s) for s in protocol.final_seeds if s not in done),
+    ]
     frame = pd.DataFrame(sorted(rows, key=lambda r: protocol.final_seeds.index(int(r["seed"]))), columns=columns)
     write_with(path, lambda f: frame.to_csv(f, index=False))
     return frame

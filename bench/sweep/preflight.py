@@ -32,14 +32,16 @@ the default stores are named, not created.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from bench.errors import BenchError
-from bench.plan import Plan, plan as make_plan
-from bench.protocol import Protocol, device_problem
 from bench.devices import precision_problem
+from bench.errors import BenchError
+from bench.plan import Plan
+from bench.plan import plan as make_plan
+from bench.protocol import Protocol, device_problem
 
 
 @dataclass(frozen=True)
@@ -70,9 +72,17 @@ class Preflight:
         return [p for p in self.problems if not p.note]
 
 
-def inspect(protocol: Protocol, *, data_root: str | None = None, data: bool = True, stores: bool = False,
-            storage: str | None = None, tracking_uri: str | None = None, results_dir: str | Path | None = None,
-            first: bool = False) -> Preflight:
+def inspect(
+    protocol: Protocol,
+    *,
+    data_root: str | None = None,
+    data: bool = True,
+    stores: bool = False,
+    storage: str | None = None,
+    tracking_uri: str | None = None,
+    results_dir: str | Path | None = None,
+    first: bool = False,
+) -> Preflight:
     """Run the checks (module docstring) and return every problem found.
 
     ``data=False``: no data loaded and no weights file asked for (`plan`, ``validate --no-data``: the file
@@ -107,14 +117,22 @@ def inspect(protocol: Protocol, *, data_root: str | None = None, data: bool = Tr
     if check("grid", plan_made) and _check_methods(protocol, found.plan, check, stop) and not stop():
         check("grid", plan_live)
     training = protocol.doc["training"]
-    if stop() or not check("training.device", lambda: _prefixed(protocol, "training.device", device_problem(
-            training["device"], availability=False))):
+    if stop() or not check(
+        "training.device",
+        lambda: _prefixed(protocol, "training.device", device_problem(training["device"], availability=False)),
+    ):
         return found
-    check("training.device", lambda: _prefixed(protocol, "training.device", device_problem(training["device"])),
-          note=True)
+    check(
+        "training.device", lambda: _prefixed(protocol, "training.device", device_problem(training["device"])), note=True
+    )
     if not stop():
-        check("training.precision", lambda: _prefixed(protocol, "training.precision", precision_problem(
-            training["precision"], training["device"])), note=True)
+        check(
+            "training.precision",
+            lambda: _prefixed(
+                protocol, "training.precision", precision_problem(training["precision"], training["device"])
+            ),
+            note=True,
+        )
     if stores and not stop():
         _check_stores(protocol, found, check, stop, storage, tracking_uri, results_dir)
     if data and not stop():
@@ -129,8 +147,9 @@ def _check_methods(protocol: Protocol, plan: Plan | None, check: Callable[..., b
     assert plan is not None
     ok = True
     for cell in plan.cells:
-        ok &= check(f"grid.{cell.id}", lambda cell=cell: _prefixed(protocol, f"grid.{cell.id}",
-                                                                   check_cell(protocol, cell)))
+        ok &= check(
+            f"grid.{cell.id}", lambda cell=cell: _prefixed(protocol, f"grid.{cell.id}", check_cell(protocol, cell))
+        )
         if stop():
             break
     return ok
@@ -170,15 +189,23 @@ def check_writable(folder: Path) -> None:
         raise BenchError(f"--results-dir {folder}: {existing} is not writable")
 
 
-def _check_stores(protocol: Protocol, found: Preflight, check: Callable[..., bool], stop: Callable[[], bool],
-                  storage: str | None, tracking_uri: str | None, results_dir: str | Path | None) -> None:
+def _check_stores(
+    protocol: Protocol,
+    found: Preflight,
+    check: Callable[..., bool],
+    stop: Callable[[], bool],
+    storage: str | None,
+    tracking_uri: str | None,
+    results_dir: str | Path | None,
+) -> None:
     from bench.stores import checks, tracking
     from bench.stores.urls import default_url, redact
     from bench.sweep import tables
 
     results_dir = "results" if results_dir is None else results_dir
-    if not check("--storage", lambda: checks.check_given(storage, None)) \
-            or not check("--tracking-uri", lambda: checks.check_given(None, tracking_uri)):
+    if not check("--storage", lambda: checks.check_given(storage, None)) or not check(
+        "--tracking-uri", lambda: checks.check_given(None, tracking_uri)
+    ):
         return
     if not check("--results-dir", lambda: check_writable(Path(results_dir))) and stop():
         return
@@ -194,9 +221,17 @@ def _check_stores(protocol: Protocol, found: Preflight, check: Callable[..., boo
     if found.plan is None:
         return
     results = tables.protocol_dir(results_dir, protocol.name)
-    check("--storage", lambda: checks.check_not_emptied(
-        tables.read_manifest(results), protocol.hash, results, storage_url, redact(storage_url),
-        f"{protocol.name}:{protocol.hash12}"))
+    check(
+        "--storage",
+        lambda: checks.check_not_emptied(
+            tables.read_manifest(results),
+            protocol.hash,
+            results,
+            storage_url,
+            redact(storage_url),
+            f"{protocol.name}:{protocol.hash12}",
+        ),
+    )
 
 
 # --------------------------------------------------------------------------- the data and the weights
@@ -231,12 +266,15 @@ def check_ks(protocol: Protocol, test_samples: int) -> None:
         return
     absurd = [k for k in ev["ks"] if k >= test_samples - 1]
     if absurd:
-        raise BenchError(f"{protocol.name}: evaluation.ks: k={absurd[0]} is not below the {test_samples - 1} "
-                         f"other test samples a query has: recall@{absurd[0]} would be 1 for every method")
+        raise BenchError(
+            f"{protocol.name}: evaluation.ks: k={absurd[0]} is not below the {test_samples - 1} "
+            f"other test samples a query has: recall@{absurd[0]} would be 1 for every method"
+        )
 
 
-def _check_data(protocol: Protocol, found: Preflight, check: Callable[..., bool], stop: Callable[[], bool],
-                data_root: str | None) -> None:
+def _check_data(
+    protocol: Protocol, found: Preflight, check: Callable[..., bool], stop: Callable[[], bool], data_root: str | None
+) -> None:
     from bench.data import check_path
     from bench.data.query_gallery import test_specs
     from bench.sweep.tuning import prepare
@@ -273,22 +311,31 @@ def short_classes(protocol: Protocol, labels: Any) -> dict[str, Any]:
     k = int(protocol.doc["training"]["K"])
     _, counts = torch.unique(torch.as_tensor(labels), return_counts=True)
     short = counts[counts < k]
-    return {"K": k, "policy": setting(protocol.doc, "training.short_classes"), "classes": len(counts),
-            "short_classes": len(short), "smallest": int(short.min()) if len(short) else int(counts.min())}
+    return {
+        "K": k,
+        "policy": setting(protocol.doc, "training.short_classes"),
+        "classes": len(counts),
+        "short_classes": len(short),
+        "smallest": int(short.min()) if len(short) else int(counts.min()),
+    }
 
 
 def short_classes_problem(protocol: Protocol, sampler: dict[str, Any]) -> str | None:
     """Under ``training.short_classes: refuse``, the training classes with fewer than K images, in one line."""
     if sampler["policy"] != "refuse" or not sampler["short_classes"]:
         return None
-    return (f"{protocol.name}: training.short_classes: {sampler['short_classes']} of {sampler['classes']} training "
-            f"classes have fewer than K={sampler['K']} images (the smallest {sampler['smallest']}); lower "
-            f"training.K, or set training.short_classes: repeat to draw them with replacement")
+    return (
+        f"{protocol.name}: training.short_classes: {sampler['short_classes']} of {sampler['classes']} training "
+        f"classes have fewer than K={sampler['K']} images (the smallest {sampler['smallest']}); lower "
+        f"training.K, or set training.short_classes: repeat to draw them with replacement"
+    )
 
 
 def short_classes_notice(sampler: dict[str, Any]) -> str | None:
     """Under ``repeat``, the one line saying how many training classes will be drawn with replacement."""
     if not sampler["short_classes"]:
         return None
-    return (f"{sampler['short_classes']} of {sampler['classes']} training classes have fewer than K={sampler['K']} "
-            f"images (the smallest {sampler['smallest']}): drawn with replacement (training.short_classes: repeat)")
+    return (
+        f"{sampler['short_classes']} of {sampler['classes']} training classes have fewer than K={sampler['K']} "
+        f"images (the smallest {sampler['smallest']}): drawn with replacement (training.short_classes: repeat)"
+    )

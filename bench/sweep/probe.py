@@ -34,7 +34,6 @@ from typing import Any
 import torch
 
 from bench import registry
-
 from bench.errors import BenchError
 from bench.plan import Cell, Plan
 
@@ -67,8 +66,12 @@ class DeadParameter:
 def dead_parameters(plan: Plan) -> list[DeadParameter]:
     """Every dead (cell, searched parameter) of the plan, in grid and search-space order."""
     doc = plan.protocol.doc
-    batches = probe_batches(min(doc["training"]["P"], MAX_CLASSES), doc["training"]["K"],
-                            doc["model"]["embedding_dim"], doc["model"]["normalize"])
+    batches = probe_batches(
+        min(doc["training"]["P"], MAX_CLASSES),
+        doc["training"]["K"],
+        doc["model"]["embedding_dim"],
+        doc["model"]["normalize"],
+    )
     dead: list[DeadParameter] = []
     for cell in plan.cells:
         cache: dict[tuple[str, str, int], torch.Tensor] = {}  # one cell's gradients: probes share settings
@@ -85,9 +88,11 @@ def check_live(plan: Plan) -> None:
     """Refuse a plan that searches a dead parameter, one line naming each (cell, parameter)."""
     dead = dead_parameters(plan)
     if dead:
-        raise BenchError(f"dead search parameters: {', '.join(map(str, dead))}: both ends of each range give the "
-                         f"same gradient up to a positive factor on all {dead[0].batches} probe batches, so tuning "
-                         "them tunes nothing; fix the method or drop them from search_space")
+        raise BenchError(
+            f"dead search parameters: {', '.join(map(str, dead))}: both ends of each range give the "
+            f"same gradient up to a positive factor on all {dead[0].batches} probe batches, so tuning "
+            "them tunes nothing; fix the method or drop them from search_space"
+        )
 
 
 def probe_batches(P: int, K: int, dim: int, normalize: bool) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -159,8 +164,13 @@ def _phases(cell: Cell, miner_params: dict[str, Any]) -> list[dict[str, Any]]:
     return [miner_params, {**miner_params, WARMUP: 0}]
 
 
-def _is_dead(cell: Cell, key: str, ends: list[Any], batches: list[tuple[torch.Tensor, torch.Tensor]],
-             cache: dict[tuple[str, str, int], torch.Tensor]) -> bool:
+def _is_dead(
+    cell: Cell,
+    key: str,
+    ends: list[Any],
+    batches: list[tuple[torch.Tensor, torch.Tensor]],
+    cache: dict[tuple[str, str, int], torch.Tensor],
+) -> bool:
     """No end moves the gradient's direction away from the first end's, wherever the other searched
     parameters sit, on any batch, in any miner phase. A combination the method refuses (e.g. the
     quadruplet loss's alpha1 <= alpha2) says nothing and is skipped; with no comparison left, not dead."""
@@ -179,8 +189,15 @@ def _is_dead(cell: Cell, key: str, ends: list[Any], batches: list[tuple[torch.Te
     return compared
 
 
-def _cached(cell: Cell, params: tuple[dict[str, Any], dict[str, Any]], phase: int, b: int, x: torch.Tensor,
-            labels: torch.Tensor, cache: dict[tuple[str, str, int], torch.Tensor]) -> torch.Tensor:
+def _cached(
+    cell: Cell,
+    params: tuple[dict[str, Any], dict[str, Any]],
+    phase: int,
+    b: int,
+    x: torch.Tensor,
+    labels: torch.Tensor,
+    cache: dict[tuple[str, str, int], torch.Tensor],
+) -> torch.Tensor:
     loss_params, miner_params = params[0], _phases(cell, params[1])[phase]
     key = (repr(sorted(loss_params.items())), repr(sorted(miner_params.items())), b)
     if key not in cache:
@@ -188,8 +205,9 @@ def _cached(cell: Cell, params: tuple[dict[str, Any], dict[str, Any]], phase: in
     return cache[key]
 
 
-def _gradient(cell: Cell, loss_params: dict[str, Any], miner_params: dict[str, Any], x: torch.Tensor,
-              labels: torch.Tensor) -> torch.Tensor:
+def _gradient(
+    cell: Cell, loss_params: dict[str, Any], miner_params: dict[str, Any], x: torch.Tensor, labels: torch.Tensor
+) -> torch.Tensor:
     """d loss / d embeddings for these parameters; every random draw seeded the same."""
     context = {"num_classes": int(labels.max()) + 1, "embedding_size": x.shape[1]}
     emb = x.clone().requires_grad_(True)

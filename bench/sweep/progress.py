@@ -36,8 +36,14 @@ def is_terminal(stream: IO[str]) -> bool:
 class Progress:
     """The bars (or quiet lines) of one worker's sweep."""
 
-    def __init__(self, n_cells: int, total_iterations: int, done_iterations: int = 0, quiet: bool = False,
-                 stream: IO[str] | None = None) -> None:
+    def __init__(
+        self,
+        n_cells: int,
+        total_iterations: int,
+        done_iterations: int = 0,
+        quiet: bool = False,
+        stream: IO[str] | None = None,
+    ) -> None:
         self.quiet = quiet
         self.stream = stream or sys.stderr
         self.bars = not quiet and is_terminal(self.stream)
@@ -52,8 +58,15 @@ class Progress:
 
             self.cells = tqdm(total=n_cells, desc="cells", unit="cell", file=self.stream, position=0)
             self.runs = tqdm(total=0, desc="runs", unit="run", file=self.stream, position=1, leave=False)
-            self.iterations = tqdm(total=total_iterations, initial=done_iterations, desc="iterations", unit="it",
-                                   file=self.stream, position=2, smoothing=0.05)
+            self.iterations = tqdm(
+                total=total_iterations,
+                initial=done_iterations,
+                desc="iterations",
+                unit="it",
+                file=self.stream,
+                position=2,
+                smoothing=0.05,
+            )
 
     # ---- cells and runs
 
@@ -119,16 +132,26 @@ class Progress:
 
     # ---- lines
 
-    def trial(self, cell: str, slot: int, n: int, state: str, value: float | None, metric: str,
-              iterations: int, wall_s: float, reason: str = "") -> None:
+    def trial(
+        self,
+        cell: str,
+        slot: int,
+        n: int,
+        state: str,
+        value: float | None,
+        metric: str,
+        iterations: int,
+        wall_s: float,
+        reason: str = "",
+    ) -> None:
         """One line for a finished trial ``slot`` of ``n``: state, score, cost, and why when it did not complete."""
         score = f" {metric}={value:.4f}" if value is not None else ""
         why = f" ({reason})" if reason and state != "COMPLETE" else ""
-        self.line(f"{cell} trial {slot + 1}/{n} {state}{score} [{iterations} it, {wall_s:.1f} s]{why}"
-                  f" | {self.eta()}")
+        self.line(f"{cell} trial {slot + 1}/{n} {state}{score} [{iterations} it, {wall_s:.1f} s]{why} | {self.eta()}")
 
-    def final(self, cell: str, seed: int, state: str, metrics: dict[str, Any], metric: str, wall_s: float,
-              reason: str = "") -> None:
+    def final(
+        self, cell: str, seed: int, state: str, metrics: dict[str, Any], metric: str, wall_s: float, reason: str = ""
+    ) -> None:
         """One line for a finished final seed: state, primary score, wall time, and why when it did not complete."""
         score = f" {metric}={metrics[metric]:.4f}" if metric in metrics else ""
         why = f" ({reason})" if reason and state != "COMPLETE" else ""

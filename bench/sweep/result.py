@@ -42,5 +42,6 @@ class SweepResult:
         from bench.sweep.tables import read
 
         tables = read(path)
-        return cls(Path(path), tables["finals"], tables["summary"], tables["trials"], tables["manifest"], cells,
-                   wall_time_s)
+        return cls(
+            Path(path), tables["finals"], tables["summary"], tables["trials"], tables["manifest"], cells, wall_time_s
+        )

@@ -70,13 +70,13 @@ from bench.errors import BenchError
 from bench.plan import Cell, Plan
 from bench.protocol import Protocol, load_protocol
 from bench.stores import provenance, tracking
-from bench.sweep.final_run import FinalRun, Record, train_final
 from bench.stores.mlflow_runs import MlflowRecords
 from bench.stores.urls import default_url, redact
 from bench.sweep import tables
+from bench.sweep.final_run import FinalRun, Record, train_final
 from bench.sweep.floor import update_floor
-from bench.sweep.progress import Progress
 from bench.sweep.preflight import refuse, short_classes_notice
+from bench.sweep.progress import Progress
 from bench.sweep.result import SweepResult
 from bench.sweep.tuning import (
     Heartbeat,
@@ -158,8 +158,14 @@ class Sweep:
         self.protocol = protocol
         self.options = options
         # every refusal `validate` also makes (bench.sweep.preflight): before any record is written or moved
-        checked = refuse(protocol, data_root=options.data_root, stores=True, storage=options.storage,
-                         tracking_uri=options.tracking_uri, results_dir=options.results_dir)
+        checked = refuse(
+            protocol,
+            data_root=options.data_root,
+            stores=True,
+            storage=options.storage,
+            tracking_uri=options.tracking_uri,
+            results_dir=options.results_dir,
+        )
         assert checked.plan is not None and checked.prepared is not None  # refuse() raised otherwise
         self.prepared: Prepared = checked.prepared
         # the records are keyed by the protocol and the data read: changed data are a new version
@@ -183,31 +189,51 @@ class Sweep:
         self.code = {"git_commit": provenance.git_commit(), "git_dirty": provenance.git_dirty()}  # on every record
         moved = tables.claim_dir(self.results, self.protocol.hash, self.protocol.data)
         self.fingerprints = self.prepared.fingerprints()
-        base_tags = provenance.standard_tags(self.fingerprints["split"], protocol=self.protocol.name,
-                                           protocol_hash=self.protocol.hash, train_fingerprint=self.fingerprints["train"],
-                                           test_fingerprint=self.fingerprints["test"],
-                                           data_fingerprint=self.protocol.data)
+        base_tags = provenance.standard_tags(
+            self.fingerprints["split"],
+            protocol=self.protocol.name,
+            protocol_hash=self.protocol.hash,
+            train_fingerprint=self.fingerprints["train"],
+            test_fingerprint=self.fingerprints["test"],
+            data_fingerprint=self.protocol.data,
+        )
         self.mlflow = MlflowRecords(self.protocol, self.tracking_uri, base_tags)
         for cell in self._redo_cells():
             self._discard(cell)
         self.manifest = {
-            "protocol": self.protocol.name, "protocol_hash": self.protocol.hash, "protocol_file": self.protocol.source,
+            "protocol": self.protocol.name,
+            "protocol_hash": self.protocol.hash,
+            "protocol_file": self.protocol.source,
             "protocol_text": self.protocol.text,
-            "primary_metric": self.primary, "metrics": self.metrics, "fingerprints": self.fingerprints,
+            "primary_metric": self.primary,
+            "metrics": self.metrics,
+            "fingerprints": self.fingerprints,
             "data_fingerprint": self.protocol.data,
             "geometry": geometry(self.protocol.doc["model"]["normalize"]),
-            "package_versions": provenance.package_versions(), **self.code, "tracking_uri": redact(self.tracking_uri),
-            "storage": redact(self.storage_url), "experiment": f"dmlbench/{self.protocol.name}",
+            "package_versions": provenance.package_versions(),
+            **self.code,
+            "tracking_uri": redact(self.tracking_uri),
+            "storage": redact(self.storage_url),
+            "experiment": f"dmlbench/{self.protocol.name}",
             "datasets": {"train": self.protocol.doc["data"]["train"], "test": self.protocol.doc["data"]["test"]},
             **_query_counts(self.prepared.test),
-            "budget": vars(self.plan.budget), "cells": [c.id for c in self.plan.cells],
+            "budget": vars(self.plan.budget),
+            "cells": [c.id for c in self.plan.cells],
             **({"sampler": self.sampler} if self.sampler else {}),
-            "dropped": {d.cell: d.reason for d in self.plan.dropped}, "created": tables.now(), "finished": None,
+            "dropped": {d.cell: d.reason for d in self.plan.dropped},
+            "created": tables.now(),
+            "finished": None,
         }
-        self.tuning = {c.id: SlotStudy(self.storage, study_name(self.protocol, c), self.plan.budget.trials,
-                                       pruner=make_pruner(self.protocol)) for c in self.plan.cells}
-        self.finals = {c.id: SlotStudy(self.storage, study_name(self.protocol, c, finals=True),
-                                       self.plan.budget.seeds) for c in self.plan.cells}
+        self.tuning = {
+            c.id: SlotStudy(
+                self.storage, study_name(self.protocol, c), self.plan.budget.trials, pruner=make_pruner(self.protocol)
+            )
+            for c in self.plan.cells
+        }
+        self.finals = {
+            c.id: SlotStudy(self.storage, study_name(self.protocol, c, finals=True), self.plan.budget.seeds)
+            for c in self.plan.cells
+        }
         self.cell_runs: dict[str, str] = {}
         if moved:
             self.line(f"results of another version of {self.protocol.name} (its protocol or its data) moved to {moved}")
@@ -290,8 +316,10 @@ class Sweep:
                     else:
                         waiting.append(cell)
                 if waiting and len(waiting) == len(pending):
-                    self.line(f"waiting for other workers: {', '.join(c.id for c in waiting[:3])}"
-                              + (" ..." if len(waiting) > 3 else ""))
+                    self.line(
+                        f"waiting for other workers: {', '.join(c.id for c in waiting[:3])}"
+                        + (" ..." if len(waiting) > 3 else "")
+                    )
                     time.sleep(self.options.poll_s)
                 pending = waiting
             self._floor_records(update_floor(self.protocol, self.prepared, self.results))
@@ -320,8 +348,11 @@ class Sweep:
         """Do what can be done for a cell now; True when its trials and finals are all recorded."""
         b = self.plan.budget
         tuning = self.tuning[cell.id]
-        self.progress.cell(cell.id, b.tuning_runs + b.seeds,
-                           len([t for t in tuning.counted().values() if t.state.is_finished()]) * b.folds)
+        self.progress.cell(
+            cell.id,
+            b.tuning_runs + b.seeds,
+            len([t for t in tuning.counted().values() if t.state.is_finished()]) * b.folds,
+        )
         while (slot := tuning.claim(lambda s: make_sampler(self.protocol, cell, s))) is not None:
             self._trial(cell, tuning, slot)
         if not tuning.finished():
@@ -350,8 +381,12 @@ class Sweep:
         from optuna.trial import TrialState
 
         parent = self._cell_run(cell)
-        run_id = self.mlflow.run(f"{cell.id}/trial{slot.slot}", f"trial {slot.slot}", parent,
-                                 tags={"cell": cell.id, "kind": "trial", "trial": slot.slot})
+        run_id = self.mlflow.run(
+            f"{cell.id}/trial{slot.slot}",
+            f"trial {slot.slot}",
+            parent,
+            tags={"cell": cell.id, "kind": "trial", "trial": slot.slot},
+        )
         hooks = _TrialHooks(self, cell, run_id)
         try:
             with Heartbeat(self.storage, slot.trial_id):
@@ -366,15 +401,30 @@ class Sweep:
             slot.trial.set_user_attr(key, value)
         state = TrialState[outcome.state]
         study.study.tell(slot.trial, outcome.value if state == TrialState.COMPLETE else None, state=state)
-        self.mlflow.log(run_id, params=outcome.params,
-                        metrics={f"val_{self.primary}": outcome.value if outcome.value is not None else math.nan,
-                                 "iterations": outcome.iterations, "samples_seen": outcome.samples_seen,
-                                 "wall_time_s": outcome.wall_time_s},
-                        tags={"state": outcome.state, "reason": outcome.reason[:500]})
+        self.mlflow.log(
+            run_id,
+            params=outcome.params,
+            metrics={
+                f"val_{self.primary}": outcome.value if outcome.value is not None else math.nan,
+                "iterations": outcome.iterations,
+                "samples_seen": outcome.samples_seen,
+                "wall_time_s": outcome.wall_time_s,
+            },
+            tags={"state": outcome.state, "reason": outcome.reason[:500]},
+        )
         self.mlflow.end(run_id, outcome.state)
         self.progress.recorded(self._done_iterations()[0])
-        self.progress.trial(cell.id, slot.slot, self.plan.budget.trials, outcome.state, outcome.value, self.primary,
-                            outcome.iterations, outcome.wall_time_s, outcome.reason)
+        self.progress.trial(
+            cell.id,
+            slot.slot,
+            self.plan.budget.trials,
+            outcome.state,
+            outcome.value,
+            self.primary,
+            outcome.iterations,
+            outcome.wall_time_s,
+            outcome.reason,
+        )
 
     # ---- one final seed
 
@@ -383,13 +433,28 @@ class Sweep:
         its slot of the finals study; the first seed also writes the cell's artifacts."""
         seed = self.protocol.final_seeds[slot.slot]
         if slot.slot == 0:
-            self.mlflow.artifact(self._cell_run(cell), "best_params.json", text=json.dumps(
-                {"trial": best.user_attrs["slot"], f"val_{self.primary}": best.value, "params": best.params},
-                indent=2, sort_keys=True))
+            self.mlflow.artifact(
+                self._cell_run(cell),
+                "best_params.json",
+                text=json.dumps(
+                    {"trial": best.user_attrs["slot"], f"val_{self.primary}": best.value, "params": best.params},
+                    indent=2,
+                    sort_keys=True,
+                ),
+            )
         record = _FinalSlot(self, cell, study, slot, best, seed)
-        run = train_final(self.protocol, self.prepared, cell, best.params, seed, record, mlflow=self.mlflow,
-                          progress=self.progress, step=self.step,
-                          artifacts=tables.cell_dir(self.results, cell.id) if slot.slot == 0 else None)
+        run = train_final(
+            self.protocol,
+            self.prepared,
+            cell,
+            best.params,
+            seed,
+            record,
+            mlflow=self.mlflow,
+            progress=self.progress,
+            step=self.step,
+            artifacts=tables.cell_dir(self.results, cell.id) if slot.slot == 0 else None,
+        )
         result = run.result
         self.progress.recorded(self._done_iterations()[0])
         self.progress.final(cell.id, seed, result.state, run.metrics, self.primary, result.wall_time_s, result.reason)
@@ -398,9 +463,12 @@ class Sweep:
         """One MLflow run per floor seed (kind ``floor``), so a leaderboard rebuilt from MLflow alone has it."""
         for row in floor.to_dict("records"):
             seed = int(row["seed"])
-            run_id = self.mlflow.run(f"floor/{seed}", f"floor seed {seed}",
-                                     tags={"kind": "floor", "seed": seed, "state": "COMPLETE", **self.code},
-                                     shared=True)
+            run_id = self.mlflow.run(
+                f"floor/{seed}",
+                f"floor seed {seed}",
+                tags={"kind": "floor", "seed": seed, "state": "COMPLETE", **self.code},
+                shared=True,
+            )
             self.mlflow.log(run_id, metrics={m: row[m] for m in self.metrics})
             self.mlflow.end(run_id, "COMPLETE")
 
@@ -416,9 +484,13 @@ class _FinalSlot(Record):
     given back if interrupted), the attributes the tables are rebuilt from, the primary metric told."""
 
     def __init__(self, sweep: Sweep, cell: Cell, study: SlotStudy, slot: Slot, best: Any, seed: int) -> None:
-        super().__init__(f"{cell.id}/seed{seed}", f"final seed {seed}",
-                         {"cell": cell.id, "kind": "final", "seed": seed}, parent=sweep._cell_run(cell),
-                         params={"best_trial": best.user_attrs["slot"]})
+        super().__init__(
+            f"{cell.id}/seed{seed}",
+            f"final seed {seed}",
+            {"cell": cell.id, "kind": "final", "seed": seed},
+            parent=sweep._cell_run(cell),
+            params={"best_trial": best.user_attrs["slot"]},
+        )
         self.sweep, self.study, self.slot, self.best = sweep, study, slot, best
 
     def held(self) -> Heartbeat:
@@ -431,16 +503,26 @@ class _FinalSlot(Record):
         from optuna.trial import TrialState
 
         s, best, result = self.sweep, self.best, run.result
-        attrs = {"seed": run.seed, "params": best.params, "val_value": best.value,
-                 "best_trial": best.user_attrs["slot"], "metrics": run.metrics, "iterations": result.iterations,
-                 "samples_seen": result.samples_seen, "wall_time_s": round(result.wall_time_s, 3),
-                 "train_fingerprint": s.fingerprints["train"], "test_fingerprint": s.fingerprints["test"],
-                 "reason": result.reason, **s.code}
+        attrs = {
+            "seed": run.seed,
+            "params": best.params,
+            "val_value": best.value,
+            "best_trial": best.user_attrs["slot"],
+            "metrics": run.metrics,
+            "iterations": result.iterations,
+            "samples_seen": result.samples_seen,
+            "wall_time_s": round(result.wall_time_s, 3),
+            "train_fingerprint": s.fingerprints["train"],
+            "test_fingerprint": s.fingerprints["test"],
+            "reason": result.reason,
+            **s.code,
+        }
         for key, value in attrs.items():
             self.slot.trial.set_user_attr(key, value)
         state = TrialState[result.state]
-        self.study.study.tell(self.slot.trial, run.metrics.get(s.primary) if state == TrialState.COMPLETE else None,
-                              state=state)
+        self.study.study.tell(
+            self.slot.trial, run.metrics.get(s.primary) if state == TrialState.COMPLETE else None, state=state
+        )
 
 
 class _TrialHooks(Hooks):
@@ -453,10 +535,19 @@ class _TrialHooks(Hooks):
 
     def fold_started(self, slot: int, fold: int, seed: int, train_split: Any, val_split: Any) -> None:
         s = self.sweep
-        self.fold_run = s.mlflow.run(f"{self.cell.id}/trial{slot}/fold{fold}", f"trial {slot} fold {fold}",
-                                     self.trial_run, tags={"cell": self.cell.id, "kind": "fold", "trial": slot,
-                                                           "fold": fold, "train_fingerprint": train_split.fingerprint,
-                                                           "validation_fingerprint": val_split.fingerprint})
+        self.fold_run = s.mlflow.run(
+            f"{self.cell.id}/trial{slot}/fold{fold}",
+            f"trial {slot} fold {fold}",
+            self.trial_run,
+            tags={
+                "cell": self.cell.id,
+                "kind": "fold",
+                "trial": slot,
+                "fold": fold,
+                "train_fingerprint": train_split.fingerprint,
+                "validation_fingerprint": val_split.fingerprint,
+            },
+        )
         s.mlflow.log(self.fold_run, params={"seed": seed})
         s.progress.run_started(s.plan.budget.iterations)
 
@@ -469,10 +560,17 @@ class _TrialHooks(Hooks):
         self.folds_run += 1
         s.progress.run_finished()
         metrics = {f"val_{k}": v for k, v in result.metrics.items()}
-        s.mlflow.log(self.fold_run, metrics={**metrics, "iterations": result.iterations,
-                                             "samples_seen": result.samples_seen, "final_loss": result.final_loss,
-                                             "wall_time_s": result.wall_time_s},
-                     tags={"state": result.state, "reason": result.reason[:500]})
+        s.mlflow.log(
+            self.fold_run,
+            metrics={
+                **metrics,
+                "iterations": result.iterations,
+                "samples_seen": result.samples_seen,
+                "final_loss": result.final_loss,
+                "wall_time_s": result.wall_time_s,
+            },
+            tags={"state": result.state, "reason": result.reason[:500]},
+        )
         s.mlflow.end(self.fold_run, result.state)
         self.fold_run = None
 
@@ -493,6 +591,8 @@ def run_protocol(path: str | Path | Protocol, options: Options) -> SweepResult:
     outcome = Sweep(protocol, options).run()
     if outcome.refused:
         first = next(iter(outcome.refused.items()))
-        raise BenchError(f"refused to report {len(outcome.refused)} cell(s) whose budget differs from the protocol's "
-                         f"(see {outcome.results / tables.MANIFEST}): {first[0]}: {first[1]}")
+        raise BenchError(
+            f"refused to report {len(outcome.refused)} cell(s) whose budget differs from the protocol's "
+            f"(see {outcome.results / tables.MANIFEST}): {first[0]}: {first[1]}"
+        )
     return SweepResult.read(outcome.results, outcome.cells, outcome.wall_time_s)

@@ -39,9 +39,24 @@ HISTORY = "optuna_history.csv"
 PAIR_DISTANCES = "pair_distances.npz"
 EMBEDDING_2D = "embedding_2d.npz"
 
-TRIAL_COLUMNS = ["protocol_hash", "cell", "loss", "miner", "trial", "state", "value", "fold_values", "params",
-                 "iterations", "samples_seen", "wall_time_s", "reason", "budget_iterations", "git_commit",
-                 "git_dirty"]
+TRIAL_COLUMNS = [
+    "protocol_hash",
+    "cell",
+    "loss",
+    "miner",
+    "trial",
+    "state",
+    "value",
+    "fold_values",
+    "params",
+    "iterations",
+    "samples_seen",
+    "wall_time_s",
+    "reason",
+    "budget_iterations",
+    "git_commit",
+    "git_dirty",
+]
 TIMING_COLUMNS = ("wall_time_s",)  # the only columns allowed to differ between reruns of the same protocol
 
 
@@ -63,8 +78,13 @@ def check_cell_id(cell: object) -> str:
     the results folder nor break out of a report's code span.
     """
     text = str(cell)
-    if not isinstance(cell, str) or not text or len(text) > 200 or text.startswith(".") \
-            or not all(c.isascii() and (c.isalnum() or c in "_.:+-") for c in text):
+    if (
+        not isinstance(cell, str)
+        or not text
+        or len(text) > 200
+        or text.startswith(".")
+        or not all(c.isascii() and (c.isalnum() or c in "_.:+-") for c in text)
+    ):
         raise BenchError(f"cell id {text[:80]!r} is not a cell name (letters, digits, '_.:+-'): refused")
     return text
 
@@ -124,21 +144,37 @@ def collect(plan: Plan, storage: Any) -> Records:
         for t in _counted(_study(storage, study_name(protocol, cell))):
             a = t.user_attrs
             value = t.value if t.state.name == "COMPLETE" else None
-            trial_rows.append({
-                **base, "trial": a["slot"], "state": t.state.name, "value": value,
-                "fold_values": json.dumps(a.get("fold_values", [])), "params": _json(t.params),
-                "iterations": a.get("iterations", 0), "samples_seen": a.get("samples_seen", 0),
-                "wall_time_s": a.get("wall_time_s", math.nan), "reason": a.get("reason", ""),
-                "budget_iterations": a.get("budget_iterations"), **_code(a),
-            })
+            trial_rows.append(
+                {
+                    **base,
+                    "trial": a["slot"],
+                    "state": t.state.name,
+                    "value": value,
+                    "fold_values": json.dumps(a.get("fold_values", [])),
+                    "params": _json(t.params),
+                    "iterations": a.get("iterations", 0),
+                    "samples_seen": a.get("samples_seen", 0),
+                    "wall_time_s": a.get("wall_time_s", math.nan),
+                    "reason": a.get("reason", ""),
+                    "budget_iterations": a.get("budget_iterations"),
+                    **_code(a),
+                }
+            )
         records.trials += trial_rows
         records.history[cell.id] = history(trial_rows)
         for t in _counted(_study(storage, study_name(protocol, cell, finals=True))):
             a = t.user_attrs
-            row = {**base, "seed": a["seed"], "params": _json(a.get("params", {})),
-                   "train_fingerprint": a.get("train_fingerprint"), "test_fingerprint": a.get("test_fingerprint"),
-                   "iterations": a.get("iterations", 0), "samples_seen": a.get("samples_seen", 0),
-                   "wall_time_s": a.get("wall_time_s", math.nan), f"val_{primary}": a.get("val_value")}
+            row = {
+                **base,
+                "seed": a["seed"],
+                "params": _json(a.get("params", {})),
+                "train_fingerprint": a.get("train_fingerprint"),
+                "test_fingerprint": a.get("test_fingerprint"),
+                "iterations": a.get("iterations", 0),
+                "samples_seen": a.get("samples_seen", 0),
+                "wall_time_s": a.get("wall_time_s", math.nan),
+                f"val_{primary}": a.get("val_value"),
+            }
             row.update({m: a.get("metrics", {}).get(m, math.nan) for m in metrics})
             row.update({"state": t.state.name, "reason": a.get("reason", ""), **_code(a)})
             records.finals.append(row)
@@ -165,8 +201,14 @@ def history(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for row in trials:
         if row["value"] is not None:
             best = max(best, row["value"])
-        out.append({"trial": row["trial"], "state": row["state"], "value": row["value"],
-                    "best_so_far": best if best > -math.inf else None})
+        out.append(
+            {
+                "trial": row["trial"],
+                "state": row["state"],
+                "value": row["value"],
+                "best_so_far": best if best > -math.inf else None,
+            }
+        )
     return out
 
 
@@ -198,8 +240,9 @@ def audit(plan: Plan, records: Records) -> dict[str, str]:
             if r["budget_iterations"] != per_trial:
                 problems.append(f"trial {r['trial']} was given {r['budget_iterations']} iterations, not {per_trial}")
             elif r["iterations"] > per_trial or (r["state"] == "COMPLETE" and r["iterations"] != per_trial):
-                problems.append(f"trial {r['trial']} ({r['state']}) trained {r['iterations']} iterations, "
-                                f"the budget is {per_trial}")
+                problems.append(
+                    f"trial {r['trial']} ({r['state']}) trained {r['iterations']} iterations, the budget is {per_trial}"
+                )
             if r["samples_seen"] > r["iterations"] * b.batch_size:
                 problems.append(f"trial {r['trial']} saw {r['samples_seen']} samples, more than its iterations allow")
         if finals and len(finals) != b.seeds:
@@ -234,9 +277,25 @@ def tables(plan: Plan, records: Records, refused: dict[str, str]) -> dict[str, p
     metrics = metric_names(protocol.doc)
     primary = protocol.primary
     trials = pd.DataFrame(records.trials, columns=TRIAL_COLUMNS)
-    final_columns = ["protocol_hash", "cell", "loss", "miner", "seed", "params", "train_fingerprint",
-                     "test_fingerprint", "iterations", "samples_seen", "wall_time_s", f"val_{primary}", *metrics,
-                     "state", "reason", "git_commit", "git_dirty"]
+    final_columns = [
+        "protocol_hash",
+        "cell",
+        "loss",
+        "miner",
+        "seed",
+        "params",
+        "train_fingerprint",
+        "test_fingerprint",
+        "iterations",
+        "samples_seen",
+        "wall_time_s",
+        f"val_{primary}",
+        *metrics,
+        "state",
+        "reason",
+        "git_commit",
+        "git_dirty",
+    ]
     finals = pd.DataFrame(records.finals, columns=final_columns)
     rows = []
     for cell in plan.cells:
@@ -248,20 +307,37 @@ def tables(plan: Plan, records: Records, refused: dict[str, str]) -> dict[str, p
         if len(cell_finals) != plan.budget.seeds and not no_winner:
             continue  # not finished: nothing to summarise yet
         done = [r for r in cell_finals if r["state"] == "COMPLETE"]
-        row = {"cell": cell.id, "loss": cell.loss, "miner": cell.miner or "none", "n_trials": len(cell_trials),
-               "n_seeds": len(done), "n_failed": sum(r["state"] == "FAIL" for r in cell_finals),
-               "budget_iterations": plan.budget.total_iterations,
-               "iterations": sum(r["iterations"] for r in cell_trials + cell_finals),
-               "samples_seen": sum(r["samples_seen"] for r in cell_trials + cell_finals)}
+        row = {
+            "cell": cell.id,
+            "loss": cell.loss,
+            "miner": cell.miner or "none",
+            "n_trials": len(cell_trials),
+            "n_seeds": len(done),
+            "n_failed": sum(r["state"] == "FAIL" for r in cell_finals),
+            "budget_iterations": plan.budget.total_iterations,
+            "iterations": sum(r["iterations"] for r in cell_trials + cell_finals),
+            "samples_seen": sum(r["samples_seen"] for r in cell_trials + cell_finals),
+        }
         for m in metrics:
             mean, low, high = t_interval(r[m] for r in done)
             row.update({f"{m}_mean": mean, f"{m}_ci_low": low, f"{m}_ci_high": high})
         row["params"] = cell_finals[0]["params"] if cell_finals else "{}"  # no trial completed: nothing retrained
         row[f"val_{primary}"] = cell_finals[0][f"val_{primary}"] if cell_finals else math.nan
         rows.append(row)
-    summary_columns = ["cell", "loss", "miner", "n_trials", "n_seeds", "n_failed", "budget_iterations", "iterations",
-                       "samples_seen", *[f"{m}_{s}" for m in metrics for s in ("mean", "ci_low", "ci_high")],
-                       "params", f"val_{primary}"]
+    summary_columns = [
+        "cell",
+        "loss",
+        "miner",
+        "n_trials",
+        "n_seeds",
+        "n_failed",
+        "budget_iterations",
+        "iterations",
+        "samples_seen",
+        *[f"{m}_{s}" for m in metrics for s in ("mean", "ci_low", "ci_high")],
+        "params",
+        f"val_{primary}",
+    ]
     return {"trials": trials, "finals": finals, "summary": pd.DataFrame(rows, columns=summary_columns)}
 
 
@@ -273,8 +349,10 @@ def claim_dir(results: Path, protocol_hash: str, data_fingerprint: str | None = 
     (another hash) or of its data (another data fingerprint, or none recorded) is moved aside to
     ``<name>@<hash12>``, never mixed or overwritten. Returns where it went."""
     manifest = read_manifest(results)
-    if manifest is None or (manifest.get("protocol_hash") == protocol_hash
-                            and (data_fingerprint is None or manifest.get("data_fingerprint") == data_fingerprint)):
+    if manifest is None or (
+        manifest.get("protocol_hash") == protocol_hash
+        and (data_fingerprint is None or manifest.get("data_fingerprint") == data_fingerprint)
+    ):
         return None
     old = str(manifest.get("protocol_hash", "unknown"))[:12]
     target = results.with_name(f"{results.name}@{old}")
@@ -309,8 +387,13 @@ def write(plan: Plan, records: Records, results: Path, manifest: dict[str, Any],
         write_with(results / filename, lambda f, df=frames[name]: df.to_csv(f, index=False))
     write_histories(results, records.history)
     previous = read_manifest(results) or {}
-    manifest = {**manifest, "created": previous.get("created", manifest.get("created")), "refused": refused,
-                "cell_commits": commits(records), "updated": now()}
+    manifest = {
+        **manifest,
+        "created": previous.get("created", manifest.get("created")),
+        "refused": refused,
+        "cell_commits": commits(records),
+        "updated": now(),
+    }
     write_with(results / MANIFEST, lambda f: json.dump(manifest, f, indent=2, sort_keys=True, default=str))
     return refused
 
@@ -354,17 +437,24 @@ def read(results: str | Path) -> dict[str, Any]:
 def check_tables(results: Path, manifest: dict[str, Any], frames: dict[str, pd.DataFrame]) -> None:
     """No row twice: a duplicated row narrowed an interval; a run never writes one (tables are rebuilt
     whole from the records), so it is an edit or two tables concatenated."""
-    for name, key in (("finals", ("cell", "seed")), ("trials", ("cell", "trial")), ("floor", ("seed",)),
-                      ("budget_check", ("cell", "seed", "multiple"))):
+    for name, key in (
+        ("finals", ("cell", "seed")),
+        ("trials", ("cell", "trial")),
+        ("floor", ("seed",)),
+        ("budget_check", ("cell", "seed", "multiple")),
+    ):
         df = frames[name]
         if df.empty or not set(key) <= set(df.columns):
             continue
         dup = df[df.duplicated(list(key), keep=False)]
         if len(dup):
             first = dup.iloc[0]
-            raise BenchError(f"{results / name_to_file(name)}: duplicate rows for "
-                             + ", ".join(f"{k} {first[k]}" for k in key) + ": the table was edited or "
-                             "concatenated; rerun `dmlbench run` to rewrite it from the records")
+            raise BenchError(
+                f"{results / name_to_file(name)}: duplicate rows for "
+                + ", ".join(f"{k} {first[k]}" for k in key)
+                + ": the table was edited or "
+                "concatenated; rerun `dmlbench run` to rewrite it from the records"
+            )
 
 
 def check_complete(results: Path, manifest: dict[str, Any], finals: pd.DataFrame, summary: pd.DataFrame) -> None:
@@ -385,10 +475,15 @@ def check_complete(results: Path, manifest: dict[str, Any], finals: pd.DataFrame
     missing = [c for c in cells if c not in counts and c not in no_winner and c not in refused]
     short = [c for c in cells if isinstance(seeds, int) and 0 < counts.get(c, 0) < seeds and c not in refused]
     if missing or short:
-        what = (f"no final row for {len(missing)} of the {len(cells)} cells its manifest lists (first: {missing[0]})"
-                if missing else f"{counts[short[0]]} of {seeds} final seeds for cell {short[0]}")
-        raise BenchError(f"{results / FINALS}: {what}: the table is truncated or edited; rerun `dmlbench run` "
-                         "to rewrite it from the records")
+        what = (
+            f"no final row for {len(missing)} of the {len(cells)} cells its manifest lists (first: {missing[0]})"
+            if missing
+            else f"{counts[short[0]]} of {seeds} final seeds for cell {short[0]}"
+        )
+        raise BenchError(
+            f"{results / FINALS}: {what}: the table is truncated or edited; rerun `dmlbench run` "
+            "to rewrite it from the records"
+        )
 
 
 def now() -> str:

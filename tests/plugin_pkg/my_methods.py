@@ -20,8 +20,13 @@ def _pml_contrastive(pos_margin: float = 0.0, neg_margin: float = 1.0) -> torch.
     return ContrastiveLoss(pos_margin=pos_margin, neg_margin=neg_margin)
 
 
-@register("loss", "file_contrastive", tuples="pairs", reference=_pml_contrastive,
-          search_space={"neg_margin": {"type": "float", "low": 0.3, "high": 1.5}})
+@register(
+    "loss",
+    "file_contrastive",
+    tuples="pairs",
+    reference=_pml_contrastive,
+    search_space={"neg_margin": {"type": "float", "low": 0.3, "high": 1.5}},
+)
 class FileContrastiveLoss(torch.nn.Module):
     """Contrastive loss on normalised embeddings; positive and negative pairs averaged apart (as PML)."""
 
@@ -29,8 +34,9 @@ class FileContrastiveLoss(torch.nn.Module):
         super().__init__()
         self.pos_margin, self.neg_margin = float(pos_margin), float(neg_margin)
 
-    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor,
-                indices_tuple: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
+    def forward(
+        self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: tuple[torch.Tensor, ...] | None = None
+    ) -> torch.Tensor:
         if indices_tuple is None:
             indices_tuple = all_pairs(labels)
         elif len(indices_tuple) == 3:

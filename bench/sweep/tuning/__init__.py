@@ -16,7 +16,15 @@ storage), ``_search_strategy`` (Optuna's TPE sampler and pruner),
 modules may move.
 """
 
-from bench.sweep.tuning._data import Prepared, TestClassGuard, TestLeakError, load_sides, make_guard, prepare, select_sides
+from bench.sweep.tuning._data import (
+    Prepared,
+    TestClassGuard,
+    TestLeakError,
+    load_sides,
+    make_guard,
+    prepare,
+    select_sides,
+)
 from bench.sweep.tuning._objective import (
     Hooks,
     RunResult,
@@ -40,7 +48,31 @@ from bench.sweep.tuning._slots import (
 )
 
 # what is used outside the package (TrialOutcome: run_trial's return type); the rest stays in its room
-__all__ = ["ATTR_SURPLUS", "Heartbeat", "Hooks", "Prepared", "RunResult", "Slot", "SlotStudy", "TestClassGuard",
-           "TestLeakError", "TrialOutcome", "best_trial", "derive_seed", "final_config",
-           "final_seed", "held", "load_sides", "make_guard", "make_pruner", "make_sampler", "open_storage", "prepare",
-           "run_trial", "select_sides", "study_name", "train_and_score", "trial_attrs"]
+__all__ = [
+    "ATTR_SURPLUS",
+    "Heartbeat",
+    "Hooks",
+    "Prepared",
+    "RunResult",
+    "Slot",
+    "SlotStudy",
+    "TestClassGuard",
+    "TestLeakError",
+    "TrialOutcome",
+    "best_trial",
+    "derive_seed",
+    "final_config",
+    "final_seed",
+    "held",
+    "load_sides",
+    "make_guard",
+    "make_pruner",
+    "make_sampler",
+    "open_storage",
+    "prepare",
+    "run_trial",
+    "select_sides",
+    "study_name",
+    "train_and_score",
+    "trial_attrs",
+]

@@ -13,9 +13,9 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.data.splits import ClassSplit, class_folds, split_pool
 from bench.errors import BenchError
 from bench.protocol import Protocol
-from bench.data.splits import ClassSplit, class_folds, split_pool
 
 
 class TestLeakError(BenchError):
@@ -23,7 +23,6 @@ class TestLeakError(BenchError):
 
     exit_code = 3
     __test__ = False  # not a pytest class, despite the name
-
 
 
 class TestClassGuard:
@@ -36,8 +35,13 @@ class TestClassGuard:
 
     __test__ = False  # not a pytest class, despite the name
 
-    def __init__(self, test: ClassSplit, test_keys: Mapping[int, Hashable] | None = None,
-                 train_keys: Mapping[int, Hashable] | None = None, also: Iterable[Hashable] = ()) -> None:
+    def __init__(
+        self,
+        test: ClassSplit,
+        test_keys: Mapping[int, Hashable] | None = None,
+        train_keys: Mapping[int, Hashable] | None = None,
+        also: Iterable[Hashable] = (),
+    ) -> None:
         self.test = test
         self._test_keys = dict(test_keys or {})
         self._train_keys = dict(train_keys or {})
@@ -53,8 +57,10 @@ class TestClassGuard:
         shared = {int(c) for c in classes if self._key(int(c)) in self._classes}
         if shared:
             shown = ", ".join(map(str, sorted(shared)[:5]))
-            raise TestLeakError(f"{role} data contains {len(shared)} test class(es) ({shown}): "
-                                f"test classes ({self.test.fingerprint[:12]}) are never used for training or tuning")
+            raise TestLeakError(
+                f"{role} data contains {len(shared)} test class(es) ({shown}): "
+                f"test classes ({self.test.fingerprint[:12]}) are never used for training or tuning"
+            )
         return ClassSplit(role, tuple(classes))
 
 
@@ -92,13 +98,17 @@ class Prepared:
     def fingerprints(self) -> dict[str, Any]:
         from bench.data.splits import fingerprint
 
-        return {"split": fingerprint(self.train_split, self.test_split), "train": self.train_split.fingerprint,
-                "test": self.test_split.fingerprint,
-                "folds": [{"train": t.fingerprint, "validation": v.fingerprint} for t, v in self.folds]}
+        return {
+            "split": fingerprint(self.train_split, self.test_split),
+            "train": self.train_split.fingerprint,
+            "test": self.test_split.fingerprint,
+            "folds": [{"train": t.fingerprint, "validation": v.fingerprint} for t, v in self.folds],
+        }
 
 
-def _select(classes: Sequence[int], wanted: Any, seed: int, side: str, spec: str,
-            names: Mapping[int, str] | None = None) -> tuple[int, ...]:
+def _select(
+    classes: Sequence[int], wanted: Any, seed: int, side: str, spec: str, names: Mapping[int, str] | None = None
+) -> tuple[int, ...]:
     """All classes, exactly the listed ones (ids, or folder names), or a seeded sample of n (sha256 order)."""
     if wanted is None:
         return tuple(classes)
@@ -110,8 +120,9 @@ def _select(classes: Sequence[int], wanted: Any, seed: int, side: str, spec: str
     return tuple(sorted(order[:wanted]))
 
 
-def class_ids(wanted: Sequence[int | str], classes: Sequence[int], names: Mapping[int, str], where: str,
-              spec: str) -> list[int]:
+def class_ids(
+    wanted: Sequence[int | str], classes: Sequence[int], names: Mapping[int, str], where: str, spec: str
+) -> list[int]:
     """Class ids from a list of ids or class names (a folder's sub-folder names are its class names)."""
     present = set(classes)
     by_name = {str(n): int(c) for c, n in names.items() if int(c) in present}
@@ -138,28 +149,40 @@ def load_sides(d: Mapping[str, Any], data_root: str | None) -> tuple[Any, Any]:
     built for the training images and would crash on the test images.
     """
     from bench import data as datasets
-    
     from bench.data.query_gallery import QueryGallery, is_query_gallery
 
-    options = {"size": d["image_size"], "resize": d.get("resize", "stretch"), "channels": d.get("channels"),
-               "augment": d.get("augment"), "loader": d.get("loader")}
+    options = {
+        "size": d["image_size"],
+        "resize": d.get("resize", "stretch"),
+        "channels": d.get("channels"),
+        "augment": d.get("augment"),
+        "loader": d.get("loader"),
+    }
     train_all = datasets.load(d["train"], data_root, **options)
     loaded = {d["train"]: train_all}
-    sides = [("query", d["test"]["query"]), ("gallery", d["test"]["gallery"])] if is_query_gallery(d["test"]) \
+    sides = (
+        [("query", d["test"]["query"]), ("gallery", d["test"]["gallery"])]
+        if is_query_gallery(d["test"])
         else [("test", d["test"])]
+    )
     for role, spec in sides:
         if spec not in loaded:
             loaded[spec] = datasets.load(spec, data_root, **options)
         test_all = loaded[spec]
         if train_all.x.shape[1:] != test_all.x.shape[1:]:
-            hint = "set data.channels: 1 or 3" if train_all.x.dim() == test_all.x.dim() == 4 else "use one kind of input"
-            raise BenchError(f"data: train {d['train']} gives inputs of shape {tuple(train_all.x.shape[1:])}, "
-                             f"{role} {spec} {tuple(test_all.x.shape[1:])}: {hint}")
+            hint = (
+                "set data.channels: 1 or 3" if train_all.x.dim() == test_all.x.dim() == 4 else "use one kind of input"
+            )
+            raise BenchError(
+                f"data: train {d['train']} gives inputs of shape {tuple(train_all.x.shape[1:])}, "
+                f"{role} {spec} {tuple(test_all.x.shape[1:])}: {hint}"
+            )
     if is_query_gallery(d["test"]):
         query, gallery = d["test"]["query"], d["test"]["gallery"]
         folders = query.startswith("folder:") and gallery.startswith("folder:")
-        return train_all, QueryGallery.of(loaded[query], loaded[gallery], same_set=_source(query) == _source(gallery),
-                                          by_name=folders)
+        return train_all, QueryGallery.of(
+            loaded[query], loaded[gallery], same_set=_source(query) == _source(gallery), by_name=folders
+        )
     return train_all, loaded[d["test"]]
 
 
@@ -186,14 +209,14 @@ def make_guard(d: Mapping[str, Any], train_all: Any, test_all: Any, test_split: 
     if d["train"] == d["test"]:
         return TestClassGuard(test_split)
     from bench import data as datasets
-    
     from bench.data.query_gallery import is_query_gallery
 
     train_keys = datasets.class_keys(d["train"], train_all)
     if is_query_gallery(d["test"]):  # the query's classes are the test classes; the gallery's are kept out too
         gallery = datasets.class_keys(d["test"]["gallery"], test_all.gallery)
-        return TestClassGuard(test_split, datasets.class_keys(d["test"]["query"], test_all.query), train_keys,
-                              also=gallery.values())
+        return TestClassGuard(
+            test_split, datasets.class_keys(d["test"]["query"], test_all.query), train_keys, also=gallery.values()
+        )
     return TestClassGuard(test_split, datasets.class_keys(d["test"], test_all), train_keys)
 
 
@@ -203,8 +226,10 @@ def _check_query_gallery(protocol: Protocol, test: Any) -> None:
     from bench.protocol.schema import REID_METRICS
 
     if test.matched_queries() == 0:
-        raise BenchError(f"data.test: none of the {len(test.query)} queries ({test.query.name}) has a sample of "
-                         f"its class in the gallery ({test.gallery.name}): nothing to retrieve")
+        raise BenchError(
+            f"data.test: none of the {len(test.query)} queries ({test.query.name}) has a sample of "
+            f"its class in the gallery ({test.gallery.name}): nothing to retrieve"
+        )
     if set(REID_METRICS) & set(protocol.doc["evaluation"]["metrics"]):
         test.cameras()
 
@@ -230,7 +255,6 @@ def prepare(protocol: Protocol, data_root: str | None = None) -> Prepared:
     import torch
 
     from bench import data as datasets
-    
     from bench.data.query_gallery import is_query_gallery
 
     d, t = protocol.doc["data"], protocol.doc["training"]
@@ -253,8 +277,10 @@ def prepare(protocol: Protocol, data_root: str | None = None) -> Prepared:
             cls = int(torch.unique(data.y)[low])
             named = data.meta.get("class_names", {}).get(cls)
             label = f"class {cls}" + (f" ({named})" if named is not None and str(named) != str(cls) else "")
-            raise BenchError(f"{data.name}: {label} has {int(counts[low])} sample(s); every {side} class needs "
-                             f"at least {d['min_samples_per_class']} (data.min_samples_per_class)")
+            raise BenchError(
+                f"{data.name}: {label} has {int(counts[low])} sample(s); every {side} class needs "
+                f"at least {d['min_samples_per_class']} (data.min_samples_per_class)"
+            )
     _try_pipelines(train, *((test.query, test.gallery) if is_query_gallery(d["test"]) else (test,)))
     validation = d["validation"]
     groups = None
@@ -265,7 +291,9 @@ def prepare(protocol: Protocol, data_root: str | None = None) -> Prepared:
     folds = class_folds(train_split.classes, validation["folds"], protocol.seed, groups)[: validation["use"]]
     for i, (fold_train, _) in enumerate(folds):
         if len(fold_train) < t["P"]:
-            raise BenchError(f"training.P: {t['P']} classes per batch, but fold {i} trains on {len(fold_train)} classes")
+            raise BenchError(
+                f"training.P: {t['P']} classes per batch, but fold {i} trains on {len(fold_train)} classes"
+            )
     lake = None
     if "lake_accuracy" in protocol.doc["evaluation"]["metrics"]:
         if d["test"] != "omniglot:evaluation":

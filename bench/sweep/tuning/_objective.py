@@ -14,16 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from bench.data.splits import ClassSplit
 from bench.errors import BenchError, DivergedError, MethodError
 from bench.plan import Cell
 from bench.protocol import Protocol
-from bench.data.splits import ClassSplit
 from bench.sweep.tuning._data import Prepared, TestLeakError
 from bench.sweep.tuning._seeds import final_seed, trial_seed
 
 if TYPE_CHECKING:
     from bench.training import TrainConfig
-
 
 
 @dataclass
@@ -70,21 +69,38 @@ class Hooks:
         pass
 
 
-def train_config(protocol: Protocol, cell: Cell, loss_params: dict[str, Any], miner_params: dict[str, Any],
-                 seed: int) -> TrainConfig:
+def train_config(
+    protocol: Protocol, cell: Cell, loss_params: dict[str, Any], miner_params: dict[str, Any], seed: int
+) -> TrainConfig:
     """The protocol's training settings for one run of a cell with these parameter values and seed."""
     from bench.protocol.schema import setting
     from bench.training import TrainConfig
 
     m, t = protocol.doc["model"], protocol.doc["training"]
-    return TrainConfig(trunk=m["trunk"], trunk_params=dict(m["trunk_params"]), embedding_dim=m["embedding_dim"],
-                       loss=cell.loss, loss_params=loss_params, miner=cell.miner, miner_params=miner_params,
-                       optimizer=t["optimizer"], lr=t["lr"], weight_decay=t["weight_decay"], P=t["P"], K=t["K"],
-                       iterations=t["iterations"], seed=seed, augmentation=protocol.doc["data"]["augmentation"],
-                       device=t["device"], precision=t["precision"], channels_last=t["channels_last"],
-                       schedule=dict(t["schedule"]), pretrained=setting(protocol.doc, "model.pretrained"),
-                       freeze_bn=setting(protocol.doc, "model.freeze_bn"),
-                       trunk_lr=setting(protocol.doc, "training.trunk_lr"))
+    return TrainConfig(
+        trunk=m["trunk"],
+        trunk_params=dict(m["trunk_params"]),
+        embedding_dim=m["embedding_dim"],
+        loss=cell.loss,
+        loss_params=loss_params,
+        miner=cell.miner,
+        miner_params=miner_params,
+        optimizer=t["optimizer"],
+        lr=t["lr"],
+        weight_decay=t["weight_decay"],
+        P=t["P"],
+        K=t["K"],
+        iterations=t["iterations"],
+        seed=seed,
+        augmentation=protocol.doc["data"]["augmentation"],
+        device=t["device"],
+        precision=t["precision"],
+        channels_last=t["channels_last"],
+        schedule=dict(t["schedule"]),
+        pretrained=setting(protocol.doc, "model.pretrained"),
+        freeze_bn=setting(protocol.doc, "model.freeze_bn"),
+        trunk_lr=setting(protocol.doc, "training.trunk_lr"),
+    )
 
 
 def final_config(protocol: Protocol, cell: Cell, params: dict[str, Any], seed: int) -> TrainConfig:
@@ -109,19 +125,30 @@ def suggest(trial: Any, cell: Cell) -> dict[str, Any]:
     params: dict[str, Any] = {}
     for key, dist in sorted(cell.search_space.items()):
         if dist["type"] == "float":
-            params[key] = trial.suggest_float(key, dist["low"], dist["high"], log=dist.get("log", False),
-                                              step=dist.get("step"))
+            params[key] = trial.suggest_float(
+                key, dist["low"], dist["high"], log=dist.get("log", False), step=dist.get("step")
+            )
         elif dist["type"] == "int":
-            params[key] = trial.suggest_int(key, dist["low"], dist["high"], log=dist.get("log", False),
-                                            step=dist.get("step") or 1)
+            params[key] = trial.suggest_int(
+                key, dist["low"], dist["high"], log=dist.get("log", False), step=dist.get("step") or 1
+            )
         else:
             params[key] = trial.suggest_categorical(key, dist["choices"])
     return params
 
 
-def train_and_score(protocol: Protocol, config: Any, data: Any, score_on: Any, *, clustering: bool,
-                    lake_runs: Any = None, on_checkpoint: Callable | None = None, checkpoint_every: int = 0,
-                    progress: Callable | None = None) -> RunResult:
+def train_and_score(
+    protocol: Protocol,
+    config: Any,
+    data: Any,
+    score_on: Any,
+    *,
+    clustering: bool,
+    lake_runs: Any = None,
+    on_checkpoint: Callable | None = None,
+    checkpoint_every: int = 0,
+    progress: Callable | None = None,
+) -> RunResult:
     """Train, then evaluate on ``score_on``; divergence, a loss or miner that raises (`MethodError`) and bad
     parameter values become a FAIL, not a crash."""
     import optuna
@@ -139,8 +166,13 @@ def train_and_score(protocol: Protocol, config: Any, data: Any, score_on: Any, *
         on_checkpoint(it, model)
 
     try:
-        result = train(config, data, checkpoint_every=checkpoint_every,
-                       on_checkpoint=checkpoint if on_checkpoint else None, progress=progress)
+        result = train(
+            config,
+            data,
+            checkpoint_every=checkpoint_every,
+            on_checkpoint=checkpoint if on_checkpoint else None,
+            progress=progress,
+        )
     except DivergedError as e:
         return RunResult("FAIL", e.iteration, e.iteration * batch, time.perf_counter() - start, reason=str(e))
     except MethodError as e:  # the loss or miner raised: its steps before that one were trained
@@ -148,20 +180,35 @@ def train_and_score(protocol: Protocol, config: Any, data: Any, score_on: Any, *
         return RunResult("FAIL", done, done * batch, time.perf_counter() - start, reason=str(e))
     except optuna.TrialPruned:
         it = last["it"]
-        return RunResult("PRUNED", it, it * batch, time.perf_counter() - start,
-                         reason=f"pruned at iteration {it}")
+        return RunResult("PRUNED", it, it * batch, time.perf_counter() - start, reason=f"pruned at iteration {it}")
     except TestLeakError:
         raise
     except BenchError as e:  # a sampled combination the method refuses (e.g. alpha1 <= alpha2)
         return RunResult("FAIL", 0, 0, time.perf_counter() - start, reason=str(e))
-    metrics = score_model(protocol, result.model, score_on, clustering=clustering, lake_runs=lake_runs,
-                          device=config.device, seed=config.seed)
-    return RunResult("COMPLETE", result.iterations, result.samples_seen, time.perf_counter() - start, metrics,
-                     result.final_loss, result.reason, result.model)
+    metrics = score_model(
+        protocol,
+        result.model,
+        score_on,
+        clustering=clustering,
+        lake_runs=lake_runs,
+        device=config.device,
+        seed=config.seed,
+    )
+    return RunResult(
+        "COMPLETE",
+        result.iterations,
+        result.samples_seen,
+        time.perf_counter() - start,
+        metrics,
+        result.final_loss,
+        result.reason,
+        result.model,
+    )
 
 
-def run_trial(protocol: Protocol, prepared: Prepared, cell: Cell, trial: Any, slot: int,
-              hooks: Hooks | None = None) -> TrialOutcome:
+def run_trial(
+    protocol: Protocol, prepared: Prepared, cell: Cell, trial: Any, slot: int, hooks: Hooks | None = None
+) -> TrialOutcome:
     """Train on each fold's training classes, score the primary metric on its validation classes; mean over folds.
 
     With a pruner, the validation score is reported every ``check_every``
@@ -185,35 +232,66 @@ def run_trial(protocol: Protocol, prepared: Prepared, cell: Cell, trial: Any, sl
         hooks.fold_started(slot, f, seed, tr_split, val_split)
         config = train_config(protocol, cell, loss_params, miner_params, seed)
 
-        def on_checkpoint(it: int, model: Any, f: int = f, val: Any = val) -> None:
+        def on_checkpoint(it: int, model: Any, f: int = f, val: Any = val, config: Any = config) -> None:
             from bench.evaluation import evaluate
 
-            value = evaluate(model, val, ks=tuple(protocol.doc["evaluation"]["ks"]), clustering=False,
-                             device=config.device, normalize=protocol.doc["model"]["normalize"])[primary]
+            value = evaluate(
+                model,
+                val,
+                ks=tuple(protocol.doc["evaluation"]["ks"]),
+                clustering=False,
+                device=config.device,
+                normalize=protocol.doc["model"]["normalize"],
+            )[primary]
             trial.report(value, f * iterations + it)
             if trial.should_prune():
                 raise optuna.TrialPruned()
 
         use_pruner = pruner["type"] != "none"
-        result = train_and_score(protocol, config, tr, val, clustering=False,
-                                 on_checkpoint=on_checkpoint if use_pruner else None,
-                                 checkpoint_every=pruner.get("check_every", 0) if use_pruner else 0,
-                                 progress=hooks.iteration)
+        result = train_and_score(
+            protocol,
+            config,
+            tr,
+            val,
+            clustering=False,
+            on_checkpoint=on_checkpoint if use_pruner else None,
+            checkpoint_every=pruner.get("check_every", 0) if use_pruner else 0,
+            progress=hooks.iteration,
+        )
         total_it += result.iterations
         total_samples += result.samples_seen
         hooks.fold_finished(slot, f, result)
         if result.state != "COMPLETE":
-            return TrialOutcome(result.state, None, values, params, total_it, total_samples,
-                                time.perf_counter() - start, f"fold {f}: {result.reason}")
+            return TrialOutcome(
+                result.state,
+                None,
+                values,
+                params,
+                total_it,
+                total_samples,
+                time.perf_counter() - start,
+                f"fold {f}: {result.reason}",
+            )
         values.append(float(result.metrics[primary]))
-    return TrialOutcome("COMPLETE", float(sum(values) / len(values)), values, params, total_it, total_samples,
-                        time.perf_counter() - start)
+    return TrialOutcome(
+        "COMPLETE",
+        float(sum(values) / len(values)),
+        values,
+        params,
+        total_it,
+        total_samples,
+        time.perf_counter() - start,
+    )
 
 
 def trial_attrs(outcome: TrialOutcome, protocol: Protocol) -> dict[str, Any]:
     """What every trial records besides its value: the budget it used and was given."""
     b = protocol.doc["training"]
-    return {"iterations": outcome.iterations, "samples_seen": outcome.samples_seen,
-            "wall_time_s": round(outcome.wall_time_s, 3), "fold_values": outcome.fold_values,
-            "budget_iterations": b["iterations"] * protocol.doc["data"]["validation"]["use"],
-            "reason": outcome.reason}
+    return {
+        "iterations": outcome.iterations,
+        "samples_seen": outcome.samples_seen,
+        "wall_time_s": round(outcome.wall_time_s, 3),
+        "fold_values": outcome.fold_values,
+        "budget_iterations": b["iterations"] * protocol.doc["data"]["validation"]["use"],
+        "reason": outcome.reason,
+    }

@@ -21,9 +21,11 @@ def make_sampler(protocol: Protocol, cell: Cell, slot: int) -> Any:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.TPESampler(seed=sampler_seed(protocol.seed, cell.id, slot),
-                                          n_startup_trials=protocol.doc["tuning"]["startup_trials"],
-                                          constant_liar=True)
+        return optuna.samplers.TPESampler(
+            seed=sampler_seed(protocol.seed, cell.id, slot),
+            n_startup_trials=protocol.doc["tuning"]["startup_trials"],
+            constant_liar=True,
+        )
 
 
 def make_pruner(protocol: Protocol) -> Any:
@@ -34,6 +36,7 @@ def make_pruner(protocol: Protocol) -> Any:
     if p["type"] == "median":
         return optuna.pruners.MedianPruner(n_startup_trials=p["startup_trials"], n_warmup_steps=p["warmup_steps"])
     if p["type"] == "successive_halving":
-        return optuna.pruners.SuccessiveHalvingPruner(min_resource=p["min_resource"],
-                                                      reduction_factor=p["reduction_factor"])
+        return optuna.pruners.SuccessiveHalvingPruner(
+            min_resource=p["min_resource"], reduction_factor=p["reduction_factor"]
+        )
     return optuna.pruners.NopPruner()

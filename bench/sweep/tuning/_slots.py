@@ -34,8 +34,9 @@ ATTR_SURPLUS = "dmlbench:surplus"
 def open_storage(url: str) -> Any:
     """The Optuna storage of a sweep: the stores' storage with the slots' heartbeat and stale-trial recovery
     (a trial silent for GRACE_S is failed by Optuna and re-enqueued into its slot by `_requeue`)."""
-    return stores_optuna.open_storage(url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
-                                      stale_trial_callback=_requeue)
+    return stores_optuna.open_storage(
+        url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S, stale_trial_callback=_requeue
+    )
 
 
 def _process_start(pid: int) -> str | None:
@@ -113,7 +114,7 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> "Heartbeat":
+    def __enter__(self) -> Heartbeat:
         self.storage.record_heartbeat(self.trial_id)
         self._thread.start()
         return self
@@ -142,14 +143,26 @@ class Slot:
 class SlotStudy:
     """An Optuna study whose trials fill exactly ``n`` numbered slots, shared safely by any number of workers."""
 
-    def __init__(self, storage: Any, name: str, n: int, direction: Literal["minimize", "maximize"] = "maximize",
-                 sampler: Any = None, pruner: Any = None) -> None:
+    def __init__(
+        self,
+        storage: Any,
+        name: str,
+        n: int,
+        direction: Literal["minimize", "maximize"] = "maximize",
+        sampler: Any = None,
+        pruner: Any = None,
+    ) -> None:
         import optuna
 
         self.storage, self.name, self.n = storage, name, n
-        self.study = optuna.create_study(storage=storage, study_name=name, direction=direction,
-                                         sampler=sampler or optuna.samplers.RandomSampler(0),
-                                         pruner=pruner or optuna.pruners.NopPruner(), load_if_exists=True)
+        self.study = optuna.create_study(
+            storage=storage,
+            study_name=name,
+            direction=direction,
+            sampler=sampler or optuna.samplers.RandomSampler(0),
+            pruner=pruner or optuna.pruners.NopPruner(),
+            load_if_exists=True,
+        )
         if self.study.user_attrs.get("slots") != n:
             self.study.set_user_attr("slots", n)  # read by stale-trial recovery in any worker
         self.study_id = storage.get_study_id_from_name(name)
@@ -187,8 +200,9 @@ class SlotStudy:
         now = time.time()
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             owner = t.system_attrs.get(ATTR_OWNER)
-            never_owned = owner is None and t.datetime_start is not None and \
-                now - t.datetime_start.timestamp() > GRACE_S
+            never_owned = (
+                owner is None and t.datetime_start is not None and now - t.datetime_start.timestamp() > GRACE_S
+            )
             if _owner_dead(owner) or never_owned:
                 try:
                     if self.storage.set_trial_state_values(self.trial_id(t.number), TrialState.FAIL):

@@ -14,8 +14,13 @@ from bench.registry import register
 from bench.tuples import all_triplets, pairs_to_triplets
 
 
-@register("loss", "plugin_triplet", tuples="triplets", reference="pml:TripletMarginLoss",
-          search_space={"margin": {"type": "float", "low": 0.01, "high": 0.5, "log": True}})
+@register(
+    "loss",
+    "plugin_triplet",
+    tuples="triplets",
+    reference="pml:TripletMarginLoss",
+    search_space={"margin": {"type": "float", "low": 0.01, "high": 0.5, "log": True}},
+)
 class PluginTripletLoss(torch.nn.Module):
     """Triplet margin loss, mean over the violating triplets (an example plugin)."""
 
@@ -25,8 +30,9 @@ class PluginTripletLoss(torch.nn.Module):
             raise ValueError(f"margin must be >= 0, got {margin!r}")
         self.margin = float(margin)
 
-    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor,
-                indices_tuple: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
+    def forward(
+        self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: tuple[torch.Tensor, ...] | None = None
+    ) -> torch.Tensor:
         if indices_tuple is None:
             a, p, n = all_triplets(labels)
         elif len(indices_tuple) == 4:
