@@ -672,7 +672,7 @@ def test_bad_precision_and_schedule_are_bench_errors(omniglot, changes: dict, me
 
 def test_protocol_training_precision_and_schedule_fields() -> None:
     """Defaults fill in (so writing them out keeps the hash); bad values are one line naming the key."""
-    from test_protocol import MINIMAL
+    from _shared import MINIMAL
 
     from bench.protocol.load import ProtocolError, parse_protocol
 

@@ -43,7 +43,7 @@ quadruplet loss: ``sums_violating``), the uncapped miner lists nothing: it
 returns `bench.tuples.ViolatingQuadruplets` (its margins and how many
 violate), and the loss sums every quadruplet's terms, to which the others
 add 0. The same loss and gradient up to float rounding
-(`tests/test_quadruplet.py`), without the O(B^4) indices: 0.8 s a step
+(`tests/losses/test_quadruplet.py`), without the O(B^4) indices: 0.8 s a step
 became a few ms at 32 x 4 (`benchmarks/bench_margohnm.py`).
 """
 

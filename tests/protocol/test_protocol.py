@@ -6,34 +6,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from _shared import MINIMAL
 
 from bench.cli import main
 from bench.protocol import ProtocolError, load_protocol, parse_protocol
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((REPO / "protocols").glob("*.yaml"))
-
-MINIMAL = """\
-name: tiny
-data:
-  train: omniglot:background
-  test: omniglot:evaluation
-  train_classes: 12
-  test_classes: 6
-  image_size: 16
-  validation: {folds: 3}
-model: {trunk: mlp, embedding_dim: 8, normalize: true}
-training: {optimizer: adam, lr: 1.0e-3, P: 4, K: 2, iterations: 5}
-evaluation: {metrics: [map_at_r, precision_at_1], primary: map_at_r}
-tuning: {trials: 1}
-final: {seeds: 1}
-grid:
-  losses:
-    - name: triplet
-      search_space:
-        margin: {type: float, low: 0.05, high: 0.5}
-  miners: [{name: none}, {name: batch_hard}]
-"""
 
 
 def _write(tmp_path: Path, text: str, name: str = "p.yaml") -> Path:

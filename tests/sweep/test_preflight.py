@@ -282,7 +282,7 @@ def test_every_cell_of_the_shipped_protocols_passes_the_method_check() -> None:
     from bench.plan import plan
     from bench.plan.method_cost import check_cell
 
-    root = Path(__file__).parent.parent / "protocols"
+    root = Path(__file__).resolve().parents[2] / "protocols"
     for path in sorted(root.glob("*.yaml")):
         protocol = load_protocol(path)
         for cell in plan(protocol).cells:

@@ -9,48 +9,26 @@ import shutil
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
+from _shared import RUNNER_TINY as TINY
+from _shared import cli as _cli
+from _shared import sweep_options as _options
 
 from bench.data.splits import ClassSplit
 from bench.errors import BenchError
 from bench.plan import plan
 from bench.protocol import parse_protocol
-from bench.sweep.runner import Options, run_protocol
+from bench.sweep.runner import run_protocol
 from bench.sweep.tables import claim_dir, read
 from bench.sweep.tuning import SlotStudy, TestClassGuard, TestLeakError, derive_seed, open_storage, prepare, run_trial
 
 pytestmark = pytest.mark.slow
 
-TINY = """\
-name: tiny
-seed: 3
-data:
-  train: omniglot:background
-  test: omniglot:evaluation
-  train_classes: 12
-  test_classes: 6
-  image_size: 12
-  validation: {folds: 3, use: 1, group_by: alphabet}
-model: {trunk: mlp, trunk_params: {hidden: [32]}, embedding_dim: 8, normalize: true}
-training: {optimizer: adam, lr: 1.0e-3, P: 4, K: 4, iterations: ITERATIONS}
-evaluation: {metrics: [precision_at_1, map_at_r, recall_at_k, nmi, lake_accuracy], primary: map_at_r, ks: [1, 2]}
-tuning: {trials: 2}
-final: {seeds: [0, 1]}
-grid:
-  losses:
-    - {name: triplet}
-    - name: contrastive
-      label: contrastive-diverging      # a margin of 1e30, squared, is inf: every trial diverges
-      params: {form: hadsell, pos_margin: 0.0, neg_margin: 1.0e+30}   # fixed: a searched one would be dead
-      miners: [none]
-  miners: [{name: none}, {name: batch_hard}]
-"""
 
 CELLS = ["triplet+none", "triplet+batch_hard", "contrastive-diverging+none"]
 
@@ -59,17 +37,6 @@ def _protocol_file(tmp_path: Path, iterations: int = 20) -> Path:
     path = tmp_path / "tiny.yaml"
     path.write_text(TINY.replace("ITERATIONS", str(iterations)))
     return path
-
-
-def _options(root: Path, data_root: Path, **kw) -> Options:
-    return Options(
-        storage=f"sqlite:///{root / 'optuna.db'}",
-        tracking_uri=str(root / "mlruns"),
-        results_dir=root / "results",
-        data_root=str(data_root),
-        quiet=True,
-        **kw,
-    )
 
 
 def _mlflow_runs(root: Path) -> pd.DataFrame:
@@ -474,18 +441,6 @@ def test_changed_protocol_never_mixes_with_old_results(tmp_path):
     from bench.sweep.tuning import study_name
 
     assert study_name(old, plan(old).cells[0]) != study_name(new, plan(new).cells[0])
-
-
-def _cli(args: list[str], **kw) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "bench.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        **kw,
-    )
 
 
 def _run_args(path: Path, root: Path, data_root: Path) -> list[str]:

@@ -20,7 +20,7 @@ from datasets_fixtures import write_cars, write_cub, write_inshop, write_market,
 
 from bench.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 FIXTURES: dict[str, Callable[[Path], Any]] = {
     "reality-check-cub": lambda root: write_cub(root, classes=(1, 2, 3, 4, 101, 102, 103), per_class=4),

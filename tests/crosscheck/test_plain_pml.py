@@ -10,7 +10,7 @@ from types import ModuleType
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _module(name: str) -> ModuleType:

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_runner import TINY, _cli, _options
+from _shared import RUNNER_TINY as TINY
+from _shared import cli as _cli
+from _shared import sweep_options as _options
 
 from bench.stores.urls import redact
 from bench.sweep.runner import run_protocol

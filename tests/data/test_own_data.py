@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from _shared import write_folder
 from _sweeps import sweep, sweep_base, sweep_copy  # noqa: F401  (fixtures)
 from PIL import Image
 
@@ -38,21 +39,6 @@ final: {{seeds: {seeds}}}
 grid:
   losses: [{{name: contrastive}}]
 """
-
-
-def write_folder(
-    root: Path, classes: list[str], per_class: int = 4, size: tuple[int, int] = (12, 9), mode: str = "L", seed: int = 0
-) -> Path:
-    """One sub-folder of small PNGs per class, each class a different mean brightness (so it is learnable)."""
-    rng = np.random.default_rng(seed)
-    for i, name in enumerate(classes):
-        (root / name).mkdir(parents=True)
-        for j in range(per_class):
-            base = (40 + 20 * i) % 256
-            pixels = np.clip(base + rng.integers(-10, 10, (size[1], size[0])), 0, 255).astype(np.uint8)
-            image = Image.fromarray(pixels, "L")
-            (image.convert("RGB") if mode == "RGB" else image).save(root / name / f"{j}.png")
-    return root
 
 
 def write_npz(path: Path, n_classes: int, per_class: int = 4, shape: tuple[int, ...] = (10, 10), seed: int = 0) -> Path:

@@ -191,7 +191,7 @@ def test_root_order_explicit_then_env_then_shared_then_local(tmp_path: Path, mon
     monkeypatch.delenv("DMLBENCH_DATA")
     assert resolve_root().resolve() == shared.resolve()
     shutil.rmtree(shared / "omniglot")
-    repo_shared = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+    repo_shared = Path(__file__).resolve().parents[2].parent / "shared" / "data"
     expected_local = repo_shared if (repo_shared / "omniglot" / ZIPS[0]).is_file() else local
     assert resolve_root().resolve() == expected_local.resolve()
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from bench.protocol import load_protocol
 from bench.stores.mlflow_runs import SETTLE_S, MlflowRecords
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_shared_key_stamped_first_but_inserted_last_ends_as_one_run(tmp_path, monkeypatch):

@@ -334,7 +334,7 @@ def test_a_test_mapping_names_its_missing_or_unknown_key(test: str, problem: str
 
     from bench.protocol import ProtocolError, parse_protocol
 
-    text = (Path(__file__).resolve().parents[1] / "protocols" / "inshop.yaml").read_text()
+    text = (Path(__file__).resolve().parents[2] / "protocols" / "inshop.yaml").read_text()
     assert "  test: {query: inshop:query, gallery: inshop:gallery}\n" in text
     with pytest.raises(ProtocolError) as info:
         parse_protocol(text.replace("{query: inshop:query, gallery: inshop:gallery}", test))
@@ -356,7 +356,7 @@ def test_existing_protocols_keep_their_hash() -> None:
 
 
 def test_a_query_gallery_protocol_over_two_folders_runs_to_a_leaderboard(tmp_path, capsys) -> None:
-    from test_own_data import write_folder
+    from _shared import write_folder
 
     from bench.cli import main
 
@@ -381,7 +381,7 @@ def test_a_query_gallery_protocol_over_two_folders_runs_to_a_leaderboard(tmp_pat
 
 
 def test_query_gallery_test_data_is_prepared_with_matching_classes_and_guarded(tmp_path) -> None:
-    from test_own_data import write_folder
+    from _shared import write_folder
 
     from bench.data.query_gallery import QueryGallery
     from bench.protocol import load_protocol

@@ -39,7 +39,7 @@ def _args(run: Path, *extra: str) -> list[str]:
         "--tracking-uri",
         str(run / "runs" / "mlflow.db"),
         "--data-root",
-        str(Path(__file__).resolve().parents[1].parent / "shared" / "data"),
+        str(Path(__file__).resolve().parents[2].parent / "shared" / "data"),
         "--threads",
         "1",
         "--quiet",

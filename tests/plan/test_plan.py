@@ -12,7 +12,7 @@ from bench.plan import Cell, plan
 from bench.plan.cost import TRUNK_COSTS
 from bench.protocol import load_protocol, parse_protocol
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 GRID = """\
 name: grid

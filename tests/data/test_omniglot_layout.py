@@ -320,7 +320,7 @@ def test_cache_follows_a_changed_image_in_a_folder(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the real files
 
 
-REAL = Path(os.environ.get("DMLBENCH_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")) / "omniglot"
+REAL = Path(os.environ.get("DMLBENCH_DATA", Path(__file__).resolve().parents[3] / "shared" / "data")) / "omniglot"
 
 
 def test_lake_runs_from_the_zip_equal_the_unpacked_folder(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from bench.cli import main
 from bench.reports import claims
 from bench.reports.source import Results
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
