@@ -159,9 +159,9 @@ def test_bad_results_directories_are_one_line_errors(
     assert "two protocol versions" in _error_line(capsys)
 
 
-def test_failed_seeds_and_refused_cells_are_left_out(sweep_copy: Path) -> None:
+def test_failed_seeds_are_counted_and_refused_cells_are_not_ranked(sweep_copy: Path) -> None:
     """A failed seed has no metrics to average, but is shown (count and reason); a cell the budget audit
-    refused is never ranked."""
+    refused is never ranked: it is a row without a rank that says why."""
     finals = pd.read_csv(sweep_copy / "finals.csv")
     first = finals.index[finals["cell"] == CELLS[0]][0]
     finals["reason"] = finals["reason"].astype(object)
@@ -173,7 +173,9 @@ def test_failed_seeds_and_refused_cells_are_left_out(sweep_copy: Path) -> None:
     assert main(["leaderboard", str(sweep_copy), "--quiet"]) == 0
     md = (sweep_copy / "leaderboard.md").read_text()
     rows = {r[1].strip("`"): r for r in _rows(md)}
-    assert set(rows) == {CELLS[0], CELLS[1]}
+    assert set(rows) == {CELLS[0], CELLS[1], CELLS[2]}
+    assert rows[CELLS[2]][0] == "-" and rows[CELLS[2]][3] == "-"
+    assert "no result: left out by the budget audit: 2 trials recorded" in rows[CELLS[2]][-1]
     assert rows[CELLS[0]][2] == "2" and rows[CELLS[1]][2] == "3"
     kept = finals.loc[(finals["cell"] == CELLS[0]) & (finals["state"] == "COMPLETE"), "map_at_r"]
     assert rows[CELLS[0]][3].startswith(f"{kept.mean():.3f} [")
@@ -186,7 +188,7 @@ def test_failed_seeds_and_refused_cells_are_left_out(sweep_copy: Path) -> None:
     finals.to_csv(sweep_copy / "finals.csv", index=False)
     assert main(["leaderboard", str(sweep_copy), "--quiet"]) == 0
     rows = _rows((sweep_copy / "leaderboard.md").read_text())
-    assert [r[1].strip("`") for r in rows] == [CELLS[0], CELLS[1]]
+    assert [r[1].strip("`") for r in rows] == [CELLS[0], CELLS[1], CELLS[2]]
     assert rows[1][2] == "0" and rows[1][3] == "-" and "3 final seed(s) failed" in rows[1][-1]
 
 

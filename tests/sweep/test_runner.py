@@ -31,6 +31,8 @@ pytestmark = pytest.mark.slow
 
 
 CELLS = ["triplet+none", "triplet+batch_hard", "contrastive-diverging+none"]
+# what run says, exiting 1, of the planned cell whose every trial diverges
+NO_RESULT = "1 of 3 planned cell(s) have no result (contrastive-diverging+none: "
 
 
 def _protocol_file(tmp_path: Path, iterations: int = 20) -> Path:
@@ -260,6 +262,8 @@ def test_failed_final_seed_stays_visible_and_is_counted(sweep):
     root, path, _, _ = sweep
     protocol = parse_protocol(path.read_text())
     p = plan(protocol)
+    manifest = json.loads((root / "results" / "tiny" / "manifest.json").read_text())
+    p = plan(protocol.with_data(manifest["data_fingerprint"]))  # the records are keyed by the data read too
     records = collect(p, open_storage(f"sqlite:///{root / 'optuna.db'}"))
     row = next(r for r in records.finals if r["cell"] == "triplet+none" and r["seed"] == 1)
     row.update(state="FAIL", reason="diverged at iteration 7: loss nan", map_at_r=float("nan"))
@@ -486,9 +490,10 @@ def test_resume_after_kill_equals_an_uninterrupted_run(tmp_path, data_root):
     assert _count(killed / "optuna.db", "RUNNING") >= 1  # a trial was left behind mid-training
     resumed = _cli(_run_args(path, killed, data_root))
     out, _ = resumed.communicate(timeout=300)
-    assert resumed.returncode == 0, out
+    # exit 1 is the diverging cell, planned and without a result: the sweep itself finished
+    assert resumed.returncode == 1 and NO_RESULT in out, out
     ref_out, _ = reference.communicate(timeout=300)
-    assert reference.returncode == 0, ref_out
+    assert reference.returncode == 1 and NO_RESULT in ref_out, ref_out
     lines = [line for line in ref_out.splitlines() if re.search(r" trial \d+/\d+ ", line)]
     assert len(lines) == 6 and all(line.startswith("[") for line in lines)  # --quiet: one line per trial
     assert all(re.search(r"\| \d+% of iterations, ~\d+:\d\d:\d\d left$", line) for line in lines), lines
@@ -532,7 +537,9 @@ def test_two_workers_share_one_sweep(tmp_path, data_root, sweep):
         raise AssertionError(
             "a worker stalled; outputs:\n" + "\n---\n".join(w.communicate()[0] for w in workers)
         ) from None
-    assert [w.returncode for w in workers] == [0, 0], outputs
+    assert [w.returncode for w in workers] == [1, 1] and all(NO_RESULT in o for o in outputs), (
+        outputs
+    )  # the diverging cell
     # the share done is the sweep's across both workers: whoever records the last run sees all of it
     shares = [[int(s) for s in re.findall(r"\| (\d+)% of iterations", out)] for out in outputs]
     assert all(shares) and max(s[-1] for s in shares) == 100, outputs
