@@ -190,6 +190,8 @@ def _failure(row: pd.Series) -> str:
 def gaps(baseline: Results, current: Results, cell: str, metric: str) -> tuple[list[str], list[str], list[str]]:
     """What the current tables lack of a baseline cell, in words: (seeds missing or failed, compared-metric
     values that are not numbers on either side, other metrics' values lost where the baseline has a number)."""
+    if ("seed" in baseline.finals) != ("seed" in current.finals):
+        return ["final seeds cannot be matched: one table has no seed column"], [], []
     base, cur = _by_seed(baseline.rows(cell)), _by_seed(current.rows(cell))
     failed = _by_seed(current.failed(cell))
     seeds = [f"seed {s} {_failure(failed[s]) if s in failed else 'missing'}" for s in base if s not in cur]
