@@ -53,9 +53,7 @@ def _fail(f: pd.DataFrame, rows: pd.Series) -> pd.DataFrame:
     f["reason"] = f["reason"].astype(object)
     f.loc[rows, "state"] = "FAIL"
     f.loc[rows, "reason"] = FAILED_REASON
-    for m in ("precision_at_1", "r_precision", "map_at_r", "recall_at_1", "recall_at_2", "recall_at_4"):
-        f.loc[rows, m] = math.nan
-    for m in ("recall_at_8", "lake_accuracy"):
+    for m in json.loads((COMMITTED / "manifest.json").read_text())["metrics"]:
         f.loc[rows, m] = math.nan
     return f
 
@@ -109,14 +107,14 @@ def _drop_every_seed(f: pd.DataFrame) -> pd.DataFrame:
 CASES: list[tuple[str, Callable[[Path], None], list[str], int, str | None, str]] = [
     ("cell absent", _on_finals(lambda f: f[~_rows(f)]), [], 1, "missing", "no final row"),
     ("cell refused by the audit", _refuse, [], 1, "missing", "refused by the budget audit: trial 3 trained 599"),
-    ("cell only as failed rows", _on_finals(lambda f: _fail(f, _rows(f))), [], 1, "failed", "seed 0 fail (Runtime"),
+    ("cell only as failed rows", _on_finals(lambda f: _fail(f, _rows(f))), [], 1, "failed", "seed 0 failed: Runtime"),
     (
         "cell only as failed rows, --allow-missing",
         _on_finals(lambda f: _fail(f, _rows(f))),
         ["--allow-missing"],
         1,
         "failed",
-        f"seed 2 fail ({FAILED_REASON})",
+        f"seed 2 failed: {FAILED_REASON}",
     ),
     ("final seed absent", _on_finals(lambda f: f[~_rows(f, 2)]), [], 1, "seeds missing", "seed 2 missing"),
     (
@@ -133,7 +131,7 @@ CASES: list[tuple[str, Callable[[Path], None], list[str], int, str | None, str]]
         [],
         1,
         "seeds missing",
-        f"seed 1 fail ({FAILED_REASON})",
+        f"seed 1 failed: {FAILED_REASON}",
     ),
     ("final seed renumbered", _on_finals(_renumber), [], 1, "seeds missing", "seed 7 not in the baseline"),
     ("seed column dropped", _on_finals(lambda f: f.drop(columns="seed")), [], 1, "seeds missing", "no seed column"),

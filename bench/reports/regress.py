@@ -181,10 +181,12 @@ def _shown(value: float) -> str:
 
 
 def _failure(row: pd.Series) -> str:
-    state = str(row.get("state", "")).lower() or "failed"
+    """How a final run that did not complete ended: "failed: <reason>" (or the state it was left in)."""
+    state = str(row.get("state", "")).strip()
     reason = row.get("reason")
     reason = "" if reason is None or (isinstance(reason, float) and math.isnan(reason)) else str(reason).strip()
-    return f"{state} ({reason})" if reason else f"{state} (no reason recorded)"
+    what = "failed" if state in ("FAIL", "") else f"not complete ({state})"
+    return f"{what}: {reason or 'no reason recorded'}"
 
 
 def gaps(baseline: Results, current: Results, cell: str, metric: str) -> tuple[list[str], list[str], list[str]]:
