@@ -172,8 +172,11 @@ def _by_seed(rows: pd.DataFrame) -> dict[int, pd.Series]:
 
 
 def _number(row: pd.Series, column: str) -> float:
-    value = pd.to_numeric(pd.Series([row.get(column)]), errors="coerce").iloc[0]
-    return float(value)
+    """A table value as a float; an empty or non-numeric one is NaN (the loader refused text in metrics)."""
+    try:
+        return float(row.get(column))
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def _shown(value: float) -> str:
