@@ -6,8 +6,9 @@ runs, so `dmlbench --help` stays fast. Commands return their exit code to
 
 exit  meaning
    0  done; for `regress` no cell regressed, for `crosscheck` all checks equal
-   1  a check failed: `regress` found a regression (or a missing cell, a
-      NaN value, a seed the baseline lacks),
+   1  a check failed: `regress` found a regression (or the current lacks
+      something of the baseline: a cell, a final seed, a value, a column;
+      or has a seed the baseline lacks),
       `crosscheck` found a loss or miner that differs from PML,
       `train` diverged (NaN or infinite loss), `run` ended with no cell
       completed (every trial failed: the reason is printed)

@@ -13,14 +13,19 @@ from bench.reports import regress, source
 
 
 def _rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """The JSON report's cells flattened to one CSV line each."""
+    """The JSON report's cells flattened to one CSV line each (problems joined by "; "), then a row with
+    status `missing columns` when the current table lacks a column of the baseline."""
     out = []
     for c in doc["cells"]:
-        row: dict[str, Any] = {"cell": c["cell"], "status": c["status"]}
+        row: dict[str, Any] = {"cell": c["cell"], "status": c["status"], "test": c["test"]}
         for side in ("baseline", "current", "change"):
             for key, value in (c[side] or {}).items():
-                row[f"{side}_{key}"] = value
+                if key != "test":
+                    row[f"{side}_{key}"] = value
+        row["problems"] = "; ".join(c["problems"])
         out.append(row)
+    if doc["missing_columns"]:  # a finding about the table, not a cell: one row of its own, so CSV keeps it
+        out.append({"cell": "", "status": "missing columns", "problems": "; ".join(doc["missing_columns"])})
     return out
 
 
@@ -37,7 +42,11 @@ def _rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     help="smallest absolute drop of the metric that counts",
 )
 @click.option(
-    "--alpha", default=regress.ALPHA, show_default=True, type=float, help="level of Welch's one-sided test over seeds"
+    "--alpha",
+    default=regress.ALPHA,
+    show_default=True,
+    type=float,
+    help="level of the one-sided test of a drop (paired by seed, else Welch)",
 )
 @click.option("--metric", default=None, help="metric to compare [default: the protocol's primary]")
 @click.option("--allow-missing", is_flag=True, help="a cell absent from the current run does not fail the check")
@@ -57,9 +66,13 @@ def command(
 ) -> int:
     """Compare two results tables of the same protocol cell by cell.
 
-    Exit 0: no regression; 1: at least one cell regressed (or went missing, holds a NaN, or has a seed the
-    baseline lacks);
-    2: the tables cannot be compared (other protocol hash or split fingerprints).
+    A cell fails when the current tables lack anything of it the baseline has (the cell, a final seed, a
+    value: missing, failed, NaN, inf or empty) or when its mean dropped by more than --tolerance with a
+    one-sided p below --alpha (paired t-test over the same final seeds, else Welch).
+
+    Exit 0: no cell failed; 1: a cell failed, or a metric column of the baseline is missing;
+    2: the tables cannot be compared (other protocol hash or split fingerprints, the compared metric
+    absent, an empty or unreadable finals table).
     """
     cmp = regress.compare(
         source.load(baseline, complete=False),

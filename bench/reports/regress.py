@@ -1,30 +1,49 @@
-"""Cell-by-cell comparison of two results tables of the same protocol.
+"""Cell-by-cell comparison of two results tables of the same protocol: the check a CI job trusts.
 
-A cell regresses when its primary metric fell by more than `tolerance`
-(absolute, in the metric's own units) **and** Welch's one-sided t-test over
-the per-seed values rejects "the current mean is not lower" at `alpha`.
+The rule, in the order it is applied to each cell of the baseline:
 
-Why both: the tolerance keeps drops too small to matter from failing a
-build; the test keeps seed noise from failing it (with two or three seeds a
-drop of a point is often noise). Why Welch: the two runs are independent
-samples, and a code change may change the spread across seeds as well as
-the mean, so equal variances are not assumed. Seeds are not paired: the same
-seed under different code draws different batches and weights, so pairing
-would claim a correlation that is not there.
+1. **Nothing the baseline has may be missing from the current tables.** A
+   metric column of the baseline absent from the current table fails the
+   whole comparison (`missing_columns`; the compared metric itself absent is
+   unusable input, exit 2). A cell with no current row is `missing` (fails
+   unless `allow_missing`); a cell whose every current final seed failed is
+   `failed`; a baseline final seed with no completed current row (absent,
+   or failed: its reason is shown) makes the cell `seeds missing`; a NaN,
+   infinite or empty value in the compared metric on either side is `not a
+   number`; such a value in any other metric where the baseline has a
+   number is `values missing`; a current seed the baseline lacks is `seeds
+   differ` (the baseline's interval is not over the seeds it claims). Each
+   fails, whatever the statistics say, and `problems` names every missing
+   seed and value.
+2. **A cell regresses (`worse`) when its mean fell by more than
+   `tolerance`** (absolute, in the metric's own units) **and the one-sided
+   test of "the current mean is lower" gives p < `alpha`.** The tolerance
+   keeps drops too small to matter from failing a build; the test keeps
+   seed noise from failing it.
+
+The test is the **paired t-test on the per-seed differences** (current -
+baseline) when both tables hold the same final seeds of the cell, which the
+harness makes the normal case: final seed s is a pure function of the
+protocol, so both runs start from the same initialisation and batch order
+(common random numbers) and the seed's luck cancels in the difference. The
+paired test does not need that correlation to be valid: were the two runs
+independent, the per-seed differences would still be independent draws
+with mean (current - baseline), and pairing would only cost degrees of
+freedom (n - 1 instead of about 2n - 2). Where it holds, a drop of 0.05 on
+every one of three seeds is certain (Welch gave p = 0.14 and let it pass).
+Where the seeds differ (only ever beside a failing status above), Welch's
+unpaired test is used. The output names the test of every cell.
 
 With one seed on either side no variance can be estimated: a drop beyond
-the tolerance is then reported as `worse?` (inconclusive) and never fails
-the check; run more final seeds to make the check able to fail.
+the tolerance is then `worse?` (inconclusive) and never fails the check; run
+more final seeds to make the check able to fail. A cell equal on every seed
+has a difference of exactly 0 and is `same`.
 
-Statuses: `worse` (a regression: exit 1), `worse?` (drop beyond tolerance,
-not significant), `same` (change within tolerance), `better?`, `better`
-(the mirror image), `missing` (in the baseline, absent from the current
-run: fails the check unless allowed, since a cell that produced nothing has
-regressed completely), `new` (only in the current run), `not a number`
-(a NaN or infinite value on either side: a comparison of nothing, never
-read as `same`), `seeds differ` (a seed of the current run has no
-baseline row: the baseline's interval is not over the seeds it claims).
-The last two always fail.
+Statuses: `worse` (a regression), `worse?` (drop beyond tolerance, not
+significant), `same` (change within tolerance), `better?`, `better` (the
+mirror image), `new` (only in the current run, never fails), and the
+failing statuses of rule 1. Exit 1 when any cell fails or a column is
+missing, else 0.
 """
 
 from __future__ import annotations
@@ -32,36 +51,47 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import pandas as pd
+
 from bench.errors import BenchError
 from bench.reports.source import Results
-from bench.stats import Difference, Interval, t_interval, welch
+from bench.stats import Difference, Interval, paired, t_interval, welch
 
 TOLERANCE = 0.01
 ALPHA = 0.05
 NOT_A_NUMBER, SEEDS_DIFFER = "not a number", "seeds differ"
-ALWAYS_FAILING = ("worse", NOT_A_NUMBER, SEEDS_DIFFER)
+FAILED, SEEDS_MISSING, VALUES_MISSING = "failed", "seeds missing", "values missing"
+ALWAYS_FAILING = ("worse", FAILED, SEEDS_MISSING, NOT_A_NUMBER, VALUES_MISSING, SEEDS_DIFFER)
 FAILING = (*ALWAYS_FAILING, "missing")
+TESTS = "one-sided paired t-test on per-seed differences where both tables hold the same final seeds, else Welch's"
 
 
 @dataclass(frozen=True)
 class CellChange:
-    """One cell compared: its status (the module docstring lists them) and the change behind it."""
+    """One cell compared: its status (the module docstring lists them), the change behind it, and
+    ``problems``: each seed or value of the baseline the current tables lack, in words."""
 
     cell: str
     status: str
     baseline: Interval | None
     current: Interval | None
-    change: Difference | None  # current - baseline, Welch interval and one-sided p-values
+    change: Difference | None  # current - baseline, its interval and one-sided p-values; `change.test` names the test
+    problems: tuple[str, ...] = ()
 
     @property
     def p_drop(self) -> float:
         return self.change.p_less if self.change is not None else math.nan
 
+    @property
+    def test(self) -> str:
+        return self.change.test if self.change is not None else ""
+
 
 @dataclass(frozen=True)
 class Comparison:
     """A regression check of ``current`` against ``baseline`` on ``metric``: a drop beyond ``tolerance``
-    at level ``alpha`` fails; ``allow_missing`` lets cells absent from one side pass."""
+    at level ``alpha`` fails; ``allow_missing`` lets cells absent from one side pass;
+    ``missing_columns`` are the baseline's metric (and seed) columns the current table lacks, which fail."""
 
     baseline: Results
     current: Results
@@ -70,6 +100,7 @@ class Comparison:
     alpha: float
     allow_missing: bool
     cells: list[CellChange]
+    missing_columns: tuple[str, ...] = ()
 
     @property
     def failures(self) -> list[CellChange]:
@@ -78,7 +109,7 @@ class Comparison:
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.failures else 0
+        return 1 if self.failures or self.missing_columns else 0
 
 
 def check_comparable(baseline: Results, current: Results) -> None:
@@ -110,9 +141,20 @@ def check_comparable(baseline: Results, current: Results) -> None:
                 raise BenchError(f"cannot compare: final runs have different {col} ({', '.join(sorted(a ^ b))})")
 
 
-def classify(base: list[float], cur: list[float], tolerance: float, alpha: float) -> tuple[str, Difference]:
-    """The status of one cell from its per-seed values."""
-    d = welch(cur, base)
+def classify(
+    base: list[float],
+    cur: list[float],
+    tolerance: float,
+    alpha: float,
+    base_seeds: list[int] | None = None,
+    cur_seeds: list[int] | None = None,
+) -> tuple[str, Difference]:
+    """The status of one cell from its per-seed values (in seed order): paired by seed when both sides hold
+    the same seeds, else (or when no seeds are given) Welch's test."""
+    if base_seeds and cur_seeds is not None and list(cur_seeds) == list(base_seeds):
+        d = paired(cur, base)
+    else:
+        d = welch(cur, base)
     if not math.isfinite(d.diff):
         return "same", d
     if -d.diff > tolerance:
@@ -120,6 +162,55 @@ def classify(base: list[float], cur: list[float], tolerance: float, alpha: float
     if d.diff > tolerance:
         return ("better" if d.testable and d.p_greater < alpha else "better?"), d
     return "same", d
+
+
+def _by_seed(rows: pd.DataFrame) -> dict[int, pd.Series]:
+    """Rows keyed by final seed (by position where the table has no seed column)."""
+    if "seed" not in rows:
+        return {i: row for i, (_, row) in enumerate(rows.iterrows())}
+    return {int(row["seed"]): row for _, row in rows.iterrows()}
+
+
+def _number(row: pd.Series, column: str) -> float:
+    """A table value as a float; an empty or non-numeric one is NaN (the loader refused text in metrics)."""
+    try:
+        return float(row.get(column))
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _shown(value: float) -> str:
+    return "empty or NaN" if math.isnan(value) else f"{value:g}"
+
+
+def _failure(row: pd.Series) -> str:
+    """How a final run that did not complete ended: "failed: <reason>" (or the state it was left in)."""
+    state = str(row.get("state", "")).strip()
+    reason = row.get("reason")
+    reason = "" if reason is None or (isinstance(reason, float) and math.isnan(reason)) else str(reason).strip()
+    what = "failed" if state in ("FAIL", "") else f"not complete ({state})"
+    return f"{what}: {reason or 'no reason recorded'}"
+
+
+def gaps(baseline: Results, current: Results, cell: str, metric: str) -> tuple[list[str], list[str], list[str]]:
+    """What the current tables lack of a baseline cell, in words: (seeds missing or failed, compared-metric
+    values that are not numbers on either side, other metrics' values lost where the baseline has a number)."""
+    if ("seed" in baseline.finals) != ("seed" in current.finals):
+        return ["final seeds cannot be matched: one table has no seed column"], [], []
+    base, cur = _by_seed(baseline.rows(cell)), _by_seed(current.rows(cell))
+    failed = _by_seed(current.failed(cell))
+    seeds = [f"seed {s} {_failure(failed[s]) if s in failed else 'missing'}" for s in base if s not in cur]
+    columns = [m for m in baseline.metrics if m in current.finals]
+    nan, values = [], []
+    for s in (s for s in base if s in cur):
+        for m in columns:
+            b, c = _number(base[s], m), _number(cur[s], m)
+            if m == metric and not (math.isfinite(b) and math.isfinite(c)):
+                side = "current" if math.isfinite(b) else "baseline"
+                nan.append(f"{m} at seed {s}: {_shown(c if side == 'current' else b)} in the {side}")
+            elif m != metric and math.isfinite(b) and not math.isfinite(c):
+                values.append(f"{m} at seed {s}: {_shown(c)} (baseline {b:g})")
+    return seeds, nan, values
 
 
 def compare(
@@ -130,7 +221,7 @@ def compare(
     alpha: float = ALPHA,
     allow_missing: bool = False,
 ) -> Comparison:
-    """Every cell of either table, in baseline order then new cells."""
+    """Every cell of either table, in baseline order then new cells (the rule: the module docstring)."""
     if not (tolerance >= 0 and math.isfinite(tolerance)):
         raise BenchError(f"--tolerance must be a non-negative number, got {tolerance}")
     if not 0 < alpha < 1:
@@ -140,23 +231,43 @@ def compare(
     for res in (baseline, current):
         if metric not in res.metrics:
             raise BenchError(f"{res.root}: no metric {metric!r} (have: {', '.join(res.metrics)})")
+    lost = [m for m in ("seed", *baseline.metrics) if m in baseline.finals and m not in current.finals]
     out: list[CellChange] = []
     for cell in baseline.cells:
         b = baseline.values(cell, metric).tolist()
         if cell not in current.cells:
-            out.append(CellChange(cell, "missing", t_interval(b), None, None))
+            out.append(_absent(baseline, current, cell, t_interval(b)))
             continue
         c = current.values(cell, metric).tolist()
-        status, d = classify(b, c, tolerance, alpha)
-        if not all(math.isfinite(v) for v in b + c):
+        bs, cs = baseline.seeds(cell), current.seeds(cell)
+        status, d = classify(b, c, tolerance, alpha, bs, cs)
+        seeds, nan, values = gaps(baseline, current, cell, metric)
+        extra = [f"seed {s} not in the baseline" for s in cs if s not in bs]
+        if seeds:
+            status = SEEDS_MISSING
+        elif nan or not all(math.isfinite(v) for v in b + c):
             status = NOT_A_NUMBER
-        elif set(current.seeds(cell)) - set(baseline.seeds(cell)):
+        elif values:
+            status = VALUES_MISSING
+        elif extra:
             status = SEEDS_DIFFER  # a baseline row is missing: the baseline's interval is not the one it claims
-        out.append(CellChange(cell, status, t_interval(b), t_interval(c), d))
+        problems = tuple(seeds + nan + values + extra)
+        out.append(CellChange(cell, status, t_interval(b), t_interval(c), d, problems))
     for cell in current.cells:
         if cell not in baseline.cells:
             out.append(CellChange(cell, "new", None, t_interval(current.values(cell, metric).tolist()), None))
-    return Comparison(baseline, current, metric, tolerance, alpha, allow_missing, out)
+    return Comparison(baseline, current, metric, tolerance, alpha, allow_missing, out, tuple(lost))
+
+
+def _absent(baseline: Results, current: Results, cell: str, base: Interval) -> CellChange:
+    """A baseline cell with no completed current row: `failed` when its final seeds ran and failed, else
+    `missing` (with the budget audit's reason where it refused the cell)."""
+    failed = current.failed(cell)
+    if cell not in current.refused and len(failed):
+        runs = _by_seed(failed)
+        return CellChange(cell, FAILED, base, None, None, tuple(f"seed {s} {_failure(r)}" for s, r in runs.items()))
+    why = f"refused by the budget audit: {current.refused[cell]}" if cell in current.refused else "no final row"
+    return CellChange(cell, "missing", base, None, None, (why,))
 
 
 def _num(x: float | None) -> float | None:
@@ -189,13 +300,16 @@ def to_json(cmp: Comparison) -> dict:
         "rule": {
             "tolerance": cmp.tolerance,
             "alpha": cmp.alpha,
-            "test": "Welch one-sided t-test over seeds",
+            "test": TESTS,
             "missing_fails": not cmp.allow_missing,
         },
+        "missing_columns": list(cmp.missing_columns),
         "cells": [
             {
                 "cell": c.cell,
                 "status": c.status,
+                "test": c.test or None,
+                "problems": list(c.problems),
                 "baseline": _iv(c.baseline),
                 "current": _iv(c.current),
                 "change": None
@@ -206,6 +320,7 @@ def to_json(cmp: Comparison) -> dict:
                     "ci_high": _num(c.change.high),
                     "df": _num(c.change.df),
                     "p_drop": _num(c.change.p_less),
+                    "test": c.change.test,
                 },
             }
             for c in cmp.cells
@@ -216,10 +331,10 @@ def to_json(cmp: Comparison) -> dict:
 
 
 def text_table(cmp: Comparison) -> str:
-    """One aligned line per cell for the terminal."""
+    """One aligned line per cell for the terminal, then each cell's problems and the rule with the verdict."""
     from bench.reports.leaderboard import fmt, fmt_interval
 
-    head = ("cell", "status", f"baseline {cmp.metric}", f"current {cmp.metric}", "change [95% CI]", "p(drop)")
+    head = ("cell", "status", f"baseline {cmp.metric}", f"current {cmp.metric}", "change [95% CI]", "test", "p(drop)")
     rows = [head]
     for c in cmp.cells:
         ch = (
@@ -238,16 +353,25 @@ def text_table(cmp: Comparison) -> str:
                 fmt_interval(c.baseline) if c.baseline else "-",
                 fmt_interval(c.current) if c.current else "-",
                 ch,
+                c.test or "-",
                 fmt(c.p_drop, 4),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    lines += [f"{c.cell}: {p}" for c in cmp.cells for p in c.problems]
+    if cmp.missing_columns:
+        lines.append(f"columns of the baseline missing from the current table: {', '.join(cmp.missing_columns)}")
     verdict = (
         f"{len(cmp.failures)} regression(s): {', '.join(c.cell for c in cmp.failures)}"
         if cmp.failures
         else "no regression"
     )
-    lines.append(f"rule: drop > {cmp.tolerance:g} and Welch one-sided p < {cmp.alpha:g}; {verdict}")
+    if cmp.missing_columns:
+        verdict += f"; {len(cmp.missing_columns)} missing column(s)"
+    lines.append(
+        f"rule: a cell fails when it lacks a seed or value of the baseline, or its mean dropped by more than "
+        f"{cmp.tolerance:g} with p < {cmp.alpha:g} ({TESTS} test); {verdict}"
+    )
     return "\n".join(lines)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -81,6 +82,7 @@ def test_same_results_do_not_regress(sweep: Path, tmp_path: Path) -> None:
     assert main(["regress", "--baseline", str(sweep), "--current", str(sweep), "--json", str(out)]) == 0
     cells = _report(out)
     assert set(cells) == set(CELLS) and {c["status"] for c in cells.values()} == {"same"}
+    assert {c["test"] for c in cells.values()} == {"paired"} and {c["change"]["diff"] for c in cells.values()} == {0}
     assert json.loads(out.read_text())["exit_code"] == 0
 
 
@@ -121,12 +123,26 @@ def test_drop_within_tolerance_passes(sweep: Path, sweep_copy: Path, tmp_path: P
     assert all((c["status"] == "worse") == (c["change"]["p_drop"] < 0.05) for c in cells)
 
 
-def test_single_seed_drop_is_inconclusive(sweep: Path, sweep_copy: Path, tmp_path: Path) -> None:
+def test_single_seed_drop_is_inconclusive(
+    sweep: Path, sweep_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One final seed on both sides: no variance, so a drop beyond the tolerance is `worse?` and passes."""
+    baseline = tmp_path / "baseline" / sweep.name
+    shutil.copytree(sweep, baseline)
+    _shift(baseline, [CELLS[0]], 0.0, keep_seeds=1)
     _shift(sweep_copy, [CELLS[0]], 0.2, keep_seeds=1)
     out = tmp_path / "r.json"
-    assert main(["regress", "--baseline", str(sweep), "--current", str(sweep_copy), "--json", str(out)]) == 0
+    assert main(["regress", "--baseline", str(baseline), "--current", str(sweep_copy), "--json", str(out)]) == 0
     cell = _report(out)[CELLS[0]]
     assert cell["status"] == "worse?" and cell["current"]["n_seeds"] == 1 and cell["change"]["p_drop"] is None
+    assert cell["test"] == "paired" and cell["problems"] == []
+    # Against the full baseline, the current's two lost seeds fail the check whatever the statistics say.
+    assert main(["regress", "--baseline", str(sweep), "--current", str(sweep_copy), "--json", str(out)]) == 1
+    cell = _report(out)[CELLS[0]]
+    assert cell["status"] == "seeds missing" and cell["test"] == "Welch"
+    seeds = sorted(pd.read_csv(sweep / "finals.csv").query("cell == @CELLS[0]")["seed"])
+    assert cell["problems"] == [f"seed {s} missing" for s in seeds[1:]]
+    assert f"{CELLS[0]}: seed {seeds[1]} missing" in capsys.readouterr().out
 
 
 def test_missing_cell_fails_unless_allowed(sweep: Path, sweep_copy: Path, tmp_path: Path) -> None:
