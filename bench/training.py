@@ -182,6 +182,8 @@ def build(config: TrainConfig, in_shape: tuple[int, ...], num_classes: int, devi
     loss = registry.build_loss(config.loss, context, **config.loss_params)
     if isinstance(loss, nn.Module):
         loss = loss.to(device)
+    if callable(getattr(loss, "materialize", None)):  # a learned metric's weights now: a function of the seed
+        loss.materialize(config.embedding_dim)
     miner = registry.build_miner(config.miner, context, **config.miner_params) if config.miner else None
     if miner is not None and hasattr(miner, "bind_loss"):
         method_call("miner", str(config.miner), 0, miner.bind_loss, loss, where="bind_loss")

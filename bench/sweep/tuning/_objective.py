@@ -37,6 +37,7 @@ class RunResult:
     final_loss: float = math.nan
     reason: str = ""
     model: Any = None
+    metric: Any = None  # the learned metric that ranked the test pairs (`bench.evaluation.pair_scorer_of`), or None
 
 
 @dataclass
@@ -153,7 +154,7 @@ def train_and_score(
     parameter values become a FAIL, not a crash."""
     import optuna
 
-    from bench.evaluation import score_model
+    from bench.evaluation import pair_scorer_of, score_model
     from bench.training import train
 
     start = time.perf_counter()
@@ -185,6 +186,7 @@ def train_and_score(
         raise
     except BenchError as e:  # a sampled combination the method refuses (e.g. alpha1 <= alpha2)
         return RunResult("FAIL", 0, 0, time.perf_counter() - start, reason=str(e))
+    metric = pair_scorer_of(result.loss_module)  # a learned-metric cell is ranked by its own g
     metrics = score_model(
         protocol,
         result.model,
@@ -193,6 +195,7 @@ def train_and_score(
         lake_runs=lake_runs,
         device=config.device,
         seed=config.seed,
+        metric=metric,
     )
     return RunResult(
         "COMPLETE",
@@ -203,6 +206,7 @@ def train_and_score(
         result.final_loss,
         result.reason,
         result.model,
+        metric,
     )
 
 
