@@ -176,3 +176,82 @@ def test_pair_scorer_of_a_loss() -> None:
     s = pair_scorer_of(loss)
     assert isinstance(s, PairScorer) and s.metric is loss.metric and s.normalize
     assert pair_scorer_of(build_loss("quadruplet")) is None and pair_scorer_of(build_loss("contrastive")) is None
+
+
+TINY = """\
+name: tiny-learned
+seed: 3
+data:
+  train: omniglot:background
+  test: omniglot:evaluation
+  train_classes: 12
+  test_classes: 6
+  image_size: 12
+  validation: {folds: 3, use: 1, group_by: alphabet}
+model: {trunk: mlp, trunk_params: {hidden: [32]}, embedding_dim: 8, normalize: true}
+training: {optimizer: adam, lr: 1.0e-3, P: 4, K: 4, iterations: 3}
+evaluation: {metrics: [precision_at_1, map_at_r, recall_at_k, lake_accuracy], primary: map_at_r, ks: [1, 2]}
+tuning: {trials: 1}
+final: {seeds: [0, 1]}
+grid:
+  losses:
+    - {name: triplet, miners: [none]}
+    - name: quadruplet
+      label: quadruplet-dp
+      params: {learned_metric: true, pair_input: difference_product}
+      miners: [margohnm]
+  miners: [{name: none}, {name: margohnm}]
+"""
+
+
+@pytest.mark.slow
+def test_cell_floor_is_the_cells_untrained_trunk_and_metric_scored_the_same_way(data_root, monkeypatch, tmp_path):
+    """A learned-metric cell's floor: the trunk and metric `train` starts from for that seed (caught as the
+    trainer builds them), ranked by g; its embedding ranking is the protocol floor's trunk."""
+    import copy
+
+    import pandas as pd
+
+    from bench import training
+    from bench.evaluation import score_model
+    from bench.plan import plan
+    from bench.protocol import parse_protocol
+    from bench.sweep import floor
+    from bench.sweep.tables import CELL_FLOOR, metric_names
+    from bench.sweep.tuning import final_config, prepare
+
+    protocol = parse_protocol(TINY)
+    prepared = prepare(protocol, str(data_root))
+    learned = floor.learned_metric_cells(protocol, plan(protocol).cells)
+    assert [c.id for c in learned] == ["quadruplet-dp+margohnm"]
+    cell = learned[0]
+    row = floor.cell_floor_row(protocol, prepared, cell, 0)
+    built = []
+    real = training.build
+
+    def caught(*args, **kwargs):
+        out = real(*args, **kwargs)
+        built.append(copy.deepcopy(out[:2]))
+        return out
+
+    monkeypatch.setattr(training, "build", caught)
+    config = final_config(protocol, cell, {}, 0)
+    training.train(config, prepared.train)
+    monkeypatch.undo()
+    trunk, loss = built[0]
+    want = score_model(
+        protocol, trunk.eval(), prepared.test, clustering=False, lake_runs=prepared.lake_runs,
+        metric=pair_scorer_of(loss),
+    )  # fmt: skip
+    metrics = metric_names(protocol.doc)
+    assert row == {"protocol_hash": protocol.hash, "cell": cell.id, "seed": 0, **{m: want[m] for m in metrics}}
+    trunk_floor = floor.floor_row(protocol, prepared, 0)
+    assert {m: want[EMBEDDING_PREFIX + m] for m in metrics} == pytest.approx({m: trunk_floor[m] for m in metrics})
+    assert want["map_at_r"] != trunk_floor["map_at_r"]  # ranked by g, not by the embedding distance
+    frame = floor.update_cell_floor(protocol, prepared, tmp_path, plan(protocol).cells)
+    assert list(frame["cell"]) == [cell.id] * 2 and list(frame["seed"]) == [0, 1]
+    assert frame.iloc[0].to_dict() == pytest.approx(row)
+    assert pd.read_csv(tmp_path / CELL_FLOOR).equals(frame)
+    calls = []
+    monkeypatch.setattr(floor, "cell_floor_row", lambda *a: calls.append(a))
+    assert floor.update_cell_floor(protocol, prepared, tmp_path, plan(protocol).cells).equals(frame) and not calls
