@@ -387,6 +387,7 @@ def train(
     checkpoint_every: int = 0,
     on_checkpoint: Checkpoint | None = None,
     progress: Progress | None = None,
+    on_built: Callable[[nn.Module, Any], None] | None = None,
 ) -> TrainResult:
     """Train ``config.trunk`` on ``data`` (a LabeledData) for ``config.iterations`` steps.
 
@@ -395,7 +396,9 @@ def train(
     ``on_checkpoint(iteration, model)`` runs every ``checkpoint_every``
     iterations and may raise (``optuna.TrialPruned``) to stop the run;
     ``progress(iteration, total, loss)`` is called every ``SYNC_EVERY``
-    iterations and at the end.
+    iterations and at the end. ``on_built(trunk, loss)`` is told the trunk
+    and the loss once they are built, before the first step (a checkpoint
+    that scores a learned-metric cell needs the loss's metric).
     """
     config.check()
     device = torch.device(config.device)
@@ -406,6 +409,8 @@ def train(
     x = data.x if files else data.x.to(device)
     labels_dev = labels.to(device)
     trunk, loss_fn, miner = build(config, tuple(data.x.shape[1:]), num_classes, device)
+    if on_built is not None:
+        on_built(trunk, loss_fn)
     channels_last = use_channels_last(config, x)
     if channels_last:
         trunk = trunk.to(memory_format=torch.channels_last)

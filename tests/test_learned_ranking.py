@@ -255,3 +255,24 @@ def test_cell_floor_is_the_cells_untrained_trunk_and_metric_scored_the_same_way(
     calls = []
     monkeypatch.setattr(floor, "cell_floor_row", lambda *a: calls.append(a))
     assert floor.update_cell_floor(protocol, prepared, tmp_path, plan(protocol).cells).equals(frame) and not calls
+
+    # tuning's checkpoints (the pruner's scores) and the final score rank by the same g
+    from bench.sweep.tuning import train_and_score
+
+    seen = []
+    result = train_and_score(
+        protocol, config, prepared.train, prepared.test, clustering=False,
+        on_checkpoint=lambda it, model, metric: seen.append(metric), checkpoint_every=1,
+    )  # fmt: skip
+    assert len(seen) == 3 and all(isinstance(m, PairScorer) for m in seen)
+    assert all(m.metric is result.metric.metric for m in seen)
+    got = score_model(protocol, result.model, prepared.test, clustering=False, metric=result.metric)
+    assert got == result.metrics and "map_at_r" in got
+    assert "embedding_map_at_r" in result.metrics
+    triplet = next(c for c in plan(protocol).cells if c.loss == "triplet")
+    seen.clear()
+    plain = train_and_score(
+        protocol, final_config(protocol, triplet, {}, 0), prepared.train, prepared.test, clustering=False,
+        on_checkpoint=lambda it, model, metric: seen.append(metric), checkpoint_every=1,
+    )  # fmt: skip
+    assert seen == [None] * 3 and plain.metric is None and "embedding_map_at_r" not in plain.metrics
