@@ -90,7 +90,10 @@ class LearnedMetric(nn.Module):
         if self.pair_input == "concat":
             pre = (x @ w[:, :d].T + b)[:, None, :] + (y @ w[:, d:].T)[None, :, :]
         else:
-            diff = (x[:, None, :] - y[None, :, :]).abs() @ w[:, :d].T  # (n, m, hidden)
+            n, m = len(x), len(y)
+            diff = x[:, None, :] - y[None, :, :]  # (n, m, D): the one pair-sized input
+            diff = diff.abs() if torch.is_grad_enabled() else diff.abs_()
+            diff = (diff.view(n * m, d) @ w[:, :d].T).view(n, m, -1)  # (n, m, hidden)
             product = torch.matmul(x[:, None, :] * w[None, :, d:], y.T)  # (n, hidden, m): x^T diag(w2_h) y
             pre = diff + product.transpose(1, 2) + b
         return self._dissimilar(pre)
