@@ -276,3 +276,21 @@ def test_cell_floor_is_the_cells_untrained_trunk_and_metric_scored_the_same_way(
         on_checkpoint=lambda it, model, metric: seen.append(metric), checkpoint_every=1,
     )  # fmt: skip
     assert seen == [None] * 3 and plain.metric is None and "embedding_map_at_r" not in plain.metrics
+
+
+def test_reports_compare_a_learned_metric_cell_with_its_own_floor(tmp_path) -> None:
+    import pandas as pd
+
+    from bench.reports.source import Results
+
+    finals = pd.DataFrame({"cell": ["a+none", "q+margohnm"], "seed": [0, 0], "map_at_r": [0.3, 0.2]})
+    trunk = pd.DataFrame({"protocol_hash": ["h", "h"], "seed": [1, 0], "map_at_r": [0.11, 0.10]})
+    own = pd.DataFrame(
+        {"protocol_hash": ["h"] * 2, "cell": ["q+margohnm"] * 2, "seed": [0, 1], "map_at_r": [0.0, 0.01]}
+    )
+    res = Results(tmp_path, {"protocol_hash": "h"}, finals, floor=trunk, cell_floor=own)
+    values, seeds = res.floor_values("map_at_r", "q+margohnm")
+    assert list(values) == [0.0, 0.01] and seeds == [0, 1]
+    values, seeds = res.floor_values("map_at_r", "a+none")  # a cell without its own floor: the trunk's
+    assert list(values) == [0.10, 0.11] and seeds == [0, 1]
+    assert list(res.floor_values("map_at_r")[0]) == [0.10, 0.11]  # the leaderboard's floor row
