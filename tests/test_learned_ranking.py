@@ -199,8 +199,8 @@ grid:
     - name: quadruplet
       label: quadruplet-dp
       params: {learned_metric: true, pair_input: difference_product}
-      miners: [margohnm]
-  miners: [{name: none}, {name: margohnm}]
+      miners: [margohnm-w1]  # w2 is dead beside a fresh learned metric, as in the Omniglot protocols
+  miners: [{name: none}, {name: margohnm, label: margohnm-w1, params: {w2: 0.5}}]
 """
 
 
@@ -223,7 +223,7 @@ def test_cell_floor_is_the_cells_untrained_trunk_and_metric_scored_the_same_way(
     protocol = parse_protocol(TINY)
     prepared = prepare(protocol, str(data_root))
     learned = floor.learned_metric_cells(protocol, plan(protocol).cells)
-    assert [c.id for c in learned] == ["quadruplet-dp+margohnm"]
+    assert [c.id for c in learned] == ["quadruplet-dp+margohnm-w1"]
     cell = learned[0]
     row = floor.cell_floor_row(protocol, prepared, cell, 0)
     built = []
