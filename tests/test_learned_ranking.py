@@ -294,3 +294,27 @@ def test_reports_compare_a_learned_metric_cell_with_its_own_floor(tmp_path) -> N
     values, seeds = res.floor_values("map_at_r", "a+none")  # a cell without its own floor: the trunk's
     assert list(values) == [0.10, 0.11] and seeds == [0, 1]
     assert list(res.floor_values("map_at_r")[0]) == [0.10, 0.11]  # the leaderboard's floor row
+
+
+def test_train_command_ranks_a_learned_metric_run_by_g_and_its_floor_too(tmp_path, capsys) -> None:
+    """`dmlbench train` with a learned metric: metrics and floor ranked by g, the embedding ranking beside
+    them; the floor is the seed's initial trunk and metric, whatever the training did."""
+    import json
+
+    from test_own_data import write_folder
+
+    from bench.cli import main
+
+    pool = write_folder(tmp_path / "faces", ["ann", "bob", "cid", "dan", "eve", "fay"])
+    common = [
+        "train", "--data", f"folder:{pool}", "--split", "0.5", "--trunk", "mlp", "--embedding-dim", "8",
+        "--size", "8", "--loss", "quadruplet", "--loss-param", "learned_metric=true",
+        "--loss-param", "pair_input=difference_product", "--P", "3", "--K", "2", "--iterations", "3",
+        "--threads", "1", "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", "--quiet", "--format", "json",
+    ]  # fmt: skip
+    assert main([*common, "--lr", "0.5"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert main([*common, "--lr", "1e-6"]) == 0
+    two = json.loads(capsys.readouterr().out)
+    assert one["floor"] == two["floor"] and one["metrics"] != two["metrics"]
+    assert {"map_at_r", "embedding_map_at_r"} <= set(one["metrics"]) and set(one["floor"]) == set(one["metrics"])
