@@ -60,9 +60,9 @@ class Results:
     summary: pd.DataFrame | None = None
     finals_file: Path | None = None
     floor: pd.DataFrame | None = None  # the untrained trunk, one row per final seed (floor.csv)
+    budget_check: pd.DataFrame | None = None  # the finals retrained at a multiple of the budget (budget_check.csv)
     # learned-metric cells' own floors (cell_floor.csv: trunk and metric untrained, ranked by the metric)
     cell_floor: pd.DataFrame | None = None
-    budget_check: pd.DataFrame | None = None  # the finals retrained at a multiple of the budget (budget_check.csv)
 
     @property
     def protocol(self) -> str:
