@@ -7,6 +7,18 @@ on its test data (a labelled set, or a query set ranked against a gallery),
 the one call that final seeds, the budget check and the floor share.
 Training (`bench.training`) only trains; its dataset-level miners embed
 through `embed` too.
+
+A cell whose loss learns its own metric (the quadruplet loss's learned
+``g``: its ``pair_scorer()``, see `pair_scorer_of`) is ranked by that
+metric, as its paper and both public re-implementations rank test pairs:
+every ranking metric (P@1, R-Precision, MAP@R, Recall@k, query/gallery and
+re-ID, Lake's runs) comes from the query x reference matrix of ``g``,
+computed in chunks of query rows with bounded memory
+(`bench.metrics.query_gallery`; never the N x N matrix). The same metrics
+ranked by the embedding distance in the protocol geometry are reported
+beside them with the ``embedding_`` prefix, a labelled secondary result.
+NMI/AMI cluster the embeddings (k-means needs a vector space) in both cases.
+This is the one exception to the protocol's geometry rule (docs/PROTOCOL.md).
 """
 
 from __future__ import annotations
@@ -20,7 +32,49 @@ from torch import nn
 from bench.errors import BenchError
 
 if TYPE_CHECKING:
+    from bench.losses.learned_metric import PairScorer
     from bench.protocol import Protocol
+
+EMBEDDING_PREFIX = "embedding_"  # the embedding-distance ranking of a learned-metric cell, beside its g ranking
+
+
+def pair_scorer_of(loss: Any) -> PairScorer | None:
+    """The learned metric a loss ranks pairs by (its ``pair_scorer()``), or None for a distance-based loss."""
+    make = getattr(loss, "pair_scorer", None)
+    return make() if callable(make) else None
+
+
+def ranked_by_metric(
+    metric: PairScorer, embeddings: torch.Tensor, labels: torch.Tensor, ks: Sequence[int], chunk_size: int | None = None
+) -> dict[str, float]:
+    """P@1, R-Precision, MAP@R and Recall@k of the set retrieving itself, ranked by the learned ``g``.
+
+    ``embeddings`` are the trunk's raw outputs (the metric applies its own
+    normalisation). Each query is ranked against every other sample (itself
+    removed), ties by position; a query whose class has no other sample is
+    left out, as in `bench.metrics.retrieval_metrics`. Chunks of
+    ``chunk_size`` queries (default: sized from the metric's per-pair
+    working memory, `PairScorer.cost`).
+    """
+    from bench.metrics.query_gallery import query_gallery_metrics
+
+    x = metric.prepare(embeddings)
+    ids = torch.arange(len(labels))
+    out = query_gallery_metrics(
+        x,
+        labels,
+        x,
+        labels,
+        ks=tuple(ks),
+        query_ids=ids,
+        gallery_ids=ids,
+        chunk_size=chunk_size,
+        pair_score=metric,
+        pair_cost=metric.cost(x.shape[1]),
+    )
+    out.pop("num_queries", None)
+    out.pop("skipped_queries", None)
+    return out
 
 
 def _inputs(x: Any, batch_size: int, device: torch.device) -> Iterator[torch.Tensor]:
@@ -69,6 +123,7 @@ def evaluate(
     device: str | torch.device = "cpu",
     seed: int = 0,
     normalize: bool = False,
+    metric: PairScorer | None = None,
 ) -> dict[str, float]:
     """Retrieval metrics on ``data`` (query = reference set), NMI/AMI and Lake's runs when given.
 
@@ -78,18 +133,32 @@ def evaluate(
     ``normalize`` (pass the protocol's ``model.normalize``: the geometry the
     losses trained in), raw trunk outputs otherwise; records name it with
     `bench.metrics.geometry(normalize)`. Values are floats only, so a caller
-    can log them as metrics as they are.
+    can log them as metrics as they are. With a learned ``metric`` the
+    ranking metrics and Lake's runs are ranked by it and the embedding
+    ranking's values are added with the ``embedding_`` prefix (module
+    docstring).
     """
     from bench.metrics import clustering_metrics, lake_runs_accuracy, retrieval_metrics
+    from bench.metrics.geometry import geometry, to_geometry
 
-    emb = embed(model, data.x, batch_size, device, normalize)
-    metrics = retrieval_metrics(emb, data.y, ks=ks)
-    metrics.pop("num_queries", None)
-    if clustering:
-        metrics.update(clustering_metrics(emb, data.y, seed=seed))
+    raw = embed(model, data.x, batch_size, device)
+    emb = to_geometry(raw, geometry(normalize))
+    ranking = retrieval_metrics(emb, data.y, ks=ks)
+    ranking.pop("num_queries", None)
     if lake_runs:
         lake = lake_runs_accuracy(lambda x: embed(model, x, batch_size, device, normalize), lake_runs)
-        metrics["lake_accuracy"] = float(lake["accuracy"])
+        ranking["lake_accuracy"] = float(lake["accuracy"])
+    metrics = ranking
+    if metric is not None:
+        metrics = ranked_by_metric(metric, raw, data.y, ks)
+        if lake_runs:
+            by_g = lake_runs_accuracy(
+                lambda x: metric.prepare(embed(model, x, batch_size, device)), lake_runs, pair_score=metric
+            )
+            metrics["lake_accuracy"] = float(by_g["accuracy"])
+        metrics.update({EMBEDDING_PREFIX + k: v for k, v in ranking.items()})
+    if clustering:
+        metrics.update(clustering_metrics(emb, data.y, seed=seed))
     return metrics
 
 
@@ -110,13 +179,15 @@ def score_model(
     lake_runs: Any = None,
     device: str = "cpu",
     seed: int = 0,
+    metric: PairScorer | None = None,
 ) -> dict[str, float]:
-    """The protocol's evaluation of a model on ``data``: the one path final seeds and the floor share."""
+    """The protocol's evaluation of a model on ``data``: the one path final seeds and the floor share.
+    ``metric``: the cell's learned metric, which then ranks (module docstring)."""
     from bench.data.query_gallery import QueryGallery
 
     ev = protocol.doc["evaluation"]
     if isinstance(data, QueryGallery):
-        return score_query_gallery(protocol, model, data, device=device)
+        return score_query_gallery(protocol, model, data, device=device, metric=metric)
     return evaluate(
         model,
         data,
@@ -126,16 +197,39 @@ def score_model(
         device=device,
         seed=seed,
         normalize=protocol.doc["model"]["normalize"],
+        metric=metric,
     )
 
 
-def score_query_gallery(protocol: Protocol, model: Any, data: Any, *, device: str = "cpu") -> dict[str, float]:
+def score_query_gallery(
+    protocol: Protocol, model: Any, data: Any, *, device: str = "cpu", metric: PairScorer | None = None
+) -> dict[str, float]:
     """The protocol's metrics of a query set ranked against its gallery, in the protocol's geometry.
 
     Retrieval metrics (P@1, R-Precision, MAP@R, Recall@k) rank the gallery
     less the query itself; ``reid_map`` and ``cmc_at_{k}`` apply the
-    Market-1501 rules (`bench.metrics.query_gallery`).
+    Market-1501 rules (`bench.metrics.query_gallery`). With a learned
+    ``metric`` they are ranked by it, the embedding ranking's beside them
+    with the ``embedding_`` prefix.
     """
+    from bench.metrics.geometry import geometry, to_geometry
+
+    raw_q = embed(model, data.query.x, device=device)
+    raw_g = raw_q if data.query is data.gallery else embed(model, data.gallery.x, device=device)
+    shape = geometry(protocol.doc["model"]["normalize"])
+    out = _query_gallery_scores(protocol, data, to_geometry(raw_q, shape), to_geometry(raw_g, shape), {})
+    if metric is None:
+        return out
+    pq, pg = metric.prepare(raw_q), metric.prepare(raw_g)
+    by_g = _query_gallery_scores(protocol, data, pq, pg, {"pair_score": metric, "pair_cost": metric.cost(pq.shape[1])})
+    return {**by_g, **{EMBEDDING_PREFIX + k: v for k, v in out.items()}}
+
+
+def _query_gallery_scores(
+    protocol: Protocol, data: Any, query: torch.Tensor, gallery: torch.Tensor, ranking: dict[str, Any]
+) -> dict[str, float]:
+    """The protocol's query/gallery and re-ID metrics of these embeddings; ``ranking``: a learned metric's
+    ``pair_score`` and ``pair_cost``, or nothing (the Euclidean ranking)."""
     from bench.metrics.query_gallery import (
         RANKING_METRICS,
         query_gallery_metrics,
@@ -143,21 +237,23 @@ def score_query_gallery(protocol: Protocol, model: Any, data: Any, *, device: st
     )
     from bench.protocol.schema import REID_METRICS
 
-    ev, normalize = protocol.doc["evaluation"], protocol.doc["model"]["normalize"]
-    query = embed(model, data.query.x, device=device, normalize=normalize)
-    gallery = query if data.query is data.gallery else embed(model, data.gallery.x, device=device, normalize=normalize)
+    ev = protocol.doc["evaluation"]
     ids = {"query_ids": data.query_ids, "gallery_ids": data.gallery_ids}
     out: dict[str, float] = {}
-    ranking = [m for m in ev["metrics"] if m in RANKING_METRICS]
-    if ranking:
+    wanted = [m for m in ev["metrics"] if m in RANKING_METRICS]
+    if wanted:
         out.update(
             query_gallery_metrics(
-                query, data.query.y, gallery, data.gallery.y, ks=tuple(ev["ks"]), metrics=ranking, **ids
+                query, data.query.y, gallery, data.gallery.y, ks=tuple(ev["ks"]), metrics=wanted, **ids, **ranking
             )
         )
     if set(REID_METRICS) & set(ev["metrics"]):
         q_cam, g_cam = data.cameras()
-        out.update(reid_metrics(query, data.query.y, q_cam, gallery, data.gallery.y, g_cam, ks=tuple(ev["ks"]), **ids))
+        out.update(
+            reid_metrics(
+                query, data.query.y, q_cam, gallery, data.gallery.y, g_cam, ks=tuple(ev["ks"]), **ids, **ranking
+            )
+        )
     out.pop("num_queries", None)
     out.pop("skipped_queries", None)
     return out

@@ -45,6 +45,24 @@ def initial_trunk(config: TrainConfig, in_shape: tuple[int, ...]) -> Any:
     return trunk.to(config.device).eval()
 
 
+def initial_models(config: TrainConfig, train_data: Any) -> tuple[Any, Any]:
+    """The trunk and the learned metric (`bench.evaluation.pair_scorer_of`; None for a distance-based loss)
+    `bench.training.train` starts from with this config's seed: its own seeding, then its own build."""
+    import torch
+
+    from bench import registry
+    from bench.evaluation import pair_scorer_of
+    from bench.training import build, seed_everything
+
+    in_shape, classes = tuple(train_data.x.shape[1:]), len(torch.unique(train_data.y))
+    context = {"num_classes": classes, "embedding_size": config.embedding_dim}
+    if pair_scorer_of(registry.build_loss(config.loss, context, **config.loss_params)) is None:
+        return initial_trunk(config, in_shape), None  # a distance-based loss: the trunk alone
+    seed_everything(config.seed)
+    trunk, loss, _ = build(config, in_shape, classes, torch.device(config.device))
+    return trunk.eval(), pair_scorer_of(loss)
+
+
 def check_config(config: TrainConfig, size: int | None = None) -> None:
     """Unknown names and parameters fail in a second, before data, models and MLflow are loaded."""
     from bench import registry
@@ -158,7 +176,7 @@ def train_and_evaluate(
     from tqdm import tqdm
 
     from bench import data as datasets
-    from bench.evaluation import evaluate
+    from bench.evaluation import evaluate, pair_scorer_of
     from bench.metrics import geometry
     from bench.stores import provenance, tracking
     from bench.stores.mlflow_runs import MlflowWriter
@@ -221,17 +239,26 @@ def train_and_evaluate(
         finally:
             bar.close()
         normalize = trained_normalized(config)
+        metric = pair_scorer_of(result.loss_module)  # a learned metric ranks its own run (docs/METHODS.md)
         metrics = evaluate(
-            result.model, test_data, lake_runs=lake_runs, device=config.device, seed=config.seed, normalize=normalize
-        )
-        # the floor: the same seed's initial trunk, scored by the same call on the same test data
-        floor = evaluate(
-            initial_trunk(config, tuple(train_data.x.shape[1:])),
+            result.model,
             test_data,
             lake_runs=lake_runs,
             device=config.device,
             seed=config.seed,
             normalize=normalize,
+            metric=metric,
+        )
+        # the floor: the same seed's initial trunk (and initial metric), scored by the same call on the same data
+        start_trunk, start_metric = initial_models(config, train_data)
+        floor = evaluate(
+            start_trunk,
+            test_data,
+            lake_runs=lake_runs,
+            device=config.device,
+            seed=config.seed,
+            normalize=normalize,
+            metric=start_metric,
         )
         writer.log(
             run_id,

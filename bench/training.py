@@ -182,6 +182,8 @@ def build(config: TrainConfig, in_shape: tuple[int, ...], num_classes: int, devi
     loss = registry.build_loss(config.loss, context, **config.loss_params)
     if isinstance(loss, nn.Module):
         loss = loss.to(device)
+    if callable(getattr(loss, "materialize", None)):  # a learned metric's weights now: a function of the seed
+        loss.materialize(config.embedding_dim)
     miner = registry.build_miner(config.miner, context, **config.miner_params) if config.miner else None
     if miner is not None and hasattr(miner, "bind_loss"):
         method_call("miner", str(config.miner), 0, miner.bind_loss, loss, where="bind_loss")
@@ -385,6 +387,7 @@ def train(
     checkpoint_every: int = 0,
     on_checkpoint: Checkpoint | None = None,
     progress: Progress | None = None,
+    on_built: Callable[[nn.Module, Any], None] | None = None,
 ) -> TrainResult:
     """Train ``config.trunk`` on ``data`` (a LabeledData) for ``config.iterations`` steps.
 
@@ -393,7 +396,9 @@ def train(
     ``on_checkpoint(iteration, model)`` runs every ``checkpoint_every``
     iterations and may raise (``optuna.TrialPruned``) to stop the run;
     ``progress(iteration, total, loss)`` is called every ``SYNC_EVERY``
-    iterations and at the end.
+    iterations and at the end. ``on_built(trunk, loss)`` is told the trunk
+    and the loss once they are built, before the first step (a checkpoint
+    that scores a learned-metric cell needs the loss's metric).
     """
     config.check()
     device = torch.device(config.device)
@@ -404,6 +409,8 @@ def train(
     x = data.x if files else data.x.to(device)
     labels_dev = labels.to(device)
     trunk, loss_fn, miner = build(config, tuple(data.x.shape[1:]), num_classes, device)
+    if on_built is not None:
+        on_built(trunk, loss_fn)
     channels_last = use_channels_last(config, x)
     if channels_last:
         trunk = trunk.to(memory_format=torch.channels_last)

@@ -10,16 +10,23 @@ positive pair to be closer than a negative pair sharing no sample with it;
 ``alpha1 > alpha2``.
 
 What ``G`` is (the paper writes ``g^2``): the pairwise value returned by
-`QuadrupletLoss.distance_matrix`, used as it is:
+`QuadrupletLoss.distance_matrix`:
 
 * ``distance="squared_euclidean"`` (default): ``||a - b||^2``, the paper's
   Euclidean form (``g`` the Euclidean distance, ``G = g^2``);
 * ``distance="euclidean"``: ``||a - b||`` (not squared);
 * ``distance="cosine"``: ``1 - cos(a, b)``;
-* ``learned_metric=True``: Chen et al.'s learned ``g`` in ``[0, 1]`` (see
-  `bench.losses.learned_metric`), used directly, not squared, as in their
-  experiments, so that margins such as 1 and 0.5 keep their meaning on
-  ``[0, 1]``; ``distance`` is then unused.
+* ``learned_metric=True``: ``G = g^2`` with Chen et al.'s learned ``g`` in
+  ``[0, 1]`` (`bench.losses.learned_metric`), squared as the paper's
+  eqs. 2-4 write every term (and as both public re-implementations do);
+  ``distance`` is then unused. ``pair_input`` says what the network sees of
+  a pair: ``concat`` (default, the paper's ``[a; b]``) or
+  ``difference_product`` (``[|a-b|; a*b]``, Koch et al.'s pair features: a
+  documented departure that trains where ``concat`` does not, see
+  docs/METHODS.md, *Learned metric*). The default stays the paper's so that
+  a cell says ``pair_input: difference_product`` when it departs.
+  A learned-metric cell is ranked by ``g`` at test time
+  (`bench.evaluation`), through `QuadrupletLoss.pair_scorer`.
 
 Embeddings are L2-normalised first when ``normalize`` (also before the
 learned metric).
@@ -62,7 +69,7 @@ from bench.losses.base import (
     flat_gather,
     take_rows,
 )
-from bench.losses.learned_metric import LearnedMetric
+from bench.losses.learned_metric import PAIR_INPUTS, LearnedMetric, PairScorer
 from bench.tuples import Quadruplets, ViolatingQuadruplets
 
 Margin = torch.Tensor | float
@@ -88,6 +95,7 @@ class QuadrupletLoss(BenchLoss):
         learned_metric: bool = False,
         metric_hidden: int = 10,
         metric_layers: int = 3,
+        pair_input: str = "concat",
         normalize: bool = True,
         reduction: Any = "mean",
     ) -> None:
@@ -104,13 +112,29 @@ class QuadrupletLoss(BenchLoss):
                 raise BenchError(
                     f"metric_hidden and metric_layers must be integers, got {metric_hidden!r}, {metric_layers!r}"
                 )
-            self.metric = LearnedMetric(hidden, layers)
+            if pair_input not in PAIR_INPUTS:
+                raise BenchError(f"pair_input must be one of {', '.join(PAIR_INPUTS)}, got {pair_input!r}")
+            self.metric = LearnedMetric(hidden, layers, pair_input)
+        elif pair_input != "concat":
+            raise BenchError(f"pair_input={pair_input!r} needs learned_metric: true (it is the learned metric's input)")
+
+    def materialize(self, embedding_size: int) -> None:
+        """Create the learned metric's weights for embeddings of this width now (no-op without one), so
+        that the initial metric depends on the seed alone (the trainer calls it right after building)."""
+        if self.metric is not None:
+            self.metric.materialize(embedding_size)
+
+    def pair_scorer(self) -> PairScorer | None:
+        """What ranks test pairs by this loss's learned ``g`` (`bench.evaluation`); None without one."""
+        return None if self.metric is None else PairScorer(self.metric, self.normalize)
 
     def distance_matrix(self, embeddings: torch.Tensor) -> torch.Tensor:
-        """(B, B) values ``G`` the loss's terms use (see the module docstring), differentiable."""
+        """(B, B) values ``G`` the loss's terms use (see the module docstring), differentiable: ``g^2`` for
+        the learned metric."""
         if self.metric is None:
             return self.distance.matrix(embeddings)
-        return self.metric.matrix(F.normalize(embeddings, p=2, dim=1) if self.normalize else embeddings)
+        g = self.metric.matrix(F.normalize(embeddings, p=2, dim=1) if self.normalize else embeddings)
+        return g * g
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any = None) -> torch.Tensor:
         """Only Quadruplets (or None, every quadruplet): triplets or pairs carry no second negative pair,

@@ -147,6 +147,7 @@ def lake_runs_accuracy(
     embed_fn: Callable[[torch.Tensor], torch.Tensor],
     runs: Sequence[OneShotRun],
     distance: str = "euclidean",
+    pair_score: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> LakeRunsResult:
     """Accuracy on Lake et al.'s one-shot runs: each test image takes the class of the closest training image.
 
@@ -154,6 +155,8 @@ def lake_runs_accuracy(
     (call it under ``torch.no_grad()`` and in eval mode as appropriate; this
     function does not touch the model). Each run is scored on its own, as
     published; ties go to the lowest training index (``torch.argmin``).
+    ``pair_score(test, train)``, when given, replaces ``distance``: a
+    learned metric's ``(n_test, n_train)`` scores, smaller nearer (``g``).
 
     Returns ``accuracy`` (fraction over all test images of all runs),
     ``accuracy_percent``, ``error_percent`` (the figure Lake et al. report),
@@ -176,7 +179,12 @@ def lake_runs_accuracy(
             test = _embedded(embed_fn(run.test_x), len(run.test_x), f"{label}: embed_fn(test_x)")
             if train.shape[1] != test.shape[1]:
                 raise BenchError(f"{label}: train and test embeddings differ in width")
-            predicted = pairwise(test, train, distance).argmin(dim=1)
+            scores = pairwise(test, train, distance) if pair_score is None else pair_score(test, train)
+            if tuple(scores.shape) != (len(test), len(train)):
+                raise BenchError(
+                    f"{label}: pair_score returned {tuple(scores.shape)}, expected ({len(test)}, {len(train)})"
+                )
+            predicted = scores.argmin(dim=1)
             hits = int((predicted == run.answer.to(predicted.device)).sum())
             per_run.append(hits / len(run.answer))
             correct += hits

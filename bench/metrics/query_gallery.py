@@ -34,7 +34,7 @@ mAP, which needs every correct item's rank, sorts each row of a chunk
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from bench.errors import BenchError
 from bench.metrics.retrieval import BLOCK_ELEMENTS, RETRIEVAL_DISTANCES, _as_tensor, _check_ks, as_embeddings_and_labels
 
+PairScore = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (query rows, gallery) -> scores, smaller nearer
 RANKING_METRICS = ("precision_at_1", "r_precision", "map_at_r", "recall_at_k")
 # A chunk's working set in float32 blocks (4 bytes an element), measured: the exclusion masks and the
 # counted ranks make about a dozen bool masks and two float copies of the scores (~38 bytes an element);
@@ -63,6 +64,8 @@ def query_gallery_metrics(
     distance: str = "euclidean",
     chunk_size: int | None = None,
     metrics: Sequence[str] = RANKING_METRICS,
+    pair_score: PairScore | None = None,
+    pair_cost: int = 0,
 ) -> dict[str, float]:
     """P@1, R-Precision, MAP@R and Recall@k of each query against the gallery (less the query itself).
 
@@ -86,6 +89,8 @@ def query_gallery_metrics(
         chunk_size,
         None,
         None,
+        pair_score,
+        pair_cost,
     )
     ks = _check_ks(ks)
     unknown = sorted(set(metrics) - set(RANKING_METRICS))
@@ -130,6 +135,8 @@ def reid_metrics(
     chunk_size: int | None = None,
     junk_label: int | None = -1,
     distractor_label: int | None = 0,
+    pair_score: PairScore | None = None,
+    pair_cost: int = 0,
 ) -> dict[str, float]:
     """mAP and CMC rank-k under the Market-1501 rules (see the module docstring).
 
@@ -151,6 +158,8 @@ def reid_metrics(
         chunk_size,
         junk_label,
         distractor_label,
+        pair_score,
+        pair_cost,
     )
     ks = _check_ks(ks)
     n = len(scorer.qy)
@@ -244,7 +253,15 @@ def ranked_prefix(scores: torch.Tensor, k: int) -> torch.Tensor:
 
 
 class _Scorer:
-    """Validated inputs and the chunked score blocks with the exclusion rules applied."""
+    """Validated inputs and the chunked score blocks with the exclusion rules applied.
+
+    Scores are the ``distance``'s, or, given ``pair_score``, that function of
+    (a chunk of query rows, the whole gallery), smaller nearer: a learned
+    metric's ``g`` (`bench.losses.learned_metric.PairScorer`). Its working
+    memory is ``pair_cost`` values per scored pair, counted with the ranking's
+    own when chunks are sized, so a chunk of queries x gallery stays within
+    ``BLOCK_ELEMENTS`` x 4 bytes however large the sets (no N x N matrix).
+    """
 
     def __init__(
         self,
@@ -260,7 +277,10 @@ class _Scorer:
         chunk_size: int | None,
         junk_label: int | None,
         distractor_label: int | None,
+        pair_score: PairScore | None = None,
+        pair_cost: int = 0,
     ) -> None:
+        self.pair_score, self.pair_cost = pair_score, int(pair_cost)
         self.q, self.qy = as_embeddings_and_labels(query, query_labels)
         self.g, self.gy = as_embeddings_and_labels(gallery, gallery_labels)
         if self.q.shape[1] != self.g.shape[1]:
@@ -271,6 +291,8 @@ class _Scorer:
             isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1
         ):
             raise BenchError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+        if self.pair_cost < 0:
+            raise BenchError(f"pair_cost must be >= 0, got {pair_cost!r}")
         if (query_ids is None) != (gallery_ids is None):
             raise BenchError("sample ids must be given for both query and gallery, or for neither")
         self.qid = _per_sample(query_ids, len(self.qy), "query_ids")
@@ -285,7 +307,7 @@ class _Scorer:
         """Queries per chunk: the caller's, or as many as keep ``cost`` x the block within BLOCK_ELEMENTS."""
         if self.chunk_size is not None:
             return int(self.chunk_size)
-        return max(1, BLOCK_ELEMENTS // (cost * len(self.gy)))
+        return max(1, BLOCK_ELEMENTS // ((cost + self.pair_cost) * len(self.gy)))
 
     def blocks(self, rows: int) -> Iterator[tuple[int, int, torch.Tensor, torch.Tensor]]:
         """(start, end, scores, positive) per chunk of queries: excluded gallery items score +inf and are not
@@ -306,7 +328,7 @@ class _Scorer:
         for s in range(0, len(self.qy), rows):
             e = min(s + rows, len(self.qy))
             with torch.no_grad():
-                scores = q_op[s:e] @ g_t
+                scores = self._learned(s, e) if self.pair_score is not None else q_op[s:e] @ g_t
             same = self.qy[s:e].unsqueeze(1) == gy
             excluded = never.unsqueeze(0).expand_as(same).clone()
             if self.qid is not None and self.gid is not None:
@@ -317,6 +339,18 @@ class _Scorer:
             positive = same & ~excluded & ~not_match.unsqueeze(0)
             self.has[s:e] = positive.any(dim=1)
             yield s, e, scores, positive
+
+    def _learned(self, s: int, e: int) -> torch.Tensor:
+        """``pair_score`` of queries s..e against the gallery, checked: (e - s, gallery) finite float32."""
+        assert self.pair_score is not None
+        scores = self.pair_score(self.q[s:e], self.g)
+        if not isinstance(scores, torch.Tensor) or tuple(scores.shape) != (e - s, len(self.gy)):
+            shape = tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__
+            raise BenchError(f"pair_score returned {shape}, expected ({e - s}, {len(self.gy)})")
+        scores = scores.detach().to("cpu", torch.float32)
+        if not bool(torch.isfinite(scores).all()):
+            raise BenchError("pair_score returned NaN or inf")
+        return scores
 
     def nonempty(self, values: torch.Tensor) -> torch.Tensor:
         """The per-query values of the queries with a correct gallery item; none at all is an error."""

@@ -6,9 +6,11 @@ The margins follow the batch: ``alpha1 = w1 * (mu_n - mu_p)`` and
 ``mu_p`` / ``mu_n`` the means of ``G`` over the batch's positive / negative
 pairs (ordered pairs, no self-pairs), where ``G`` is the value the quadruplet
 loss puts in its terms (`QuadrupletLoss.distance_matrix`: the paper's
-``g^2``). The formula is kept as it is: when negatives are on average nearer
-than positives the margins are negative (asking little) rather than clipped.
-During the first ``warmup_iterations`` calls (and whenever a batch has no
+``g^2``, for the learned metric too). As the paper writes them, the
+margins are clipped at 0 (``max(w (mu_n - mu_p), 0)``): when negatives are
+on average nearer than positives the margins are 0, not negative.
+``clip_margins=False`` keeps the negative values (dmlbench's behaviour
+before issue 23, a departure kept for comparison). During the first ``warmup_iterations`` calls (and whenever a batch has no
 positive or no negative pair) fixed margins are used: a fresh learned
 metric gives ``g`` near 0.5 everywhere, hence adaptive margins near 0. The
 fixed ones are ``alpha1`` / ``alpha2`` when given, else ``w1`` / ``w2``
@@ -54,7 +56,7 @@ from typing import Any
 import torch
 
 from bench.losses.quadruplet import all_quadruplet_totals
-from bench.miners._common import BenchError, BenchMiner, LossMetric, check_int, check_number
+from bench.miners._common import BenchError, BenchMiner, LossMetric, check_bool, check_int, check_number
 from bench.tuples import Quadruplets, ViolatingQuadruplets
 
 _CHUNK = 1 << 20  # candidate quadruplets scored at once
@@ -75,8 +77,10 @@ class MargOHNMMiner(LossMetric, BenchMiner):
         normalize: bool = True,
         max_tuples: int | None = None,
         keep: str = "random",
+        clip_margins: bool = True,
     ) -> None:
         super().__init__(distance, normalize)
+        self.clip_margins = check_bool("clip_margins", clip_margins)
         self.warmup_iterations = check_int("warmup_iterations", warmup_iterations, 0)
         self.w1 = check_number("w1", w1, low=0.0)
         self.w2 = check_number("w2", w2, low=0.0)
@@ -91,7 +95,8 @@ class MargOHNMMiner(LossMetric, BenchMiner):
         self._calls = 0
 
     def margins(self, dist: torch.Tensor, labels: torch.Tensor, warm: bool) -> tuple[float, float]:
-        """The adaptive (or, warming up, the fixed) margins; fills mu_p / mu_n in ``stats``."""
+        """The adaptive (clipped at 0 unless ``clip_margins`` is off) or, warming up, the fixed margins;
+        fills mu_p / mu_n in ``stats``."""
         same = labels[:, None] == labels[None, :]
         off_diagonal = ~torch.eye(len(labels), dtype=torch.bool, device=labels.device)
         pos, neg = dist[same & off_diagonal], dist[~same]
@@ -101,7 +106,10 @@ class MargOHNMMiner(LossMetric, BenchMiner):
         self.stats.update(mu_p=mu_p, mu_n=mu_n)
         if warm:
             return self.alpha1, self.alpha2
-        return self.w1 * (mu_n - mu_p), self.w2 * (mu_n - mu_p)
+        alpha1, alpha2 = self.w1 * (mu_n - mu_p), self.w2 * (mu_n - mu_p)
+        if self.clip_margins:
+            alpha1, alpha2 = max(alpha1, 0.0), max(alpha2, 0.0)
+        return alpha1, alpha2
 
     def mine(self, embeddings: torch.Tensor, labels: torch.Tensor) -> Quadruplets | ViolatingQuadruplets:
         """The violating quadruplets, carrying this batch's margins so that the loss applies them; left

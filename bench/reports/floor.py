@@ -101,7 +101,7 @@ class FloorCheck:
 def check(res: Results, cell: str, metric: str | None = None) -> FloorCheck | None:
     """The cell against the floor, or None when the results carry no floor (runs before floor.csv existed)."""
     metric = metric or res.primary
-    floor, floor_seeds = res.floor_values(metric)
+    floor, floor_seeds = res.floor_values(metric, cell)  # a learned-metric cell's own floor where it has one
     if len(floor) == 0:
         return None
     values: list[float] = list(res.values(cell, metric)) if cell in res.cells else []

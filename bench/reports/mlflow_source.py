@@ -248,6 +248,7 @@ def load(
         None,
         floor_frame(runs, plan),
         budget_frame(runs, plan),
+        cell_floor_frame(runs, plan),
     )
     if not res.cells:
         raise BenchError(
@@ -277,6 +278,34 @@ def floor_frame(runs: list[Any], plan: Any) -> pd.DataFrame:
     return pd.DataFrame(
         [rows[s] for s in protocol.final_seeds if s in rows], columns=["protocol_hash", "seed", *metrics]
     )
+
+
+def cell_floor_frame(runs: list[Any], plan: Any) -> pd.DataFrame | None:
+    """cell_floor.csv's rows from the runs tagged ``kind: cell_floor`` (a learned-metric cell's own floor per
+    final seed, `bench.sweep.floor`), in the plan's cell order and the seeds' order; None when there are none."""
+    import pandas as pd
+
+    from bench.sweep.tables import metric_names
+
+    protocol = plan.protocol
+    metrics = metric_names(protocol.doc)
+    planned = {c.id: i for i, c in enumerate(plan.cells)}
+    rows = {
+        (r.data.tags["cell"], int(r.data.tags["seed"])): {
+            "protocol_hash": protocol.hash,
+            "cell": r.data.tags["cell"],
+            "seed": int(r.data.tags["seed"]),
+            **{m: r.data.metrics.get(m, float("nan")) for m in metrics},
+        }
+        for r in runs
+        if r.data.tags.get("kind") == "cell_floor" and r.data.tags.get("cell") in planned and "seed" in r.data.tags
+    }
+    if not rows:
+        return None
+    order = sorted(
+        rows, key=lambda k: (planned[k[0]], protocol.final_seeds.index(k[1]) if k[1] in protocol.final_seeds else 0)
+    )
+    return pd.DataFrame([rows[k] for k in order], columns=["protocol_hash", "cell", "seed", *metrics])
 
 
 def budget_frame(runs: list[Any], plan: Any) -> pd.DataFrame | None:

@@ -61,6 +61,8 @@ class Results:
     finals_file: Path | None = None
     floor: pd.DataFrame | None = None  # the untrained trunk, one row per final seed (floor.csv)
     budget_check: pd.DataFrame | None = None  # the finals retrained at a multiple of the budget (budget_check.csv)
+    # learned-metric cells' own floors (cell_floor.csv: trunk and metric untrained, ranked by the metric)
+    cell_floor: pd.DataFrame | None = None
 
     @property
     def protocol(self) -> str:
@@ -154,9 +156,13 @@ class Results:
         f = self.finals[~self.finals["cell"].astype(str).isin(self.refused)]
         return list(dict.fromkeys(f["cell"].astype(str)))
 
-    def floor_values(self, metric: str) -> tuple[np.ndarray, list[int]]:
-        """Per-seed floor values of one metric and their seeds, in seed order (empty when no floor was run)."""
+    def floor_values(self, metric: str, cell: str | None = None) -> tuple[np.ndarray, list[int]]:
+        """Per-seed floor values of one metric and their seeds, in seed order (empty when no floor was run):
+        the cell's own floor where ``cell`` has one (a learned-metric cell), else the untrained trunk's."""
         f = self.floor
+        own = self.cell_floor
+        if cell is not None and own is not None and "cell" in own and (own["cell"].astype(str) == cell).any():
+            f = own[own["cell"].astype(str) == cell]
         if f is None or f.empty or metric not in f:
             return np.array([]), []
         f = f.sort_values("seed") if "seed" in f else f
@@ -257,6 +263,7 @@ def load(root: str | Path, complete: bool = True) -> Results:
         finals_path,
         _floor(root, read),
         _budget_check(root, read),
+        _cell_floor(root, read),
     )
     _check_hashes(res)
     _check_rows(res)
@@ -264,6 +271,17 @@ def load(root: str | Path, complete: bool = True) -> Results:
     if not res.cells:
         raise BenchError(f"{root} holds no completed, budget-audited final runs")
     return res
+
+
+def _cell_floor(root: Path, read: dict[str, Any]) -> pd.DataFrame | None:
+    """cell_floor.csv (learned-metric cells' own floors) when present, of the manifest's protocol hash."""
+    floor = read.get("cell_floor")
+    if floor is None or floor.empty:
+        return None
+    expected = str(_first(read["manifest"], "protocol_hash", "hash", default=""))
+    if expected and "protocol_hash" in floor and set(floor["protocol_hash"].astype(str)) != {expected}:
+        raise BenchError(f"{root / 'cell_floor.csv'}: rows of another protocol hash than the manifest's")
+    return floor
 
 
 def _floor(root: Path, read: dict[str, Any]) -> pd.DataFrame | None:

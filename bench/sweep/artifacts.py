@@ -18,17 +18,37 @@ PAIR_SAMPLE = 20000  # positive and negative pairs kept in pair_distances.npz
 
 
 def write_cell_artifacts(
-    model: Any, test: Any, directory: Path, *, protocol_seed: int, normalize: bool, device: str = "cpu"
+    model: Any,
+    test: Any,
+    directory: Path,
+    *,
+    protocol_seed: int,
+    normalize: bool,
+    device: str = "cpu",
+    metric: Any = None,
 ) -> list[Path]:
     """Embed the test data with ``model`` and write pair distances (and the 2-D embedding when 2-d).
 
-    Returns the files written, for the caller to attach to its records.
+    The distances are Euclidean in the protocol geometry, or, for a cell
+    ranked by its learned metric (``metric``, `bench.evaluation.pair_scorer_of`),
+    that metric's ``g`` of the same pairs. Returns the files written, for the
+    caller to attach to its records.
     """
     import torch
 
     from bench.evaluation import embed
 
     emb = embed(model, test.x, device=device, normalize=normalize)  # the geometry every metric uses
+    if metric is not None:
+        prepared = metric.prepare(embed(model, test.x, device=device))
+
+        def distance(i: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
+            return metric.paired(prepared[i], prepared[j])
+    else:
+
+        def distance(i: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
+            return (emb[i] - emb[j]).norm(dim=1)
+
     y = test.y
     generator = torch.Generator().manual_seed(derive_seed(protocol_seed, "pairs"))
     n = len(y)
@@ -37,13 +57,13 @@ def write_cell_artifacts(
     keep = a != b
     a, b = a[keep], b[keep]
     same = y[a] == y[b]
-    d = (emb[a] - emb[b]).norm(dim=1)
+    d = distance(a, b)
     pos, neg = d[same][:PAIR_SAMPLE].numpy(), d[~same][:PAIR_SAMPLE].numpy()
     # positives are rare among random pairs: add every positive pair of up to PAIR_SAMPLE anchors
     if len(pos) < PAIR_SAMPLE:
         i, j = torch.where((y[:, None] == y[None, :]).triu(1))
         order = torch.randperm(len(i), generator=generator)[:PAIR_SAMPLE]
-        pos = (emb[i[order]] - emb[j[order]]).norm(dim=1).numpy()
+        pos = distance(i[order], j[order]).numpy()
     written = [directory / tables.PAIR_DISTANCES]
     write_npz(written[0], pos=pos, neg=neg)
     if emb.shape[1] == 2:

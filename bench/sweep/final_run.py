@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.evaluation import clusters_on_test
+from bench.evaluation import EMBEDDING_PREFIX, clusters_on_test
 from bench.plan import Cell
 from bench.protocol import Protocol
 from bench.sweep import tables
@@ -145,6 +145,8 @@ def train_final(
         raise
     progress.run_finished()
     metrics = {m: float(result.metrics[m]) for m in tables.metric_names(protocol.doc) if m in result.metrics}
+    # a learned-metric cell's embedding-distance ranking: a labelled secondary result, logged beside the table's
+    secondary = {m: float(v) for m, v in result.metrics.items() if m.startswith(EMBEDDING_PREFIX)}
     run = FinalRun(seed, config, result, metrics, run_id)
     if artifacts is not None and result.state == "COMPLETE":
         _artifacts(protocol, prepared, result, artifacts, mlflow, run_id)
@@ -154,6 +156,7 @@ def train_final(
         params={**config.to_dict(), **record.params},
         metrics={
             **record.logged_metrics(metrics),
+            **secondary,
             "final_loss": result.final_loss,
             "iterations": result.iterations,
             "samples_seen": result.samples_seen,
@@ -178,6 +181,7 @@ def _artifacts(
         protocol_seed=protocol.seed,
         normalize=protocol.doc["model"]["normalize"],
         device=protocol.doc["training"]["device"],
+        metric=result.metric,
     )
     for path in written:
         mlflow.artifact(run_id, path.name, path=path)

@@ -8,6 +8,13 @@ depends on the protocol alone, not on any cell; recomputing it is cheap
 (embedding Omniglot's evaluation set takes about 8 s), so `update_floor`
 keeps the rows already in ``floor.csv`` for this protocol version and
 computes only the missing seeds: resumable and idempotent.
+
+A cell ranked by its own learned metric (`bench.evaluation.pair_scorer_of`)
+has its own floor, in ``cell_floor.csv``: the same untrained trunk with the
+cell's untrained metric, both built as `bench.training.train` builds them
+for that seed (`bench.training.build`: the metric's weights are drawn right
+after the trunk's), scored the same way (ranked by ``g``, the embedding
+ranking beside it). Reports compare such a cell with its own floor.
 """
 
 from __future__ import annotations
@@ -47,6 +54,71 @@ def floor_row(protocol: Protocol, prepared: Prepared, seed: int) -> dict[str, An
         seed=final_seed(protocol.seed, seed),
     )
     return {"protocol_hash": protocol.hash, "seed": seed, **{m: float(scores[m]) for m in metrics}}
+
+
+def learned_metric_cells(protocol: Protocol, cells: Any) -> list[Any]:
+    """The cells whose loss ranks by a learned metric (built with the cell's fixed parameters to ask it)."""
+    from bench import registry
+    from bench.evaluation import pair_scorer_of
+
+    context = {"num_classes": 2, "embedding_size": protocol.doc["model"]["embedding_dim"]}
+    return [c for c in cells if pair_scorer_of(registry.build_loss(c.loss, context, **c.loss_params)) is not None]
+
+
+def cell_floor_row(protocol: Protocol, prepared: Prepared, cell: Any, seed: int) -> dict[str, Any]:
+    """One row of cell_floor.csv: the cell's untrained trunk and metric of final seed ``seed``, scored."""
+    import torch
+
+    from bench.evaluation import pair_scorer_of
+    from bench.sweep.tuning import final_config
+    from bench.training import build, seed_everything
+
+    config = final_config(protocol, cell, {}, seed)  # the searched values do not touch the initial weights
+    seed_everything(config.seed)
+    num_classes = len(torch.unique(prepared.train.y))
+    trunk, loss, _ = build(config, tuple(prepared.train.x.shape[1:]), num_classes, torch.device(config.device))
+    scores = score_model(
+        protocol,
+        trunk.eval(),
+        prepared.test,
+        clustering=clusters_on_test(protocol),
+        lake_runs=prepared.lake_runs,
+        device=config.device,
+        seed=config.seed,
+        metric=pair_scorer_of(loss),
+    )
+    metrics = tables.metric_names(protocol.doc)
+    return {"protocol_hash": protocol.hash, "cell": cell.id, "seed": seed, **{m: float(scores[m]) for m in metrics}}
+
+
+def update_cell_floor(protocol: Protocol, prepared: Prepared, results: Path, cells: Any) -> pd.DataFrame:
+    """cell_floor.csv: a row per learned-metric cell and final seed, kept or computed as `update_floor`."""
+    columns = ["protocol_hash", "cell", "seed", *tables.metric_names(protocol.doc)]
+    path = results / tables.CELL_FLOOR
+    learned = learned_metric_cells(protocol, cells)
+    old = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=columns)
+    keep = (
+        old[(old["protocol_hash"] == protocol.hash) & old["seed"].isin(protocol.final_seeds)]
+        if list(old.columns) == columns
+        else pd.DataFrame(columns=columns)
+    )
+    keep = keep[keep["cell"].isin([c.id for c in learned])]
+    done = {(str(c), int(s)) for c, s in zip(keep["cell"], keep["seed"])}
+    rows = [
+        *keep.to_dict("records"),
+        *(
+            cell_floor_row(protocol, prepared, c, s)
+            for c in learned
+            for s in protocol.final_seeds
+            if (c.id, s) not in done
+        ),
+    ]
+    order = {c.id: i for i, c in enumerate(learned)}
+    rows.sort(key=lambda r: (order[str(r["cell"])], protocol.final_seeds.index(int(r["seed"]))))
+    frame = pd.DataFrame(rows, columns=columns)
+    if learned or path.exists():
+        write_with(path, lambda f: frame.to_csv(f, index=False))
+    return frame
 
 
 def update_floor(protocol: Protocol, prepared: Prepared, results: Path) -> pd.DataFrame:

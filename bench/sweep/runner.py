@@ -74,7 +74,7 @@ from bench.stores.mlflow_runs import MlflowRecords
 from bench.stores.urls import default_url, redact
 from bench.sweep import tables
 from bench.sweep.final_run import FinalRun, Record, train_final
-from bench.sweep.floor import update_floor
+from bench.sweep.floor import update_cell_floor, update_floor
 from bench.sweep.preflight import refuse, short_classes_notice
 from bench.sweep.progress import Progress
 from bench.sweep.result import SweepResult
@@ -323,6 +323,7 @@ class Sweep:
                     time.sleep(self.options.poll_s)
                 pending = waiting
             self._floor_records(update_floor(self.protocol, self.prepared, self.results))
+            self._floor_records(update_cell_floor(self.protocol, self.prepared, self.results, self.plan.cells))
             self.manifest["finished"] = tables.now()
             refused = self._write(finished=True)
         except KeyboardInterrupt:
@@ -460,13 +461,18 @@ class Sweep:
         self.progress.final(cell.id, seed, result.state, run.metrics, self.primary, result.wall_time_s, result.reason)
 
     def _floor_records(self, floor: Any) -> None:
-        """One MLflow run per floor seed (kind ``floor``), so a leaderboard rebuilt from MLflow alone has it."""
+        """One MLflow run per floor seed (kind ``floor``), so a leaderboard rebuilt from MLflow alone has it; a
+        learned-metric cell's own floor (a ``cell`` column) is kind ``cell_floor``, tagged with its cell."""
         for row in floor.to_dict("records"):
             seed = int(row["seed"])
+            cell = str(row["cell"]) if "cell" in row else None
+            tags = (
+                {"kind": "floor", "seed": seed} if cell is None else {"kind": "cell_floor", "cell": cell, "seed": seed}
+            )
             run_id = self.mlflow.run(
-                f"floor/{seed}",
-                f"floor seed {seed}",
-                tags={"kind": "floor", "seed": seed, "state": "COMPLETE", **self.code},
+                f"floor/{seed}" if cell is None else f"floor/{cell}/{seed}",
+                f"floor seed {seed}" if cell is None else f"floor of {cell} seed {seed}",
+                tags={**tags, "state": "COMPLETE", **self.code},
                 shared=True,
             )
             self.mlflow.log(run_id, metrics={m: row[m] for m in self.metrics})

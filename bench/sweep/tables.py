@@ -33,6 +33,7 @@ TRIALS = "trials.csv"
 FINALS = "finals.csv"
 SUMMARY = "summary.csv"
 FLOOR = "floor.csv"  # the untrained trunk per final seed (bench.sweep.floor)
+CELL_FLOOR = "cell_floor.csv"  # a learned-metric cell's own floor per final seed: trunk and metric untrained
 BUDGET_CHECK = "budget_check.csv"  # the finals retrained at a multiple of the budget (bench.sweep.budget_check)
 ARTIFACTS = "artifacts"
 HISTORY = "optuna_history.csv"
@@ -416,7 +417,14 @@ def audit_finished(plan: Plan, records: Records) -> dict[str, str]:
 
 def name_to_file(name: str) -> str:
     """The file of a table by its name (``trials``, ``finals``, ``summary``, ``floor``, ``budget_check``)."""
-    return {"trials": TRIALS, "finals": FINALS, "summary": SUMMARY, "floor": FLOOR, "budget_check": BUDGET_CHECK}[name]
+    return {
+        "trials": TRIALS,
+        "finals": FINALS,
+        "summary": SUMMARY,
+        "floor": FLOOR,
+        "cell_floor": CELL_FLOOR,
+        "budget_check": BUDGET_CHECK,
+    }[name]
 
 
 def read(results: str | Path) -> dict[str, Any]:
@@ -427,7 +435,7 @@ def read(results: str | Path) -> dict[str, Any]:
     if manifest is None:
         raise BenchError(f"{results}: no {MANIFEST}: not a dmlbench results directory")
     out: dict[str, Any] = {"manifest": manifest}
-    for name in ("trials", "finals", "summary", "floor", "budget_check"):
+    for name in ("trials", "finals", "summary", "floor", "cell_floor", "budget_check"):
         path = results / name_to_file(name)
         out[name] = pd.read_csv(path) if path.exists() else pd.DataFrame()
     check_tables(results, manifest, out)
@@ -441,6 +449,7 @@ def check_tables(results: Path, manifest: dict[str, Any], frames: dict[str, pd.D
         ("finals", ("cell", "seed")),
         ("trials", ("cell", "trial")),
         ("floor", ("seed",)),
+        ("cell_floor", ("cell", "seed")),
         ("budget_check", ("cell", "seed", "multiple")),
     ):
         df = frames[name]

@@ -213,38 +213,54 @@ def test_empty_given_quadruplets_give_zero() -> None:
 # ---- the learned metric ----------------------------------------------------
 
 
-def ref_learned(loss: QuadrupletLoss, emb: torch.Tensor) -> list[list[torch.Tensor]]:
-    """g through the plain concatenation, one pair at a time, averaged over both orders."""
+def ref_learned(loss: QuadrupletLoss, emb: torch.Tensor, squared: bool = False) -> list[list[torch.Tensor]]:
+    """g one pair at a time through the plain network input: the concatenation averaged over both orders,
+    or ``[|a-b|; a*b]``; the loss's value is ``g^2`` (``squared``), as the paper writes every term."""
     metric = loss.metric
     rows = [e / torch.sqrt((e * e).sum()) for e in emb]
 
     def h(a, b):
-        z = metric.rest(metric.first(torch.cat([a, b])))
+        features = torch.cat([a, b]) if metric.pair_input == "concat" else torch.cat([(a - b).abs(), a * b])
+        z = metric.rest(metric.first(features))
         return torch.exp(z[1]) / (torch.exp(z[0]) + torch.exp(z[1]))
 
-    return [[(h(a, b) + h(b, a)) / 2 for b in rows] for a in rows]
+    def g(a, b):
+        value = (h(a, b) + h(b, a)) / 2 if metric.pair_input == "concat" else h(a, b)
+        return value * value if squared else value
+
+    return [[g(a, b) for b in rows] for a in rows]
 
 
-def test_learned_metric_matrix_is_symmetric_probability_and_matches_loop() -> None:
+PAIR_INPUTS = ("concat", "difference_product")
+
+
+@pytest.mark.parametrize("pair_input", PAIR_INPUTS)
+def test_learned_metric_matrix_is_symmetric_probability_and_matches_loop(pair_input: str) -> None:
     torch.manual_seed(0)
-    loss = QuadrupletLoss(learned_metric=True, metric_hidden=7, metric_layers=3).double()
+    loss = QuadrupletLoss(learned_metric=True, metric_hidden=7, metric_layers=3, pair_input=pair_input).double()
     emb = embeddings(6, dim=5)
-    g = loss.distance_matrix(emb)
+    x = torch.nn.functional.normalize(emb.detach(), dim=1)
+    g = loss.metric.matrix(x)
     assert g.shape == (6, 6)
     assert bool(((g >= 0) & (g <= 1)).all())
     assert torch.equal(g, g.T)
     ref = ref_learned(loss, emb.detach())
     close(g.detach(), torch.stack([torch.stack(r) for r in ref]))
-    x = torch.nn.functional.normalize(emb.detach(), dim=1)
+    # the loss's G is g squared (Chen et al.'s eqs. 2-4)
+    big_g = loss.distance_matrix(emb).detach()
+    close(big_g, torch.stack([torch.stack(r) for r in ref_learned(loss, emb.detach(), squared=True)]))
     close(loss.metric.paired(x[:3], x[3:]), g.detach()[torch.arange(3), torch.arange(3, 6)])
-    assert not torch.allclose(loss.metric.one_way(x), loss.metric.one_way(x).T)  # the network is asymmetric
+    close(loss.metric.scores(x[:2], x), g.detach()[:2])  # a block of rows: what ranking computes
+    if pair_input == "concat":
+        assert not torch.allclose(loss.metric.one_way(x), loss.metric.one_way(x).T)  # the network is asymmetric
 
 
-def test_learned_metric_loss_matches_loop_and_trains_its_parameters() -> None:
+@pytest.mark.parametrize("pair_input", PAIR_INPUTS)
+def test_learned_metric_loss_matches_loop_and_trains_its_parameters(pair_input: str) -> None:
     torch.manual_seed(1)
     labels = LAYOUTS["pk"]
     y = torch.tensor(labels)
-    loss = QuadrupletLoss(learned_metric=True, alpha1=0.3, alpha2=0.1).double()
+    loss = QuadrupletLoss(learned_metric=True, alpha1=0.3, alpha2=0.1, pair_input=pair_input).double()
     optimiser = torch.optim.SGD(loss.parameters(), lr=0.5)  # built before the lazy layer materialises
     emb = embeddings(len(labels), dim=3, seed=5)
     quads = ref_quadruplets(labels)
@@ -252,12 +268,13 @@ def test_learned_metric_loss_matches_loop_and_trains_its_parameters() -> None:
         loss.reduction = reduction
         got, got_grad = value_and_grad(lambda e: loss(e, y), emb)
         want, want_grad = value_and_grad(
-            lambda e: ref_reduce(ref_terms(ref_learned(loss, e), quads, 0.3, 0.1), reduction, e), emb
+            lambda e: ref_reduce(ref_terms(ref_learned(loss, e, squared=True), quads, 0.3, 0.1), reduction, e), emb
         )
         close(got, want)
         close(got_grad, want_grad)
     params = list(loss.parameters())
     assert len(params) == 8  # 3 hidden layers and the 2-way output, weight and bias each
+    assert loss.metric.first.weight.shape == (10, 6)  # [a; b] or [|a-b|; a*b]: twice the embedding width
     before = [p.detach().clone() for p in params]
     optimiser.zero_grad()
     loss.reduction = "mean"
@@ -265,6 +282,27 @@ def test_learned_metric_loss_matches_loop_and_trains_its_parameters() -> None:
     assert all(p.grad is not None and float(p.grad.abs().sum()) > 0 for p in params)
     optimiser.step()
     assert all(not torch.equal(b, p) for b, p in zip(before, params))
+
+
+def test_pair_input_is_named_and_needs_the_learned_metric() -> None:
+    with pytest.raises(BenchError, match="pair_input must be one of concat, difference_product"):
+        build_loss("quadruplet", learned_metric=True, pair_input="sum")
+    with pytest.raises(BenchError, match="needs learned_metric: true"):
+        build_loss("quadruplet", pair_input="difference_product")
+    assert build_loss("quadruplet", learned_metric=True).metric.pair_input == "concat"  # the paper's, by default
+    assert build_loss("quadruplet").pair_scorer() is None
+
+
+def test_materialize_draws_the_metric_from_the_seed() -> None:
+    """The trainer materialises the metric right after building the loss: its initial weights are a function
+    of the random state then, which the floor reproduces."""
+    weights = []
+    for _ in range(2):
+        torch.manual_seed(4)
+        loss = build_loss("quadruplet", learned_metric=True, pair_input="difference_product")
+        loss.materialize(12)
+        weights.append(torch.cat([p.detach().flatten() for p in loss.parameters()]))
+    assert loss.metric.first.weight.shape == (10, 24) and torch.equal(weights[0], weights[1])
 
 
 def test_learned_metric_batch_of_128_is_affordable() -> None:
@@ -353,27 +391,33 @@ def test_margohnm_random_cap_is_a_uniform_sample_of_the_violating() -> None:
     assert float(((counts - expected) ** 2).mean()) < 3 * expected  # binomial spread, not a fixed subset
 
 
-def test_margohnm_bound_to_learned_metric_and_margins_reach_the_loss() -> None:
+@pytest.mark.parametrize("pair_input", PAIR_INPUTS)
+def test_margohnm_bound_to_learned_metric_and_margins_reach_the_loss(pair_input: str) -> None:
+    """MargOHNM's means are over g^2 (the loss's G), its margins clipped at 0 as the paper writes them."""
     torch.manual_seed(2)
     labels = LAYOUTS["pk"]
     y = torch.tensor(labels)
-    loss = QuadrupletLoss(learned_metric=True).double()
+    loss = QuadrupletLoss(learned_metric=True, pair_input=pair_input).double()
     miner = build_miner("margohnm", warmup_iterations=0)
     miner.bind_loss(loss)
     emb = embeddings(len(labels), seed=6)
     q = miner(emb, y)
     with torch.no_grad():
-        g = ref_learned(loss, emb)
+        g = ref_learned(loss, emb, squared=True)
     a1, a2, mu_p, mu_n = ref_margins(g, labels)
+    a1, a2 = max(a1, 0.0), max(a2, 0.0)
     assert miner.stats["mu_p"] == pytest.approx(mu_p, rel=1e-9)
     assert miner.stats["mu_n"] == pytest.approx(mu_n, rel=1e-9)
     quads = ref_quadruplets(labels)
     want = [t for t, v in zip(quads, ref_terms(g, quads, a1, a2)) if float(v) > 0]
+    assert len(want) > 0
     # bound to a loss that sums them, the miner lists nothing: the margins and the count reach the loss
     assert isinstance(q, ViolatingQuadruplets) and q.count == len(want) == miner.stats["num_tuples"]
-    assert (q.alpha1, q.alpha2) == pytest.approx((a1, a2), rel=1e-9)
+    assert (q.alpha1, q.alpha2) == pytest.approx((a1, a2), rel=1e-9, abs=1e-15)
     got, got_grad = value_and_grad(lambda e: loss(e, y, q), emb)
-    ref, ref_grad = value_and_grad(lambda e: ref_reduce(ref_terms(ref_learned(loss, e), want, a1, a2), "mean", e), emb)
+    ref, ref_grad = value_and_grad(
+        lambda e: ref_reduce(ref_terms(ref_learned(loss, e, squared=True), want, a1, a2), "mean", e), emb
+    )
     close(got, ref)
     close(got_grad, ref_grad)
     assert loss.stats["fraction_positive"] == 1.0 and loss.stats["num_tuples"] == len(want)
@@ -382,6 +426,28 @@ def test_margohnm_bound_to_learned_metric_and_margins_reach_the_loss() -> None:
     lister.bind_loss(MetricOnly(loss))
     listed = lister(emb, y)
     assert isinstance(listed, Quadruplets) and set(zip(*(t.tolist() for t in listed[:4]))) == set(want)
+
+
+def test_margohnm_clips_negative_margins_at_zero() -> None:
+    """Negatives nearer than positives on average: the paper's margins are max(w (mu_n - mu_p), 0); with
+    ``clip_margins: false`` the negative values stay (the pre-issue-23 behaviour)."""
+    labels = LAYOUTS["pk"]
+    y = torch.tensor(labels)
+    rank = [labels[:i].count(c) for i, c in enumerate(labels)]
+    base = embeddings(max(rank) + 1, seed=5).detach()
+    emb = base[rank] + 0.01 * embeddings(len(labels), seed=6).detach()  # same-rank samples of other classes meet
+    g = ref_matrix(emb, "squared_euclidean", True)
+    a1, a2, mu_p, mu_n = ref_margins(g, labels)
+    assert mu_n < mu_p and a1 < 0
+    quads = ref_quadruplets(labels)
+    for clip, (m1, m2) in ((True, (0.0, 0.0)), (False, (a1, a2))):
+        miner = MargOHNMMiner(warmup_iterations=0, clip_margins=clip)
+        q = miner(emb, y)
+        assert (q.alpha1, q.alpha2) == pytest.approx((m1, m2), rel=1e-9, abs=1e-15)
+        want = {t for t, v in zip(quads, ref_terms(g, quads, m1, m2)) if float(v) > 0}
+        assert set(zip(*(t.tolist() for t in q[:4]))) == want and len(want) > 0
+    with pytest.raises(BenchError, match="clip_margins"):
+        build_miner("margohnm", clip_margins="yes")
 
 
 class MetricOnly:
@@ -400,9 +466,9 @@ def test_margohnm_unlisted_equals_listed(layout: str, distance: str, reduction: 
     labels = {**LAYOUTS, **DEGENERATE}[layout]
     y = torch.tensor(labels)
     loss = QuadrupletLoss(distance=distance, reduction=reduction)
-    bound = MargOHNMMiner(warmup_iterations=1, distance=distance)
+    bound = MargOHNMMiner(warmup_iterations=1, distance=distance, clip_margins=False)  # negative margins reach it
     bound.bind_loss(loss)
-    listed_miner = MargOHNMMiner(warmup_iterations=1, distance=distance)
+    listed_miner = MargOHNMMiner(warmup_iterations=1, distance=distance, clip_margins=False)
     for call, seed in enumerate((3, 3, 5)):
         emb = embeddings(len(labels), seed=seed)
         if call == 2:  # a sample sits by the same-rank samples of other classes: negatives nearer, margins < 0

@@ -37,6 +37,7 @@ class RunResult:
     final_loss: float = math.nan
     reason: str = ""
     model: Any = None
+    metric: Any = None  # the learned metric that ranked the test pairs (`bench.evaluation.pair_scorer_of`), or None
 
 
 @dataclass
@@ -150,20 +151,23 @@ def train_and_score(
     progress: Callable | None = None,
 ) -> RunResult:
     """Train, then evaluate on ``score_on``; divergence, a loss or miner that raises (`MethodError`) and bad
-    parameter values become a FAIL, not a crash."""
+    parameter values become a FAIL, not a crash. ``on_checkpoint(iteration, model, metric)`` gets the
+    loss's learned metric (or None) to rank by, as the final score does."""
     import optuna
 
-    from bench.evaluation import score_model
+    from bench.evaluation import pair_scorer_of, score_model
     from bench.training import train
 
     start = time.perf_counter()
     batch = config.P * config.K
     last = {"it": 0}
 
+    built: dict[str, Any] = {}
+
     def checkpoint(it: int, model: Any) -> None:
         last["it"] = it
         assert on_checkpoint is not None  # only passed to train() when given
-        on_checkpoint(it, model)
+        on_checkpoint(it, model, pair_scorer_of(built["loss"]))  # a learned-metric cell is ranked by its g
 
     try:
         result = train(
@@ -172,6 +176,7 @@ def train_and_score(
             checkpoint_every=checkpoint_every,
             on_checkpoint=checkpoint if on_checkpoint else None,
             progress=progress,
+            on_built=lambda trunk, loss: built.update(loss=loss),
         )
     except DivergedError as e:
         return RunResult("FAIL", e.iteration, e.iteration * batch, time.perf_counter() - start, reason=str(e))
@@ -185,6 +190,7 @@ def train_and_score(
         raise
     except BenchError as e:  # a sampled combination the method refuses (e.g. alpha1 <= alpha2)
         return RunResult("FAIL", 0, 0, time.perf_counter() - start, reason=str(e))
+    metric = pair_scorer_of(result.loss_module)  # a learned-metric cell is ranked by its own g
     metrics = score_model(
         protocol,
         result.model,
@@ -193,6 +199,7 @@ def train_and_score(
         lake_runs=lake_runs,
         device=config.device,
         seed=config.seed,
+        metric=metric,
     )
     return RunResult(
         "COMPLETE",
@@ -203,6 +210,7 @@ def train_and_score(
         result.final_loss,
         result.reason,
         result.model,
+        metric,
     )
 
 
@@ -232,7 +240,7 @@ def run_trial(
         hooks.fold_started(slot, f, seed, tr_split, val_split)
         config = train_config(protocol, cell, loss_params, miner_params, seed)
 
-        def on_checkpoint(it: int, model: Any, f: int = f, val: Any = val, config: Any = config) -> None:
+        def on_checkpoint(it: int, model: Any, metric: Any, f: int = f, val: Any = val, config: Any = config) -> None:
             from bench.evaluation import evaluate
 
             value = evaluate(
@@ -242,6 +250,7 @@ def run_trial(
                 clustering=False,
                 device=config.device,
                 normalize=protocol.doc["model"]["normalize"],
+                metric=metric,
             )[primary]
             trial.report(value, f * iterations + it)
             if trial.should_prune():
