@@ -133,7 +133,8 @@ def published_weights(trunk: str, variant: str | None = None) -> tuple[str, str]
 
     torchvision's file names come from its weights enums (``variant`` one of
     their names, default the enum's DEFAULT); timm's from the model's
-    pretrained config, where its weights are a plain download.
+    pretrained config, where its weights are a plain download; BN-Inception's
+    is Cadene's ``bn_inception-52deb4733.pth`` (no variants).
     """
     if trunk in RESNETS:
         from bench.vision import torchvision
@@ -148,6 +149,14 @@ def published_weights(trunk: str, variant: str | None = None) -> tuple[str, str]
             ) from None
         arch = trunk.replace("resnet", "ResNet-")
         return weights.url.rsplit("/", 1)[-1], f"torchvision's {arch} weights ({weights.name})"
+    if trunk == "bninception":
+        from bench.models.bninception import WEIGHTS_FILE, WEIGHTS_URL
+
+        if variant is not None:
+            raise BenchError(
+                f"model.pretrained: BN-Inception has one set of published weights: write hub, not hub:{variant}"
+            )
+        return WEIGHTS_FILE, f"Cadene's pretrainedmodels BN-Inception ImageNet weights ({WEIGHTS_URL})"
     if trunk.startswith(TIMM_PREFIX):
         model = trunk[len(TIMM_PREFIX) :] + (f".{variant}" if variant else "")
         check_timm_name(model)

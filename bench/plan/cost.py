@@ -49,6 +49,15 @@ TRUNK_COSTS.update(
             source="not measured: scaled from ResNet-50",
         ),
         "resnet50": TrunkCost((3.0, 4.5), 0.09, ref_batch=32, ref_pixels=224 * 224),
+        # BN-Inception: 2.0 G multiply-adds at 224x224, half of ResNet-50's 4.1 G: half its step and embedding
+        "bninception": TrunkCost(
+            (1.5, 2.3),
+            0.045,
+            ref_batch=32,
+            ref_pixels=224 * 224,
+            measured=False,
+            source="not measured: scaled from ResNet-50 by multiply-adds",
+        ),
     }
 )
 # On one GPU. Conv-4 measured on an H100 (benchmarks/bench_step_time.py: 8.0-8.5 ms at batch 128,
@@ -64,6 +73,11 @@ GPU_TRUNK_COSTS: dict[str, TrunkCost] = {
     ),
     "resnet50": TrunkCost(
         (0.020, 0.032), 0.0005, ref_batch=32, ref_pixels=224 * 224, measured=False, source=_GPU_GUESS
+    ),
+    # BN-Inception: half of ResNet-50's multiply-adds, but many small convolutions (kernel launches): the
+    # ResNet-50 guess's lower end to its upper, rather than half of it
+    "bninception": TrunkCost(
+        (0.012, 0.032), 0.0003, ref_batch=32, ref_pixels=224 * 224, measured=False, source=_GPU_GUESS
     ),
 }
 UNKNOWN_GPU_TRUNK = GPU_TRUNK_COSTS["resnet50"]
