@@ -45,11 +45,11 @@ from torch import nn
 
 from bench.errors import BenchError
 from bench.models import _image_shape, _too_small
+from bench.models.backbones import BNINCEPTION_FILE, Backbone
 
 FEATURES = 1024
 CLASSIFIER = "last_linear"  # the published classifier's key prefix, dropped when the weights load
-WEIGHTS_FILE = "bn_inception-52deb4733.pth"  # Cadene's pretrainedmodels file (sha256 52deb473314542a5...)
-WEIGHTS_URL = "http://data.lip6.fr/cadene/pretrainedmodels/" + WEIGHTS_FILE
+WEIGHTS_FILE = BNINCEPTION_FILE  # Cadene's pretrainedmodels file (sha256 52deb473314542a5...)
 MIN_SIDE = 31  # the smallest side with a feature map left after block 5b
 INPUT_MEAN = (104.0, 117.0, 128.0)  # BGR, 0-255: the Caffe model's input convention
 INPUT_STD = (1.0, 1.0, 1.0)
@@ -197,8 +197,6 @@ def bninception(in_shape: tuple[int, ...], embedding_dim: int = 128) -> nn.Modul
     (grey images build a first layer for 1 channel, which those weights do
     not fit).
     """
-    from bench.models.backbones import Backbone
-
     c, h, w = shape = _image_shape("bninception", in_shape)
     if min(h, w) < MIN_SIDE:
         raise _too_small("bninception", shape, MIN_SIDE)

@@ -1,8 +1,13 @@
 """Dead search parameters: refused before a sweep spends its budget tuning them.
 
 A searched parameter is *dead* when the two ends of its range give the same
-gradient on the embeddings up to a positive factor (cosine within
-``COSINE_TOL`` of 1, or both zero) on every probe batch.
+update up to a positive factor (cosine within ``COSINE_TOL`` of 1, or both
+zero) on every probe batch. The update is the gradient on the embeddings
+times ``training.lr``, followed by the gradient on the loss's own parameters
+(proxies, class weights, a learned beta) times their learning rate (the
+loss's ``param_lr``, its ``lr`` parameter, else ``training.lr``): so a
+proxy loss's own ``lr`` and a regulariser acting on its weights alone are
+live, as they change what training does.
 A constant added to the loss changes nothing that training sees, and a
 rescaled gradient changes nothing under Adam, so the tuner would spend its
 trials on replicates of one configuration and then pick the noisiest one.
@@ -72,6 +77,7 @@ def dead_parameters(plan: Plan) -> list[DeadParameter]:
         doc["model"]["embedding_dim"],
         doc["model"]["normalize"],
     )
+    lr = float(doc["training"]["lr"])
     dead: list[DeadParameter] = []
     for cell in plan.cells:
         cache: dict[tuple[str, str, int], torch.Tensor] = {}  # one cell's gradients: probes share settings
@@ -79,7 +85,7 @@ def dead_parameters(plan: Plan) -> list[DeadParameter]:
             ends = _ends(dist)
             if len(ends) < 2:
                 continue
-            if _is_dead(cell, key, ends, batches, cache):
+            if _is_dead(cell, key, ends, batches, cache, lr):
                 dead.append(DeadParameter(cell.id, key, ends[0], ends[-1], len(batches)))
     return dead
 
@@ -170,6 +176,7 @@ def _is_dead(
     ends: list[Any],
     batches: list[tuple[torch.Tensor, torch.Tensor]],
     cache: dict[tuple[str, str, int], torch.Tensor],
+    lr: float = 1.0,
 ) -> bool:
     """No end moves the gradient's direction away from the first end's, wherever the other searched
     parameters sit, on any batch, in any miner phase. A combination the method refuses (e.g. the
@@ -180,7 +187,7 @@ def _is_dead(
         for b, (x, labels) in enumerate(batches):
             for phase in range(len(_phases(cell, cell.miner_params))):
                 try:
-                    grads = [_cached(cell, _params(cell, key, v, where), phase, b, x, labels, cache) for v in ends]
+                    grads = [_cached(cell, _params(cell, key, v, where), phase, b, x, labels, cache, lr) for v in ends]
                 except BenchError:
                     continue
                 compared = True
@@ -197,18 +204,25 @@ def _cached(
     x: torch.Tensor,
     labels: torch.Tensor,
     cache: dict[tuple[str, str, int], torch.Tensor],
+    lr: float = 1.0,
 ) -> torch.Tensor:
     loss_params, miner_params = params[0], _phases(cell, params[1])[phase]
     key = (repr(sorted(loss_params.items())), repr(sorted(miner_params.items())), b)
     if key not in cache:
-        cache[key] = _gradient(cell, loss_params, miner_params, x, labels)
+        cache[key] = _gradient(cell, loss_params, miner_params, x, labels, lr)
     return cache[key]
 
 
 def _gradient(
-    cell: Cell, loss_params: dict[str, Any], miner_params: dict[str, Any], x: torch.Tensor, labels: torch.Tensor
+    cell: Cell,
+    loss_params: dict[str, Any],
+    miner_params: dict[str, Any],
+    x: torch.Tensor,
+    labels: torch.Tensor,
+    lr: float = 1.0,
 ) -> torch.Tensor:
-    """d loss / d embeddings for these parameters; every random draw seeded the same."""
+    """The update for these parameters: ``lr`` x d loss / d embeddings, then the loss's own parameters'
+    gradients times their learning rate (``param_lr``, else ``lr``); every random draw seeded the same."""
     context = {"num_classes": int(labels.max()) + 1, "embedding_size": x.shape[1]}
     emb = x.clone().requires_grad_(True)
     with torch.random.fork_rng(devices=[]):
@@ -219,10 +233,17 @@ def _gradient(
             miner.bind_loss(loss_fn)
         tuples = miner(emb, labels) if miner is not None else None
         loss = loss_fn(emb, labels, tuples)
+    own = [p for p in loss_fn.parameters() if p.requires_grad] if isinstance(loss_fn, torch.nn.Module) else []
+    own_lr = getattr(loss_fn, "param_lr", None)
+    own_lr = lr if own_lr is None else float(own_lr)
     if not loss.requires_grad:
-        return torch.zeros_like(x)
-    (grad,) = torch.autograd.grad(loss, emb, allow_unused=True)
-    return torch.zeros_like(x) if grad is None else grad.detach()
+        return torch.zeros(x.numel() + sum(p.numel() for p in own), dtype=x.dtype)
+    grads = torch.autograd.grad(loss, [emb, *own], allow_unused=True)
+    parts = [
+        (torch.zeros_like(t) if g is None else g.detach() * scale).flatten()
+        for t, g, scale in zip([emb, *own], grads, [lr] + [own_lr] * len(own))
+    ]
+    return torch.cat(parts)
 
 
 def same_direction(a: torch.Tensor, b: torch.Tensor) -> bool:
