@@ -351,8 +351,8 @@ def test_every_searched_parameter_of_the_grid_is_live() -> None:
 
 
 def test_a_proxy_loss_lr_searched_alone_is_live() -> None:
-    """Searched alone, the lr changes no gradient on the embeddings: only the proxies' part of the update
-    tells its ends apart (the probe before issue 24 refused it as dead)."""
+    """Searched alone, the lr changes no gradient at all: it is the proxies' step size, live because the
+    proxies get a gradient (the probe before issue 24 refused it as dead)."""
     doc = yaml.safe_load((REPO / "protocols" / "reality-check-cub.yaml").read_text())
     space = {"lr": {"type": "float", "low": 1e-6, "high": 1.0, "log": True}}
     loss = {"name": "pml:proxy_nca", "miners": ["none"], "search_space": {**space, "softmax_scale": None}}
@@ -361,3 +361,37 @@ def test_a_proxy_loss_lr_searched_alone_is_live() -> None:
     found = plan(parse_protocol(yaml.safe_dump(doc)))
     assert [c.search_space for c in found.cells] == [{"loss.lr": {**space["lr"]}}]
     assert dead_parameters(found) == []
+
+
+@pytest.mark.slow
+def test_a_proxy_cell_of_the_tiny_cub_protocol_runs_end_to_end(tmp_path: Path) -> None:
+    """The shipped ProxyNCA cell (its proxies' lr searched) through `dmlbench run` on the CUB fixture, at the
+    field tests' tiny scale: BN-Inception from random weights at 64x64, BNInceptionInput, 2 iterations."""
+    from datasets_fixtures import write_cub
+    from test_field_protocols import tiny
+
+    from bench.cli import main
+
+    shipped = yaml.safe_load((REPO / "protocols" / "reality-check-cub.yaml").read_text())
+    proxy = next(item for item in shipped["grid"]["losses"] if item["name"] == "pml:proxy_nca")
+    doc = tiny(shipped)
+    doc["grid"] = {"losses": [proxy], "miners": [{"name": "none"}]}
+    assert doc["model"]["trunk"] == "bninception" and doc["data"]["image_size"] == 64
+    write_cub(tmp_path / "data", classes=(1, 2, 3, 4, 101, 102, 103), per_class=4)
+    protocol = tmp_path / "p.yaml"
+    protocol.write_text(yaml.safe_dump(doc))
+    results, runs = tmp_path / "results", tmp_path / "runs"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DMLBENCH_DATA", str(tmp_path / "data"))
+        patch.chdir(tmp_path)
+        args = ["--results-dir", str(results), "--storage", f"sqlite:///{runs / 'optuna.db'}"]
+        args += ["--tracking-uri", str(runs / "mlflow.db"), "--threads", "1", "--quiet"]
+        assert main(["run", str(protocol), *args]) == 0
+    folder = results / doc["name"]
+    assert main(["leaderboard", str(folder), "--quiet"]) == 0
+    board = (folder / "leaderboard.md").read_text()
+    assert "| 1 | `pml-proxy_nca+none` | 1 |" in board, board
+    recorded = "\n".join(
+        p.read_text(errors="replace") for p in folder.rglob("*") if p.suffix in (".json", ".md", ".csv")
+    )
+    assert "loss.lr" in recorded or '"lr"' in recorded  # the searched proxies' lr is among the recorded parameters
