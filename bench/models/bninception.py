@@ -21,7 +21,7 @@ Rules the port fixes and this module keeps:
   stride-2 max pool through without projection;
 * at 224x224 or 227x227 the last feature map is 7x7 and the port's
   ``AvgPool2d(7)`` is the global average this module takes (adaptive, so
-  other sizes work too), giving 1024 features.
+  every side `side_fits` accepts works), giving 1024 features.
 
 Two things differ from the port, neither of which changes a weight: the
 published file stores BatchNorm tensors as ``(1, C)`` (a PyTorch 0.2-era
@@ -32,7 +32,7 @@ the Reality Check's setting, never updates its statistics either way).
 
 The input convention is Caffe's: BGR channels on the 0-255 scale minus the
 mean [104, 117, 128], std 1; a protocol gives it with the ``BNInceptionInput``
-step of ``data.augment`` (`bench.data.augment`), in place of ``Normalize``.
+step of ``data.augment`` (`bench.data.augment`, whose defaults they are), in place of ``Normalize``.
 """
 
 from __future__ import annotations
@@ -51,8 +51,6 @@ FEATURES = 1024
 CLASSIFIER = "last_linear"  # the published classifier's key prefix, dropped when the weights load
 WEIGHTS_FILE = BNINCEPTION_FILE  # Cadene's pretrainedmodels file (sha256 52deb473314542a5...)
 MIN_SIDE = 31  # the smallest side with a feature map left after block 5b
-INPUT_MEAN = (104.0, 117.0, 128.0)  # BGR, 0-255: the Caffe model's input convention
-INPUT_STD = (1.0, 1.0, 1.0)
 
 # name: (in, 1x1, 3x3 reduce, 3x3, double 3x3 reduce, double 3x3, pool, pool projection, stride)
 # 1x1 = 0: no 1x1 branch; projection = 0: the pool's output passes as it is (the stride-2 blocks).
@@ -80,7 +78,6 @@ class BNInceptionBody(nn.Module):
 
     def __init__(self, in_channels: int = 3) -> None:
         super().__init__()
-        self._convs: list[str] = []
         self._conv("conv1_7x7_s2", in_channels, 64, 7, stride=2, padding=3)
         self._conv("conv2_3x3_reduce", 64, 64, 1)
         self._conv("conv2_3x3", 64, 192, 3, padding=1)
@@ -99,7 +96,6 @@ class BNInceptionBody(nn.Module):
     def _conv(self, name: str, cin: int, cout: int, k: int, stride: int = 1, padding: int = 0) -> None:
         self.add_module(name, nn.Conv2d(cin, cout, k, stride=stride, padding=padding))
         self.add_module(name + "_bn", nn.BatchNorm2d(cout, eps=1e-5))
-        self._convs.append(name)
 
     def _cbr(self, name: str, x: torch.Tensor) -> torch.Tensor:
         return F.relu(getattr(self, name + "_bn")(getattr(self, name)(x)), inplace=True)
@@ -213,8 +209,6 @@ __all__ = [
     "BNInceptionBody",
     "CLASSIFIER",
     "FEATURES",
-    "INPUT_MEAN",
-    "INPUT_STD",
     "WEIGHTS_FILE",
     "bninception",
     "fit_published",
