@@ -226,11 +226,25 @@ def loss_value(name: str, iteration: int, value: Any) -> torch.Tensor:
 
 
 def _optimizer(config: TrainConfig, trunk: nn.Module, loss: Any) -> torch.optim.Optimizer:
-    """One parameter group at ``lr``; with ``trunk_lr``, the trunk body in its own group (bench.models)."""
+    """One parameter group at ``lr``; with ``trunk_lr``, the trunk body in its own group (bench.models).
+
+    A loss with a ``param_lr`` (its ``lr`` parameter: a proxy loss's proxies, a learned margin beta) has
+    its own parameters in a last group at that rate, as the Reality Check's separate loss optimiser;
+    without one they train at ``lr`` with the head. Every group has the same optimiser, weight decay
+    and schedule.
+    """
     from bench.models import param_groups
 
     others = list(loss.parameters()) if isinstance(loss, nn.Module) else []
-    groups = param_groups(trunk, others, config.lr, config.trunk_lr)
+    own_lr = getattr(loss, "param_lr", None)
+    if own_lr is None:
+        groups = param_groups(trunk, others, config.lr, config.trunk_lr)
+    else:
+        groups = param_groups(trunk, [], config.lr, config.trunk_lr)
+        in_trunk = {id(p) for p in trunk.parameters()}
+        own = [p for p in dict.fromkeys(others) if p.requires_grad and id(p) not in in_trunk]
+        if own:
+            groups.append({"params": own, "lr": float(own_lr)})
     if config.optimizer == "adam":
         return torch.optim.Adam(groups, lr=config.lr, weight_decay=config.weight_decay)
     if config.optimizer == "rmsprop":

@@ -7,6 +7,10 @@ data-loader worker an hour later. The list is written in the protocol, so
 it is in the protocol's hash and manifest: every cell of a sweep sees the
 same images. Images enter as uint8 tensors (`ToImage`) and leave as float32
 in [0, 1] (`ToDtype`, put before the first `Normalize`, which needs floats).
+
+Besides torchvision's classes, `OWN` lists dmlbench's own steps: ``BNInceptionInput``
+(BN-Inception's Caffe input convention, BGR on the 0-255 scale minus its mean),
+which takes the place of ``Normalize`` in a pipeline for that trunk.
 """
 
 from __future__ import annotations
@@ -35,8 +39,9 @@ ALLOWED = (
     "RandomVerticalFlip",
     "Resize",
 )
+OWN = ("BNInceptionInput",)  # dmlbench's own steps (below), usable like the torchvision ones
 SIDES = ("train", "eval")
-_NEEDS_FLOAT = ("Normalize",)
+_NEEDS_FLOAT = ("Normalize", "BNInceptionInput")
 
 Step = tuple[str, dict[str, Any]]
 
@@ -72,8 +77,8 @@ def steps(items: Any, side: str) -> list[Step]:
             kwargs = {} if kwargs is None else kwargs
         else:
             raise BenchError(f"{where}: expected a transform name or {{Name: {{kwargs}}}}, got {item!r}")
-        if name not in ALLOWED:
-            raise BenchError(f"{where}: unknown transform {name!r}: expected one of {', '.join(ALLOWED)}")
+        if name not in ALLOWED + OWN:
+            raise BenchError(f"{where}: unknown transform {name!r}: expected one of {', '.join(ALLOWED + OWN)}")
         if not isinstance(kwargs, Mapping):
             raise BenchError(f"{where}: {name}'s arguments must be a mapping, got {kwargs!r}")
         out.append((str(name), dict(kwargs)))
@@ -94,7 +99,7 @@ def _build_one(name: str, kwargs: dict[str, Any], where: str) -> Any:
     torchvision()
     from torchvision.transforms import v2
 
-    cls = getattr(v2, name)
+    cls = BNInceptionInput if name == "BNInceptionInput" else getattr(v2, name)
     allowed = [p for p in inspect.signature(cls).parameters if p != "self"]
     unknown = sorted(set(kwargs) - set(allowed))
     if unknown:
@@ -104,6 +109,47 @@ def _build_one(name: str, kwargs: dict[str, Any], where: str) -> Any:
     except (TypeError, ValueError) as err:
         message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise BenchError(f"{where}: {name}({_show(kwargs)}) refused: {message}") from None
+
+
+class BNInceptionInput:
+    """BN-Inception's input convention (Caffe's): RGB in [0, 1] to BGR on the 0-255 scale, minus ``mean``, over ``std``.
+
+    Cadene's ``pretrainedmodels`` gives the published BN-Inception weights
+    (`bench.models.bninception`) ``input_space: BGR``, ``input_range:
+    [0, 255]``, ``mean: [104, 117, 128]``, ``std: [1, 1, 1]`` (``mean`` and
+    ``std`` are per BGR channel, on the 0-255 scale): this step, in place of
+    ``Normalize``, feeds it what it was trained on. It takes float images
+    with 3 channels in [0, 1] (the pipeline converts before it, as for
+    ``Normalize``); any other channel count is refused, in one line.
+    """
+
+    def __init__(self, mean: Sequence[float] = (104.0, 117.0, 128.0), std: Sequence[float] = (1.0, 1.0, 1.0)) -> None:
+        for key, value in (("mean", mean), ("std", std)):
+            if (
+                isinstance(value, (str, bytes))
+                or not isinstance(value, Sequence)
+                or len(value) != 3
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+            ):
+                raise ValueError(f"{key} must be 3 numbers (B, G, R on the 0-255 scale), got {value!r}")
+        if any(v <= 0 for v in std):
+            raise ValueError(f"std must be positive, got {list(std)!r}")
+        self.mean = [float(v) for v in mean]
+        self.std = [float(v) for v in std]
+
+    def __call__(self, image: Any) -> Any:
+        import torch
+
+        if not isinstance(image, torch.Tensor) or image.ndim < 3 or image.shape[-3] != 3:
+            shape = tuple(image.shape) if isinstance(image, torch.Tensor) else type(image).__name__
+            raise BenchError(f"BNInceptionInput needs RGB images (3, H, W), got {shape}")
+        bgr = image.as_subclass(torch.Tensor).flip(-3) * 255.0
+        mean = torch.tensor(self.mean, dtype=bgr.dtype, device=bgr.device).view(3, 1, 1)
+        std = torch.tensor(self.std, dtype=bgr.dtype, device=bgr.device).view(3, 1, 1)
+        return (bgr - mean) / std
+
+    def __repr__(self) -> str:
+        return f"BNInceptionInput(mean={self.mean}, std={self.std})"
 
 
 def _show(kwargs: Mapping[str, Any]) -> str:

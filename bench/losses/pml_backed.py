@@ -40,13 +40,26 @@ def _scaled(
     return pml_class(n, d, margin=margin, scale=check_number("scale", scale, low=0, strict=True)), n
 
 
-class _PMLLoss(BenchLoss):
-    """Holds a PML loss module and calls it with validated inputs."""
+def _own_lr(lr: float | None) -> float | None:
+    """A loss's ``lr`` (its own parameters' learning rate): None, or a finite number > 0."""
+    return None if lr is None else check_number("lr", lr, low=0, strict=True)
 
-    def __init__(self, pml_loss: torch.nn.Module, num_classes: int | None = None) -> None:
+
+class _PMLLoss(BenchLoss):
+    """Holds a PML loss module and calls it with validated inputs.
+
+    ``param_lr`` is the learning rate of the loss's own parameters (proxies,
+    a learned beta), which the training loop puts in a parameter group of
+    their own (`bench.training`); None: they train at ``training.lr``.
+    """
+
+    def __init__(
+        self, pml_loss: torch.nn.Module, num_classes: int | None = None, param_lr: float | None = None
+    ) -> None:
         super().__init__(distance=None)  # PML's loss holds its own distance and reducer
         self.pml = pml_loss
         self.num_classes = num_classes
+        self.param_lr = param_lr
 
     def compute(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any) -> torch.Tensor:
         if self.num_classes is not None and len(labels) and (labels.min() < 0 or labels.max() >= self.num_classes):
@@ -78,22 +91,45 @@ class MultiSimilarityLoss(_PMLLoss):
 
 class MarginLoss(_PMLLoss):
     """Wu et al. 2017: pairs on either side of a boundary ``beta`` by ``margin``; ``nu`` regularises a
-    learned ``beta``; ``triplets_per_anchor`` caps the triplets read ("all" or a count)."""
+    learned ``beta``; ``triplets_per_anchor`` caps the triplets read ("all" or a count).
+
+    ``learn_beta`` makes ``beta`` a parameter (its initial value ``beta``),
+    trained at ``lr`` (None: ``training.lr``); ``per_class`` gives each
+    training class its own learned beta (the Reality Check's "Margin /
+    class"; it implies ``learn_beta``). ``margin`` may be negative, as the
+    Reality Check's search allowed.
+    """
 
     def __init__(
-        self, margin: float = 0.2, nu: float = 0.0, beta: float = 1.2, triplets_per_anchor: int | str = "all"
+        self,
+        num_classes: int,
+        margin: float = 0.2,
+        nu: float = 0.0,
+        beta: float = 1.2,
+        triplets_per_anchor: int | str = "all",
+        learn_beta: bool = False,
+        per_class: bool = False,
+        lr: float | None = None,
     ) -> None:
         from pytorch_metric_learning.losses import MarginLoss as PML
 
         if triplets_per_anchor != "all":
             _count("triplets_per_anchor", triplets_per_anchor)
+        for name, flag in (("learn_beta", learn_beta), ("per_class", per_class)):
+            if not isinstance(flag, bool):
+                raise BenchError(f"{name} must be true or false, got {flag!r}")
+        if lr is not None and not (learn_beta or per_class):
+            raise BenchError("lr is the learned beta's learning rate: set learn_beta (or per_class) with it")
         super().__init__(
             PML(
-                margin=check_number("margin", margin, low=0),
+                margin=check_number("margin", margin),
                 nu=check_number("nu", nu, low=0),
                 beta=check_number("beta", beta),
                 triplets_per_anchor=triplets_per_anchor,
-            )
+                learn_beta=learn_beta or per_class,
+                num_classes=_count("num_classes", num_classes) if per_class else None,
+            ),
+            param_lr=_own_lr(lr),
         )
 
 
@@ -111,23 +147,138 @@ class ProxyAnchorLoss(_PMLLoss):
 
 
 class ArcFaceLoss(_PMLLoss):
-    """``margin`` in degrees, as in PML."""
+    """``margin`` in degrees, as in PML; ``lr``: the class weights' learning rate (None: ``training.lr``)."""
 
-    def __init__(self, num_classes: int, embedding_size: int, margin: float = 28.6, scale: float = 64.0) -> None:
+    def __init__(
+        self,
+        num_classes: int,
+        embedding_size: int,
+        margin: float = 28.6,
+        scale: float = 64.0,
+        lr: float | None = None,
+    ) -> None:
         from pytorch_metric_learning.losses import ArcFaceLoss as PML
 
         super().__init__(
-            *_scaled(PML, num_classes, embedding_size, check_number("margin", margin, low=0, high=180), scale)
+            *_scaled(PML, num_classes, embedding_size, check_number("margin", margin, low=0, high=180), scale),
+            param_lr=_own_lr(lr),
         )
 
 
 class CosFaceLoss(_PMLLoss):
-    """Wang et al. 2018: a cosine ``margin`` subtracted from the target class's logit, times ``scale``."""
+    """Wang et al. 2018: a cosine ``margin`` subtracted from the target class's logit, times ``scale``;
+    ``lr``: the class weights' learning rate (None: ``training.lr``)."""
 
-    def __init__(self, num_classes: int, embedding_size: int, margin: float = 0.35, scale: float = 64.0) -> None:
+    def __init__(
+        self,
+        num_classes: int,
+        embedding_size: int,
+        margin: float = 0.35,
+        scale: float = 64.0,
+        lr: float | None = None,
+    ) -> None:
         from pytorch_metric_learning.losses import CosFaceLoss as PML
 
-        super().__init__(*_scaled(PML, num_classes, embedding_size, check_number("margin", margin), scale))
+        super().__init__(
+            *_scaled(PML, num_classes, embedding_size, check_number("margin", margin), scale), param_lr=_own_lr(lr)
+        )
+
+
+class ProxyNCALoss(_PMLLoss):
+    """Movshovitz-Attias et al. 2017: NCA against one learned proxy per class, logits times ``softmax_scale``;
+    ``lr``: the proxies' learning rate (None: ``training.lr``)."""
+
+    def __init__(
+        self, num_classes: int, embedding_size: int, softmax_scale: float = 1.0, lr: float | None = None
+    ) -> None:
+        from pytorch_metric_learning.losses import ProxyNCALoss as PML
+
+        n, d = _count("num_classes", num_classes), _count("embedding_size", embedding_size)
+        scale = check_number("softmax_scale", softmax_scale, low=0, strict=True)
+        super().__init__(PML(n, d, softmax_scale=scale), n, _own_lr(lr))
+
+
+class NormalizedSoftmaxLoss(_PMLLoss):
+    """Zhai and Wu 2018 (classification is a strong baseline): softmax over cosine similarities to
+    normalised class weights at ``temperature``; ``lr``: the weights' learning rate (None: ``training.lr``)."""
+
+    def __init__(
+        self, num_classes: int, embedding_size: int, temperature: float = 0.05, lr: float | None = None
+    ) -> None:
+        from pytorch_metric_learning.losses import NormalizedSoftmaxLoss as PML
+
+        n, d = _count("num_classes", num_classes), _count("embedding_size", embedding_size)
+        t = check_number("temperature", temperature, low=0, strict=True)
+        super().__init__(PML(n, d, temperature=t), n, _own_lr(lr))
+
+
+class SoftTripleLoss(_PMLLoss):
+    """Qian et al. 2019: ``centers_per_class`` learned centres per class, scale ``la``, ``gamma`` (PML divides
+    by it: the paper's 1/gamma), ``margin``; ``reg_weight`` weighs PML's sparse-centres regulariser (0: off);
+    ``lr``: the centres' learning rate (None: ``training.lr``)."""
+
+    def __init__(
+        self,
+        num_classes: int,
+        embedding_size: int,
+        centers_per_class: int = 10,
+        la: float = 20.0,
+        gamma: float = 0.1,
+        margin: float = 0.01,
+        reg_weight: float = 0.0,
+        lr: float | None = None,
+    ) -> None:
+        from pytorch_metric_learning.losses import SoftTripleLoss as PML
+        from pytorch_metric_learning.regularizers import SparseCentersRegularizer
+
+        n, d = _count("num_classes", num_classes), _count("embedding_size", embedding_size)
+        k = _count("centers_per_class", centers_per_class)
+        weight = check_number("reg_weight", reg_weight, low=0)
+        extra: dict[str, Any] = {}
+        if weight > 0:
+            extra = {"weight_regularizer": SparseCentersRegularizer(n, k), "weight_reg_weight": weight}
+        pml = PML(
+            n,
+            d,
+            centers_per_class=k,
+            la=check_number("la", la, low=0, strict=True),
+            gamma=check_number("gamma", gamma, low=0, strict=True),
+            margin=check_number("margin", margin),
+            **extra,
+        )
+        super().__init__(pml, n, _own_lr(lr))
+
+
+class FastAPLoss(_PMLLoss):
+    """Cakir et al. 2019: average precision through a histogram of ``num_bins`` soft distance bins."""
+
+    def __init__(self, num_bins: int = 10) -> None:
+        from pytorch_metric_learning.losses import FastAPLoss as PML
+
+        if isinstance(num_bins, bool) or not isinstance(num_bins, int) or num_bins < 2:
+            raise BenchError(f"num_bins must be an integer >= 2, got {num_bins!r}")
+        super().__init__(PML(num_bins=num_bins))
+
+
+class SNRContrastiveLoss(_PMLLoss):
+    """Yuan et al. 2019: contrastive loss on the signal-to-noise ratio of pairs (``pos_margin``,
+    ``neg_margin``), plus ``regularizer_weight`` times PML's zero-mean embedding regulariser (0: off)."""
+
+    def __init__(self, pos_margin: float = 0.0, neg_margin: float = 1.0, regularizer_weight: float = 0.0) -> None:
+        from pytorch_metric_learning.losses import SignalToNoiseRatioContrastiveLoss as PML
+        from pytorch_metric_learning.regularizers import ZeroMeanRegularizer
+
+        weight = check_number("regularizer_weight", regularizer_weight, low=0)
+        extra: dict[str, Any] = {}
+        if weight > 0:
+            extra = {"embedding_regularizer": ZeroMeanRegularizer(), "embedding_reg_weight": weight}
+        super().__init__(
+            PML(
+                pos_margin=check_number("pos_margin", pos_margin),
+                neg_margin=check_number("neg_margin", neg_margin),
+                **extra,
+            )
+        )
 
 
 class SupConLoss(_PMLLoss):
@@ -280,4 +431,9 @@ __all__ = [
     "CosFaceLoss",
     "SupConLoss",
     "CircleLoss",
+    "ProxyNCALoss",
+    "NormalizedSoftmaxLoss",
+    "SoftTripleLoss",
+    "FastAPLoss",
+    "SNRContrastiveLoss",
 ]

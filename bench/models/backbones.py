@@ -28,6 +28,9 @@ from bench.models import _image_shape, _too_small, check_embedding_dim
 RESNETS = ("resnet18", "resnet50")
 TIMM_PREFIX = "timm:"
 TIMM_INSTALL = "pip install 'dmlbench[timm]'"
+# BN-Inception's published weights (bench.models.bninception): Cadene's pretrainedmodels file, sha256 52deb4733...
+BNINCEPTION_FILE = "bn_inception-52deb4733.pth"
+BNINCEPTION_URL = "http://data.lip6.fr/cadene/pretrainedmodels/" + BNINCEPTION_FILE
 MIN_RESNET_SIDE = 32  # five stride-2 stages: 32x32 is the smallest input that keeps one pixel to the end
 
 
@@ -133,7 +136,8 @@ def published_weights(trunk: str, variant: str | None = None) -> tuple[str, str]
 
     torchvision's file names come from its weights enums (``variant`` one of
     their names, default the enum's DEFAULT); timm's from the model's
-    pretrained config, where its weights are a plain download.
+    pretrained config, where its weights are a plain download; BN-Inception's
+    is Cadene's ``bn_inception-52deb4733.pth`` (no variants).
     """
     if trunk in RESNETS:
         from bench.vision import torchvision
@@ -148,6 +152,12 @@ def published_weights(trunk: str, variant: str | None = None) -> tuple[str, str]
             ) from None
         arch = trunk.replace("resnet", "ResNet-")
         return weights.url.rsplit("/", 1)[-1], f"torchvision's {arch} weights ({weights.name})"
+    if trunk == "bninception":
+        if variant is not None:
+            raise BenchError(
+                f"model.pretrained: BN-Inception has one set of published weights: write hub, not hub:{variant}"
+            )
+        return BNINCEPTION_FILE, f"Cadene's pretrainedmodels BN-Inception ImageNet weights ({BNINCEPTION_URL})"
     if trunk.startswith(TIMM_PREFIX):
         model = trunk[len(TIMM_PREFIX) :] + (f".{variant}" if variant else "")
         check_timm_name(model)

@@ -17,9 +17,11 @@ safetensors. A file whose name carries torch hub's hash prefix
 ``torch.hub.load_state_dict_from_url(check_hash=True)`` would.
 
 A file fits a `Backbone` when its keys are the body's plus, at most, the
-published classifier's (``fc.*``), which is dropped; or when it is a whole
-dmlbench trunk's state_dict (``body.*`` and ``embed.*``). Any other trunk
-takes its own full state_dict.
+published classifier's (``fc.*``; BN-Inception's ``last_linear.*``), which is
+dropped; or when it is a whole dmlbench trunk's state_dict (``body.*`` and
+``embed.*``). Any other trunk takes its own full state_dict. BN-Inception's
+published file keeps BatchNorm tensors as ``(1, C)``: they are read as
+``(C,)`` (`bench.models.bninception.fit_published`).
 """
 
 from __future__ import annotations
@@ -75,6 +77,10 @@ def _known(spec: str, trunk: str) -> str:
     """What a file name is, when it is one of the trunk's published files; else 'the weights file'."""
     from bench.models.backbones import RESNETS, published_weights
 
+    if trunk == "bninception":
+        name, what = published_weights(trunk)
+        if Path(spec).name == name:
+            return what
     if trunk in RESNETS:
         from bench.vision import torchvision
 
@@ -144,6 +150,7 @@ def _unreadable(e: Exception) -> str:
 def load_pretrained(trunk: nn.Module, path: Path, name: str) -> None:
     """Copy the weights in ``path`` into ``trunk`` (named ``name`` in messages); a mismatch is one line."""
     from bench.models.backbones import Backbone
+    from bench.models.bninception import BNInceptionBody, fit_published
 
     state = read_state_dict(path)
     target: nn.Module = trunk
@@ -152,6 +159,8 @@ def load_pretrained(trunk: nn.Module, path: Path, name: str) -> None:
         target, skip = trunk.body, trunk.classifier
     own = target.state_dict()
     given = {k: v for k, v in state.items() if not (skip and k.startswith(skip + "."))}
+    if isinstance(target, BNInceptionBody):  # the published file's (1, C) BatchNorm tensors
+        given = fit_published(given, own)
     missing = [k for k in own if k not in given and not k.endswith("num_batches_tracked")]
     unexpected = [k for k in given if k not in own]
     reshaped = [k for k in given if k in own and given[k].shape != own[k].shape]

@@ -49,6 +49,17 @@ TRUNK_COSTS.update(
             source="not measured: scaled from ResNet-50",
         ),
         "resnet50": TrunkCost((3.0, 4.5), 0.09, ref_batch=32, ref_pixels=224 * 224),
+        # BN-Inception: ResNet-50's figures times 0.41, the ratio of their CPU time a training step (fp32, batch 32,
+        # 227x227, one thread) in two alternating runs of benchmarks/bench_trunk_step.py here (8.9 / 21.9 s and
+        # 9.6 / 23.7 s on a machine at load 11-17, so not absolute figures); 2.0 / 4.1 G multiply-adds say 0.49
+        "bninception": TrunkCost(
+            (1.2, 1.85),
+            0.037,
+            ref_batch=32,
+            ref_pixels=224 * 224,
+            measured=False,
+            source="not measured: ResNet-50's step x 0.41, their CPU-time ratio measured here",
+        ),
     }
 )
 # On one GPU. Conv-4 measured on an H100 (benchmarks/bench_step_time.py: 8.0-8.5 ms at batch 128,
@@ -64,6 +75,11 @@ GPU_TRUNK_COSTS: dict[str, TrunkCost] = {
     ),
     "resnet50": TrunkCost(
         (0.020, 0.032), 0.0005, ref_batch=32, ref_pixels=224 * 224, measured=False, source=_GPU_GUESS
+    ),
+    # BN-Inception: half of ResNet-50's multiply-adds, but many small convolutions (kernel launches): the
+    # ResNet-50 guess's lower end to its upper, rather than half of it
+    "bninception": TrunkCost(
+        (0.012, 0.032), 0.0003, ref_batch=32, ref_pixels=224 * 224, measured=False, source=_GPU_GUESS
     ),
 }
 UNKNOWN_GPU_TRUNK = GPU_TRUNK_COSTS["resnet50"]

@@ -2,7 +2,12 @@
 
 A searched parameter is *dead* when the two ends of its range give the same
 gradient on the embeddings up to a positive factor (cosine within
-``COSINE_TOL`` of 1, or both zero) on every probe batch.
+``COSINE_TOL`` of 1, or both zero) on every probe batch, and the same
+gradient, likewise, on the loss's own parameters (proxies, class weights, a
+learned beta or metric), compared apart: a regulariser acting on a proxy
+loss's weights alone is live. A loss's own ``lr`` (``OWN_LR``: the step size
+of those parameters, `bench.training`) is no gradient at all: it is live
+when the loss has parameters that get a gradient, dead otherwise.
 A constant added to the loss changes nothing that training sees, and a
 rescaled gradient changes nothing under Adam, so the tuner would spend its
 trials on replicates of one configuration and then pick the noisiest one.
@@ -47,6 +52,7 @@ MAX_CLASSES = 8  # probe batches hold at most this many classes (see probe_batch
 SEEDS = (0, 1, 2)  # random batches; one clustered batch comes on top
 CLUSTER_SPREAD = 0.3  # within-class noise of the clustered batch, relative to unit class centres
 WARMUP = "warmup_iterations"
+OWN_LR = "loss.lr"  # a loss's own parameters' learning rate (its param_lr)
 
 
 @dataclass(frozen=True)
@@ -74,7 +80,9 @@ def dead_parameters(plan: Plan) -> list[DeadParameter]:
     )
     dead: list[DeadParameter] = []
     for cell in plan.cells:
-        cache: dict[tuple[str, str, int], torch.Tensor] = {}  # one cell's gradients: probes share settings
+        cache: dict[
+            tuple[str, str, int], tuple[torch.Tensor, torch.Tensor]
+        ] = {}  # one cell's gradients: probes share settings
         for key, dist in cell.search_space.items():
             ends = _ends(dist)
             if len(ends) < 2:
@@ -169,7 +177,7 @@ def _is_dead(
     key: str,
     ends: list[Any],
     batches: list[tuple[torch.Tensor, torch.Tensor]],
-    cache: dict[tuple[str, str, int], torch.Tensor],
+    cache: dict[tuple[str, str, int], tuple[torch.Tensor, torch.Tensor]],
 ) -> bool:
     """No end moves the gradient's direction away from the first end's, wherever the other searched
     parameters sit, on any batch, in any miner phase. A combination the method refuses (e.g. the
@@ -184,7 +192,11 @@ def _is_dead(
                 except BenchError:
                     continue
                 compared = True
-                if any(not same_direction(grads[0], g) for g in grads[1:]):
+                if key == OWN_LR and any(float(own.norm()) > ZERO_TOL for _, own in grads):
+                    return False  # a step size for parameters that move: never a rescaled gradient
+                if key == OWN_LR:
+                    continue
+                if any(not same_direction(a, b) for g in grads[1:] for a, b in zip(grads[0], g)):
                     return False
     return compared
 
@@ -196,8 +208,8 @@ def _cached(
     b: int,
     x: torch.Tensor,
     labels: torch.Tensor,
-    cache: dict[tuple[str, str, int], torch.Tensor],
-) -> torch.Tensor:
+    cache: dict[tuple[str, str, int], tuple[torch.Tensor, torch.Tensor]],
+) -> tuple[torch.Tensor, torch.Tensor]:
     loss_params, miner_params = params[0], _phases(cell, params[1])[phase]
     key = (repr(sorted(loss_params.items())), repr(sorted(miner_params.items())), b)
     if key not in cache:
@@ -207,8 +219,9 @@ def _cached(
 
 def _gradient(
     cell: Cell, loss_params: dict[str, Any], miner_params: dict[str, Any], x: torch.Tensor, labels: torch.Tensor
-) -> torch.Tensor:
-    """d loss / d embeddings for these parameters; every random draw seeded the same."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """d loss / d embeddings and d loss / d the loss's own parameters (flattened, empty without any) for
+    these parameters; every random draw seeded the same."""
     context = {"num_classes": int(labels.max()) + 1, "embedding_size": x.shape[1]}
     emb = x.clone().requires_grad_(True)
     with torch.random.fork_rng(devices=[]):
@@ -219,10 +232,12 @@ def _gradient(
             miner.bind_loss(loss_fn)
         tuples = miner(emb, labels) if miner is not None else None
         loss = loss_fn(emb, labels, tuples)
+    own = [p for p in loss_fn.parameters() if p.requires_grad] if isinstance(loss_fn, torch.nn.Module) else []
     if not loss.requires_grad:
-        return torch.zeros_like(x)
-    (grad,) = torch.autograd.grad(loss, emb, allow_unused=True)
-    return torch.zeros_like(x) if grad is None else grad.detach()
+        return torch.zeros_like(x), torch.zeros(sum(p.numel() for p in own))
+    grads = torch.autograd.grad(loss, [emb, *own], allow_unused=True)
+    parts = [torch.zeros_like(t) if g is None else g.detach() for t, g in zip([emb, *own], grads)]
+    return parts[0], torch.cat([p.flatten() for p in parts[1:]]) if own else torch.zeros(0)
 
 
 def same_direction(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -236,7 +236,14 @@ def test_triplets_are_used_as_their_distinct_pairs():
 def test_pml_backed_losses_train_their_parameters_and_take_quadruplets(name):
     x, y = batch(12, 6, 4)
     loss = build_loss(name, context=PROXY)
-    needs_proxies = name in ("pml:proxy_anchor", "pml:arcface", "pml:cosface")
+    needs_proxies = name in (
+        "pml:proxy_anchor",
+        "pml:arcface",
+        "pml:cosface",
+        "pml:proxy_nca",
+        "pml:normalized_softmax",
+        "pml:soft_triple",
+    )
     assert (len(list(loss.parameters())) > 0) == needs_proxies
     for t in (None, quadruplet(y)):
         e = x.clone().requires_grad_(True)
@@ -258,9 +265,9 @@ def test_pml_backed_miner_returns_pml_pairs_and_stats():
 @pytest.mark.parametrize("name", OWN + tuple(PML_BACKED))
 def test_search_space_names_real_parameters(name):
     entry = next(e for e in ENTRIES if e.kind == "loss" and e.name == name)
+    middle = {"float": lambda s: (s["low"] + s["high"]) / 2, "int": lambda s: (s["low"] + s["high"]) // 2}
     params = {
-        k: (s["low"] + s["high"]) / 2 if s["type"] == "float" else s["choices"][0]
-        for k, s in entry.search_space.items()
+        k: middle[s["type"]](s) if s["type"] in middle else s["choices"][0] for k, s in entry.search_space.items()
     }
     loss = build_loss(name, context=PROXY, **params)
     x, y = batch(8, 6, 4)

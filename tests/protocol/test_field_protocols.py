@@ -3,8 +3,9 @@ the publisher's layout to a leaderboard (issue 10: "a tiny variant of each runs 
 
 The variant is derived from the shipped file, not written beside it, so what runs here is that protocol's
 data specs, pipelines (every size / 4), trunk family, BatchNorm and LR settings, loss, miner, schedule and
-metrics; only the scale changes: ResNet-18 from random weights instead of a pretrained ResNet-50, the CPU,
-two iterations, one trial, one seed, one cell.
+metrics; only the scale changes: ResNet-18 from random weights instead of a pretrained ResNet-50 (BN-Inception
+from random weights at 64x64, a side its stride-2 blocks take), the CPU, two iterations, one trial, one seed,
+one cell.
 """
 
 from __future__ import annotations
@@ -31,26 +32,28 @@ FIXTURES: dict[str, Callable[[Path], Any]] = {
 }
 
 
-def _shrink(value: Any) -> Any:
+def _shrink(value: Any, floor: int = 32) -> Any:
     """Every image size in a pipeline or data.image_size divided by 4 (227 -> 56, [256, 128] -> [64, 32])."""
     if isinstance(value, list):
-        return [_shrink(v) for v in value]
-    return max(32, int(value) // 4)  # ResNets need 32 pixels a side
+        return [_shrink(v, floor) for v in value]
+    return max(floor, int(value) // 4)  # ResNets need 32 pixels a side
 
 
 def tiny(doc: dict[str, Any]) -> dict[str, Any]:
     """The shipped protocol at the scale of a test (see the module docstring)."""
     doc["name"] += "-tiny"
     data = doc["data"]
-    data["image_size"] = _shrink(data["image_size"])
+    bninception = doc["model"]["trunk"] == "bninception"
+    floor = 64 if bninception else 32  # 227 / 4 = 56 does not fit BN-Inception's stride-2 blocks; 64 does
+    data["image_size"] = _shrink(data["image_size"], floor)
     for side in data.get("augment", {}).values():
         for item in side:
             for params in item.values():
                 if isinstance(params, dict) and "size" in params:
-                    params["size"] = _shrink(params["size"])
+                    params["size"] = _shrink(params["size"], floor)
     data["validation"] = {"folds": 2, "use": 1}
     data["loader"] = {"workers": 0}
-    doc["model"].update(trunk="resnet18", pretrained=None, embedding_dim=8)
+    doc["model"].update(trunk="bninception" if bninception else "resnet18", pretrained=None, embedding_dim=8)
     doc["training"].update(device="cpu", iterations=2, P=2, K=2)
     doc["evaluation"]["ks"] = [1, 2]  # a fixture's few test images: Recall@1000 would be 1 for every method
     doc["tuning"] = {"trials": 1, "startup_trials": 1, "pruner": {"type": "none"}}
