@@ -75,6 +75,7 @@ from bench.stores.urls import default_url, redact
 from bench.sweep import tables
 from bench.sweep.final_run import FinalRun, Record, train_final
 from bench.sweep.floor import update_floor
+from bench.sweep.precision import resolve_precision
 from bench.sweep.preflight import refuse, short_classes_notice
 from bench.sweep.progress import Progress
 from bench.sweep.result import SweepResult
@@ -187,6 +188,9 @@ class Sweep:
         from bench.metrics.geometry import geometry
 
         self.code = {"git_commit": provenance.git_commit(), "git_dirty": provenance.git_dirty()}  # on every record
+        # one precision for every cell: fixed, or `auto` chosen once and stored (bench.sweep.precision)
+        self.protocol, self.precision = resolve_precision(self.protocol, self.storage)
+        self.plan = replace(self.plan, protocol=self.protocol)
         moved = tables.claim_dir(self.results, self.protocol.hash, self.protocol.data)
         self.fingerprints = self.prepared.fingerprints()
         base_tags = provenance.standard_tags(
@@ -210,6 +214,7 @@ class Sweep:
             "fingerprints": self.fingerprints,
             "data_fingerprint": self.protocol.data,
             "geometry": geometry(self.protocol.doc["model"]["normalize"]),
+            "precision": self.precision,
             "package_versions": provenance.package_versions(),
             **self.code,
             "tracking_uri": redact(self.tracking_uri),
@@ -235,6 +240,13 @@ class Sweep:
             for c in self.plan.cells
         }
         self.cell_runs: dict[str, str] = {}
+        if self.precision["setting"] == "auto":
+            timed = ", ".join(f"{k} {v:.0f} ms" for k, v in self.precision["step_ms"].items())
+            self.line(
+                f"precision auto: every cell trains in {self.precision['precision']}"
+                f"{' + channels-last' if self.precision['channels_last'] else ''} (a step timed on "
+                f"{self.precision['host']}: {timed})"
+            )
         if moved:
             self.line(f"results of another version of {self.protocol.name} (its protocol or its data) moved to {moved}")
         notice = short_classes_notice(self.sampler) if self.sampler else None
