@@ -117,11 +117,18 @@ def test_a_sweep_trains_every_run_in_the_recorded_choice_and_keeps_it_on_resume(
 
     monkeypatch.setattr(measure, "choose_precision", lambda p: _choice("bf16", False))  # "another machine"
     run_protocol(path, options)
+    first = json.loads((tmp_path / "results" / "tiny-precision" / "manifest.json").read_text())["time"]
+    assert all(first["seconds"][k] > 0 for k in ("start-up", "training", "validation", "test", "records", "floor"))
+    assert abs(sum(first["seconds"].values()) - first["wall_s"]) < 0.1
     monkeypatch.setattr(measure, "choose_precision", _never)
     run_protocol(path, options)  # resumed (finished): the stored choice, nothing measured
     manifest = json.loads((tmp_path / "results" / "tiny-precision" / "manifest.json").read_text())
     assert manifest["precision"]["setting"] == "auto"
     assert (manifest["precision"]["precision"], manifest["precision"]["channels_last"]) == ("bf16", False)
+    # the rerun's wall time accounted (bench.clock.Ledger): nothing trained, so no training; the sum is the wall
+    accounts = manifest["time"]
+    assert accounts["seconds"]["training"] == 0 and accounts["seconds"]["start-up"] > 0
+    assert abs(sum(accounts["seconds"].values()) - accounts["wall_s"]) < 0.1
     with sqlite3.connect(tmp_path / "mlruns" / "mlflow.db") as db:
         params = db.execute("select key, value from params where key in ('precision', 'channels_last')").fetchall()
     finals = 2 * 2  # cells x seeds log their config
