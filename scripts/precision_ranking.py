@@ -26,7 +26,7 @@ CELLS = {  # id: (loss, miner)
     "contrastive+none": ("contrastive", None),
     "triplet+batch_hard": ("triplet", "batch_hard"),
     "triplet+batch_all": ("triplet", "batch_all"),
-    "multi_similarity+none": ("multi_similarity", None),
+    "infonce+none": ("infonce", None),
 }
 VARIANTS = {"fp32": ("fp32", False), "bf16+channels_last": ("bf16", True)}
 

@@ -339,8 +339,7 @@ class Sweep:
                     with self.ledger.timing("waiting"):
                         time.sleep(self.options.poll_s)
                 pending = waiting
-            with self.ledger.timing("floor"):
-                self._floor_records(update_floor(self.protocol, self.prepared, self.results))
+            self._floor_records(update_floor(self.protocol, self.prepared, self.results, self._floor_rows()))
             self.manifest["finished"] = tables.now()
             self.manifest["time"] = self.time_table(time.perf_counter() - start)
             refused = self._write(finished=True)
@@ -505,6 +504,33 @@ class Sweep:
         self.ledger.add("test", result.score_s + run.artifacts_s)
         self.ledger.add("run set-up", result.wall_time_s - result.train_s - result.score_s)
         self.ledger.add("records", time.perf_counter() - began - result.wall_time_s - run.artifacts_s)
+
+    def _floor_rows(self) -> dict[int, dict[str, Any]]:
+        """The floor's rows, each seed scored by one worker: seeds are slots of the study
+        ``<protocol>:<key12>:floor``, claimed as trials are, the row stored on its trial; a worker then waits
+        for the seeds others hold. (Each worker scored every seed before: with two workers the floor took
+        6% of a scaled omniglot-quick sweep's worker-seconds, `benchmarks/bench_sweep_time.py`.)"""
+        from bench.sweep.floor import floor_row
+
+        seeds = self.protocol.final_seeds
+        study = SlotStudy(self.storage, f"{self.protocol.name}:{self.protocol.key12}:floor", len(seeds))
+        while (slot := self._claim(study)) is not None:
+            try:
+                with Heartbeat(self.storage, slot.trial_id), self.ledger.timing("floor"):
+                    row = floor_row(self.protocol, self.prepared, seeds[slot.slot])
+            except BaseException:
+                study.abandon(slot, "interrupted")
+                raise
+            with self.ledger.timing("records"):
+                slot.trial.set_user_attr("row", row)
+                study.study.tell(slot.trial, 0.0)
+        while True:
+            with self.ledger.timing("records"):
+                if study.finished():
+                    break
+            with self.ledger.timing("waiting"):
+                time.sleep(min(self.options.poll_s, 2.0))
+        return {seeds[s]: dict(t.user_attrs["row"]) for s, t in study.counted().items() if "row" in t.user_attrs}
 
     def _floor_records(self, floor: Any) -> None:
         """One MLflow run per floor seed (kind ``floor``), so a leaderboard rebuilt from MLflow alone has it."""
