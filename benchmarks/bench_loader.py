@@ -59,6 +59,9 @@ class DecodeOnly(ImageDataset):
     """The file decoded and made a uint8 tensor, nothing else: what any pipeline starts from."""
 
     def __getitem__(self, key: Any) -> tuple[torch.Tensor, int]:
+        from bench.vision import torchvision
+
+        torchvision()  # the one import of torchvision, beside the CPU torch wheel
         from torchvision.transforms.v2.functional import to_image
 
         index = int(key[2]) if isinstance(key, tuple) else int(key)

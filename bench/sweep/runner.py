@@ -49,7 +49,12 @@ system is not safe) and the same tracking server:
   a cell finishes, from the shared storage, so the last one to finish
   writes complete tables; artifacts (pair distances, 2-D embeddings) are
   written by the worker that ran the first final seed, and logged to MLflow;
-  floor.csv by every worker that finishes, each seed computed once.
+  floor.csv by every worker that finishes, each seed scored once, by the
+  worker that claimed it in the study ``<protocol>:<key12>:floor``.
+
+Each worker accounts for its wall time (`bench.clock.Ledger`: start-up,
+training, run set-up, validation, test, records, tables, waiting, floor,
+other) in the manifest's ``time``; `run` ends with it in one line.
 
 TPE's proposals in a multi-worker sweep depend on which trials finished
 first, so only a single-worker sweep reproduces its parameters exactly.
