@@ -425,7 +425,7 @@ def test_dmlbench_train_records_its_augment(tmp_path: Path, capsys: pytest.Captu
 
 
 def test_a_sample_is_augmented_as_torch_manual_seed_of_its_seed_would_and_leaves_the_rng_alone(tmp_path: Path) -> None:
-    """The loader seeds the CPU generator alone (torch.manual_seed's stack-recording CUDA call was half a
+    """The loader seeds the CPU generator alone (torch.manual_seed's stack-recording CUDA call was a quarter of a
     sample's time): the same images as seeding through torch.manual_seed, the global RNG untouched."""
     from bench.data.images import sample_seed
     from bench.data.loading import ImageDataset
