@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+AUTO = "auto"  # a protocol's: the fastest of fp32/bf16 (with or without channels-last), chosen at a sweep's start
 FP16_ON_CPU = "fp16 needs a CUDA device (on the CPU float16 autocast is slow and has no grad scaler): use bf16 or fp32"
 
 
@@ -46,6 +47,8 @@ def precision_problem(precision: Any, device: Any, availability: bool = True) ->
     protocol. bf16 on a GPU without bf16 is one of this machine, asked only with ``availability``."""
     import torch
 
+    if precision == AUTO:
+        return None  # resolved to one of PRECISIONS before anything trains (bench.sweep.precision)
     if precision not in PRECISIONS:
         return f"unknown precision {precision!r}: expected one of {', '.join(PRECISIONS)}"
     try:

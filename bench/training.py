@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from bench import registry
-from bench.devices import device_problem, precision_problem
+from bench.devices import AUTO, device_problem, precision_problem
 from bench.errors import BenchError, DivergedError, MethodError
 from bench.evaluation import embed
 
@@ -118,6 +118,10 @@ class TrainConfig:
         problem = device_problem(self.device)
         if problem:
             raise BenchError(problem if problem.startswith("unknown") else f"device {problem}")
+        if self.precision == AUTO:
+            raise BenchError(
+                "precision auto is a protocol's, resolved at a sweep's start: a training run needs fp32, bf16 or fp16"
+            )
         problem = precision_problem(self.precision, self.device)
         if problem:
             raise BenchError(problem if problem.startswith("unknown") else f"precision {problem}")

@@ -6,6 +6,10 @@ alternation ``--repeats`` times (the machine's noise hits each alike):
 * the loader alone: images/s of PK batches decoded and augmented with the
   Reality Check's training pipeline (RandomResizedCrop ``--crop`` with scale
   0.16-1, horizontal flip) by 0 workers (in this process) and by ``--workers``;
+* decode only, on the same files through the same loader and workers: each
+  file opened, decoded by Pillow and made a uint8 tensor (``ToImage``), what
+  every pipeline starts with; the full pipeline's rate over it is the
+  pipeline's cost (the goal: within 1.5x);
 * the training step alone: images/s of `bench.training.train` on the same
   batch shape from tensors already in memory (the difference of a long and
   a short run, so start-up drops out).
@@ -19,37 +23,65 @@ a second than the step consumes, the loader bounds the run.
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from PIL import Image
+from torch.utils.data import DataLoader
 
 from bench.data import LabeledData, load
-from bench.data.loading import default_workers, stream, train_loader
+from bench.data.images import open_image
+from bench.data.loading import ImageDataset, default_workers, loader_options, stream, train_loader
 from bench.data.samplers import PKBatchSampler, PKSampler
 from bench.training import TrainConfig, train
 
 
-def write_jpegs(root: Path, images: int, classes: int, side: int) -> None:
+def write_jpegs(root: Path, images: int, classes: int, side: int, height: int | None = None) -> None:
+    """``images`` JPEGs ``side`` wide and ``height`` (default: ``side``) high in ``classes`` folders."""
     rng = np.random.default_rng(0)
+    height = height or side
     for i in range(images):
         folder = root / f"c{i % classes:03d}"
         folder.mkdir(parents=True, exist_ok=True)
         # smooth noise compresses like a photo, not like white noise (which JPEG decodes far slower)
-        small = rng.integers(0, 256, (side // 8, side // 8, 3), dtype=np.uint8)
-        Image.fromarray(small).resize((side, side), Image.BILINEAR).save(folder / f"{i:05d}.jpg", quality=90)
+        small = rng.integers(0, 256, (height // 8, side // 8, 3), dtype=np.uint8)
+        Image.fromarray(small).resize((side, height), Image.BILINEAR).save(folder / f"{i:05d}.jpg", quality=90)
 
 
-def loader_rate(data: LabeledData, workers: int, batches: int, P: int, K: int, device: torch.device) -> float:
+class DecodeOnly(ImageDataset):
+    """The file decoded and made a uint8 tensor, nothing else: what any pipeline starts from."""
+
+    def __getitem__(self, key: Any) -> tuple[torch.Tensor, int]:
+        from bench.vision import torchvision
+
+        torchvision()  # the one import of torchvision, beside the CPU torch wheel
+        from torchvision.transforms.v2.functional import to_image
+
+        index = int(key[2]) if isinstance(key, tuple) else int(key)
+        with open_image(self.files.file(index)) as img:
+            return to_image(img.convert("RGB")).as_subclass(torch.Tensor), index
+
+
+def loader_rate(
+    data: LabeledData, workers: int, batches: int, P: int, K: int, device: torch.device, decode_only: bool = False
+) -> float:
     """Images a second delivered on `device`, after the first batch (worker start-up excluded)."""
     files = data.x.with_options(loader={"workers": workers})
     _, labels = torch.unique(data.y, return_inverse=True)
     sampler = PKBatchSampler(PKSampler(labels, P, K, seed=0), 0, batches + 1)
-    it = stream(train_loader(files, sampler, seed=0, device=device), device)
+    loader = (
+        DataLoader(DecodeOnly(files, True), batch_sampler=sampler, **loader_options(files, device))
+        if decode_only
+        else train_loader(files, sampler, seed=0, device=device)
+    )
+    it = stream(loader, device)
     next(it)
     start = time.perf_counter()
     count = sum(len(xb) for xb, _ in it)
@@ -84,7 +116,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=256)
     parser.add_argument("--classes", type=int, default=32)
-    parser.add_argument("--side", type=int, default=256, help="side of the generated JPEGs")
+    parser.add_argument("--side", type=int, default=500, help="width of the generated JPEGs (CUB's are ~500)")
+    parser.add_argument("--height", type=int, default=375, help="height of the generated JPEGs")
     parser.add_argument("--crop", type=int, default=227, help="RandomResizedCrop size = data.image_size")
     parser.add_argument("--P", type=int, default=8)
     parser.add_argument("--K", type=int, default=4)
@@ -102,31 +135,41 @@ def main() -> None:
     device = torch.device(args.device)
     pipeline = {"train": [{"RandomResizedCrop": {"size": args.crop, "scale": [0.16, 1.0]}}, "RandomHorizontalFlip"]}
     with tempfile.TemporaryDirectory(prefix="dmlbench-loader-") as tmp:
-        write_jpegs(Path(tmp), args.images, args.classes, args.side)
+        write_jpegs(Path(tmp), args.images, args.classes, args.side, args.height)
         data = load(f"folder:{tmp}", size=args.crop, augment=pipeline)
         rates: dict[str, list[float]] = {
+            "decode only, 0 workers": [],
             "loader, 0 workers": [],
+            f"decode only, {args.workers} workers": [],
             f"loader, {args.workers} workers": [],
             f"{args.trunk} step": [],
         }
-        for _ in range(args.repeats):
-            rates["loader, 0 workers"].append(loader_rate(data, 0, args.batches, args.P, args.K, device))
-            rates[f"loader, {args.workers} workers"].append(
-                loader_rate(data, args.workers, args.batches, args.P, args.K, device)
-            )
+        ratios: dict[int, list[float]] = {0: [], args.workers: []}
+        for _ in range(args.repeats):  # decode only and the full pipeline alternate, each ratio of one repeat
+            for workers in (0, args.workers):
+                decoded = loader_rate(data, workers, args.batches, args.P, args.K, device, decode_only=True)
+                full = loader_rate(data, workers, args.batches, args.P, args.K, device)
+                rates[f"decode only, {workers} workers"].append(decoded)
+                rates[f"loader, {workers} workers"].append(full)
+                ratios[workers].append(decoded / full)
             rates[f"{args.trunk} step"].append(
                 step_rate(
                     args.trunk, (3, args.crop, args.crop), args.steps, args.P, args.K, args.device, args.precision
                 )
             )
     print(
-        f"{args.images} JPEGs {args.side}x{args.side} -> RandomResizedCrop {args.crop} + flip, batch "
+        f"{platform.processor() or platform.machine()}, load {os.getloadavg()[0]:.1f}; "
+        f"{args.images} JPEGs {args.side}x{args.height} -> RandomResizedCrop {args.crop} + flip, batch "
         f"{args.P}x{args.K}, device {args.device}, {torch.get_num_threads()} torch thread(s), "
         f"median of {args.repeats}"
     )
     medians = {name: statistics.median(values) for name, values in rates.items()}
     for name, value in medians.items():
-        print(f"  {name:<24} {value:8.1f} images/s")
+        workers = int(name.split(", ")[1].split()[0]) if "workers" in name else 0
+        per = f"  ({value / workers:.1f} a worker)" if workers else ""
+        print(f"  {name:<28} {value:8.1f} images/s{per}")
+    for workers, values in ratios.items():
+        print(f"  full pipeline / decode only, {workers} workers: {statistics.median(values):.2f}x the time")
     loader, step = medians[f"loader, {args.workers} workers"], medians[f"{args.trunk} step"]
     bound = "the loader" if loader < step else "the training step"
     print(f"bound by {bound}: the loader with {args.workers} workers gives {loader / step:.2f}x what the step takes")

@@ -284,6 +284,8 @@ def format_plan(p: Plan, cpuinfo: str | None = None) -> str:
             f"{step_s * 1000:.3g} ms: this cell costs more than the others"
             for c, s in slow
         ]
+    if p.precision_note:
+        lines.append(f"note: {p.precision_note}")
     if not gpu and training["precision"] == "bf16" and cost.source != "--step-ms" and cost.threads is None:
         amx = "has no AMX" if lacks_amx(_cpuinfo() if cpuinfo is None else cpuinfo) else "has AMX or is not x86"
         lines.append(

@@ -127,6 +127,11 @@ def command(
         f"{protocol.name} ({protocol.hash12}): {result.cells} cells run, {completed} with a completed final "
         f"seed, in {minutes}:{seconds:02d}; tables in {result.path}"
     )
+    accounted = result.manifest.get("time")
+    if accounted:  # where this worker's wall time went (bench.clock.Ledger; the manifest's `time`)
+        from bench.clock import summary
+
+        log.info(f"time: {summary(accounted)}")
     _where_to_look(result)
     if completed == 0:
         log.error(f"dmlbench: no cell completed: {_first_reason(result)}")

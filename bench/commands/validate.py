@@ -75,7 +75,9 @@ def command(
     Every check `run` makes before training is made here (bench.sweep.preflight): the data, `evaluation.ks`
     against the test set, the pretrained weights file, the device; the stores too when --storage,
     --tracking-uri or --results-dir is given (run's defaults for the others). A device this machine lacks
-    is a note: the file is valid, `run` refuses it here.
+    is a note: the file is valid, `run` refuses it here. With the data checked, a fixed training.precision
+    3x or more slower here than another (fp32/bf16, with or without channels-last, timed a few seconds) is
+    a one-line warning; `precision: auto` picks the fastest at a sweep's start.
 
     Exit 0 when every file is valid, 2 when any has a problem (all are listed).
     """
@@ -108,6 +110,9 @@ def command(
         click.echo(f"{path}: ok, protocol {protocol.name}, hash {protocol.hash12}")
         for note in found.problems:
             click.echo(f"dmlbench: note: {path}: {note.message}: `dmlbench run` refuses it here", err=True)
+        slow = None if no_data or found.problems else _slow_precision(protocol)
+        if slow:
+            click.echo(f"dmlbench: warning: {path}: {slow}", err=True)
         for line in [] if found.prepared is None else data_lines(protocol, found.prepared):
             click.echo(line)
     if problems:
@@ -115,3 +120,11 @@ def command(
             click.echo(f"dmlbench: error: {line}", err=True)
         raise BenchError(problems[-1])
     return 0
+
+
+def _slow_precision(protocol: Any) -> str | None:
+    """A fixed precision several times slower here than another (`bench.plan.measure.slow_precision`, a few
+    seconds of timing): a warning, not a problem (the file is valid, and fair on any machine)."""
+    from bench.plan.measure import slow_precision
+
+    return slow_precision(protocol)

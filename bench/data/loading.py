@@ -45,7 +45,10 @@ class ImageDataset(Dataset):
         else:
             step, slot, index = EVAL_SEED, int(key), int(key)
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(sample_seed(self.seed, step, slot))
+            # the CPU generator alone, as torch.manual_seed seeds it (the same images): torch.manual_seed also
+            # queues a seed for every CUDA device, recording a stack trace each time CUDA is not initialised
+            # (a quarter of a sample's time under cProfile, `benchmarks/bench_loader.py`'s pipeline)
+            torch.default_generator.manual_seed(sample_seed(self.seed, step, slot))
             return self.files.decode(index, self.train), index
 
 

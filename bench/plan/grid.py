@@ -72,7 +72,7 @@ def plan(
         batch_size=training["P"] * training["K"],
         seeds=len(doc["final"]["seeds"]),
     )
-    cost, cost_note = trunk_cost(protocol, step_s), ""
+    cost, cost_note, precision_note = trunk_cost(protocol, step_s), "", ""
     if measure and step_s is None:
         from bench.plan.measure import EMBED_BATCH, measure_trunk, unavailable  # torch: only when measuring
 
@@ -82,7 +82,8 @@ def plan(
         else:
             _, test_images = dataset_size(sized_test(doc["data"]["test"]), doc["data"]["test_classes"])
             batch = min(EMBED_BATCH, int(test_images)) if test_images else EMBED_BATCH  # what the test embeds in
-            cost = measured_cost(protocol, measure_trunk(protocol, threads=threads, embed_batch=batch))
+            timed, precision_note = _precision_here(protocol, threads)
+            cost = measured_cost(protocol, measure_trunk(timed, threads=threads, embed_batch=batch))
     method_s: dict[str, float] = {}
     if time_methods:
         from bench.plan.method_cost import time_cells  # imports torch: only when timing is asked for
@@ -100,7 +101,24 @@ def plan(
         method_s,
         cost_note,
         sweep_overhead_s(protocol, budget, cost),
+        precision_note,
     )
+
+
+def _precision_here(protocol: Protocol, threads: int | None) -> tuple[Protocol, str]:
+    """The protocol to time the trunk of, and a line on its precision here: for ``precision: auto`` what a
+    sweep starting now would choose (`bench.plan.measure.choose_precision`), the protocol then in that
+    precision; for a fixed one a warning when it is `SLOW_FACTOR` or more times slower than another."""
+    from bench.plan.measure import choose_precision, slow_precision
+
+    if protocol.precision_auto:
+        choice = choose_precision(protocol, threads=threads)
+        timed = ", ".join(f"{k} {v:.0f} ms" for k, v in choice.step_ms.items())
+        return (
+            protocol.with_precision(choice.precision, choice.channels_last),
+            f"precision auto: a sweep starting here now would train in {choice.variant} ({timed} a step)",
+        )
+    return protocol, slow_precision(protocol, threads=threads) or ""
 
 
 def _cell(

@@ -23,6 +23,7 @@ from __future__ import annotations
 import inspect
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,23 @@ from bench.protocol import Protocol
 from bench.protocol.schema import image_hw
 from bench.training import OPTIMIZERS, TrainConfig, use_channels_last
 
-__all__ = ["EMBED_BATCH", "Measured", "channels_of", "measure_trunk", "unavailable"]
+__all__ = [
+    "EMBED_BATCH",
+    "SLOW_FACTOR",
+    "VARIANTS",
+    "Measured",
+    "PrecisionChoice",
+    "candidate_variants",
+    "channels_of",
+    "choose_precision",
+    "measure_trunk",
+    "protocol_variant",
+    "slow_line",
+    "slow_precision",
+    "time_variants",
+    "unavailable",
+    "variant_name",
+]
 
 EMBED_BATCH: int = inspect.signature(embed).parameters["batch_size"].default  # what evaluation embeds with
 GREY_DATASETS = ("omniglot", "fashion-mnist", "mnist")  # named datasets stored with one channel
@@ -124,6 +141,27 @@ def _time_steps(
     device: torch.device,
     budget_s: float,
 ) -> tuple[float, int, torch.nn.Module]:
+    step = _stepper(model, training, config, in_shape, batch, device)
+    began = time.perf_counter()
+    step()  # warm-up: allocations, kernel selection, lazy initialisation
+    if time.perf_counter() - began < budget_s / 4:
+        step()  # a second one where steps are cheap: the first is often far slower than the rest
+    times: list[float] = []
+    while not times or (len(times) < MAX_STEPS and time.perf_counter() - began < budget_s):
+        times.append(step())
+    return statistics.median(times), len(times), step.trunk  # type: ignore[attr-defined]
+
+
+def _stepper(
+    model: dict[str, Any],
+    training: dict[str, Any],
+    config: TrainConfig,
+    in_shape: tuple[int, ...],
+    batch: int,
+    device: torch.device,
+) -> Callable[[], float]:
+    """A function doing one training step of the protocol's trunk in ``config``'s precision and memory format
+    on a random batch, returning its seconds; the trunk is its ``trunk`` attribute."""
     from bench.trunks import trunk_from
 
     trunk = trunk_from(
@@ -162,14 +200,8 @@ def _time_steps(
         _sync(device)
         return time.perf_counter() - start
 
-    began = time.perf_counter()
-    step()  # warm-up: allocations, kernel selection, lazy initialisation
-    if time.perf_counter() - began < budget_s / 4:
-        step()  # a second one where steps are cheap: the first is often far slower than the rest
-    times: list[float] = []
-    while not times or (len(times) < MAX_STEPS and time.perf_counter() - began < budget_s):
-        times.append(step())
-    return statistics.median(times), len(times), trunk
+    step.trunk = trunk  # type: ignore[attr-defined]
+    return step
 
 
 def _time_embedding(
@@ -196,3 +228,155 @@ def _time_embedding(
             if size == target or 3 * per_image * bigger > left:
                 return per_image, size
             size = bigger
+
+
+# --------------------------------------------------------------------------- precision and memory format
+
+VARIANTS: dict[str, tuple[str, bool]] = {  # name: (precision, channels_last), in the order they are timed
+    "fp32": ("fp32", False),
+    "fp32+channels_last": ("fp32", True),
+    "bf16": ("bf16", False),
+    "bf16+channels_last": ("bf16", True),
+}
+SLOW_FACTOR = 3.0  # a fixed precision this many times slower than the fastest variant here is warned about
+CHOICE_BUDGET_S = 6.0  # what `precision: auto` spends timing the variants at a sweep's start
+
+
+def variant_name(precision: str, channels_last: bool) -> str:
+    return f"{precision}+channels_last" if channels_last else precision
+
+
+def protocol_variant(protocol: Protocol) -> str | None:
+    """The variant a protocol's fixed precision trains in (channels-last by `use_channels_last`'s default for
+    images), or None for ``precision: auto`` (or fp16, which is not timed here)."""
+    training = protocol.doc["training"]
+    if training["precision"] not in ("fp32", "bf16"):
+        return None
+    image = protocol.doc["model"]["trunk"] != "mlp"
+    config = TrainConfig(precision=training["precision"], channels_last=training["channels_last"])
+    return variant_name(training["precision"], image and use_channels_last(config, torch.empty(1, 1, 1, 1)))
+
+
+def candidate_variants(protocol: Protocol) -> list[str]:
+    """What ``precision: auto`` chooses among on the protocol's device: fp32 and bf16, each with and without
+    channels-last (image trunks only); bf16 only where the device has it (every CPU; a CUDA GPU that says so)."""
+    device = torch.device(str(protocol.doc["training"]["device"]))
+    bf16 = device.type != "cuda" or torch.cuda.is_bf16_supported()
+    image = protocol.doc["model"]["trunk"] != "mlp"
+    return [
+        name
+        for name, (precision, channels_last) in VARIANTS.items()
+        if (bf16 or precision == "fp32") and (image or not channels_last)
+    ]
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    """The fastest variant of a protocol's training step here, and what was timed to choose it."""
+
+    precision: str
+    channels_last: bool
+    step_ms: dict[str, float]  # variant name: median training step in ms
+    rounds: int  # timed rounds (each variant once a round) the medians are of
+    threads: int
+    device: str
+
+    @property
+    def variant(self) -> str:
+        return variant_name(self.precision, self.channels_last)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What a sweep records (manifest, Optuna storage): the choice and the timings it rests on."""
+        return {
+            "precision": self.precision,
+            "channels_last": self.channels_last,
+            "step_ms": {k: round(v, 3) for k, v in self.step_ms.items()},
+            "rounds": self.rounds,
+            "threads": self.threads,
+            "device": self.device,
+        }
+
+
+def time_variants(
+    protocol: Protocol,
+    variants: list[str] | None = None,
+    budget_s: float = CHOICE_BUDGET_S,
+    threads: int | None = None,
+    min_rounds: int = 2,
+) -> tuple[dict[str, float], int, int]:
+    """Median seconds of the protocol's training step in each variant (`VARIANTS`; default: the candidates),
+    the number of timed rounds and the threads used. Each variant gets its own trunk (same seed), optimiser
+    and input; after a warm-up step each, the variants alternate step by step, round after round (at least
+    ``min_rounds``, at most `MAX_STEPS`, while ``budget_s`` lasts), so a busy machine slows them alike."""
+    doc = protocol.doc
+    model, training = doc["model"], doc["training"]
+    device = torch.device(str(training["device"]))
+    h, w = image_hw(doc["data"]["image_size"])
+    in_shape = (channels_of(doc), h, w)
+    batch = training["P"] * training["K"]
+    names = variants or candidate_variants(protocol)
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        used = torch.get_num_threads()
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            steps = {}
+            for name in names:
+                precision, channels_last = VARIANTS[name]
+                torch.manual_seed(0)
+                config = TrainConfig(precision=precision, channels_last=channels_last, device=str(device))
+                steps[name] = _stepper(model, training, config, in_shape, batch, device)
+            began = time.perf_counter()
+            for step in steps.values():
+                step()  # warm-up: allocations, kernel selection (oneDNN's bf16 primitives)
+            times: dict[str, list[float]] = {name: [] for name in names}
+            rounds = 0
+            while rounds < min_rounds or (rounds < MAX_STEPS and time.perf_counter() - began < budget_s):
+                for name, step in steps.items():
+                    times[name].append(step())
+                rounds += 1
+    finally:
+        torch.set_num_threads(before)
+    return {name: statistics.median(t) for name, t in times.items()}, rounds, used
+
+
+def choose_precision(
+    protocol: Protocol, budget_s: float = CHOICE_BUDGET_S, threads: int | None = None
+) -> PrecisionChoice:
+    """What ``precision: auto`` trains in here: the fastest candidate variant by `time_variants` (a tie within
+    2% goes to the earlier of `VARIANTS`, fp32 first: fp32 keeps results bit for bit across machines)."""
+    medians, rounds, used = time_variants(protocol, budget_s=budget_s, threads=threads)
+    fastest = min(medians.values())
+    name = next(n for n in VARIANTS if n in medians and medians[n] <= fastest * 1.02)
+    precision, channels_last = VARIANTS[name]
+    step_ms = {n: s * 1000 for n, s in medians.items()}
+    return PrecisionChoice(precision, channels_last, step_ms, rounds, used, str(protocol.doc["training"]["device"]))
+
+
+def slow_precision(protocol: Protocol, budget_s: float = 4.0, threads: int | None = None) -> str | None:
+    """One line when the protocol's fixed precision trains `SLOW_FACTOR` or more times slower here than the
+    fastest other variant (timed now, `time_variants`), else None; None too for ``auto`` and fp16."""
+    own = protocol_variant(protocol)
+    if own is None:
+        return None
+    candidates = candidate_variants(protocol)
+    if own not in candidates:
+        candidates.append(own)
+    # one round can do: a factor of 3 is no close call (a busy machine slows the variants alike)
+    medians, _, used = time_variants(protocol, candidates, budget_s=budget_s, threads=threads, min_rounds=1)
+    return slow_line(own, medians, used)
+
+
+def slow_line(own: str, medians: dict[str, float], threads: int) -> str | None:
+    """The warning `slow_precision` prints for variant ``own`` given each variant's step seconds, or None when
+    ``own`` is less than `SLOW_FACTOR` times the fastest."""
+    best = min(medians, key=lambda n: medians[n])
+    ratio = medians[own] / medians[best]
+    if ratio < SLOW_FACTOR:
+        return None
+    return (
+        f"training.precision: {own} takes {medians[own] * 1000:.0f} ms a training step here, {ratio:.1f}x the "
+        f"{medians[best] * 1000:.0f} ms of {best} ({threads} thread(s)): `precision: auto` picks the fastest at "
+        f"a sweep's start"
+    )

@@ -112,6 +112,7 @@ class Plan:
     method_s: dict[str, float] = field(default_factory=dict)  # timed loss + miner seconds a step, per cell id
     cost_note: str = ""  # why the trunk was not timed here when that was asked for (e.g. no CUDA device)
     sweep_s: float = 0.0  # once a sweep, outside every cell: start-up, data, stores, the floor (in `estimate`)
+    precision_note: str = ""  # `auto`'s choice here, or a fixed precision several times slower than another
 
     @property
     def total_iterations(self) -> int:

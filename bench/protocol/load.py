@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from bench.devices import precision_problem
+from bench.devices import AUTO, precision_problem
 from bench.errors import BenchError
 from bench.protocol.safe_yaml import YamlRefused, load_yaml, read_text
 from bench.protocol.schema import (
@@ -75,6 +75,19 @@ class Protocol:
     def with_data(self, fingerprint: str) -> Protocol:
         """This protocol bound to the data it runs on (its records' key then names both)."""
         return replace(self, data=fingerprint)
+
+    def with_precision(self, precision: str, channels_last: bool) -> Protocol:
+        """This protocol with ``precision: auto`` resolved to what a sweep chose at its start (`bench.sweep.
+        precision`): the same hash, text and records (auto is what the file says and the hash covers), the
+        document's ``training.precision`` and ``channels_last`` the chosen ones, so every run trains in them."""
+        doc = copy.deepcopy(self.doc)
+        doc["training"]["precision"], doc["training"]["channels_last"] = precision, channels_last
+        return replace(self, doc=doc)
+
+    @property
+    def precision_auto(self) -> bool:
+        """Whether the file says ``precision: auto`` (and no sweep has resolved it in this object yet)."""
+        return self.doc["training"]["precision"] == AUTO
 
     @property
     def key12(self) -> str:

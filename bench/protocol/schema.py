@@ -231,7 +231,7 @@ SCHEMA: dict[str, Any] = {
                 "short_classes": {"enum": ["repeat", "refuse"]},
                 "iterations": _POS_INT,
                 "device": {"type": "string"},
-                "precision": {"enum": ["fp32", "bf16", "fp16"]},
+                "precision": {"enum": ["fp32", "bf16", "fp16", "auto"]},
                 "channels_last": {"type": ["boolean", "null"]},
                 "schedule": SCHEDULE,
             },

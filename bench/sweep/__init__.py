@@ -22,6 +22,7 @@ __all__ = [
     "budget_check",
     "final_run",
     "floor",
+    "precision",
     "preflight",
     "probe",
     "progress",

@@ -209,6 +209,16 @@ def budget_check(
     tracking_uri = tracking.resolve_tracking_uri(tracking_uri)
     cells = tuned_cells(protocol, results, storage_url)
     manifest = tables.read_manifest(results) or {}
+    if protocol.precision_auto:  # the run's precision, chosen at its start: the check trains in it too
+        from bench.sweep.precision import recorded_choice
+
+        chosen = recorded_choice(protocol, open_storage(storage_url)) or manifest.get("precision")
+        if not chosen or chosen.get("precision") in (None, "auto"):
+            raise BenchError(
+                f"budget-check: the run of {protocol.name} recorded no precision for `precision: auto` "
+                "(neither its Optuna storage nor its manifest): run it again with this version of dmlbench"
+            )
+        protocol = protocol.with_precision(chosen["precision"], bool(chosen["channels_last"]))
     fingerprints = prepared.fingerprints()
     for side in ("train", "test"):
         ran = (manifest.get("fingerprints") or {}).get(side)

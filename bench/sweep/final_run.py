@@ -26,6 +26,7 @@ it again; one already recorded is skipped by the caller.
 
 from __future__ import annotations
 
+import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -70,6 +71,7 @@ class FinalRun:
     result: RunResult
     metrics: dict[str, float]
     run_id: str
+    artifacts_s: float = 0.0  # writing and logging the artifacts (the first seed of a cell)
 
 
 class Record:
@@ -149,7 +151,9 @@ def train_final(
     secondary = {m: float(v) for m, v in result.metrics.items() if m.startswith(EMBEDDING_PREFIX)}
     run = FinalRun(seed, config, result, metrics, run_id)
     if artifacts is not None and result.state == "COMPLETE":
+        began = time.perf_counter()
         _artifacts(protocol, prepared, result, artifacts, mlflow, run_id)
+        run.artifacts_s = time.perf_counter() - began
     record.write(run)
     mlflow.log(
         run_id,

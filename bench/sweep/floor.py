@@ -19,6 +19,7 @@ ranking beside it). Reports compare such a cell with its own floor.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -121,8 +122,13 @@ def update_cell_floor(protocol: Protocol, prepared: Prepared, results: Path, cel
     return frame
 
 
-def update_floor(protocol: Protocol, prepared: Prepared, results: Path) -> pd.DataFrame:
-    """floor.csv with one row per final seed: rows of this protocol version kept, missing seeds computed."""
+def update_floor(
+    protocol: Protocol, prepared: Prepared, results: Path, rows: Mapping[int, dict[str, Any]] | None = None
+) -> pd.DataFrame:
+    """floor.csv with one row per final seed: rows of this protocol version kept, missing seeds taken from
+    ``rows`` (seed: row, as `floor_row` makes them: computed by the sweep's workers, each seed by one) or
+    computed here."""
+    given = dict(rows or {})
     columns = ["protocol_hash", "seed", *tables.metric_names(protocol.doc)]
     path = results / tables.FLOOR
     old = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=columns)
@@ -132,10 +138,10 @@ def update_floor(protocol: Protocol, prepared: Prepared, results: Path) -> pd.Da
         else pd.DataFrame(columns=columns)
     )
     done = {int(s) for s in keep["seed"]}
-    rows = [
+    out = [
         *keep.to_dict("records"),
-        *(floor_row(protocol, prepared, s) for s in protocol.final_seeds if s not in done),
+        *(given.get(s) or floor_row(protocol, prepared, s) for s in protocol.final_seeds if s not in done),
     ]
-    frame = pd.DataFrame(sorted(rows, key=lambda r: protocol.final_seeds.index(int(r["seed"]))), columns=columns)
+    frame = pd.DataFrame(sorted(out, key=lambda r: protocol.final_seeds.index(int(r["seed"]))), columns=columns)
     write_with(path, lambda f: frame.to_csv(f, index=False))
     return frame

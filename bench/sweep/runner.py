@@ -49,7 +49,12 @@ system is not safe) and the same tracking server:
   a cell finishes, from the shared storage, so the last one to finish
   writes complete tables; artifacts (pair distances, 2-D embeddings) are
   written by the worker that ran the first final seed, and logged to MLflow;
-  floor.csv by every worker that finishes, each seed computed once.
+  floor.csv by every worker that finishes, each seed scored once, by the
+  worker that claimed it in the study ``<protocol>:<key12>:floor``.
+
+Each worker accounts for its wall time (`bench.clock.Ledger`: start-up,
+training, run set-up, validation, test, records, tables, waiting, floor,
+other) in the manifest's ``time``; `run` ends with it in one line.
 
 TPE's proposals in a multi-worker sweep depend on which trials finished
 first, so only a single-worker sweep reproduces its parameters exactly.
@@ -66,6 +71,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bench.clock import Ledger
 from bench.errors import BenchError
 from bench.plan import Cell, Plan
 from bench.protocol import Protocol, load_protocol
@@ -75,6 +81,7 @@ from bench.stores.urls import default_url, redact
 from bench.sweep import tables
 from bench.sweep.final_run import FinalRun, Record, train_final
 from bench.sweep.floor import update_cell_floor, update_floor
+from bench.sweep.precision import resolve_precision
 from bench.sweep.preflight import refuse, short_classes_notice
 from bench.sweep.progress import Progress
 from bench.sweep.result import SweepResult
@@ -155,6 +162,8 @@ class Sweep:
     """One worker's pass over a protocol; any number may run against the same storage."""
 
     def __init__(self, protocol: Protocol, options: Options) -> None:
+        self.born = time.perf_counter()  # start-up runs from here to the first cell's work
+        self.ledger = Ledger()
         self.protocol = protocol
         self.options = options
         # every refusal `validate` also makes (bench.sweep.preflight): before any record is written or moved
@@ -187,6 +196,9 @@ class Sweep:
         from bench.metrics.geometry import geometry
 
         self.code = {"git_commit": provenance.git_commit(), "git_dirty": provenance.git_dirty()}  # on every record
+        # one precision for every cell: fixed, or `auto` chosen once and stored (bench.sweep.precision)
+        self.protocol, self.precision = resolve_precision(self.protocol, self.storage)
+        self.plan = replace(self.plan, protocol=self.protocol)
         moved = tables.claim_dir(self.results, self.protocol.hash, self.protocol.data)
         self.fingerprints = self.prepared.fingerprints()
         base_tags = provenance.standard_tags(
@@ -210,6 +222,7 @@ class Sweep:
             "fingerprints": self.fingerprints,
             "data_fingerprint": self.protocol.data,
             "geometry": geometry(self.protocol.doc["model"]["normalize"]),
+            "precision": self.precision,
             "package_versions": provenance.package_versions(),
             **self.code,
             "tracking_uri": redact(self.tracking_uri),
@@ -235,6 +248,13 @@ class Sweep:
             for c in self.plan.cells
         }
         self.cell_runs: dict[str, str] = {}
+        if self.precision["setting"] == "auto":
+            timed = ", ".join(f"{k} {v:.0f} ms" for k, v in self.precision["step_ms"].items())
+            self.line(
+                f"precision auto: every cell trains in {self.precision['precision']}"
+                f"{' + channels-last' if self.precision['channels_last'] else ''} (a step timed on "
+                f"{self.precision['host']}: {timed})"
+            )
         if moved:
             self.line(f"results of another version of {self.protocol.name} (its protocol or its data) moved to {moved}")
         notice = short_classes_notice(self.sampler) if self.sampler else None
@@ -300,11 +320,12 @@ class Sweep:
     def run(self) -> SweepOutcome:
         """The sweep to its end: every planned cell tuned and run on its final seeds (resuming what a store
         already holds), then the tables written; returns what ran and where the tables are."""
-        start = time.perf_counter()
+        start = self.born
         self.setup()
         done, finished = self._done_iterations()
         self.progress = Progress(len(self.plan.cells), self.plan.total_iterations, done, self.options.quiet)
         self.progress.cell_done(len(finished))
+        self.ledger.add("start-up", time.perf_counter() - start)
         try:
             pending = [c for c in self.plan.cells if c.id not in finished]
             while pending:
@@ -320,11 +341,15 @@ class Sweep:
                         f"waiting for other workers: {', '.join(c.id for c in waiting[:3])}"
                         + (" ..." if len(waiting) > 3 else "")
                     )
-                    time.sleep(self.options.poll_s)
+                    with self.ledger.timing("waiting"):
+                        time.sleep(self.options.poll_s)
                 pending = waiting
-            self._floor_records(update_floor(self.protocol, self.prepared, self.results))
-            self._floor_records(update_cell_floor(self.protocol, self.prepared, self.results, self.plan.cells))
+            self._floor_records(update_floor(self.protocol, self.prepared, self.results, self._floor_rows()))
+            with self.ledger.timing("floor"):
+                cell_floor = update_cell_floor(self.protocol, self.prepared, self.results, self.plan.cells)
+            self._floor_records(cell_floor)
             self.manifest["finished"] = tables.now()
+            self.manifest["time"] = self.time_table(time.perf_counter() - start)
             refused = self._write(finished=True)
         except KeyboardInterrupt:
             for run_id in self.cell_runs.values():  # cells left open; a resumed sweep reopens them
@@ -335,9 +360,18 @@ class Sweep:
             self.progress.close()
         return SweepOutcome(self.results, refused, len(self.plan.cells), time.perf_counter() - start)
 
+    def time_table(self, wall_s: float) -> dict[str, Any]:
+        """This worker's wall time accounted (`bench.clock.Ledger`), as the manifest's ``time`` holds it: the
+        worker it is of (the last worker to finish writes it), its seconds and shares by account."""
+        import os
+        import platform
+
+        return {"worker": f"{platform.node()}:{os.getpid()}", **self.ledger.table(wall_s)}
+
     def _write(self, finished: bool) -> dict[str, str]:
-        records = tables.collect(self.plan, self.storage)
-        return tables.write(self.plan, records, self.results, self.manifest, finished=finished)
+        with self.ledger.timing("tables"):
+            records = tables.collect(self.plan, self.storage)
+            return tables.write(self.plan, records, self.results, self.manifest, finished=finished)
 
     def _cell_run(self, cell: Cell) -> str:
         """The cell's parent MLflow run, opened once per worker."""
@@ -354,24 +388,30 @@ class Sweep:
             b.tuning_runs + b.seeds,
             len([t for t in tuning.counted().values() if t.state.is_finished()]) * b.folds,
         )
-        while (slot := tuning.claim(lambda s: make_sampler(self.protocol, cell, s))) is not None:
+        while (slot := self._claim(tuning, lambda s: make_sampler(self.protocol, cell, s))) is not None:
             self._trial(cell, tuning, slot)
-        if not tuning.finished():
-            return False
-        best = self._best(cell)
+        with self.ledger.timing("records"):
+            if not tuning.finished():
+                return False
+            best = self._best(cell)
         if best is None:
             self.line(f"{cell.id}: no trial completed, nothing to retrain")
             self.mlflow.end(self._cell_run(cell), "FAIL")
             self.cell_runs.pop(cell.id)
             return True
         finals = self.finals[cell.id]
-        while (slot := finals.claim()) is not None:
+        while (slot := self._claim(finals)) is not None:
             self._final(cell, finals, slot, best)
-        if not finals.finished():
-            return False
-        self.mlflow.end(self._cell_run(cell), "COMPLETE")
+        with self.ledger.timing("records"):
+            if not finals.finished():
+                return False
+            self.mlflow.end(self._cell_run(cell), "COMPLETE")
         self.cell_runs.pop(cell.id)
         return True
+
+    def _claim(self, study: SlotStudy, *sampler: Any) -> Slot | None:
+        with self.ledger.timing("records"):
+            return study.claim(*sampler)
 
     def _best(self, cell: Cell) -> Any:
         return best_trial(self.tuning[cell.id].counted())
@@ -381,6 +421,7 @@ class Sweep:
     def _trial(self, cell: Cell, study: SlotStudy, slot: Slot) -> None:
         from optuna.trial import TrialState
 
+        began = time.perf_counter()
         parent = self._cell_run(cell)
         run_id = self.mlflow.run(
             f"{cell.id}/trial{slot.slot}",
@@ -426,12 +467,19 @@ class Sweep:
             outcome.wall_time_s,
             outcome.reason,
         )
+        # the trial's time: its loops, its validation scoring, its runs' set-up, and records (the rest)
+        inside = outcome.wall_time_s - hooks.records_s  # run_trial's own, less the hooks' MLflow records
+        self.ledger.add("training", outcome.train_s)
+        self.ledger.add("validation", outcome.score_s)
+        self.ledger.add("run set-up", inside - outcome.train_s - outcome.score_s)
+        self.ledger.add("records", time.perf_counter() - began - inside)
 
     # ---- one final seed
 
     def _final(self, cell: Cell, study: SlotStudy, slot: Slot, best: Any) -> None:
         """Final seed ``slot`` of a cell with the best trial's parameters (bench.sweep.final_run), recorded in
         its slot of the finals study; the first seed also writes the cell's artifacts."""
+        began = time.perf_counter()
         seed = self.protocol.final_seeds[slot.slot]
         if slot.slot == 0:
             self.mlflow.artifact(
@@ -459,6 +507,38 @@ class Sweep:
         result = run.result
         self.progress.recorded(self._done_iterations()[0])
         self.progress.final(cell.id, seed, result.state, run.metrics, self.primary, result.wall_time_s, result.reason)
+        # the final's time: its loop, its test scoring and artifacts, its set-up, and records (the rest)
+        self.ledger.add("training", result.train_s)
+        self.ledger.add("test", result.score_s + run.artifacts_s)
+        self.ledger.add("run set-up", result.wall_time_s - result.train_s - result.score_s)
+        self.ledger.add("records", time.perf_counter() - began - result.wall_time_s - run.artifacts_s)
+
+    def _floor_rows(self) -> dict[int, dict[str, Any]]:
+        """The floor's rows, each seed scored by one worker: seeds are slots of the study
+        ``<protocol>:<key12>:floor``, claimed as trials are, the row stored on its trial; a worker then waits
+        for the seeds others hold. (Each worker scored every seed before: with two workers the floor took
+        6% of a scaled omniglot-quick sweep's worker-seconds, `benchmarks/bench_sweep_time.py`.)"""
+        from bench.sweep.floor import floor_row
+
+        seeds = self.protocol.final_seeds
+        study = SlotStudy(self.storage, f"{self.protocol.name}:{self.protocol.key12}:floor", len(seeds))
+        while (slot := self._claim(study)) is not None:
+            try:
+                with Heartbeat(self.storage, slot.trial_id), self.ledger.timing("floor"):
+                    row = floor_row(self.protocol, self.prepared, seeds[slot.slot])
+            except BaseException:
+                study.abandon(slot, "interrupted")
+                raise
+            with self.ledger.timing("records"):
+                slot.trial.set_user_attr("row", row)
+                study.study.tell(slot.trial, 0.0)
+        while True:
+            with self.ledger.timing("records"):
+                if study.finished():
+                    break
+            with self.ledger.timing("waiting"):
+                time.sleep(min(self.options.poll_s, 2.0))
+        return {seeds[s]: dict(t.user_attrs["row"]) for s, t in study.counted().items() if "row" in t.user_attrs}
 
     def _floor_records(self, floor: Any) -> None:
         """One MLflow run per floor seed (kind ``floor``), so a leaderboard rebuilt from MLflow alone has it; a
@@ -538,8 +618,19 @@ class _TrialHooks(Hooks):
         self.sweep, self.cell, self.trial_run = sweep, cell, trial_run
         self.fold_run: str | None = None
         self.folds_run = 0
+        self.records_s = 0.0  # seconds of the MLflow records below, inside the trial's run_trial
+
+    def _timed(self, fn: Any) -> None:
+        began = time.perf_counter()
+        try:
+            fn()
+        finally:
+            self.records_s += time.perf_counter() - began
 
     def fold_started(self, slot: int, fold: int, seed: int, train_split: Any, val_split: Any) -> None:
+        self._timed(lambda: self._fold_started(slot, fold, seed, train_split, val_split))
+
+    def _fold_started(self, slot: int, fold: int, seed: int, train_split: Any, val_split: Any) -> None:
         s = self.sweep
         self.fold_run = s.mlflow.run(
             f"{self.cell.id}/trial{slot}/fold{fold}",
@@ -561,6 +652,9 @@ class _TrialHooks(Hooks):
         self.sweep.step(it, total, loss)
 
     def fold_finished(self, slot: int, fold: int, result: RunResult) -> None:
+        self._timed(lambda: self._fold_finished(slot, fold, result))
+
+    def _fold_finished(self, slot: int, fold: int, result: RunResult) -> None:
         s = self.sweep
         assert self.fold_run is not None  # fold_started opened it
         self.folds_run += 1

@@ -422,3 +422,21 @@ def test_dmlbench_train_records_its_augment(tmp_path: Path, capsys: pytest.Captu
         == 2
     )
     assert "unknown transform 'Blur'" in capsys.readouterr().err
+
+
+def test_a_sample_is_augmented_as_torch_manual_seed_of_its_seed_would_and_leaves_the_rng_alone(tmp_path: Path) -> None:
+    """The loader seeds the CPU generator alone (torch.manual_seed's stack-recording CUDA call was a quarter of a
+    sample's time): the same images as seeding through torch.manual_seed, the global RNG untouched."""
+    from bench.data.images import sample_seed
+    from bench.data.loading import ImageDataset
+
+    data = folder_data(jpeg_folder(tmp_path / "f"), 0)
+    dataset = ImageDataset(data.x, True, seed=7)
+    before = torch.get_rng_state()
+    got = [dataset[(step, slot, index)][0] for step, slot, index in ((0, 0, 3), (0, 1, 3), (5, 2, 11))]
+    assert torch.equal(torch.get_rng_state(), before)
+    for (step, slot, index), image in zip(((0, 0, 3), (0, 1, 3), (5, 2, 11)), got):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(sample_seed(7, step, slot))
+            assert torch.equal(image, data.x.decode(index, train=True))
+    assert not torch.equal(got[0], got[1])  # two slots, two crops of one image

@@ -38,6 +38,8 @@ class RunResult:
     reason: str = ""
     model: Any = None
     metric: Any = None  # the learned metric that ranked the test pairs (`bench.evaluation.pair_scorer_of`), or None
+    train_s: float = 0.0  # the training loop's seconds (`TrainResult.wall_time_s`; all of it on a failure)
+    score_s: float = 0.0  # scoring the trained model
 
 
 @dataclass
@@ -52,6 +54,8 @@ class TrialOutcome:
     samples_seen: int
     wall_time_s: float
     reason: str = ""
+    train_s: float = 0.0  # its folds' training loops
+    score_s: float = 0.0  # its folds' validation scoring
 
 
 class Hooks:
@@ -179,18 +183,35 @@ def train_and_score(
             on_built=lambda trunk, loss: built.update(loss=loss),
         )
     except DivergedError as e:
-        return RunResult("FAIL", e.iteration, e.iteration * batch, time.perf_counter() - start, reason=str(e))
+        return RunResult(
+            "FAIL",
+            e.iteration,
+            e.iteration * batch,
+            time.perf_counter() - start,
+            reason=str(e),
+            train_s=time.perf_counter() - start,
+        )
     except MethodError as e:  # the loss or miner raised: its steps before that one were trained
         done = max(e.iteration - 1, 0)
-        return RunResult("FAIL", done, done * batch, time.perf_counter() - start, reason=str(e))
+        return RunResult(
+            "FAIL", done, done * batch, time.perf_counter() - start, reason=str(e), train_s=time.perf_counter() - start
+        )
     except optuna.TrialPruned:
         it = last["it"]
-        return RunResult("PRUNED", it, it * batch, time.perf_counter() - start, reason=f"pruned at iteration {it}")
+        return RunResult(
+            "PRUNED",
+            it,
+            it * batch,
+            time.perf_counter() - start,
+            reason=f"pruned at iteration {it}",
+            train_s=time.perf_counter() - start,
+        )
     except TestLeakError:
         raise
     except BenchError as e:  # a sampled combination the method refuses (e.g. alpha1 <= alpha2)
-        return RunResult("FAIL", 0, 0, time.perf_counter() - start, reason=str(e))
+        return RunResult("FAIL", 0, 0, time.perf_counter() - start, reason=str(e), train_s=time.perf_counter() - start)
     metric = pair_scorer_of(result.loss_module)  # a learned-metric cell is ranked by its own g
+    scoring = time.perf_counter()
     metrics = score_model(
         protocol,
         result.model,
@@ -211,6 +232,8 @@ def train_and_score(
         result.reason,
         result.model,
         metric,
+        result.wall_time_s,
+        time.perf_counter() - scoring,
     )
 
 
@@ -233,6 +256,7 @@ def run_trial(
     loss_params, miner_params = split_params(cell, params)
     values: list[float] = []
     total_it = total_samples = 0
+    train_s = score_s = 0.0
     start = time.perf_counter()
     for f, (tr_split, val_split) in enumerate(prepared.folds):
         tr, val = prepared.fold(f)
@@ -269,6 +293,8 @@ def run_trial(
         )
         total_it += result.iterations
         total_samples += result.samples_seen
+        train_s += result.train_s
+        score_s += result.score_s
         hooks.fold_finished(slot, f, result)
         if result.state != "COMPLETE":
             return TrialOutcome(
@@ -280,6 +306,8 @@ def run_trial(
                 total_samples,
                 time.perf_counter() - start,
                 f"fold {f}: {result.reason}",
+                train_s,
+                score_s,
             )
         values.append(float(result.metrics[primary]))
     return TrialOutcome(
@@ -290,6 +318,8 @@ def run_trial(
         total_it,
         total_samples,
         time.perf_counter() - start,
+        train_s=train_s,
+        score_s=score_s,
     )
 
 
