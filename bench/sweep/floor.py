@@ -4,10 +4,12 @@ With common random numbers (bench.sweep.tuning._seeds) final seed ``s`` gives
 every cell the same initial trunk, so the floor of seed ``s`` is that
 trunk before its first step, scored on the test data by the same
 evaluation call the final seeds use (`bench.evaluation.score_model`). It
-depends on the protocol alone, not on any cell; recomputing it is cheap
-(embedding Omniglot's evaluation set takes about 8 s), so `update_floor`
-keeps the rows already in ``floor.csv`` for this protocol version and
-computes only the missing seeds: resumable and idempotent.
+depends on the protocol's shared settings and data alone, not on any cell
+(its rows and MLflow runs are keyed by `Protocol.shared_key`, so adding or
+removing a cell keeps them); recomputing it is cheap (embedding Omniglot's
+evaluation set takes about 8 s), so `update_floor` keeps the rows already
+in ``floor.csv`` for this shared key and computes only the missing seeds:
+resumable and idempotent.
 """
 
 from __future__ import annotations
@@ -46,16 +48,24 @@ def floor_row(protocol: Protocol, prepared: Prepared, seed: int) -> dict[str, An
         device=protocol.doc["training"]["device"],
         seed=final_seed(protocol.seed, seed),
     )
-    return {"protocol_hash": protocol.hash, "seed": seed, **{m: float(scores[m]) for m in metrics}}
+    return {
+        "protocol_hash": protocol.hash,
+        "shared_key": protocol.shared_key,
+        "seed": seed,
+        **{m: float(scores[m]) for m in metrics},
+    }
 
 
 def update_floor(protocol: Protocol, prepared: Prepared, results: Path) -> pd.DataFrame:
-    """floor.csv with one row per final seed: rows of this protocol version kept, missing seeds computed."""
-    columns = ["protocol_hash", "seed", *tables.metric_names(protocol.doc)]
+    """floor.csv with one row per final seed: rows of this shared key kept (named with this protocol's hash),
+    missing seeds computed."""
+    columns = ["protocol_hash", "shared_key", "seed", *tables.metric_names(protocol.doc)]
     path = results / tables.FLOOR
-    old = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=columns)
+    old = pd.read_csv(path, dtype=tables.KEY_DTYPES) if path.exists() else pd.DataFrame(columns=columns)
     keep = (
-        old[(old["protocol_hash"] == protocol.hash) & old["seed"].isin(protocol.final_seeds)]
+        old[(old["shared_key"] == protocol.shared_key) & old["seed"].isin(protocol.final_seeds)].assign(
+            protocol_hash=protocol.hash
+        )
         if list(old.columns) == columns
         else pd.DataFrame(columns=columns)
     )

@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import BenchError
-from bench.plan import Cell, Plan
+from bench.plan import Cell, Plan, cell_key
 from bench.protocol import Protocol, load_protocol
 from bench.stores import provenance, tracking
 from bench.stores.mlflow_runs import MlflowRecords
@@ -187,7 +187,7 @@ class Sweep:
         from bench.metrics.geometry import geometry
 
         self.code = {"git_commit": provenance.git_commit(), "git_dirty": provenance.git_dirty()}  # on every record
-        moved = tables.claim_dir(self.results, self.protocol.hash, self.protocol.data)
+        moved = tables.claim_dir(self.results, self.protocol.shared_hash, self.protocol.data)
         self.fingerprints = self.prepared.fingerprints()
         base_tags = provenance.standard_tags(
             self.fingerprints["split"],
@@ -203,6 +203,9 @@ class Sweep:
         self.manifest = {
             "protocol": self.protocol.name,
             "protocol_hash": self.protocol.hash,
+            "shared_hash": self.protocol.shared_hash,
+            "shared_key": self.protocol.shared_key,
+            "cell_keys": {c.id: cell_key(self.protocol, c) for c in self.plan.cells},
             "protocol_file": self.protocol.source,
             "protocol_text": self.protocol.text,
             "primary_metric": self.primary,
@@ -275,7 +278,7 @@ class Sweep:
                 studies += 1
             except KeyError:  # never started
                 pass
-        runs = self.mlflow.delete_cell(cell.id)
+        runs = self.mlflow.delete_cell(cell)
         shutil.rmtree(tables.cell_dir(self.results, cell.id), ignore_errors=True)
         self.line(f"redo {cell.id}: discarded {studies} Optuna studies and {runs} MLflow runs")
 
@@ -382,7 +385,7 @@ class Sweep:
 
         parent = self._cell_run(cell)
         run_id = self.mlflow.run(
-            f"{cell.id}/trial{slot.slot}",
+            self.mlflow.key(cell, f"trial{slot.slot}"),
             f"trial {slot.slot}",
             parent,
             tags={"cell": cell.id, "kind": "trial", "trial": slot.slot},
@@ -464,7 +467,7 @@ class Sweep:
         for row in floor.to_dict("records"):
             seed = int(row["seed"])
             run_id = self.mlflow.run(
-                f"floor/{seed}",
+                self.mlflow.key(None, "floor", seed),
                 f"floor seed {seed}",
                 tags={"kind": "floor", "seed": seed, "state": "COMPLETE", **self.code},
                 shared=True,
@@ -485,7 +488,7 @@ class _FinalSlot(Record):
 
     def __init__(self, sweep: Sweep, cell: Cell, study: SlotStudy, slot: Slot, best: Any, seed: int) -> None:
         super().__init__(
-            f"{cell.id}/seed{seed}",
+            sweep.mlflow.key(cell, f"seed{seed}"),
             f"final seed {seed}",
             {"cell": cell.id, "kind": "final", "seed": seed},
             parent=sweep._cell_run(cell),
@@ -536,7 +539,7 @@ class _TrialHooks(Hooks):
     def fold_started(self, slot: int, fold: int, seed: int, train_split: Any, val_split: Any) -> None:
         s = self.sweep
         self.fold_run = s.mlflow.run(
-            f"{self.cell.id}/trial{slot}/fold{fold}",
+            s.mlflow.key(self.cell, f"trial{slot}", f"fold{fold}"),
             f"trial {slot} fold {fold}",
             self.trial_run,
             tags={
