@@ -133,7 +133,7 @@ def test_adding_a_cell_trains_that_cell_only(story):
     finals = pd.read_csv(b["results"] / "finals.csv")
     assert (
         set(finals["cell"]) == {*OLD, ADDED}
-        and (finals["protocol_hash"] == parse_protocol(text(VERSIONS["b"])).hash).all()
+        and (finals["protocol_hash"] == parse_protocol(b["path"].read_text()).hash).all()
     )
     pd.testing.assert_frame_equal(_rows(a["results"], "floor.csv", []), _rows(b["results"], "floor.csv", []))
     # the MLflow runs of A are all still there, unchanged, and B added the new cell's runs only
@@ -245,3 +245,55 @@ def test_claims_check_requires_against_a_version_that_shares_the_cell(story, tmp
     # the manifest's own protocol text is the version that ran: no version line, the cell is the same
     shutil.copy(s["b"]["results"] / "manifest.json", results / "manifest.json")
     assert claims.versions(source.load(results)) is None
+
+
+def _job(root: Path, name: str, protocol: Path, cells: str, data_root: Path) -> Path:
+    """`dmlbench run --cells` into its own results folder, Optuna storage and MLflow store."""
+    job = root / name
+    argv = ["run", str(protocol), "--cells", cells, "--results-dir", str(job / "results")]
+    argv += ["--storage", f"sqlite:///{job / 'optuna.db'}", "--tracking-uri", str(job / "mlruns")]
+    assert main([*argv, "--data-root", str(data_root), "--threads", "1", "--quiet"]) == 0
+    return job / "results"
+
+
+@pytest.mark.slow
+def test_merge_of_jobs_with_their_own_stores_equals_one_sweep(story, tmp_path, data_root, capsys):
+    _, s = story
+    protocol = s["b2"]["path"]  # all three cells; its tables: one sweep's (built over versions a and b)
+    first = _job(tmp_path, "j1", protocol, "triplet+batch_hard,contrastive+none", data_root)
+    second = _job(tmp_path, "j2", protocol, ADDED, data_root)
+    assert json.loads((first / "grow" / "manifest.json").read_text())["cells"] == [
+        "triplet+batch_hard",
+        "contrastive+none",
+    ]
+    merged = tmp_path / "merged"
+    assert main(["merge", str(merged), str(first), str(second)]) == 0
+    for table in ("trials.csv", "finals.csv", "summary.csv", "floor.csv"):
+        one, joined = (
+            pd.read_csv(d / table).drop(columns="wall_time_s", errors="ignore") for d in (s["b2"]["results"], merged)
+        )
+        pd.testing.assert_frame_equal(one, joined, check_exact=True, obj=table)
+    manifest = json.loads((merged / "manifest.json").read_text())
+    single = json.loads((s["b2"]["results"] / "manifest.json").read_text())
+    assert manifest["cells"] == single["cells"] and manifest["cell_keys"] == single["cell_keys"]
+    assert manifest["not_run"] == {} and len(manifest["merged_from"]) == 2
+    assert {p.name for p in (merged / "artifacts").iterdir()} == set(single["cells"])
+    assert main(["leaderboard", str(merged), "--quiet"]) == 0
+    capsys.readouterr()
+    # a planned cell no job ran: tables of the rest, the cell named, exit 1
+    assert main(["merge", str(tmp_path / "part"), str(first)]) == 1
+    assert json.loads((tmp_path / "part" / "manifest.json").read_text())["not_run"] == {ADDED: "no merged job ran it"}
+    assert ADDED in capsys.readouterr().err
+    # refusals: one line, exit 2, nothing written
+    for jobs, words in (
+        ([first, s["b2"]["results"]], "was run by two jobs"),  # the one sweep holds j1's cells too
+        ([second, s["d"]["results"]], "differ in shared_hash"),  # another learning rate: another experiment
+        ([merged, second], "exists and is not an empty folder"),
+    ):
+        out = tmp_path / "refused"
+        assert (
+            main(["merge", str(out if words != "exists and is not an empty folder" else merged), *map(str, jobs)]) == 2
+        )
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], err
+        assert not out.exists()

@@ -115,6 +115,7 @@ class Options:
     quiet: bool = False
     poll_s: float = POLL_S
     redo: tuple[str, ...] = ()  # cells whose records are discarded before the sweep (after a fix to a method)
+    cells: tuple[str, ...] = ()  # run only these planned cells (a job of a split sweep, `bench.sweep.merge`); () all
 
 
 @dataclass
@@ -151,12 +152,26 @@ def request_stop() -> None:
     STOP.set()
 
 
+def chosen_cells(protocol: Protocol, cells: tuple[str, ...]) -> set[str]:
+    """The planned cells ``--cells`` names (empty: all); a name the plan does not hold is refused, one line."""
+    if not cells:
+        return set()
+    from bench.plan import plan
+
+    known = [c.id for c in plan(protocol).cells]
+    unknown = [c for c in cells if c not in known]
+    if unknown:
+        raise BenchError(f"--cells: no cell {unknown[0]!r} in {protocol.name}; cells: {', '.join(known)}")
+    return set(cells)
+
+
 class Sweep:
     """One worker's pass over a protocol; any number may run against the same storage."""
 
     def __init__(self, protocol: Protocol, options: Options) -> None:
         self.protocol = protocol
         self.options = options
+        chosen = chosen_cells(protocol, options.cells)  # an unknown name is refused before any data is read
         # every refusal `validate` also makes (bench.sweep.preflight): before any record is written or moved
         checked = refuse(
             protocol,
@@ -171,6 +186,9 @@ class Sweep:
         # the records are keyed by the protocol and the data read: changed data are a new version
         self.protocol = protocol = protocol.with_data(self.prepared.data_fingerprint())
         self.plan: Plan = replace(checked.plan, protocol=protocol)
+        self.planned = [c.id for c in self.plan.cells]
+        if chosen:
+            self.plan = replace(self.plan, cells=tuple(c for c in self.plan.cells if c.id in chosen))
         self.sampler = checked.sampler
         self.storage_url = options.storage or default_storage()
         self.tracking_uri = tracking.resolve_tracking_uri(self.options.tracking_uri)
@@ -222,6 +240,7 @@ class Sweep:
             **_query_counts(self.prepared.test),
             "budget": vars(self.plan.budget),
             "cells": [c.id for c in self.plan.cells],
+            **({"planned_cells": self.planned} if self.options.cells else {}),
             **({"sampler": self.sampler} if self.sampler else {}),
             "dropped": {d.cell: d.reason for d in self.plan.dropped},
             "created": tables.now(),

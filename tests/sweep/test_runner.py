@@ -216,8 +216,8 @@ def test_floor_is_the_untrained_trunk_scored_like_the_finals(sweep, data_root, m
     from bench.sweep import floor
 
     root, path, _, _ = sweep
-    protocol = parse_protocol(path.read_text())
     tables = read(root / "results" / "tiny")
+    protocol = parse_protocol(path.read_text()).with_data(tables["manifest"]["data_fingerprint"])  # as the run's
     frame, finals = tables["floor"], tables["finals"]
     metrics = [c for c in finals.columns if c in frame.columns and c not in ("protocol_hash", "seed")]
     assert list(frame.columns) == ["protocol_hash", "shared_key", "seed", *metrics]
@@ -262,6 +262,7 @@ def test_failed_final_seed_stays_visible_and_is_counted(sweep):
 
     root, path, _, _ = sweep
     protocol = parse_protocol(path.read_text())
+    protocol = protocol.with_data(read(root / "results" / "tiny")["manifest"]["data_fingerprint"])  # as the run's
     p = plan(protocol)
     manifest = json.loads((root / "results" / "tiny" / "manifest.json").read_text())
     p = plan(protocol.with_data(manifest["data_fingerprint"]))  # the records are keyed by the data read too
