@@ -80,7 +80,7 @@ def _rows(results: Path, name: str, cells: list[str]) -> pd.DataFrame:
     frame = pd.read_csv(results / name, dtype={"cell_key": str, "shared_key": str})
     if "cell" in frame:
         frame = frame[frame["cell"].isin(cells)].sort_values(["cell", *(["seed"] if "seed" in frame else [])])
-    return frame.drop(columns=["protocol_hash"]).reset_index(drop=True)
+    return frame.drop(columns=["protocol_hash"], errors="ignore").reset_index(drop=True)
 
 
 @pytest.fixture(scope="module")

@@ -61,9 +61,11 @@ class Protocol:
     (`resolve_paths`) where the hash took them as written. `text` is the
     file as written, kept as the artifact of every record. `data` is the
     fingerprint of the data a sweep read (`bench.data.fingerprint`), set
-    once the data are loaded: the sweep's records are keyed by `key12`, the
-    protocol's hash and the data's together, so a sweep on changed data
-    never reuses or mixes old records.
+    once the data are loaded. `shared_hash` covers what every cell shares
+    (all but the grid): a sweep's records are keyed per cell by it, the
+    cell's own definition and the data (`bench.plan.cell_key`), the floor
+    by `shared_key`, so a sweep on changed data never reuses or mixes old
+    records, and one with a cell added keeps the other cells'.
     """
 
     doc: dict[str, Any]
@@ -79,7 +81,7 @@ class Protocol:
 
     @property
     def key12(self) -> str:
-        """What a sweep's studies and MLflow runs are keyed by: the hash, and the data once bound."""
+        """The whole protocol's hash, and the data once bound (records are keyed per cell: `shared_key`)."""
         return f"{self.hash12}.{self.data[:8]}" if self.data else self.hash12
 
     @property

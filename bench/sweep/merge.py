@@ -59,11 +59,7 @@ def _read(job: Path) -> dict[str, Any]:
     for name in ("trials", "finals", "floor", "budget_check"):
         path = job / tables.name_to_file(name)
         try:
-            out[name] = (
-                pd.read_csv(path, dtype=tables.KEY_DTYPES, float_precision="round_trip")
-                if path.is_file()
-                else pd.DataFrame()
-            )
+            out[name] = pd.read_csv(path, dtype=tables.KEY_DTYPES) if path.is_file() else pd.DataFrame()
         except (OSError, ValueError) as e:
             raise BenchError(f"merge: {path}: unreadable table ({str(e).splitlines()[0]})") from None
     return out

@@ -9,8 +9,11 @@ the tables bench.sweep.tables'.
 Where things are recorded:
 
 * Optuna storage (``--storage``; SQLite under ./runs by default, any RDB URL
-  works): one study per cell for tuning, ``<protocol>:<hash12>:<cell>``,
-  and one for its final seeds, ``...:final``. It is the source of truth:
+  works): one study per cell for tuning, ``<protocol>:<cell key>:<cell>``,
+  and one for its final seeds, ``...:final``. A cell's key
+  (`bench.plan.cell_key`) covers the protocol's shared settings, the cell's
+  own definition and the data, never the other cells: a cell added to the
+  protocol is trained alone, the others keep their records. It is the source of truth:
   the results tables are rebuilt from it.
 * MLflow (``--tracking-uri``): one experiment per protocol, a parent run per
   cell, child runs per trial, per fold of a trial and per final seed. Each
