@@ -98,7 +98,7 @@ def story(tmp_path_factory, data_root):
     steps = {}
     for step, losses in [*VERSIONS.items(), ("d", VERSIONS["e"])]:
         path = root / f"{step}.yaml"
-        path.write_text(text(losses, lr="2.0e-3" if step == "d" else "1.0e-3", description=step))
+        path.write_text(text(losses, lr="2.0e-3" if step == "d" else "1.0e-3", description=step.rstrip("2")))
         run_protocol(path, options)
         snap = root / "snap" / step
         shutil.copytree(root / "results" / "grow", snap)
