@@ -262,7 +262,6 @@ def test_failed_final_seed_stays_visible_and_is_counted(sweep):
 
     root, path, _, _ = sweep
     protocol = parse_protocol(path.read_text())
-    protocol = protocol.with_data(read(root / "results" / "tiny")["manifest"]["data_fingerprint"])  # as the run's
     p = plan(protocol)
     manifest = json.loads((root / "results" / "tiny" / "manifest.json").read_text())
     p = plan(protocol.with_data(manifest["data_fingerprint"]))  # the records are keyed by the data read too
