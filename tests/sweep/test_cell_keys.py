@@ -54,6 +54,7 @@ VERSIONS = {  # each step of the story, in order
 OLD = ["triplet+batch_hard", "contrastive+none"]
 ADDED = "triplet+batch_all"
 RUNS_PER_CELL = 5  # the cell's run, 1 trial, its fold, 2 final seeds
+RUN_ONLY = ["wall_time_s", "git_commit", "git_dirty"]  # of the run, not of the result: may differ between runs
 
 
 def text(losses: tuple[str, ...], lr: str = "1.0e-3", description: str = "a") -> str:
@@ -270,7 +271,7 @@ def test_merge_of_jobs_with_their_own_stores_equals_one_sweep(story, tmp_path, d
     assert main(["merge", str(merged), str(first), str(second)]) == 0
     for table in ("trials.csv", "finals.csv", "summary.csv", "floor.csv"):
         one, joined = (
-            pd.read_csv(d / table).drop(columns="wall_time_s", errors="ignore") for d in (s["b2"]["results"], merged)
+            pd.read_csv(d / table).drop(columns=RUN_ONLY, errors="ignore") for d in (s["b2"]["results"], merged)
         )
         pd.testing.assert_frame_equal(one, joined, check_exact=True, obj=table)
     manifest = json.loads((merged / "manifest.json").read_text())
@@ -297,3 +298,20 @@ def test_merge_of_jobs_with_their_own_stores_equals_one_sweep(story, tmp_path, d
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0], err
         assert not out.exists()
+
+
+@pytest.mark.slow
+def test_the_mlflow_leaderboard_of_a_grown_version_reads_the_cells_it_kept(story, tmp_path):
+    """Version B's runs in MLflow are those of its new cell; its other cells were recorded under version A.
+    Read by cell key, the leaderboard from MLflow holds all three, with A's numbers."""
+    from bench.reports import mlflow_source
+
+    root, s = story
+    version = parse_protocol(s["b"]["path"].read_text()).hash
+    res = mlflow_source.load("grow", tmp_path / "lb", tracking_uri=str(root / "mlruns"), protocol_hash=version[:12])
+    assert sorted(res.cells) == sorted([*OLD, ADDED])
+    table = pd.read_csv(s["b"]["results"] / "finals.csv")
+    for cell in res.cells:
+        want = table[table["cell"] == cell].sort_values("seed")["map_at_r"].to_numpy()
+        assert res.values(cell, "map_at_r") == pytest.approx(want), cell
+    assert len(res.floor) == 2  # the floor, recorded once under the shared key
