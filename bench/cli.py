@@ -62,6 +62,7 @@ COMMANDS = {
     "regress": "compare two results tables cell by cell",
     "claims": "verdicts on published claims from a results directory",
     "budget-check": "retrain a finished run's cells at a multiple of the budget: is the ranking converged?",
+    "merge": "join the results folders of jobs that ran a protocol's cells apart (run --cells) into one",
 }
 MODULES = {"budget-check": "budget"}  # a command whose module is not named after it
 

@@ -45,6 +45,11 @@ def command(claims_file: Path, results: Path | None, out: Path | None, fmt: str,
     folder = out or res.root
     write_text(folder / "claims.md", claims.markdown(cf, res, verdicts))
     write_json(folder / "claims.json", doc)
-    emit(fmt, lambda: claims.text_table(verdicts), lambda: _rows(doc), lambda: doc)
+    emit(
+        fmt,
+        lambda: "\n".join([claims.text_table(verdicts), *claims.version_lines(res)]),
+        lambda: _rows(doc),
+        lambda: doc,
+    )
     log.info(f"wrote {folder / 'claims.md'} and {folder / 'claims.json'}")
     return 0

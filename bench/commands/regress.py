@@ -49,7 +49,11 @@ def _rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     help="level of the one-sided test of a drop (paired by seed, else Welch)",
 )
 @click.option("--metric", default=None, help="metric to compare [default: the protocol's primary]")
-@click.option("--allow-missing", is_flag=True, help="a cell absent from the current run does not fail the check")
+@click.option(
+    "--allow-missing",
+    is_flag=True,
+    help="a cell absent from the current run (or dropped from its protocol) does not fail the check",
+)
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="also write the comparison as JSON here")
 @format_option
 @quiet_option
@@ -70,9 +74,12 @@ def command(
     value: missing, failed, NaN, inf or empty) or when its mean dropped by more than --tolerance with a
     one-sided p below --alpha (paired t-test over the same final seeds, else Welch).
 
-    Exit 0: no cell failed; 1: a cell failed, or a metric column of the baseline is missing;
-    2: the tables cannot be compared (other protocol hash or split fingerprints, the compared metric
-    absent, an empty or unreadable finals table).
+    Two versions of a protocol that differ only by their cells are compared on the cells they share (same
+    cell key); cells added and dropped (a failure, as a missing cell) are named in one line each.
+
+    Exit 0: no cell failed; 1: a cell failed or was dropped, or a metric column of the baseline is missing;
+    2: the tables cannot be compared (other shared settings, or protocol hash for results without cell
+    keys, or split fingerprints, the compared metric absent, an empty or unreadable finals table).
     """
     cmp = regress.compare(
         source.load(baseline, complete=False),

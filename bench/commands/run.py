@@ -66,6 +66,13 @@ def sweep_options(command: Callable[..., Any]) -> Callable[..., Any]:
     help="discard CELL's records and run it again, e.g. after a fix to its loss or miner (repeatable; "
     "no other worker may be running)",
 )
+@click.option(
+    "--cells",
+    default="",
+    metavar="CELL,CELL",
+    help="run only these planned cells (comma-separated): one job of a sweep split without a shared "
+    "database, each with its own --results-dir, --storage and --tracking-uri; `dmlbench merge` joins them",
+)
 @format_option
 @quiet_option
 def command(
@@ -76,6 +83,7 @@ def command(
     data_root: str | None,
     threads: int | None,
     redo: tuple[str, ...],
+    cells: str,
     fmt: str,
     quiet: bool,
 ) -> int:
@@ -118,6 +126,7 @@ def command(
             data_root=data_root,
             quiet=quiet,
             redo=redo,
+            cells=tuple(c.strip() for c in cells.split(",") if c.strip()),
         ),
     )
     _print_table(result, fmt)
@@ -158,7 +167,8 @@ def _cells_without_result(protocol: Any, result: SweepResult) -> dict[str, str]:
         else set(finals.loc[finals["state"] == "COMPLETE", "cell"].astype(str))
     )
     out = {}
-    for cell in (c.id for c in plan(protocol).cells):
+    ran = result.manifest.get("cells")  # with --cells, those only
+    for cell in ran if isinstance(ran, list) else (c.id for c in plan(protocol).cells):
         if cell in done:
             continue
         why = (result.manifest.get("refused") or {}).get(cell, "")

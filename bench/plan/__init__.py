@@ -6,7 +6,18 @@ timing of each cell's loss and miner in `method_cost`. `dmlbench plan`
 renders a plan as text (`bench.commands.plan`).
 """
 
-from bench.plan.grid import NOT_SELECTED, plan
-from bench.plan.types import Budget, Cell, Dropped, Estimate, Plan, TrunkCost
+from bench.plan.grid import NOT_SELECTED, cell_digest, plan
+from bench.plan.types import Budget, Cell, Dropped, Estimate, Plan, TrunkCost, cell_key
 
-__all__ = ["NOT_SELECTED", "Budget", "Cell", "Dropped", "Estimate", "Plan", "TrunkCost", "plan"]
+__all__ = [
+    "NOT_SELECTED",
+    "Budget",
+    "Cell",
+    "Dropped",
+    "Estimate",
+    "Plan",
+    "TrunkCost",
+    "cell_digest",
+    "cell_key",
+    "plan",
+]

@@ -12,6 +12,8 @@ what the results audit compares the recorded runs against.
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import replace
 from typing import Any
 
 from bench import registry
@@ -19,7 +21,7 @@ from bench.errors import BenchError
 from bench.plan.cost import dataset_size, estimate_cell, measured_cost, sized_test, sweep_overhead_s, trunk_cost
 from bench.plan.types import Budget, Cell, Dropped, Plan
 from bench.protocol import NO_MINER, Protocol
-from bench.protocol.load import method_params
+from bench.protocol.load import canonical_json, method_params
 
 NOT_SELECTED = "not selected by the protocol (the loss's `miners` list)"
 
@@ -57,7 +59,8 @@ def plan(
             if allowed is not None and miner_item["label"] not in allowed:
                 dropped.append(Dropped(cell_id, NOT_SELECTED))
                 continue
-            cells.append(_cell(cell_id, loss_entry, loss_item, miner_entry, miner_item, doc["model"]))
+            cell = _cell(cell_id, loss_entry, loss_item, miner_entry, miner_item, doc["model"])
+            cells.append(replace(cell, digest=cell_digest(protocol, cell)))
     if not cells:  # a sweep of nothing would end "0 cells done", exit 0, with empty tables
         first = dropped[0]
         raise BenchError(
@@ -119,6 +122,33 @@ def _precision_here(protocol: Protocol, threads: int | None) -> tuple[Protocol, 
             f"precision auto: a sweep starting here now would train in {choice.variant} ({timed} a step)",
         )
     return protocol, slow_precision(protocol, threads=threads) or ""
+
+
+def cell_digest(protocol: Protocol, cell: Cell) -> str:
+    """sha256 of what a cell's training depends on, and nothing else: the protocol's shared settings
+    (`Protocol.shared_hash`: every section but the grid), the cell's id (its labels seed its sampler), its
+    loss and miner, their fixed parameters and merged search space as the cell runs them (registry defaults
+    included), and the plugin code of its loss and miner. The grid's other cells, and the ``miners`` list
+    that selects cells, are not in it: adding or removing a cell changes no other cell's digest."""
+    plugins = {}
+    for kind, name in (("loss", cell.loss), ("miner", cell.miner)):
+        entry = registry.get(kind, name) if name else None
+        if entry is not None and entry.plugin:
+            plugins[f"{kind}:{name}"] = {"version": entry.version, "sha256": entry.source_hash}
+    body = {
+        "shared": protocol.shared_hash,
+        "cell": {
+            "id": cell.id,
+            "loss": cell.loss,
+            "miner": cell.miner,
+            "loss_params": cell.loss_params,
+            "miner_params": cell.miner_params,
+            "search_space": cell.search_space,
+            "dataset_level": cell.dataset_level,
+        },
+        **({"plugins": plugins} if plugins else {}),
+    }
+    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
 
 
 def _cell(

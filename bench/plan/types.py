@@ -38,10 +38,19 @@ class Cell:
     miner_params: dict[str, Any]
     search_space: dict[str, dict[str, Any]]  # "loss.<name>" / "miner.<name>" -> distribution
     dataset_level: bool = False
+    digest: str = ""  # sha256 of what the cell's training depends on (`bench.plan.grid.cell_digest`)
 
     @property
     def miner_label(self) -> str:
         return self.id.split("+", 1)[1]
+
+
+def cell_key(protocol: Protocol, cell: Cell) -> str:
+    """What a cell's records (Optuna studies, MLflow runs, table rows) are keyed by: 12 hex of its digest (the
+    protocol's shared settings and the cell's own definition), then the data's 8 once the protocol is bound to
+    them (`Protocol.with_data`), as ``Protocol.key12`` is for the whole protocol. Another cell added to or
+    removed from the grid changes no other cell's key."""
+    return f"{cell.digest[:12]}.{protocol.data[:8]}" if protocol.data else cell.digest[:12]
 
 
 @dataclass(frozen=True)

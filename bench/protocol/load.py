@@ -61,9 +61,11 @@ class Protocol:
     (`resolve_paths`) where the hash took them as written. `text` is the
     file as written, kept as the artifact of every record. `data` is the
     fingerprint of the data a sweep read (`bench.data.fingerprint`), set
-    once the data are loaded: the sweep's records are keyed by `key12`, the
-    protocol's hash and the data's together, so a sweep on changed data
-    never reuses or mixes old records.
+    once the data are loaded. `shared_hash` covers what every cell shares
+    (all but the grid): a sweep's records are keyed per cell by it, the
+    cell's own definition and the data (`bench.plan.cell_key`), the floor
+    by `shared_key`, so a sweep on changed data never reuses or mixes old
+    records, and one with a cell added keeps the other cells'.
     """
 
     doc: dict[str, Any]
@@ -71,6 +73,7 @@ class Protocol:
     source: str
     text: str
     data: str = ""
+    shared_hash: str = ""  # sha256 of the shared settings: everything but the grid (`shared_hash`)
 
     def with_data(self, fingerprint: str) -> Protocol:
         """This protocol bound to the data it runs on (its records' key then names both)."""
@@ -91,8 +94,14 @@ class Protocol:
 
     @property
     def key12(self) -> str:
-        """What a sweep's studies and MLflow runs are keyed by: the hash, and the data once bound."""
+        """The whole protocol's hash, and the data once bound (records are keyed per cell: `shared_key`)."""
         return f"{self.hash12}.{self.data[:8]}" if self.data else self.hash12
+
+    @property
+    def shared_key(self) -> str:
+        """What records common to every cell (the floor) are keyed by: the shared settings' hash, and the
+        data once bound. Two versions of a protocol with the same shared key differ only by their cells."""
+        return f"{self.shared_hash[:12]}.{self.data[:8]}" if self.data else self.shared_hash[:12]
 
     @property
     def name(self) -> str:
@@ -180,9 +189,12 @@ def parse_protocol(text: str, source: str = "<protocol>", base: str | Path | Non
     doc = _with_defaults(raw)
     _check_semantics(doc, report)
     report.raise_if_any()
-    digest = protocol_hash(doc)
     return Protocol(
-        doc=resolve_paths(doc, Path.cwd() if base is None else Path(base)), hash=digest, source=source, text=text
+        doc=resolve_paths(doc, Path.cwd() if base is None else Path(base)),
+        hash=protocol_hash(doc),
+        source=source,
+        text=text,
+        shared_hash=shared_hash(doc),
     )
 
 
@@ -222,6 +234,23 @@ def protocol_hash(doc: dict[str, Any]) -> str:
         doc = {**doc, "data": {k: v for k, v in doc["data"].items() if k != "loader"}}
     body = {"protocol": doc, "plugins": plugins} if plugins else doc
     return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+
+
+SHARED_EXCLUDED = ("grid", "description")
+
+
+def shared_hash(doc: dict[str, Any]) -> str:
+    """sha256 of what every cell of the protocol shares: the document without its grid (the cells, hashed
+    one by one in `bench.plan.grid.cell_digest`) and without its description (words, not a setting), and
+    the trunk's plugin code. The data loader's workers are left out as in `protocol_hash`.
+
+    A change here is a new version of the whole sweep (every cell retrains); adding, removing or editing
+    one cell leaves it, and so every other cell's records, as they were."""
+    body = {k: v for k, v in doc.items() if k not in SHARED_EXCLUDED}
+    if "loader" in body.get("data", {}):
+        body["data"] = {k: v for k, v in body["data"].items() if k != "loader"}
+    trunk = plugin_fingerprints({"model": doc.get("model", {})})
+    return hashlib.sha256(canonical_json({"shared": body, "plugins": trunk}).encode()).hexdigest()
 
 
 def plugin_fingerprints(doc: dict[str, Any]) -> dict[str, dict[str, str]]:

@@ -392,6 +392,11 @@ def _untestable(res: Results, cell: str, name: str, claim: dict[str, Any]) -> st
             f"the protocol with hash {res.protocol_hash[:12]} (the manifest's `protocol_file`) was not found, "
             f"so what {cell} runs cannot be checked against `requires`"
         )
+    if not res.same_cell(res.plan, cell):  # a version of the protocol that shares the experiment, not the cell
+        return (
+            f"the protocol file found ({res.plan.protocol.source}, hash {res.plan.protocol.hash12}) defines {cell} "
+            f"otherwise than the run did (another cell key), so what it ran cannot be checked against `requires`"
+        )
     return mismatch(res.plan, cell, spec)
 
 
@@ -612,6 +617,7 @@ def to_json(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> dict[str, 
         ],
         "counts": {k: sum(v.verdict == k for v in verdicts) for k in VERDICTS},
         "budget_check": _budget_doc(res),
+        "versions": versions(res),
     }
 
 
@@ -652,6 +658,35 @@ def _budget_line(res: Results) -> str:
     )
 
 
+def versions(res: Results) -> dict[str, Any] | None:
+    """When the protocol file `requires` is checked against is another version than the one the results ran
+    (same shared settings, other cells): its hash, the cells it adds (not in the results, or redefined) and the
+    cells of the results it drops (or redefines), by cell key. None when it is the results' own version."""
+    plan = res.plan
+    if plan is None or plan.protocol.hash == res.protocol_hash:
+        return None
+    planned = [c.id for c in plan.cells]
+    return {
+        "protocol_file_hash": plan.protocol.hash,
+        "added": [c for c in planned if c not in res.cell_keys or not res.same_cell(plan, c)],
+        "dropped": [c for c in res.cell_keys if not res.same_cell(plan, c)],
+    }
+
+
+def version_lines(res: Results) -> list[str]:
+    """`versions` in one line each for the added and the dropped cells (none when the versions are one)."""
+    v = versions(res)
+    if v is None:
+        return []
+    head = f"the protocol file ({res.plan.protocol.source if res.plan else '?'}, hash {v['protocol_file_hash'][:12]})"
+    out = []
+    if v["added"]:
+        out.append(f"{head} adds cells these results do not hold: {', '.join(v['added'])}")
+    if v["dropped"]:
+        out.append(f"{head} drops cells of these results (claims on them are not testable): {', '.join(v['dropped'])}")
+    return out
+
+
 def _p(x: float) -> str:
     return f"{x:.3g}" if x is not None and math.isfinite(x) else "-"
 
@@ -673,6 +708,7 @@ def markdown(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> str:
         "",
         _budget_line(res),
         "",
+        *(line for text in version_lines(res) for line in (md_text(text[0].upper() + text[1:]) + ".", "")),
         "| claim | kind | verdict | budget check | metric | effect [95% CI] | test | p | p (Holm) | seeds | cells | "
         "source |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",

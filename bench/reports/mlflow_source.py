@@ -10,7 +10,10 @@ The records are turned into the same ``bench.sweep.tables.Records`` the runner
 builds from its Optuna storage, then audited and tabulated by the same
 functions, so a leaderboard from MLflow and one from the results directory
 of the same sweep are the same table. Two versions of a protocol (two
-hashes) in one experiment are never pooled: the caller picks one.
+hashes) in one experiment are never pooled: the caller picks one, and its
+cells' runs are found by their cell keys (`bench.plan.cell_key`, the head of
+``dmlbench.key``), so a cell trained under an earlier version that shares
+the cell is read from those runs, and a cell the version dropped is not.
 """
 
 from __future__ import annotations
@@ -116,6 +119,20 @@ def _protocol(client: Any, cell_runs: list[Any], protocol_hash: str) -> Any:
                 )
             return protocol
     raise BenchError(f"no cell run of protocol {protocol_hash[:12]} recorded its protocol file")
+
+
+def keyed_runs(runs: list[Any], plan: Any) -> list[Any]:
+    """The runs of the plan's cells under their current keys (``<cell key>/<cell>[/...]``) and of its floor
+    (``<shared key>/floor/...``), whichever protocol version recorded them."""
+    from bench.plan import cell_key
+
+    heads = {f"{cell_key(plan.protocol, c)}/{c.id}" for c in plan.cells}
+    floor = f"{plan.protocol.shared_key}/floor/"
+
+    def mine(key: str) -> bool:
+        return key.startswith(floor) or "/".join(key.split("/")[:2]) in heads  # a cell id holds no "/"
+
+    return [r for r in runs if mine(r.data.tags.get("dmlbench.key", ""))]
 
 
 def _number(data: Any, name: str, default: float = math.nan) -> float:
@@ -229,7 +246,10 @@ def load(
     everything = tracking.search_all(client, found.experiment_id)  # active runs only: a --redo's are gone
     chosen = _pick_hash(everything, protocol_hash, found.name)
     runs = [r for r in everything if r.data.tags.get(HASH_TAG) == chosen]
-    plan = make_plan(_protocol(client, [r for r in runs if r.data.tags.get("kind") == "cell"], chosen))
+    protocol = _protocol(client, [r for r in runs if r.data.tags.get("kind") == "cell"], chosen)
+    data = next((d for r in runs if (d := r.data.tags.get("dmlbench.data_fingerprint"))), "")
+    plan = make_plan(protocol.with_data(data) if data else protocol)
+    runs = keyed_runs(everything, plan) if data else runs
     recs = records(runs, plan)
     if not recs.finals:
         raise BenchError(f"MLflow experiment {found.name!r} holds no finished final run of protocol {chosen[:12]}")
@@ -285,14 +305,17 @@ def cell_floor_frame(runs: list[Any], plan: Any) -> pd.DataFrame | None:
     final seed, `bench.sweep.floor`), in the plan's cell order and the seeds' order; None when there are none."""
     import pandas as pd
 
+    from bench.plan import cell_key
     from bench.sweep.tables import metric_names
 
     protocol = plan.protocol
     metrics = metric_names(protocol.doc)
     planned = {c.id: i for i, c in enumerate(plan.cells)}
+    keys = {c.id: cell_key(protocol, c) for c in plan.cells}
     rows = {
         (r.data.tags["cell"], int(r.data.tags["seed"])): {
             "protocol_hash": protocol.hash,
+            "cell_key": keys[r.data.tags["cell"]],
             "cell": r.data.tags["cell"],
             "seed": int(r.data.tags["seed"]),
             **{m: r.data.metrics.get(m, float("nan")) for m in metrics},
@@ -305,7 +328,7 @@ def cell_floor_frame(runs: list[Any], plan: Any) -> pd.DataFrame | None:
     order = sorted(
         rows, key=lambda k: (planned[k[0]], protocol.final_seeds.index(k[1]) if k[1] in protocol.final_seeds else 0)
     )
-    return pd.DataFrame([rows[k] for k in order], columns=["protocol_hash", "cell", "seed", *metrics])
+    return pd.DataFrame([rows[k] for k in order], columns=["protocol_hash", "cell_key", "cell", "seed", *metrics])
 
 
 def budget_frame(runs: list[Any], plan: Any) -> pd.DataFrame | None:

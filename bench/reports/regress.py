@@ -44,6 +44,17 @@ significant), `same` (change within tolerance), `better?`, `better` (the
 mirror image), `new` (only in the current run, never fails), and the
 failing statuses of rule 1. Exit 1 when any cell fails or a column is
 missing, else 0.
+
+Across protocol versions (`match_versions`): two results whose manifests
+record the same shared settings (``shared_hash``: everything but the grid)
+and data are one experiment whose versions differ by their cells, and are
+compared on the cells they share, a cell being the same when its cell key
+is (`bench.plan.cell_key`). A cell of the baseline's version that the
+current version lacks is `dropped` (removed from the grid, or redefined:
+same name, another key), which fails like `missing`; a cell only the
+current version has is `new`. Each list is also said in one line. Other
+shared settings are another experiment: refused, exit 2. Results from
+before cells had keys are compared only at the same protocol hash.
 """
 
 from __future__ import annotations
@@ -62,7 +73,8 @@ ALPHA = 0.05
 NOT_A_NUMBER, SEEDS_DIFFER = "not a number", "seeds differ"
 FAILED, SEEDS_MISSING, VALUES_MISSING = "failed", "seeds missing", "values missing"
 ALWAYS_FAILING = ("worse", FAILED, SEEDS_MISSING, NOT_A_NUMBER, VALUES_MISSING, SEEDS_DIFFER)
-FAILING = (*ALWAYS_FAILING, "missing")
+DROPPED = "dropped"
+FAILING = (*ALWAYS_FAILING, "missing", DROPPED)
 TESTS = "one-sided paired t-test on per-seed differences where both tables hold the same final seeds, else Welch's"
 
 
@@ -101,6 +113,7 @@ class Comparison:
     allow_missing: bool
     cells: list[CellChange]
     missing_columns: tuple[str, ...] = ()
+    versions: Versions | None = None
 
     @property
     def failures(self) -> list[CellChange]:
@@ -112,9 +125,50 @@ class Comparison:
         return 1 if self.failures or self.missing_columns else 0
 
 
+@dataclass(frozen=True)
+class Versions:
+    """How the cells of two versions of one experiment line up: those of the current version the baseline's
+    lacks (``added``), those of the baseline's the current lacks (``dropped``), and of those the ones still
+    named but with another key (``redefined``: in both lists)."""
+
+    added: list[str]
+    dropped: list[str]
+    redefined: list[str]
+
+    def lines(self) -> list[str]:
+        """One line each for the added and the dropped cells (none when there are none)."""
+        out = []
+        if self.added:
+            out.append(f"added in the current version (not compared): {', '.join(self.added)}")
+        if self.dropped:
+            named = [f"{c} (redefined)" if c in self.redefined else c for c in self.dropped]
+            out.append(f"dropped from the current version: {', '.join(named)}")
+        return out
+
+
+def match_versions(baseline: Results, current: Results) -> Versions:
+    """The cells added and dropped between two versions, by cell key (none when either predates cell keys)."""
+    b, c = baseline.cell_keys, current.cell_keys
+    if not b or not c:
+        return Versions([], [], [])
+    redefined = [cell for cell in b if cell in c and b[cell] != c[cell]]
+    return Versions(
+        [cell for cell in c if b.get(cell) != c[cell]], [cell for cell in b if c.get(cell) != b[cell]], redefined
+    )
+
+
 def check_comparable(baseline: Results, current: Results) -> None:
-    """Refuse to compare tables of two protocols or two data splits: one line, exit 2."""
-    if baseline.protocol_hash != current.protocol_hash:
+    """Refuse to compare tables of two experiments (other shared settings, or another protocol hash where
+    either predates cell keys) or two data splits: one line, exit 2."""
+    sb, sc = baseline.manifest.get("shared_hash"), current.manifest.get("shared_hash")
+    if sb and sc:
+        if sb != sc:
+            raise BenchError(
+                f"cannot compare: {baseline.root} and {current.root} are versions of {baseline.protocol} with other "
+                f"shared settings (shared hash {str(sb)[:12]} and {str(sc)[:12]}: all but the grid differ): "
+                "another experiment"
+            )
+    elif baseline.protocol_hash != current.protocol_hash:
         raise BenchError(
             f"cannot compare: {baseline.root} is protocol {baseline.protocol} hash {baseline.protocol_hash[:12] or '?'}, "
             f"{current.root} is protocol {current.protocol} hash {current.protocol_hash[:12] or '?'}"
@@ -232,9 +286,13 @@ def compare(
         if metric not in res.metrics:
             raise BenchError(f"{res.root}: no metric {metric!r} (have: {', '.join(res.metrics)})")
     lost = [m for m in ("seed", *baseline.metrics) if m in baseline.finals and m not in current.finals]
+    versions = match_versions(baseline, current)
     out: list[CellChange] = []
     for cell in baseline.cells:
         b = baseline.values(cell, metric).tolist()
+        if cell in versions.dropped:
+            out.append(CellChange(cell, DROPPED, t_interval(b), None, None, ("not in the current protocol version",)))
+            continue
         if cell not in current.cells:
             out.append(_absent(baseline, current, cell, t_interval(b)))
             continue
@@ -254,9 +312,9 @@ def compare(
         problems = tuple(seeds + nan + values + extra)
         out.append(CellChange(cell, status, t_interval(b), t_interval(c), d, problems))
     for cell in current.cells:
-        if cell not in baseline.cells:
+        if cell not in baseline.cells or cell in versions.added:
             out.append(CellChange(cell, "new", None, t_interval(current.values(cell, metric).tolist()), None))
-    return Comparison(baseline, current, metric, tolerance, alpha, allow_missing, out, tuple(lost))
+    return Comparison(baseline, current, metric, tolerance, alpha, allow_missing, out, tuple(lost), versions)
 
 
 def _absent(baseline: Results, current: Results, cell: str, base: Interval) -> CellChange:
@@ -325,6 +383,8 @@ def to_json(cmp: Comparison) -> dict:
             }
             for c in cmp.cells
         ],
+        "added": cmp.versions.added if cmp.versions else [],
+        "dropped": cmp.versions.dropped if cmp.versions else [],
         "regressions": [c.cell for c in cmp.failures],
         "exit_code": cmp.exit_code,
     }
@@ -361,6 +421,7 @@ def text_table(cmp: Comparison) -> str:
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines += [f"{c.cell}: {p}" for c in cmp.cells for p in c.problems]
+    lines += cmp.versions.lines() if cmp.versions else []
     if cmp.missing_columns:
         lines.append(f"columns of the baseline missing from the current table: {', '.join(cmp.missing_columns)}")
     verdict = (

@@ -169,14 +169,33 @@ class Results:
         seeds = [int(s) for s in f["seed"]] if "seed" in f else []
         return f[metric].to_numpy(dtype=float), seeds
 
+    @property
+    def cell_keys(self) -> dict[str, str]:
+        """cell -> the key its records were read under (`bench.plan.cell_key`); empty for results from
+        before cells had keys."""
+        keys = self.manifest.get("cell_keys")
+        return {str(k): str(v) for k, v in keys.items()} if isinstance(keys, dict) else {}
+
+    def same_cell(self, plan: Plan, cell: str) -> bool:
+        """Whether ``plan``'s cell of this name is the cell these results ran: the same cell key (the data
+        part aside: the plan is not bound to data). Without recorded keys, whether the plan is of this hash."""
+        if not self.cell_keys:
+            return plan.protocol.hash == self.protocol_hash
+        try:
+            digest = plan.cell(cell).digest[:12]
+        except KeyError:
+            return False
+        return self.cell_keys.get(cell, "").split(".")[0] == digest
+
     @cached_property
     def plan(self) -> Plan | None:
         """The protocol's plan, re-planned from the protocol the manifest names, or None.
 
-        The manifest stores the protocol's file and hash, not its text: the
-        file is looked up as given, then beside the repository holding the
-        results, and used only when its hash is the results' hash (an
-        edited protocol would describe cells that were never run).
+        The manifest's protocol text is used first; else the file it names, looked up as given, then beside
+        the repository holding the results, used when its hash is the results' hash or, for results with
+        cell keys, when its shared settings are the results' (another version of the same experiment, with
+        cells added or removed since: `same_cell` tells which of its cells are the ones that ran). An edited
+        protocol would otherwise describe cells that were never run.
         """
         from bench.plan import plan
         from bench.protocol import load_protocol
@@ -197,7 +216,8 @@ class Results:
                 protocol = make()
             except (BenchError, OSError):
                 continue
-            if protocol.hash == self.protocol_hash:
+            shared = self.manifest.get("shared_hash")
+            if protocol.hash == self.protocol_hash or (shared and self.cell_keys and protocol.shared_hash == shared):
                 return plan(protocol)
         return None
 

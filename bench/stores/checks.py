@@ -72,12 +72,17 @@ def check_separate(storage_url: str, tracking_uri: str) -> None:
 
 
 def check_not_emptied(
-    manifest: dict[str, Any] | None, protocol_hash: str, results: Path, storage_url: str, label: str, prefix: str
+    manifest: dict[str, Any] | None, shared_hash: str, results: Path, storage_url: str, label: str, name: str
 ) -> None:
-    """Results of this very protocol say cells were done, yet the storage knows none of its studies:
-    the storage was emptied, replaced or mistyped, and running on would retrain every cell and then
+    """Results of this protocol's shared settings (`Protocol.shared_hash`) say cells were done, yet the
+    storage knows none of the studies of the cells its manifest lists (``<name>:<cell key>:...``, on any
+    data): the storage was emptied, replaced or mistyped, and running on would retrain every cell and then
     overwrite those tables with new numbers. Checked before the storage is opened (opening creates it)."""
-    if not manifest or manifest.get("protocol_hash") != protocol_hash:
+    if not manifest or manifest.get("shared_hash") != shared_hash:
+        return
+    keys = manifest.get("cell_keys")
+    prefixes = tuple(f"{name}:{str(k).split('.')[0]}." for k in keys.values()) if isinstance(keys, dict) else ()
+    if not prefixes:
         return
     finals = results / "finals.csv"
     if not finals.is_file() or len(finals.read_text(errors="replace").splitlines()) <= 1:
@@ -92,7 +97,7 @@ def check_not_emptied(
             known = set(optuna.get_all_study_names(storage_url))
         except Exception:  # noqa: BLE001 - unreachable storage: opening it says why, with one line
             return
-    if not any(name.startswith(prefix) for name in known):  # on any data: changed data move results aside
+    if not any(study.startswith(prefixes) for study in known):  # on any data: changed data move results aside
         raise BenchError(
             f"{results} holds results of this protocol, but the Optuna storage {label} has none of "
             "its studies: point --storage at the sweep's database (manifest.json names it), or move "

@@ -11,9 +11,10 @@ bench/stores/provenance.py; where the store is, from bench/stores/tracking.py.
 
 `MlflowRecords`: one experiment per protocol (``dmlbench/<name>``), a parent
 run per cell, child runs per trial, per fold and per final seed. Each run
-carries the tag ``dmlbench.key`` (``<key12>/<cell>/trial3/fold0``, the protocol's hash and its data's...) and
-is looked up by it before one is created, so a resumed or shared sweep
-records nothing twice.
+carries the tag ``dmlbench.key`` (``<cell key>/<cell>/trial3/fold0``: the cell's key, `bench.plan.cell_key`,
+for every run of a cell; ``<shared key>/floor/0`` for the floor, which no cell owns) and is looked up by it
+before one is created, so a resumed or shared sweep records nothing twice, and a cell keeps its runs when
+other cells are added to or removed from the protocol.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 
 from bench.atomic import locked
 from bench.errors import BenchError
-from bench.plan import Cell
+from bench.plan import Cell, cell_key
 from bench.protocol import Protocol
 from bench.stores.tracking import check_reachable, search_all
 from bench.stores.urls import redact, sqlite_path
@@ -197,17 +198,23 @@ class MlflowRecords(MlflowWriter):
         self.protocol = protocol
         super().__init__(uri, f"dmlbench/{protocol.name}", base_tags)
 
+    def key(self, cell: Cell | None, *parts: Any) -> str:
+        """A run's ``dmlbench.key``: ``<cell key>/<cell>/<parts>`` for a cell's runs, ``<shared key>/<parts>``
+        for the runs of no cell (``cell`` None: the floor)."""
+        head = f"{cell_key(self.protocol, cell)}/{cell.id}" if cell is not None else self.protocol.shared_key
+        return "/".join([head, *map(str, parts)])
+
     def run(
         self, key: str, name: str, parent: str | None = None, tags: dict[str, Any] | None = None, shared: bool = False
     ) -> str:
-        """The run with this key: the existing one (reopened) or a new one.
+        """The run with this key (made by `key`): the existing one (reopened) or a new one.
 
         A key that several workers may create at once (``shared``: a cell's parent run, a floor seed; trial
         and seed keys are claimed through Optuna first) is looked up again after a settle time, and every
         worker keeps the oldest run and deletes its own if newer. The wait matters: MLflow stamps a run's
         start time in the client before the insert, so a worker that looked at once could miss a run
         stamped earlier but inserted later, and both would keep their own (seen on PostgreSQL)."""
-        full_key = f"{self.protocol.key12}/{key}"
+        full_key = key
         found = self._find(full_key)
         if found:
             run_id = found[0].info.run_id
@@ -226,9 +233,15 @@ class MlflowRecords(MlflowWriter):
     def cell_run(self, cell: Cell) -> str:
         """A cell's parent run: its methods, fixed parameters and search space, and the protocol file."""
         run_id = self.run(
+            self.key(cell),
             cell.id,
-            cell.id,
-            tags={"cell": cell.id, "loss": cell.loss, "miner": cell.miner or "none", "kind": "cell"},
+            tags={
+                "cell": cell.id,
+                "loss": cell.loss,
+                "miner": cell.miner or "none",
+                "kind": "cell",
+                "dmlbench.cell_key": cell_key(self.protocol, cell),
+            },
             shared=True,
         )
         self.log(
@@ -250,10 +263,12 @@ class MlflowRecords(MlflowWriter):
         )
         return sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id))
 
-    def delete_cell(self, cell_id: str) -> int:
-        """Delete the runs of one cell of this protocol version (the cell run, its trials, folds, seeds)."""
-        prefix = f"{self.protocol.key12}/{cell_id}"
-        runs = search_all(self.client, self.experiment_id, f"tags.`dmlbench.key` LIKE '{self.protocol.key12}/%'")
+    def delete_cell(self, cell: Cell) -> int:
+        """Delete the runs of one cell under its current key (the cell run, its trials, folds, seeds)."""
+        prefix = self.key(cell)
+        runs = search_all(
+            self.client, self.experiment_id, f"tags.`dmlbench.key` LIKE '{cell_key(self.protocol, cell)}/%'"
+        )
         doomed = [
             r.info.run_id
             for r in runs

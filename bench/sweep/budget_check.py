@@ -27,8 +27,10 @@ seed and multiple; bench.sweep.tables names the file), rewritten whole through
 a temp file and a rename after every seed under a file lock, so a killed
 check leaves every finished seed recorded and no half row; and one MLflow
 run per row (kind ``budget_check``), found by its key, so a leaderboard
-rebuilt from MLflow has it too. Resume: run the same command; rows already
-in the file for this protocol version and the cell's current parameters are
+rebuilt from MLflow has it too. Rows and runs are keyed by the cell's key
+(`bench.plan.cell_key`): a cell added to the protocol since is checked, the
+others keep their rows. Resume: run the same command; rows already
+in the file under the cell's current key and parameters are
 kept, the rest are trained (a cell run again with ``run --redo`` since is
 checked again).
 """
@@ -46,7 +48,7 @@ import pandas as pd
 
 from bench.atomic import locked, write_with
 from bench.errors import BenchError
-from bench.plan import Cell
+from bench.plan import Cell, cell_key
 from bench.plan import plan as make_plan
 from bench.protocol import Protocol
 from bench.stores import provenance, tracking
@@ -57,7 +59,7 @@ from bench.sweep.preflight import refuse
 from bench.sweep.progress import Progress
 from bench.sweep.tuning import open_storage
 
-RUN_COLUMNS = ["protocol_hash", "cell", "seed", "multiple", "iterations", "samples_seen", "wall_time_s"]
+RUN_COLUMNS = ["protocol_hash", "cell_key", "cell", "seed", "multiple", "iterations", "samples_seen", "wall_time_s"]
 TAIL_COLUMNS = ["state", "reason", "params", "git_commit", "git_dirty"]
 
 
@@ -83,9 +85,9 @@ def tuned_cells(protocol: Protocol, results: Path, storage_url: str) -> list[Tun
     run = f"run `dmlbench run {protocol.source or protocol.name}` to its end first"
     if manifest is None:
         raise BenchError(f"budget-check: {results} holds no results of {protocol.name}: {run}")
-    if manifest.get("protocol_hash") != protocol.hash:
+    if manifest.get("shared_hash") != protocol.shared_hash:  # cells added or removed since: still this run
         raise BenchError(
-            f"budget-check: {results} holds results of another version of {protocol.name} "
+            f"budget-check: {results} holds results of another version of {protocol.name}'s shared settings "
             f"(hash {str(manifest.get('protocol_hash'))[:12]}, the file's is {protocol.hash12}): {run}"
         )
     if protocol.data and manifest.get("data_fingerprint") != protocol.data:
@@ -131,28 +133,31 @@ def params_text(params: dict[str, Any]) -> str:
     return json.dumps(params, sort_keys=True)
 
 
-def read_rows(path: Path, protocol: Protocol) -> list[dict[str, Any]]:
-    """The rows of budget_check.csv that belong to this protocol version (none when the file is absent)."""
+def read_rows(path: Path, protocol: Protocol, keys: dict[str, str]) -> list[dict[str, Any]]:
+    """The rows of budget_check.csv of the cells of ``keys`` (cell id -> cell key) under those keys: rows of
+    a cell trained under an earlier version with the same key are kept (none when the file is absent)."""
     if not path.exists():
         return []
     try:
-        frame = pd.read_csv(path)
+        frame = pd.read_csv(path, dtype=tables.KEY_DTYPES)
     except (OSError, ValueError) as e:
         raise BenchError(f"{path}: unreadable budget check table ({str(e).splitlines()[0]}); move it aside") from None
     if list(frame.columns) != columns(protocol):
         raise BenchError(f"{path}: not this protocol's budget check table (other columns); move it aside")
-    return frame[frame["protocol_hash"].astype(str) == protocol.hash].to_dict("records")
+    rows = [r for r in frame.to_dict("records") if keys.get(str(r["cell"])) == str(r["cell_key"])]
+    return [{**r, "protocol_hash": protocol.hash} for r in rows]
 
 
 def _key(row: dict[str, Any]) -> tuple[str, int, int]:
     return str(row["cell"]), int(row["seed"]), int(row["multiple"])
 
 
-def record(path: Path, protocol: Protocol, row: dict[str, Any], order: list[str]) -> None:
+def record(path: Path, protocol: Protocol, row: dict[str, Any], keys: dict[str, str]) -> None:
     """Add one finished seed to the file: read, merge (a row with the same cell, seed and multiple is
     replaced), sort (multiple, cell in plan order, seed in protocol order), write through a rename."""
     with locked(path.with_name(path.name + ".lock")):  # two checks on one directory merge, never overwrite
-        rows = {_key(r): r for r in read_rows(path, protocol)}
+        rows = {_key(r): r for r in read_rows(path, protocol, keys)}
+        order = list(keys)
         rows[_key(row)] = row
 
         def rank(key: tuple[str, int, int]) -> tuple[int, int, int]:
@@ -230,10 +235,11 @@ def budget_check(
     path = results / tables.BUDGET_CHECK
     ran = {t.cell.id: params_text(t.params) for t in cells}
     # a row trained with other parameters (the cell was --redo'ne since) is stale: trained again, then replaced
-    done = {_key(r) for r in read_rows(path, protocol) if r["params"] == ran.get(str(r["cell"]))}
+    keys = {t.cell.id: cell_key(protocol, t.cell) for t in cells}
+    done = {_key(r) for r in read_rows(path, protocol, keys) if r["params"] == ran.get(str(r["cell"]))}
     pairs = [(t, s) for t in cells for s in protocol.final_seeds]
     todo = [(t, s) for i, (t, s) in enumerate(pairs) if i % n == k - 1 and (t.cell.id, s, multiple) not in done]
-    check = _Check(protocol, multiple, prepared, path, [t.cell.id for t in cells], tracking_uri, fingerprints, quiet)
+    check = _Check(protocol, multiple, prepared, path, keys, tracking_uri, fingerprints, quiet)
     kept = len([i for i in range(len(pairs)) if i % n == k - 1]) - len(todo)
     check.run(cells, todo, kept)
     return CheckOutcome(path, len(todo), kept, time.perf_counter() - start)
@@ -248,14 +254,14 @@ class _Check:
         multiple: int,
         prepared: Any,
         path: Path,
-        order: list[str],
+        keys: dict[str, str],
         tracking_uri: str,
         fingerprints: dict[str, Any],
         quiet: bool,
     ) -> None:
         from bench.stores.mlflow_runs import MlflowRecords
 
-        self.protocol, self.multiple, self.prepared, self.path, self.order = protocol, multiple, prepared, path, order
+        self.protocol, self.multiple, self.prepared, self.path, self.keys = protocol, multiple, prepared, path, keys
         self.iterations = protocol.doc["training"]["iterations"] * multiple
         self.code = {"git_commit": provenance.git_commit(), "git_dirty": provenance.git_dirty()}
         base_tags = provenance.standard_tags(
@@ -332,7 +338,7 @@ class _Row(Record):
     def __init__(self, check: _Check, tuned: Tuned, seed: int) -> None:
         m = check.multiple
         super().__init__(
-            f"budget_check/x{m}/{tuned.cell.id}/seed{seed}",
+            check.mlflow.key(tuned.cell, "budget_check", f"x{m}", f"seed{seed}"),
             f"budget check x{m} {tuned.cell.id} seed {seed}",
             {"kind": "budget_check", "cell": tuned.cell.id, "seed": seed, "multiple": m},
             params={"multiple": m},
@@ -345,6 +351,7 @@ class _Row(Record):
         metrics = {m: run.metrics.get(m, math.nan) for m in tables.metric_names(p.doc)}
         row = {
             "protocol_hash": p.hash,
+            "cell_key": c.keys[self.tuned.cell.id],
             "cell": self.tuned.cell.id,
             "seed": run.seed,
             "multiple": c.multiple,
@@ -358,7 +365,7 @@ class _Row(Record):
             "params": params_text(self.tuned.params),
             **c.code,
         }
-        record(c.path, p, row, c.order)
+        record(c.path, p, row, c.keys)
 
     def logged_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
         return {k: v for k, v in metrics.items() if math.isfinite(v)}

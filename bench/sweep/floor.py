@@ -4,10 +4,12 @@ With common random numbers (bench.sweep.tuning._seeds) final seed ``s`` gives
 every cell the same initial trunk, so the floor of seed ``s`` is that
 trunk before its first step, scored on the test data by the same
 evaluation call the final seeds use (`bench.evaluation.score_model`). It
-depends on the protocol alone, not on any cell; recomputing it is cheap
-(embedding Omniglot's evaluation set takes about 8 s), so `update_floor`
-keeps the rows already in ``floor.csv`` for this protocol version and
-computes only the missing seeds: resumable and idempotent.
+depends on the protocol's shared settings and data alone, not on any cell
+(its rows and MLflow runs are keyed by `Protocol.shared_key`, so adding or
+removing a cell keeps them); recomputing it is cheap (embedding Omniglot's
+evaluation set takes about 8 s), so `update_floor` keeps the rows already
+in ``floor.csv`` for this shared key and computes only the missing seeds:
+resumable and idempotent.
 
 A cell ranked by its own learned metric (`bench.evaluation.pair_scorer_of`)
 has its own floor, in ``cell_floor.csv``: the same untrained trunk with the
@@ -27,6 +29,7 @@ import pandas as pd
 
 from bench.atomic import write_with
 from bench.evaluation import clusters_on_test, score_model
+from bench.plan import cell_key
 from bench.protocol import Protocol
 from bench.sweep import tables
 from bench.sweep.tuning import Prepared, final_seed
@@ -54,7 +57,12 @@ def floor_row(protocol: Protocol, prepared: Prepared, seed: int) -> dict[str, An
         device=protocol.doc["training"]["device"],
         seed=final_seed(protocol.seed, seed),
     )
-    return {"protocol_hash": protocol.hash, "seed": seed, **{m: float(scores[m]) for m in metrics}}
+    return {
+        "protocol_hash": protocol.hash,
+        "shared_key": protocol.shared_key,
+        "seed": seed,
+        **{m: float(scores[m]) for m in metrics},
+    }
 
 
 def learned_metric_cells(protocol: Protocol, cells: Any) -> list[Any]:
@@ -89,21 +97,30 @@ def cell_floor_row(protocol: Protocol, prepared: Prepared, cell: Any, seed: int)
         metric=pair_scorer_of(loss),
     )
     metrics = tables.metric_names(protocol.doc)
-    return {"protocol_hash": protocol.hash, "cell": cell.id, "seed": seed, **{m: float(scores[m]) for m in metrics}}
+    return {
+        "protocol_hash": protocol.hash,
+        "cell_key": cell_key(protocol, cell),
+        "cell": cell.id,
+        "seed": seed,
+        **{m: float(scores[m]) for m in metrics},
+    }
 
 
 def update_cell_floor(protocol: Protocol, prepared: Prepared, results: Path, cells: Any) -> pd.DataFrame:
-    """cell_floor.csv: a row per learned-metric cell and final seed, kept or computed as `update_floor`."""
-    columns = ["protocol_hash", "cell", "seed", *tables.metric_names(protocol.doc)]
+    """cell_floor.csv: a row per learned-metric cell and final seed, kept or computed as `update_floor`; a row
+    is kept while its cell's key is the cell's key now (`bench.plan.cell_key`: the shared settings, the data
+    and the cell's own definition), so adding another cell recomputes nothing."""
+    columns = ["protocol_hash", "cell_key", "cell", "seed", *tables.metric_names(protocol.doc)]
     path = results / tables.CELL_FLOOR
     learned = learned_metric_cells(protocol, cells)
-    old = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=columns)
+    keys = {c.id: cell_key(protocol, c) for c in learned}
+    old = pd.read_csv(path, dtype=tables.KEY_DTYPES) if path.exists() else pd.DataFrame(columns=columns)
     keep = (
-        old[(old["protocol_hash"] == protocol.hash) & old["seed"].isin(protocol.final_seeds)]
+        old[old["seed"].isin(protocol.final_seeds)].assign(protocol_hash=protocol.hash)
         if list(old.columns) == columns
         else pd.DataFrame(columns=columns)
     )
-    keep = keep[keep["cell"].isin([c.id for c in learned])]
+    keep = keep[[keys.get(str(c)) == k for c, k in zip(keep["cell"], keep["cell_key"])]]
     done = {(str(c), int(s)) for c, s in zip(keep["cell"], keep["seed"])}
     rows = [
         *keep.to_dict("records"),
@@ -125,15 +142,17 @@ def update_cell_floor(protocol: Protocol, prepared: Prepared, results: Path, cel
 def update_floor(
     protocol: Protocol, prepared: Prepared, results: Path, rows: Mapping[int, dict[str, Any]] | None = None
 ) -> pd.DataFrame:
-    """floor.csv with one row per final seed: rows of this protocol version kept, missing seeds taken from
-    ``rows`` (seed: row, as `floor_row` makes them: computed by the sweep's workers, each seed by one) or
-    computed here."""
+    """floor.csv with one row per final seed: rows of this shared key kept (named with this protocol's hash),
+    missing seeds taken from ``rows`` (seed: row, as `floor_row` makes them: computed by the sweep's workers,
+    each seed by one) or computed here."""
     given = dict(rows or {})
-    columns = ["protocol_hash", "seed", *tables.metric_names(protocol.doc)]
+    columns = ["protocol_hash", "shared_key", "seed", *tables.metric_names(protocol.doc)]
     path = results / tables.FLOOR
-    old = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=columns)
+    old = pd.read_csv(path, dtype=tables.KEY_DTYPES) if path.exists() else pd.DataFrame(columns=columns)
     keep = (
-        old[(old["protocol_hash"] == protocol.hash) & old["seed"].isin(protocol.final_seeds)]
+        old[(old["shared_key"] == protocol.shared_key) & old["seed"].isin(protocol.final_seeds)].assign(
+            protocol_hash=protocol.hash
+        )
         if list(old.columns) == columns
         else pd.DataFrame(columns=columns)
     )

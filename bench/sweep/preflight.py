@@ -225,11 +225,11 @@ def _check_stores(
         "--storage",
         lambda: checks.check_not_emptied(
             tables.read_manifest(results),
-            protocol.hash,
+            protocol.shared_hash,
             results,
             storage_url,
             redact(storage_url),
-            f"{protocol.name}:{protocol.hash12}",
+            protocol.name,
         ),
     )
 

@@ -9,8 +9,11 @@ the tables bench.sweep.tables'.
 Where things are recorded:
 
 * Optuna storage (``--storage``; SQLite under ./runs by default, any RDB URL
-  works): one study per cell for tuning, ``<protocol>:<hash12>:<cell>``,
-  and one for its final seeds, ``...:final``. It is the source of truth:
+  works): one study per cell for tuning, ``<protocol>:<cell key>:<cell>``,
+  and one for its final seeds, ``...:final``. A cell's key
+  (`bench.plan.cell_key`) covers the protocol's shared settings, the cell's
+  own definition and the data, never the other cells: a cell added to the
+  protocol is trained alone, the others keep their records. It is the source of truth:
   the results tables are rebuilt from it.
 * MLflow (``--tracking-uri``): one experiment per protocol, a parent run per
   cell, child runs per trial, per fold of a trial and per final seed. Each
@@ -73,7 +76,7 @@ from typing import Any
 
 from bench.clock import Ledger
 from bench.errors import BenchError
-from bench.plan import Cell, Plan
+from bench.plan import Cell, Plan, cell_key
 from bench.protocol import Protocol, load_protocol
 from bench.stores import provenance, tracking
 from bench.stores.mlflow_runs import MlflowRecords
@@ -122,6 +125,7 @@ class Options:
     quiet: bool = False
     poll_s: float = POLL_S
     redo: tuple[str, ...] = ()  # cells whose records are discarded before the sweep (after a fix to a method)
+    cells: tuple[str, ...] = ()  # run only these planned cells (a job of a split sweep, `bench.sweep.merge`); () all
 
 
 @dataclass
@@ -158,6 +162,19 @@ def request_stop() -> None:
     STOP.set()
 
 
+def chosen_cells(protocol: Protocol, cells: tuple[str, ...]) -> set[str]:
+    """The planned cells ``--cells`` names (empty: all); a name the plan does not hold is refused, one line."""
+    if not cells:
+        return set()
+    from bench.plan import plan
+
+    known = [c.id for c in plan(protocol).cells]
+    unknown = [c for c in cells if c not in known]
+    if unknown:
+        raise BenchError(f"--cells: no cell {unknown[0]!r} in {protocol.name}; cells: {', '.join(known)}")
+    return set(cells)
+
+
 class Sweep:
     """One worker's pass over a protocol; any number may run against the same storage."""
 
@@ -166,6 +183,7 @@ class Sweep:
         self.ledger = Ledger()
         self.protocol = protocol
         self.options = options
+        chosen = chosen_cells(protocol, options.cells)  # an unknown name is refused before any data is read
         # every refusal `validate` also makes (bench.sweep.preflight): before any record is written or moved
         checked = refuse(
             protocol,
@@ -180,6 +198,9 @@ class Sweep:
         # the records are keyed by the protocol and the data read: changed data are a new version
         self.protocol = protocol = protocol.with_data(self.prepared.data_fingerprint())
         self.plan: Plan = replace(checked.plan, protocol=protocol)
+        self.planned = [c.id for c in self.plan.cells]
+        if chosen:
+            self.plan = replace(self.plan, cells=tuple(c for c in self.plan.cells if c.id in chosen))
         self.sampler = checked.sampler
         self.storage_url = options.storage or default_storage()
         self.tracking_uri = tracking.resolve_tracking_uri(self.options.tracking_uri)
@@ -199,7 +220,7 @@ class Sweep:
         # one precision for every cell: fixed, or `auto` chosen once and stored (bench.sweep.precision)
         self.protocol, self.precision = resolve_precision(self.protocol, self.storage)
         self.plan = replace(self.plan, protocol=self.protocol)
-        moved = tables.claim_dir(self.results, self.protocol.hash, self.protocol.data)
+        moved = tables.claim_dir(self.results, self.protocol.shared_hash, self.protocol.data)
         self.fingerprints = self.prepared.fingerprints()
         base_tags = provenance.standard_tags(
             self.fingerprints["split"],
@@ -215,6 +236,9 @@ class Sweep:
         self.manifest = {
             "protocol": self.protocol.name,
             "protocol_hash": self.protocol.hash,
+            "shared_hash": self.protocol.shared_hash,
+            "shared_key": self.protocol.shared_key,
+            "cell_keys": {c.id: cell_key(self.protocol, c) for c in self.plan.cells},
             "protocol_file": self.protocol.source,
             "protocol_text": self.protocol.text,
             "primary_metric": self.primary,
@@ -232,6 +256,7 @@ class Sweep:
             **_query_counts(self.prepared.test),
             "budget": vars(self.plan.budget),
             "cells": [c.id for c in self.plan.cells],
+            **({"planned_cells": self.planned} if self.options.cells else {}),
             **({"sampler": self.sampler} if self.sampler else {}),
             "dropped": {d.cell: d.reason for d in self.plan.dropped},
             "created": tables.now(),
@@ -295,7 +320,7 @@ class Sweep:
                 studies += 1
             except KeyError:  # never started
                 pass
-        runs = self.mlflow.delete_cell(cell.id)
+        runs = self.mlflow.delete_cell(cell)
         shutil.rmtree(tables.cell_dir(self.results, cell.id), ignore_errors=True)
         self.line(f"redo {cell.id}: discarded {studies} Optuna studies and {runs} MLflow runs")
 
@@ -424,7 +449,7 @@ class Sweep:
         began = time.perf_counter()
         parent = self._cell_run(cell)
         run_id = self.mlflow.run(
-            f"{cell.id}/trial{slot.slot}",
+            self.mlflow.key(cell, f"trial{slot.slot}"),
             f"trial {slot.slot}",
             parent,
             tags={"cell": cell.id, "kind": "trial", "trial": slot.slot},
@@ -515,13 +540,13 @@ class Sweep:
 
     def _floor_rows(self) -> dict[int, dict[str, Any]]:
         """The floor's rows, each seed scored by one worker: seeds are slots of the study
-        ``<protocol>:<key12>:floor``, claimed as trials are, the row stored on its trial; a worker then waits
+        ``<protocol>:<shared key>:floor`` (adding a cell scores no seed again), claimed as trials are, the row stored on its trial; a worker then waits
         for the seeds others hold. (Each worker scored every seed before: with two workers the floor took
         6% of a scaled omniglot-quick sweep's worker-seconds, `benchmarks/bench_sweep_time.py`.)"""
         from bench.sweep.floor import floor_row
 
         seeds = self.protocol.final_seeds
-        study = SlotStudy(self.storage, f"{self.protocol.name}:{self.protocol.key12}:floor", len(seeds))
+        study = SlotStudy(self.storage, f"{self.protocol.name}:{self.protocol.shared_key}:floor", len(seeds))
         while (slot := self._claim(study)) is not None:
             try:
                 with Heartbeat(self.storage, slot.trial_id), self.ledger.timing("floor"):
@@ -543,6 +568,7 @@ class Sweep:
     def _floor_records(self, floor: Any) -> None:
         """One MLflow run per floor seed (kind ``floor``), so a leaderboard rebuilt from MLflow alone has it; a
         learned-metric cell's own floor (a ``cell`` column) is kind ``cell_floor``, tagged with its cell."""
+        cells = {c.id: c for c in self.plan.cells}
         for row in floor.to_dict("records"):
             seed = int(row["seed"])
             cell = str(row["cell"]) if "cell" in row else None
@@ -550,7 +576,7 @@ class Sweep:
                 {"kind": "floor", "seed": seed} if cell is None else {"kind": "cell_floor", "cell": cell, "seed": seed}
             )
             run_id = self.mlflow.run(
-                f"floor/{seed}" if cell is None else f"floor/{cell}/{seed}",
+                self.mlflow.key(None, "floor", seed) if cell is None else self.mlflow.key(cells[cell], "floor", seed),
                 f"floor seed {seed}" if cell is None else f"floor of {cell} seed {seed}",
                 tags={**tags, "state": "COMPLETE", **self.code},
                 shared=True,
@@ -571,7 +597,7 @@ class _FinalSlot(Record):
 
     def __init__(self, sweep: Sweep, cell: Cell, study: SlotStudy, slot: Slot, best: Any, seed: int) -> None:
         super().__init__(
-            f"{cell.id}/seed{seed}",
+            sweep.mlflow.key(cell, f"seed{seed}"),
             f"final seed {seed}",
             {"cell": cell.id, "kind": "final", "seed": seed},
             parent=sweep._cell_run(cell),
@@ -633,7 +659,7 @@ class _TrialHooks(Hooks):
     def _fold_started(self, slot: int, fold: int, seed: int, train_split: Any, val_split: Any) -> None:
         s = self.sweep
         self.fold_run = s.mlflow.run(
-            f"{self.cell.id}/trial{slot}/fold{fold}",
+            s.mlflow.key(self.cell, f"trial{slot}", f"fold{fold}"),
             f"trial {slot} fold {fold}",
             self.trial_run,
             tags={

@@ -24,9 +24,9 @@ from typing import Any
 
 import pandas as pd
 
-from bench.atomic import write_with
+from bench.atomic import locked, write_with
 from bench.errors import BenchError
-from bench.plan import Plan
+from bench.plan import Plan, cell_key
 
 MANIFEST = "manifest.json"
 TRIALS = "trials.csv"
@@ -42,6 +42,7 @@ EMBEDDING_2D = "embedding_2d.npz"
 
 TRIAL_COLUMNS = [
     "protocol_hash",
+    "cell_key",
     "cell",
     "loss",
     "miner",
@@ -58,7 +59,13 @@ TRIAL_COLUMNS = [
     "git_commit",
     "git_dirty",
 ]
-TIMING_COLUMNS = ("wall_time_s",)  # the only columns allowed to differ between reruns of the same protocol
+TIMING_COLUMNS = ("wall_time_s",)
+# keys are text: a key of digits only (or digits, a dot, digits) would otherwise be read back as a number
+KEY_DTYPES = {
+    "protocol_hash": str,
+    "cell_key": str,
+    "shared_key": str,
+}  # the only columns allowed to differ between reruns of the same protocol
 
 
 def metric_names(protocol_doc: dict[str, Any]) -> list[str]:
@@ -132,7 +139,9 @@ def _counted(study: Any) -> list[Any]:
 
 
 def collect(plan: Plan, storage: Any) -> Records:
-    """Every finished trial and final run of the plan's cells, from the Optuna storage."""
+    """Every finished trial and final run of the plan's cells, from the Optuna storage (each cell's studies,
+    found by its key: a cell trained under an earlier version with the same cell key is read as it was);
+    ``protocol_hash`` names the version the tables are of, ``cell_key`` what the row's records are keyed by."""
     from bench.sweep.tuning import study_name
 
     protocol = plan.protocol
@@ -140,7 +149,13 @@ def collect(plan: Plan, storage: Any) -> Records:
     primary = protocol.primary
     records = Records()
     for cell in plan.cells:
-        base = {"protocol_hash": protocol.hash, "cell": cell.id, "loss": cell.loss, "miner": cell.miner or "none"}
+        base = {
+            "protocol_hash": protocol.hash,
+            "cell_key": cell_key(protocol, cell),
+            "cell": cell.id,
+            "loss": cell.loss,
+            "miner": cell.miner or "none",
+        }
         trial_rows = []
         for t in _counted(_study(storage, study_name(protocol, cell))):
             a = t.user_attrs
@@ -280,6 +295,7 @@ def tables(plan: Plan, records: Records, refused: dict[str, str]) -> dict[str, p
     trials = pd.DataFrame(records.trials, columns=TRIAL_COLUMNS)
     final_columns = [
         "protocol_hash",
+        "cell_key",
         "cell",
         "loss",
         "miner",
@@ -345,13 +361,15 @@ def tables(plan: Plan, records: Records, refused: dict[str, str]) -> dict[str, p
 # --------------------------------------------------------------------------- files
 
 
-def claim_dir(results: Path, protocol_hash: str, data_fingerprint: str | None = None) -> str | None:
-    """Make ``results`` hold this protocol's tables: a directory from another version of the protocol
-    (another hash) or of its data (another data fingerprint, or none recorded) is moved aside to
-    ``<name>@<hash12>``, never mixed or overwritten. Returns where it went."""
+def claim_dir(results: Path, shared_hash: str, data_fingerprint: str | None = None) -> str | None:
+    """Make ``results`` hold this protocol's tables: a directory from another version of the protocol's
+    shared settings (another `Protocol.shared_hash`, or none recorded: made before cells had keys) or of its
+    data (another data fingerprint, or none recorded) is moved aside to ``<name>@<hash12>`` (the old protocol
+    hash), never mixed or overwritten. A version that differs only by its cells keeps the directory: the
+    tables are rebuilt whole from the records of the cells it plans. Returns where it went."""
     manifest = read_manifest(results)
     if manifest is None or (
-        manifest.get("protocol_hash") == protocol_hash
+        manifest.get("shared_hash") == shared_hash
         and (data_fingerprint is None or manifest.get("data_fingerprint") == data_fingerprint)
     ):
         return None
@@ -387,6 +405,7 @@ def write(plan: Plan, records: Records, results: Path, manifest: dict[str, Any],
     for name, filename in (("trials", TRIALS), ("finals", FINALS), ("summary", SUMMARY)):
         write_with(results / filename, lambda f, df=frames[name]: df.to_csv(f, index=False))
     write_histories(results, records.history)
+    keep_rows(results, plan)
     previous = read_manifest(results) or {}
     manifest = {
         **manifest,
@@ -397,6 +416,37 @@ def write(plan: Plan, records: Records, results: Path, manifest: dict[str, Any],
     }
     write_with(results / MANIFEST, lambda f: json.dump(manifest, f, indent=2, sort_keys=True, default=str))
     return refused
+
+
+def keep_rows(results: Path, plan: Plan) -> None:
+    """floor.csv and budget_check.csv hold this version's rows only: floor rows of the protocol's shared key,
+    budget check rows of the plan's cells under their current keys, all named with the protocol's hash (a row
+    kept from an earlier version with the same key is the same record). The rest leave the tables (their
+    MLflow runs stay). Rewritten only when something changes; budget_check.csv under the budget check's lock."""
+    protocol = plan.protocol
+    keys = {c.id: cell_key(protocol, c) for c in plan.cells}
+    floor = results / FLOOR
+    if floor.is_file():
+        _rekey(floor, protocol.hash, lambda r: str(r.get("shared_key")) == protocol.shared_key)
+    checked = results / BUDGET_CHECK
+    if checked.is_file():
+        with locked(checked.with_name(checked.name + ".lock")):
+            _rekey(checked, protocol.hash, lambda r: keys.get(str(r.get("cell"))) == str(r.get("cell_key")))
+
+
+def _rekey(path: Path, protocol_hash: str, keep: Any) -> None:
+    try:
+        frame = pd.read_csv(path, dtype=KEY_DTYPES)
+    except (OSError, ValueError) as e:
+        raise BenchError(f"{path}: unreadable table ({str(e).splitlines()[0]}); move it aside") from None
+    rows = [r for r in frame.to_dict("records") if keep(r)]
+    for r in rows:
+        r["protocol_hash"] = protocol_hash
+    new = pd.DataFrame(rows, columns=frame.columns)
+    if len(new) != len(frame) or (
+        "protocol_hash" in frame and set(frame["protocol_hash"].astype(str)) != {protocol_hash}
+    ):
+        write_with(path, lambda f: new.to_csv(f, index=False))
 
 
 def write_histories(results: Path, histories: dict[str, list[dict[str, Any]]]) -> None:
@@ -437,7 +487,7 @@ def read(results: str | Path) -> dict[str, Any]:
     out: dict[str, Any] = {"manifest": manifest}
     for name in ("trials", "finals", "summary", "floor", "cell_floor", "budget_check"):
         path = results / name_to_file(name)
-        out[name] = pd.read_csv(path) if path.exists() else pd.DataFrame()
+        out[name] = pd.read_csv(path, dtype=KEY_DTYPES) if path.exists() else pd.DataFrame()
     check_tables(results, manifest, out)
     return out
 

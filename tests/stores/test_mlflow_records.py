@@ -29,14 +29,15 @@ def test_a_shared_key_stamped_first_but_inserted_last_ends_as_one_run(tmp_path, 
     monkeypatch.setattr(store, "create_run", slow_insert)
     kept: dict[str, str] = {}
     b = threading.Thread(
-        target=lambda: kept.update(b=late.run("floor/0", "floor seed 0", shared=True)), name="stamped-first"
+        target=lambda: kept.update(b=late.run(late.key(None, "floor", 0), "floor seed 0", shared=True)),
+        name="stamped-first",
     )
     b.start()
     time.sleep(SETTLE_S / 10)  # A stamps later, inserts first, and looks while B's insert still waits
-    kept["a"] = early.run("floor/0", "floor seed 0", shared=True)
+    kept["a"] = early.run(early.key(None, "floor", 0), "floor seed 0", shared=True)
     b.join()
 
-    runs = early._find(f"{protocol.hash12}/floor/0")
+    runs = early._find(f"{protocol.shared_key}/floor/0")
     assert [r.info.run_id for r in runs] == [kept["a"]] == [kept["b"]]
 
 

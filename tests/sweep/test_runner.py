@@ -216,14 +216,15 @@ def test_floor_is_the_untrained_trunk_scored_like_the_finals(sweep, data_root, m
     from bench.sweep import floor
 
     root, path, _, _ = sweep
-    protocol = parse_protocol(path.read_text())
     tables = read(root / "results" / "tiny")
+    protocol = parse_protocol(path.read_text()).with_data(tables["manifest"]["data_fingerprint"])  # as the run's
     frame, finals = tables["floor"], tables["finals"]
     metrics = [c for c in finals.columns if c in frame.columns and c not in ("protocol_hash", "seed")]
-    assert list(frame.columns) == ["protocol_hash", "seed", *metrics]
+    assert list(frame.columns) == ["protocol_hash", "shared_key", "seed", *metrics]
     assert metrics == [c for c in finals.columns if c in set(metrics)] and "map_at_r" in metrics
     assert {"precision_at_1", "recall_at_1", "recall_at_2", "nmi", "lake_accuracy"} <= set(metrics)
     assert list(frame["seed"]) == [0, 1] and (frame["protocol_hash"] == protocol.hash).all()
+    assert set(frame["shared_key"]) == {tables["manifest"]["shared_key"]}
     assert frame[metrics].apply(lambda c: c.between(0, 1)).all().all()
     trained = finals[finals["state"] == "COMPLETE"].groupby("cell")["map_at_r"].mean()
     assert trained.max() > frame["map_at_r"].max()  # training adds something over the floor somewhere
@@ -435,9 +436,9 @@ def test_workers_never_take_more_slots_than_the_budget(tmp_path):
 def test_changed_protocol_never_mixes_with_old_results(tmp_path):
     results = tmp_path / "tiny"
     results.mkdir()
-    (results / "manifest.json").write_text(json.dumps({"protocol_hash": "a" * 64}))
+    (results / "manifest.json").write_text(json.dumps({"protocol_hash": "a" * 64, "shared_hash": "c" * 64}))
     (results / "summary.csv").write_text("cell\nold\n")
-    assert claim_dir(results, "a" * 64) is None and (results / "summary.csv").exists()
+    assert claim_dir(results, "c" * 64) is None and (results / "summary.csv").exists()
     moved = claim_dir(results, "b" * 64)
     assert moved == str(tmp_path / f"tiny@{'a' * 12}")
     assert (Path(moved) / "summary.csv").read_text() == "cell\nold\n" and not results.exists()

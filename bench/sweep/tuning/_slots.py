@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from bench.plan import Cell
+from bench.plan import Cell, cell_key
 from bench.protocol import Protocol
 from bench.stores import optuna as stores_optuna
 
@@ -268,5 +268,6 @@ class SlotStudy:
 
 
 def study_name(protocol: Protocol, cell: Cell, finals: bool = False) -> str:
-    """The Optuna study of a cell's tuning (or its final seeds) under this protocol version."""
-    return f"{protocol.name}:{protocol.key12}:{cell.id}" + (":final" if finals else "")
+    """The Optuna study of a cell's tuning (or its final seeds): ``<protocol>:<cell key>:<cell>``, keyed by the
+    cell's key (`bench.plan.cell_key`), so a cell keeps its studies when other cells are added or removed."""
+    return f"{protocol.name}:{cell_key(protocol, cell)}:{cell.id}" + (":final" if finals else "")
