@@ -14,6 +14,13 @@ run per cell, child runs per trial, per fold and per final seed. Each run
 carries the tag ``dmlbench.key`` (``<key12>/<cell>/trial3/fold0``, the protocol's hash and its data's...) and
 is looked up by it before one is created, so a resumed or shared sweep
 records nothing twice.
+
+A tracking server or database that stops answering once the experiment is
+open is waited for within `bench.stores.retry`'s window (``log``, ``end``,
+``artifact``, ``run``, ``cell_run`` and ``delete_cell`` are each retried whole,
+and each is idempotent: a run is found by key before one is created, a
+value already logged is skipped), then the process stops with one line and
+exit 75. A local SQLite store is not retried.
 """
 
 from __future__ import annotations
@@ -31,8 +38,9 @@ from bench.atomic import locked
 from bench.errors import BenchError
 from bench.plan import Cell
 from bench.protocol import Protocol
+from bench.stores import retry
 from bench.stores.tracking import check_reachable, search_all
-from bench.stores.urls import redact, sqlite_path
+from bench.stores.urls import parse, redact, sqlite_path
 
 __all__ = ["MAX_VALUE_CHARS", "SETTLE_S", "MlflowRecords", "MlflowWriter", "flatten"]
 
@@ -74,6 +82,9 @@ def _creation_lock(uri: str) -> Iterator[None]:
         yield
 
 
+_retried = retry.retried(lambda writer: getattr(writer, "target", None))
+
+
 class MlflowWriter:
     """Runs of one MLflow experiment, written through one client; every run carries ``base_tags``."""
 
@@ -82,6 +93,7 @@ class MlflowWriter:
         check_reachable(uri)
         with _creation_lock(uri):
             self._open(uri, experiment)
+        self.target = _target(uri)
 
     def _open(self, uri: str, name: str) -> None:
         """The client and the experiment, created if new."""
@@ -138,6 +150,7 @@ class MlflowWriter:
             raise
         self.client.set_terminated(run_id, "FINISHED")
 
+    @_retried
     def log(
         self,
         run_id: str,
@@ -174,6 +187,7 @@ class MlflowWriter:
                 if attempt or not p:
                     raise
 
+    @_retried
     def artifact(self, run_id: str, name: str, text: str | None = None, path: Path | None = None) -> None:
         """Attach a file, or ``text`` written to a file called ``name``, to a run."""
         if path is not None:
@@ -184,6 +198,7 @@ class MlflowWriter:
             file.write_text(text or "")
             self.client.log_artifact(run_id, str(file))
 
+    @_retried
     def end(self, run_id: str, state: str) -> None:
         """Close a run with an MLflow status, or the status of an Optuna state (PRUNED is a finished run)."""
         status = {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED", "KILLED": "KILLED"}.get(state, state)
@@ -197,6 +212,7 @@ class MlflowRecords(MlflowWriter):
         self.protocol = protocol
         super().__init__(uri, f"dmlbench/{protocol.name}", base_tags)
 
+    @_retried
     def run(
         self, key: str, name: str, parent: str | None = None, tags: dict[str, Any] | None = None, shared: bool = False
     ) -> str:
@@ -223,6 +239,7 @@ class MlflowRecords(MlflowWriter):
             return str(found[0].info.run_id)
         return run_id
 
+    @_retried
     def cell_run(self, cell: Cell) -> str:
         """A cell's parent run: its methods, fixed parameters and search space, and the protocol file."""
         run_id = self.run(
@@ -250,6 +267,7 @@ class MlflowRecords(MlflowWriter):
         )
         return sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id))
 
+    @_retried
     def delete_cell(self, cell_id: str) -> int:
         """Delete the runs of one cell of this protocol version (the cell run, its trials, folds, seeds)."""
         prefix = f"{self.protocol.key12}/{cell_id}"
@@ -262,6 +280,23 @@ class MlflowRecords(MlflowWriter):
         for run_id in doomed:
             self.client.delete_run(run_id)
         return len(doomed)
+
+
+def _target(uri: str) -> retry.Target | None:
+    """What the retries call a server store, with the secrets its messages must not show; None for a file."""
+    import os
+    from urllib.parse import unquote, urlsplit
+
+    store = parse(uri)
+    if not (store.is_http or store.is_server_db):
+        return None
+    try:
+        password = urlsplit(uri).password or ""
+    except ValueError:
+        password = ""
+    secrets = (password, unquote(password), os.environ.get("MLFLOW_TRACKING_PASSWORD", ""))
+    kind = "MLflow tracking server" if store.is_http else "MLflow tracking store"
+    return retry.Target(f"{kind} {redact(uri)!r}", tuple(s for s in secrets if s))
 
 
 def _finite(v: float) -> float:

@@ -26,7 +26,7 @@ it again; one already recorded is skipped by the caller.
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from bench.evaluation import clusters_on_test
 from bench.plan import Cell
 from bench.protocol import Protocol
+from bench.stores.retry import StoreUnavailableError
 from bench.sweep import tables
 from bench.sweep.artifacts import write_cell_artifacts
 from bench.sweep.tuning import Prepared, RunResult, final_config, train_and_score
@@ -141,14 +142,16 @@ def train_final(
             )
     except BaseException:
         record.abandon()
-        mlflow.end(run_id, "KILLED")
+        with suppress(StoreUnavailableError):  # a store that is gone gets nothing back; the original is raised
+            mlflow.end(run_id, "KILLED")
         raise
     progress.run_finished()
     metrics = {m: float(result.metrics[m]) for m in tables.metric_names(protocol.doc) if m in result.metrics}
     run = FinalRun(seed, config, result, metrics, run_id)
     if artifacts is not None and result.state == "COMPLETE":
         _artifacts(protocol, prepared, result, artifacts, mlflow, run_id)
-    record.write(run)
+    # MLflow first, the record last: a recorded seed always has its MLflow run (a worker stopped in between
+    # trains the seed again, and the run, found by key, keeps the values it logged)
     mlflow.log(
         run_id,
         params={**config.to_dict(), **record.params},
@@ -162,6 +165,7 @@ def train_final(
         tags={"state": result.state, "reason": result.reason[:500]},
     )
     mlflow.end(run_id, result.state)
+    record.write(run)
     return run
 
 
