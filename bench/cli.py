@@ -141,6 +141,9 @@ def quiet_libraries() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # MLflow's SQL store logs every failed database call at ERROR with a traceback, then raises: the raised
+    # error is reported once by the harness (waited for within the store retry window, or one line, exit 75)
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 def bound_connections() -> None:

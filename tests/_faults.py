@@ -41,14 +41,32 @@ grid:
     - {name: contrastive, miners: [none]}
   miners: [{name: none}, {name: batch_hard}]
 """
+# nine cells for the load case (more cells than its 8 workers), one trial and one seed each
+LOAD_GRID = """\
+grid:
+  losses:
+    - {name: triplet, miners: [none, batch_all, batch_hard, semihard]}
+    - {name: triplet, label: triplet-fixed, miners: [hard], search_space: {margin: null}}
+    - {name: contrastive, miners: [none]}
+    - {name: lifted_structure, miners: [none]}
+    - {name: infonce, miners: [none]}
+    - {name: npair, miners: [none]}
+  miners: [{name: none}, {name: batch_all}, {name: batch_hard}, {name: semihard}, {name: hard}]
+"""
 TABLES = ("finals.csv", "trials.csv", "summary.csv")
 VOLATILE = ("wall", "time", "created", "finished", "started", "run_id", "git_")
 DOCUMENTED_EXITS = {0, 1, 2, 3, 75, 130}
 
 
-def write_protocol(folder: Path, iterations: int = 30, trials: int = 2, seeds: int = 2, name: str = "faults") -> Path:
+def write_protocol(
+    folder: Path, iterations: int = 30, trials: int = 2, seeds: int = 2, name: str = "faults", load: bool = False
+) -> Path:
+    """The fault protocol (``load``: with `LOAD_GRID`'s nine cells) written into ``folder``."""
     path = folder / f"{name}.yaml"
+    folder.mkdir(parents=True, exist_ok=True)
     text = PROTOCOL.replace("ITERATIONS", str(iterations)).replace("TRIALS", str(trials))
+    if load:
+        text = text[: text.index("grid:")] + LOAD_GRID
     path.write_text(text.replace("SEEDS", f"[{', '.join(str(s) for s in range(seeds))}]").replace("faults", name))
     return path
 
@@ -147,7 +165,8 @@ def differences(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> list[
             diffs.append(f"{name}: shape {x.shape} vs {y.shape}")
             continue
         for col in x.columns:
-            bad = (x[col].astype(str) != y[col].astype(str)).to_numpy().nonzero()[0]
+            bad = x[col].astype(object).fillna("<na>").astype(str) != y[col].astype(object).fillna("<na>").astype(str)
+            bad = bad.to_numpy().nonzero()[0]
             if len(bad):
                 i = int(bad[0])
                 diffs.append(f"{name}:{col} row {i}: {x[col].iloc[i]!r} vs {y[col].iloc[i]!r}")

@@ -194,6 +194,7 @@ class MlflowServer:
             )
             env["MLFLOW_AUTH_CONFIG_PATH"] = str(config)
             env["MLFLOW_AUTH_ADMIN_PASSWORD"] = self.auth[1]
+            env["MLFLOW_FLASK_SERVER_SECRET_KEY"] = "csrf-key-" + os.urandom(8).hex()  # CSRF, from the environment
         self.log = open(self.home / "server.log", "ab")
         self.proc = subprocess.Popen(
             self.command(), cwd=self.home, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True

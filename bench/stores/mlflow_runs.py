@@ -90,10 +90,14 @@ class MlflowWriter:
 
     def __init__(self, uri: str, experiment: str, base_tags: Mapping[str, Any] | None = None) -> None:
         self.uri, self.base_tags = uri, tag_values(base_tags)
-        check_reachable(uri)
+        check_reachable(uri)  # not answering now: one line in seconds (a mistyped host looks the same)
+        target = _target(uri)
         with _creation_lock(uri):
-            self._open(uri, experiment)
-        self.target = _target(uri)
+            if target is None:
+                self._open(uri, experiment)
+            else:  # reached a moment ago: a server going away now is waited for, as later
+                retry.call(target, lambda: self._open(uri, experiment))
+        self.target = target
 
     def _open(self, uri: str, name: str) -> None:
         """The client and the experiment, created if new."""
@@ -109,6 +113,8 @@ class MlflowWriter:
                     self.experiment_id = experiment.experiment_id
                 break
             except Exception as e:
+                if retry.is_unreachable(e):
+                    raise  # the retry window's to wait for
                 if attempt == 3:
                     raise BenchError(
                         f"cannot open MLflow tracking store {redact(uri)!r}: {str(e).splitlines()[0]}"
