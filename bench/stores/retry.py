@@ -47,6 +47,7 @@ __all__ = [
     "WINDOW_ENV",
     "StoreUnavailableError",
     "Target",
+    "call",
     "is_unreachable",
     "retried",
     "window_s",
