@@ -272,13 +272,7 @@ def disk_full(ctx: Ctx, case: Case) -> None:
     try:
         results = full / "results"
         if mounted:  # fill it: the tables are the first thing written there
-            with open(full / "filler", "wb") as f:
-                try:
-                    while True:
-                        f.write(b"\0" * 4096)
-                        f.flush()
-                except OSError:
-                    pass
+            F.fill(full / "filler")
         w = F.start(
             F.run_args(ctx.protocol, storage, tracking, results, ctx.data_root),
             folder / "full.log",

@@ -226,6 +226,16 @@ def mlflow_once(uri: str, experiment: str = "dmlbench/faults", env: dict[str, st
     return problems
 
 
+def fill(path: Path) -> None:
+    """Fill the filesystem holding ``path`` with one file of zeros (unbuffered: closing it writes nothing)."""
+    try:
+        with open(path, "wb", buffering=0) as f:
+            while True:
+                f.write(b"\0" * 4096)
+    except OSError:
+        pass
+
+
 def wait_for(predicate, timeout: float, every: float = 0.2) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:

@@ -296,13 +296,7 @@ def test_full_disk_while_writing_tables_is_one_line_and_leaves_nothing_half_writ
         (results / "leaderboard.md").write_text("previous page\n")
         filler = tmp_path / "mnt" / "filler"
         if mounted:
-            with open(filler, "wb") as f:
-                try:
-                    while True:
-                        f.write(b"\0" * 4096)
-                        f.flush()
-                except OSError:
-                    pass
+            F.fill(filler)
         cmd = [sys.executable, "-m", "bench", "leaderboard", str(results)]
         env = {**os.environ, "PYTHONPATH": str(F.REPO)}
 
