@@ -201,6 +201,9 @@ def mlflow_once(uri: str, experiment: str = "dmlbench/faults", env: dict[str, st
     FINISHED/FAILED (a trial or seed recorded in Optuna but not in MLflow)."""
     from mlflow.tracking import MlflowClient
 
+    from bench.stores.tracking import resolve_tracking_uri
+
+    uri = resolve_tracking_uri(uri, create=False)  # a plain path is the SQLite store the workers used
     saved = {k: os.environ.get(k) for k in (env or {})}
     os.environ.update(env or {})
     try:
