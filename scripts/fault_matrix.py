@@ -268,7 +268,7 @@ def disk_full(ctx: Ctx, case: Case) -> None:
     folder.mkdir(exist_ok=True)
     storage, tracking = f"sqlite:///{folder / 'optuna.db'}", str(folder / "mlruns")
     full = folder / "full"
-    mounted = os.geteuid() == 0 and _mount_tmpfs(full, "256k")
+    mounted = os.geteuid() == 0 and _mount_tmpfs(full, "16m")  # filled, then emptied for the rerun
     try:
         results = full / "results"
         if mounted:  # fill it: the tables are the first thing written there
