@@ -51,7 +51,10 @@ def locked(path: str | Path) -> Iterator[None]:
 
 @contextmanager
 def atomic_file(path: str | Path, mode: str = "w", **open_kw: Any) -> Iterator[IO[Any]]:
-    """Open a temp file beside ``path``; on a clean exit it is synced and renamed onto ``path``."""
+    """Open a temp file beside ``path``; on a clean exit it is synced and renamed onto ``path``.
+
+    On any failure the temp file is removed and ``path`` is left as it was; an ``OSError`` that names no
+    file (a full disk, a file-size limit, raised by a write or the sync) is raised again naming ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
@@ -62,6 +65,11 @@ def atomic_file(path: str | Path, mode: str = "w", **open_kw: Any) -> Iterator[I
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        if e.filename is None:  # a failed write or sync (a full disk, a file size limit) names no file: name it
+            raise OSError(e.errno, e.strerror or str(e), str(path)) from e
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

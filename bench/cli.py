@@ -18,6 +18,10 @@ exit  meaning
       too long): results files are written whole or not at all
    3  a test class reached tuning or training data (`run`, `train`): the
       split is broken, and the run stops before anything is recorded
+  75  a store stopped answering mid-sweep for longer than the retry window
+      (`run`, `budget-check`: the Optuna database or the MLflow server;
+      --store-retry, $DMLBENCH_STORE_RETRY_S, 300 s by default): records made
+      are kept, the same command resumes
  130  interrupted (Ctrl-C, or SIGTERM during `run` or `budget-check`); a
       rerun resumes
 
@@ -71,8 +75,9 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 EPILOG = """\b
 Exit status: 0 done; 1 a check failed (regress: regression, crosscheck:
 differs from PML, train: diverged, run: no cell completed); 2 bad input (one line on stderr);
-3 a test class reached tuning or training data; 130 interrupted (a rerun
-resumes).
+3 a test class reached tuning or training data; 75 a database or MLflow
+server stopped answering for longer than --store-retry (a rerun resumes);
+130 interrupted (a rerun resumes).
 """
 
 
@@ -138,6 +143,9 @@ def quiet_libraries() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # MLflow's SQL store logs every failed database call at ERROR with a traceback, then raises: the raised
+    # error is reported once by the harness (waited for within the store retry window, or one line, exit 75)
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 def bound_connections() -> None:

@@ -50,10 +50,31 @@ def sweep_options(command: Callable[..., Any]) -> Callable[..., Any]:
             type=click.IntRange(min=1),
             help="torch CPU threads (default: torch's, one per core); 1 on a machine busy with other work",
         ),
+        click.option(
+            "--store-retry",
+            "store_retry",
+            default=None,
+            type=click.FloatRange(min=0),
+            metavar="SECONDS",
+            expose_value=False,
+            callback=_set_store_retry,
+            help="how long a database or MLflow server that stops answering mid-sweep is waited for before "
+            "the worker stops (exit 75; the same command resumes); default $DMLBENCH_STORE_RETRY_S, else 300",
+        ),
     ]
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def _set_store_retry(ctx: click.Context, param: click.Parameter, value: float | None) -> None:
+    """``--store-retry`` sets the process's retry window (`bench.stores.retry`), as its variable would."""
+    import os
+
+    from bench.stores.retry import WINDOW_ENV
+
+    if value is not None:
+        os.environ[WINDOW_ENV] = f"{value:g}"
 
 
 @click.command("run")

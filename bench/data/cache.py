@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
-import warnings
 import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -106,5 +106,7 @@ def cached_arrays(
     try:
         write_cache(path, arrays)
     except OSError as err:
-        warnings.warn(f"dmlbench cache not written ({path}): {err}", stacklevel=2)
+        logging.getLogger("dmlbench.data").warning(
+            f"cache not written: {path}: {err.strerror or err} (the data are used uncached; nothing half-written)"
+        )
     return arrays

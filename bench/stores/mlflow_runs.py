@@ -15,6 +15,13 @@ carries the tag ``dmlbench.key`` (``<cell key>/<cell>/trial3/fold0``: the cell's
 for every run of a cell; ``<shared key>/floor/0`` for the floor, which no cell owns) and is looked up by it
 before one is created, so a resumed or shared sweep records nothing twice, and a cell keeps its runs when
 other cells are added to or removed from the protocol.
+
+A tracking server or database that stops answering once the experiment is
+open is waited for within `bench.stores.retry`'s window (``log``, ``end``,
+``artifact``, ``run``, ``cell_run`` and ``delete_cell`` are each retried whole,
+and each is idempotent: a run is found by key before one is created, a
+value already logged is skipped), then the process stops with one line and
+exit 75. A local SQLite store is not retried.
 """
 
 from __future__ import annotations
@@ -32,8 +39,9 @@ from bench.atomic import locked
 from bench.errors import BenchError
 from bench.plan import Cell, cell_key
 from bench.protocol import Protocol
+from bench.stores import retry
 from bench.stores.tracking import check_reachable, search_all
-from bench.stores.urls import redact, sqlite_path
+from bench.stores.urls import parse, redact, sqlite_path
 
 __all__ = ["MAX_VALUE_CHARS", "SETTLE_S", "MlflowRecords", "MlflowWriter", "flatten"]
 
@@ -75,14 +83,22 @@ def _creation_lock(uri: str) -> Iterator[None]:
         yield
 
 
+_retried = retry.retried(lambda writer: getattr(writer, "target", None))
+
+
 class MlflowWriter:
     """Runs of one MLflow experiment, written through one client; every run carries ``base_tags``."""
 
     def __init__(self, uri: str, experiment: str, base_tags: Mapping[str, Any] | None = None) -> None:
         self.uri, self.base_tags = uri, tag_values(base_tags)
-        check_reachable(uri)
+        check_reachable(uri)  # not answering now: one line in seconds (a mistyped host looks the same)
+        target = _target(uri)
         with _creation_lock(uri):
-            self._open(uri, experiment)
+            if target is None:
+                self._open(uri, experiment)
+            else:  # reached a moment ago: a server going away now is waited for, as later
+                retry.call(target, lambda: self._open(uri, experiment))
+        self.target = target
 
     def _open(self, uri: str, name: str) -> None:
         """The client and the experiment, created if new."""
@@ -98,6 +114,8 @@ class MlflowWriter:
                     self.experiment_id = experiment.experiment_id
                 break
             except Exception as e:
+                if retry.is_unreachable(e):
+                    raise  # the retry window's to wait for
                 if attempt == 3:
                     raise BenchError(
                         f"cannot open MLflow tracking store {redact(uri)!r}: {str(e).splitlines()[0]}"
@@ -139,6 +157,7 @@ class MlflowWriter:
             raise
         self.client.set_terminated(run_id, "FINISHED")
 
+    @_retried
     def log(
         self,
         run_id: str,
@@ -175,6 +194,7 @@ class MlflowWriter:
                 if attempt or not p:
                     raise
 
+    @_retried
     def artifact(self, run_id: str, name: str, text: str | None = None, path: Path | None = None) -> None:
         """Attach a file, or ``text`` written to a file called ``name``, to a run."""
         if path is not None:
@@ -185,6 +205,7 @@ class MlflowWriter:
             file.write_text(text or "")
             self.client.log_artifact(run_id, str(file))
 
+    @_retried
     def end(self, run_id: str, state: str) -> None:
         """Close a run with an MLflow status, or the status of an Optuna state (PRUNED is a finished run)."""
         status = {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED", "KILLED": "KILLED"}.get(state, state)
@@ -204,6 +225,7 @@ class MlflowRecords(MlflowWriter):
         head = f"{cell_key(self.protocol, cell)}/{cell.id}" if cell is not None else self.protocol.shared_key
         return "/".join([head, *map(str, parts)])
 
+    @_retried
     def run(
         self, key: str, name: str, parent: str | None = None, tags: dict[str, Any] | None = None, shared: bool = False
     ) -> str:
@@ -230,6 +252,7 @@ class MlflowRecords(MlflowWriter):
             return str(found[0].info.run_id)
         return run_id
 
+    @_retried
     def cell_run(self, cell: Cell) -> str:
         """A cell's parent run: its methods, fixed parameters and search space, and the protocol file."""
         run_id = self.run(
@@ -263,6 +286,7 @@ class MlflowRecords(MlflowWriter):
         )
         return sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id))
 
+    @_retried
     def delete_cell(self, cell: Cell) -> int:
         """Delete the runs of one cell under its current key (the cell run, its trials, folds, seeds)."""
         prefix = self.key(cell)
@@ -277,6 +301,23 @@ class MlflowRecords(MlflowWriter):
         for run_id in doomed:
             self.client.delete_run(run_id)
         return len(doomed)
+
+
+def _target(uri: str) -> retry.Target | None:
+    """What the retries call a server store, with the secrets its messages must not show; None for a file."""
+    import os
+    from urllib.parse import unquote, urlsplit
+
+    store = parse(uri)
+    if not (store.is_http or store.is_server_db):
+        return None
+    try:
+        password = urlsplit(uri).password or ""
+    except ValueError:
+        password = ""
+    secrets = (password, unquote(password), os.environ.get("MLFLOW_TRACKING_PASSWORD", ""))
+    kind = "MLflow tracking server" if store.is_http else "MLflow tracking store"
+    return retry.Target(f"{kind} {redact(uri)!r}", tuple(s for s in secrets if s))
 
 
 def _finite(v: float) -> float:

@@ -7,6 +7,12 @@ Workers starting at once on a new database race to create its tables: the
 loser retries. Heartbeats and what to do with a trial whose heartbeat
 stopped are the caller's (the sweep's trial slots pass theirs in); nothing
 here knows what a trial is for.
+
+A database server that stops answering once the storage is open (a
+restart) is waited for: every storage call is retried within the window of
+`bench.stores.retry` (``$DMLBENCH_STORE_RETRY_S``, 300 s by default), then
+stops the process with one line and exit 75. Heartbeats are not retried
+(a missed beat is the caller's to ignore); SQLite files are not wrapped.
 """
 
 from __future__ import annotations
@@ -17,11 +23,59 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.errors import BenchError
+from bench.stores import retry
 from bench.stores.urls import parse, redact, with_connect_timeout
 
-__all__ = ["SQLITE_LOCK_WAIT_S", "open_storage"]
+__all__ = ["NOT_RETRIED", "SQLITE_LOCK_WAIT_S", "open_storage"]
 
 SQLITE_LOCK_WAIT_S = 60  # a SQLite writer waits this long for another's lock before failing
+
+
+# storage methods that are not retried: heartbeats (a missed beat is ignored by the caller) and what does not
+# talk to the database, or only while the storage is being opened
+NOT_RETRIED = frozenset(
+    {
+        "record_heartbeat",
+        "get_heartbeat_interval",
+        "get_heartbeat_stale_trial_callback",
+        "is_heartbeat_enabled",
+        "remove_session",
+        "upgrade",
+        "get_current_version",
+        "get_head_version",
+        "get_all_versions",
+        "check_table_schema_compatibility",
+    }
+)
+# private methods Optuna's own cache layer (_CachedStorage) and heartbeat checks call on the storage directly
+_PRIVATE_CALLED = frozenset(
+    {"_create_new_trial", "_set_trial_param", "_get_best_trial_id", "_get_trials", "_get_stale_trial_ids"}
+)
+_RETRYING: list[type] = []
+
+
+def _retrying_class() -> type:
+    """``RDBStorage`` whose database calls go through `bench.stores.retry` (built once, on first use: Optuna is
+    imported lazily). A subclass, not a wrapper, so Optuna still caches it and sees its heartbeat."""
+    if _RETRYING:
+        return _RETRYING[0]
+    import optuna
+
+    base = optuna.storages.RDBStorage
+    names = {
+        name
+        for klass in base.__mro__
+        if klass.__module__.startswith("optuna")
+        for name, value in vars(klass).items()
+        if callable(value) and (not name.startswith("_") or name in _PRIVATE_CALLED)
+    } - NOT_RETRIED
+    wrapped = {
+        name: retry.retried(lambda self: getattr(self, "dmlbench_target", None))(getattr(base, name))
+        for name in sorted(names)
+        if hasattr(base, name) and not isinstance(base.__dict__.get(name), (staticmethod, classmethod))
+    }
+    _RETRYING.append(type("RetryingRDBStorage", (base,), wrapped))
+    return _RETRYING[0]
 
 
 def open_storage(
@@ -46,11 +100,12 @@ def open_storage(
     )
     if store.path is not None:
         store.path.parent.mkdir(parents=True, exist_ok=True)
+    klass = _retrying_class() if store.is_server_db else optuna.storages.RDBStorage
     for attempt in range(4):  # two workers starting at once on a new database race to create its tables
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             try:
-                return optuna.storages.RDBStorage(
+                storage = klass(
                     url,
                     engine_kwargs=engine_kwargs,
                     heartbeat_interval=heartbeat_interval,
@@ -61,4 +116,19 @@ def open_storage(
                 if attempt == 3 or "UNIQUE constraint" not in str(e) and "already exists" not in str(e):
                     raise BenchError(f"cannot open Optuna storage {redact(url)!r}: {str(e).splitlines()[0]}") from e
                 time.sleep(1 + attempt)
+                continue
+        if store.is_server_db:
+            storage.dmlbench_target = retry.Target(f"Optuna storage {redact(url)!r}", _secrets(url))
+        return storage
     raise AssertionError("unreachable")
+
+
+def _secrets(url: str) -> tuple[str, ...]:
+    """The URL's password, to keep out of retry messages (a driver may quote its connection string)."""
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return ()
+    return (password, unquote(password)) if password else ()

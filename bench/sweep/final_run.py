@@ -27,7 +27,7 @@ it again; one already recorded is skipped by the caller.
 from __future__ import annotations
 
 import time
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from bench.evaluation import EMBEDDING_PREFIX, clusters_on_test
 from bench.plan import Cell
 from bench.protocol import Protocol
+from bench.stores.retry import StoreUnavailableError
 from bench.sweep import tables
 from bench.sweep.artifacts import write_cell_artifacts
 from bench.sweep.tuning import Prepared, RunResult, final_config, train_and_score
@@ -143,7 +144,8 @@ def train_final(
             )
     except BaseException:
         record.abandon()
-        mlflow.end(run_id, "KILLED")
+        with suppress(StoreUnavailableError):  # a store that is gone gets nothing back; the original is raised
+            mlflow.end(run_id, "KILLED")
         raise
     progress.run_finished()
     metrics = {m: float(result.metrics[m]) for m in tables.metric_names(protocol.doc) if m in result.metrics}
@@ -154,7 +156,8 @@ def train_final(
         began = time.perf_counter()
         _artifacts(protocol, prepared, result, artifacts, mlflow, run_id)
         run.artifacts_s = time.perf_counter() - began
-    record.write(run)
+    # MLflow first, the record last: a recorded seed always has its MLflow run (a worker stopped in between
+    # trains the seed again, and the run, found by key, keeps the values it logged)
     mlflow.log(
         run_id,
         params={**config.to_dict(), **record.params},
@@ -169,6 +172,7 @@ def train_final(
         tags={"state": result.state, "reason": result.reason[:500]},
     )
     mlflow.end(run_id, result.state)
+    record.write(run)
     return run
 
 

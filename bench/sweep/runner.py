@@ -70,6 +70,7 @@ import logging
 import math
 import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,7 @@ from bench.plan import Cell, Plan, cell_key
 from bench.protocol import Protocol, load_protocol
 from bench.stores import provenance, tracking
 from bench.stores.mlflow_runs import MlflowRecords
+from bench.stores.retry import StoreUnavailableError
 from bench.stores.urls import default_url, redact
 from bench.sweep import tables
 from bench.sweep.final_run import FinalRun, Record, train_final
@@ -377,9 +379,11 @@ class Sweep:
             self.manifest["time"] = self.time_table(time.perf_counter() - start)
             refused = self._write(finished=True)
         except KeyboardInterrupt:
-            for run_id in self.cell_runs.values():  # cells left open; a resumed sweep reopens them
-                self.mlflow.end(run_id, "KILLED")
-            self._write(finished=False)
+            with suppress(StoreUnavailableError):  # a store away when stopped gets nothing; the rerun resumes
+                for run_id in self.cell_runs.values():  # cells left open; a resumed sweep reopens them
+                    self.mlflow.end(run_id, "KILLED")
+            with suppress(StoreUnavailableError):
+                self._write(finished=False)
             raise
         finally:
             self.progress.close()
@@ -444,6 +448,7 @@ class Sweep:
     # ---- one trial
 
     def _trial(self, cell: Cell, study: SlotStudy, slot: Slot) -> None:
+        import optuna
         from optuna.trial import TrialState
 
         began = time.perf_counter()
@@ -459,15 +464,15 @@ class Sweep:
             with Heartbeat(self.storage, slot.trial_id):
                 outcome = run_trial(self.protocol, self.prepared, cell, slot.trial, slot.slot, hooks)
         except BaseException:
-            study.abandon(slot, "interrupted")
-            hooks.interrupted()
-            self.mlflow.end(run_id, "KILLED")
+            with suppress(StoreUnavailableError):  # a store that is gone gets nothing back; the original is raised
+                study.abandon(slot, "interrupted")
+            with suppress(StoreUnavailableError):
+                hooks.interrupted()
+                self.mlflow.end(run_id, "KILLED")
             raise
         self.progress.skip((self.plan.budget.folds - hooks.folds_run) * self.plan.budget.iterations)
-        for key, value in {**trial_attrs(outcome, self.protocol), **self.code}.items():
-            slot.trial.set_user_attr(key, value)
-        state = TrialState[outcome.state]
-        study.study.tell(slot.trial, outcome.value if state == TrialState.COMPLETE else None, state=state)
+        # MLflow first, Optuna last: a trial Optuna holds as finished always has its MLflow record (a worker
+        # stopped in between trains the trial again, and its MLflow run, found by key, keeps the values)
         self.mlflow.log(
             run_id,
             params=outcome.params,
@@ -480,6 +485,14 @@ class Sweep:
             tags={"state": outcome.state, "reason": outcome.reason[:500]},
         )
         self.mlflow.end(run_id, outcome.state)
+        state = TrialState[outcome.state]
+        try:
+            for key, value in {**trial_attrs(outcome, self.protocol), **self.code}.items():
+                slot.trial.set_user_attr(key, value)
+            study.study.tell(slot.trial, outcome.value if state == TrialState.COMPLETE else None, state=state)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            self.line(_taken_over(cell.id, f"trial {slot.slot}"))
+            return
         self.progress.recorded(self._done_iterations()[0])
         self.progress.trial(
             cell.id,
@@ -604,14 +617,17 @@ class _FinalSlot(Record):
             params={"best_trial": best.user_attrs["slot"]},
         )
         self.sweep, self.study, self.slot, self.best = sweep, study, slot, best
+        self.slot_cell = cell.id
 
     def held(self) -> Heartbeat:
         return Heartbeat(self.sweep.storage, self.slot.trial_id)
 
     def abandon(self) -> None:
-        self.study.abandon(self.slot, "interrupted")
+        with suppress(StoreUnavailableError):
+            self.study.abandon(self.slot, "interrupted")
 
     def write(self, run: FinalRun) -> None:
+        import optuna
         from optuna.trial import TrialState
 
         s, best, result = self.sweep, self.best, run.result
@@ -629,12 +645,15 @@ class _FinalSlot(Record):
             "reason": result.reason,
             **s.code,
         }
-        for key, value in attrs.items():
-            self.slot.trial.set_user_attr(key, value)
         state = TrialState[result.state]
-        self.study.study.tell(
-            self.slot.trial, run.metrics.get(s.primary) if state == TrialState.COMPLETE else None, state=state
-        )
+        try:
+            for key, value in attrs.items():
+                self.slot.trial.set_user_attr(key, value)
+            self.study.study.tell(
+                self.slot.trial, run.metrics.get(s.primary) if state == TrialState.COMPLETE else None, state=state
+            )
+        except optuna.exceptions.UpdateFinishedTrialError:
+            s.line(_taken_over(self.slot_cell, f"final seed {run.seed}"))
 
 
 class _TrialHooks(Hooks):
@@ -703,6 +722,15 @@ class _TrialHooks(Hooks):
     def interrupted(self) -> None:
         if self.fold_run is not None:
             self.sweep.mlflow.end(self.fold_run, "KILLED")
+
+
+def _taken_over(cell: str, what: str) -> str:
+    """The line said when a worker's slot was failed as stale while it trained (its heartbeats could not reach
+    the storage for longer than the grace period): the replacement trains it, this result is dropped."""
+    return (
+        f"{cell} {what}: taken over by another worker while the storage was unreachable (no heartbeat for "
+        "longer than the grace period); its replacement is the record, this result is dropped"
+    )
 
 
 def run_protocol(path: str | Path | Protocol, options: Options) -> SweepResult:

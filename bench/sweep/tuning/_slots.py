@@ -23,6 +23,7 @@ from typing import Any, Literal
 from bench.plan import Cell, cell_key
 from bench.protocol import Protocol
 from bench.stores import optuna as stores_optuna
+from bench.stores import retry
 
 HEARTBEAT_S = 30  # a worker records that its trial is alive this often...
 GRACE_S = 120  # ...and a trial silent for this long is failed as stale by any worker
@@ -115,7 +116,13 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self) -> Heartbeat:
-        self.storage.record_heartbeat(self.trial_id)
+        # the first beat is part of claiming the slot: a database away now is waited for like any storage call
+        # (bench.stores.retry); the beats of the thread are not, a missed one is only skipped
+        target = getattr(self.storage, "dmlbench_target", None)
+        if target is None:
+            self.storage.record_heartbeat(self.trial_id)
+        else:
+            retry.call(target, lambda: self.storage.record_heartbeat(self.trial_id))
         self._thread.start()
         return self
 
