@@ -477,6 +477,11 @@ def test_a_run_on_a_folder_pool_split_by_fraction_gives_a_leaderboard(
     board = (results / "own-data" / "leaderboard.md").read_text()
     assert "contrastive+none" in board
     assert "> **Warning:** only 2 final seed(s)" in board
+    # one fold numbering: validate's split counts and the leaderboard's fingerprints name the same folds
+    assert main(["validate", str(path)]) == 0
+    validated = re.findall(r"^  (fold \d+): train", capsys.readouterr().out, re.MULTILINE)
+    fingerprinted = re.findall(r"(fold \d+) train fingerprint", board)
+    assert validated == fingerprinted == ["fold 0"]
 
 
 # --------------------------------------------------------------------------- leaderboard warnings and ranges

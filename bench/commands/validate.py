@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 def data_lines(protocol: Protocol, prepared: Any) -> list[str]:
     """One line per split of the data the pre-flight loaded and split as `run` does: its class and sample counts."""
     from bench.data.query_gallery import QueryGallery
+    from bench.data.splits import fold_label
 
     d = protocol.doc["data"]
 
@@ -39,7 +40,7 @@ def data_lines(protocol: Protocol, prepared: Any) -> list[str]:
         lines.append(f"  test {d['test']}: {counts(test)}")
     for i in range(len(prepared.folds)):
         fold_train, fold_val = prepared.fold(i)
-        lines.append(f"  fold {i}: train {counts(fold_train)}; validation {counts(fold_val)}")
+        lines.append(f"  {fold_label(i)}: train {counts(fold_train)}; validation {counts(fold_val)}")
     return lines
 
 

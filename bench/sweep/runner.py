@@ -66,6 +66,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bench.data.splits import fold_label
 from bench.errors import BenchError
 from bench.plan import Cell, Plan
 from bench.protocol import Protocol, load_protocol
@@ -537,7 +538,7 @@ class _TrialHooks(Hooks):
         s = self.sweep
         self.fold_run = s.mlflow.run(
             f"{self.cell.id}/trial{slot}/fold{fold}",
-            f"trial {slot} fold {fold}",
+            f"trial {slot} {fold_label(fold)}",
             self.trial_run,
             tags={
                 "cell": self.cell.id,

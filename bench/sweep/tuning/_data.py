@@ -13,7 +13,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.data.splits import ClassSplit, class_folds, split_pool
+from bench.data.splits import ClassSplit, class_folds, fold_label, split_pool
 from bench.errors import BenchError
 from bench.protocol import Protocol
 
@@ -81,12 +81,12 @@ class Prepared:
         """(training, validation) data of fold f, each checked by the guard; built once."""
         if f not in self._fold_data:
             tr_split, val_split = self.folds[f]
-            self.guard.check(tr_split.classes, f"fold {f} training")
-            self.guard.check(val_split.classes, f"fold {f} validation")
+            self.guard.check(tr_split.classes, f"{fold_label(f)} training")
+            self.guard.check(val_split.classes, f"{fold_label(f)} validation")
             self._fold_data[f] = (self.train.subset(tr_split.classes), self.train.subset(val_split.classes))
         tr, val = self._fold_data[f]
-        self.guard.check(tr.classes, f"fold {f} training")  # the data itself, not only the split
-        self.guard.check(val.classes, f"fold {f} validation")
+        self.guard.check(tr.classes, f"{fold_label(f)} training")  # the data itself, not only the split
+        self.guard.check(val.classes, f"{fold_label(f)} validation")
         return tr, val
 
     def data_fingerprint(self) -> str:
@@ -292,7 +292,7 @@ def prepare(protocol: Protocol, data_root: str | None = None) -> Prepared:
     for i, (fold_train, _) in enumerate(folds):
         if len(fold_train) < t["P"]:
             raise BenchError(
-                f"training.P: {t['P']} classes per batch, but fold {i} trains on {len(fold_train)} classes"
+                f"training.P: {t['P']} classes per batch, but {fold_label(i)} trains on {len(fold_train)} classes"
             )
     lake = None
     if "lake_accuracy" in protocol.doc["evaluation"]["metrics"]:
