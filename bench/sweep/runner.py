@@ -91,6 +91,7 @@ from bench.sweep.tuning import (
     make_sampler,
     open_storage,
     run_trial,
+    small_classes_notice,
     study_name,
     trial_attrs,
 )
@@ -221,6 +222,7 @@ class Sweep:
             "budget": vars(self.plan.budget),
             "cells": [c.id for c in self.plan.cells],
             **({"sampler": self.sampler} if self.sampler else {}),
+            **({"small_classes": self.prepared.small_classes} if self.prepared.small_classes else {}),
             "dropped": {d.cell: d.reason for d in self.plan.dropped},
             "created": tables.now(),
             "finished": None,
@@ -241,6 +243,9 @@ class Sweep:
         notice = short_classes_notice(self.sampler) if self.sampler else None
         if notice:
             log.warning(notice)  # said even when quiet: the batches are not P x K distinct images
+        left_out = small_classes_notice(self.prepared.small_classes)
+        if left_out:
+            log.warning(left_out)  # said even when quiet: the table is over fewer classes than selected
 
     def line(self, text: str) -> None:
         """A status line through the progress bars when running; before them, a record of the `dmlbench`
