@@ -640,3 +640,24 @@ def test_classes_below_the_minimum_are_dropped_counted_said_once_and_recorded(
     assert [r.getMessage() for r in caplog.records if "left out" in r.getMessage()] == [notice]
     manifest = json.loads((results / "own-data" / "manifest.json").read_text())
     assert manifest["small_classes"] == prepared.small_classes
+
+
+def test_a_second_run_on_the_same_stores_says_it_trained_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A user making a 'current' table for regress with the stores of the baseline gets the baseline's numbers
+    back: the run says so, and how to train anew."""
+    train, test = write_npz(tmp_path / "train.npz", 4), write_npz(tmp_path / "test.npz", 3, seed=1)
+    path = protocol_file(tmp_path, f"  train: npz:{train}\n  test: npz:{test}", iterations=2, seeds=2)
+    stores = ["--storage", f"sqlite:///{tmp_path}/o.db", "--tracking-uri", str(tmp_path / "mlflow.db")]
+    caplog.set_level("INFO", logger="dmlbench")
+    for folder in ("first", "second"):
+        caplog.clear()
+        assert main(["run", str(path), "--results-dir", str(tmp_path / folder), *stores, "--threads", "1"]) == 0
+        said = [r.getMessage() for r in caplog.records if "in the records" in r.getMessage()]
+        if folder == "first":
+            assert said == []
+    assert said == [
+        f"nothing trained now: all 6 iterations were already in the records (sqlite:///{tmp_path}/o.db); "
+        "to train anew, give another --storage and --tracking-uri"
+    ]

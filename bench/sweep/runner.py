@@ -121,12 +121,15 @@ class Options:
 
 @dataclass
 class SweepOutcome:
-    """Where the tables went, the cells the budget audit refused, and how long the sweep took."""
+    """Where the tables went, the cells the budget audit refused, how long the sweep took, and how many of the
+    plan's iterations the stores already held when it started (resumed, not trained again)."""
 
     results: Path
     refused: dict[str, str]
     cells: int
     wall_time_s: float
+    recorded_iterations: int = 0
+    total_iterations: int = 0
 
 
 # --------------------------------------------------------------------------- the sweep
@@ -338,7 +341,9 @@ class Sweep:
             raise
         finally:
             self.progress.close()
-        return SweepOutcome(self.results, refused, len(self.plan.cells), time.perf_counter() - start)
+        return SweepOutcome(
+            self.results, refused, len(self.plan.cells), time.perf_counter() - start, done, self.plan.total_iterations
+        )
 
     def _write(self, finished: bool) -> dict[str, str]:
         records = tables.collect(self.plan, self.storage)
@@ -601,4 +606,6 @@ def run_protocol(path: str | Path | Protocol, options: Options) -> SweepResult:
             f"refused to report {len(outcome.refused)} cell(s) whose budget differs from the protocol's "
             f"(see {outcome.results / tables.MANIFEST}): {first[0]}: {first[1]}"
         )
-    return SweepResult.read(outcome.results, outcome.cells, outcome.wall_time_s)
+    return SweepResult.read(
+        outcome.results, outcome.cells, outcome.wall_time_s, outcome.recorded_iterations, outcome.total_iterations
+    )
