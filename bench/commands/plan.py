@@ -308,6 +308,8 @@ def _assumptions(p: Plan, cost: Any, gpu: bool) -> str:
                 if gpu
                 else f"inputs on {cost.threads} CPU thread(s) (pass `run --threads {cost.threads}` to match), with "
                 f"this machine's load then ({load:.1f} on {os.cpu_count()} cores): a busier machine is slower; "
+                f"the step ran {cost.slowdown:.1f}x its CPU time, and the figures not timed (below) are "
+                f"stretched by that; "
             )
         )
     elif cost.source == "--step-ms":
