@@ -368,3 +368,19 @@ def test_figures_not_timed_are_stretched_by_the_slowdown_seen_while_timing(grid_
         3 * (estimate_cell(protocol, cell, budget, stepped).mid_s - steps_s)
     )
     assert measure_trunk(protocol, budget_s=0.3, threads=1).slowdown >= 1.0
+
+
+def test_a_busy_machine_is_named_with_the_idle_time_of_the_same_work():
+    """The plan prints what the estimate means on an idle machine (the estimate over the slowdown): the run's CPU
+    time, which a changing load does not move; an unstretched plan prints no such line."""
+    from dataclasses import replace
+
+    from bench.clock import hms
+
+    p = plan(parse_protocol(GRID), step_s=0.01)
+    assert "idle machine" not in format_plan(p)
+    busy = replace(p, cost=replace(p.cost, slowdown=4.0))
+    assert (
+        f"the step ran 4.0x its CPU time: the same work on an idle machine takes about {hms(p.estimate.mid_s / 4)}"
+        in (format_plan(busy))
+    )
