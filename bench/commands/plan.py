@@ -271,6 +271,12 @@ def format_plan(p: Plan, cpuinfo: str | None = None) -> str:
         where.format(check=check) + f"{basis})",
         _assumptions(p, cost, gpu),
     ]
+    if not gpu and cost.slowdown > 1.05:  # the load then decides the wall time: what the work itself costs
+        lines.append(
+            f"at the machine's load then the step ran {cost.slowdown:.1f}x its CPU time: the same work on an idle "
+            f"machine takes about {hms(e.mid_s / cost.slowdown)}, the run's CPU time (a load that falls or rises "
+            f"during the run moves the wall time between the two)"
+        )
     if timed:
         lines.append(
             f"loss+miner: timed here on one thread, random {b.batch_size}-sample batches (early training, "
@@ -310,6 +316,8 @@ def _assumptions(p: Plan, cost: Any, gpu: bool) -> str:
                 if gpu
                 else f"inputs on {cost.threads} CPU thread(s) (pass `run --threads {cost.threads}` to match), with "
                 f"this machine's load then ({load:.1f} on {os.cpu_count()} cores): a busier machine is slower; "
+                f"the step ran {cost.slowdown:.1f}x its CPU time, and the figures not timed (below) are "
+                f"stretched by that; "
             )
         )
     elif cost.source == "--step-ms":

@@ -157,6 +157,9 @@ def command(
         f"{protocol.name} ({protocol.hash12}): {result.cells} cells run, {completed} with a completed final "
         f"seed, in {minutes}:{seconds:02d}; tables in {result.path}"
     )
+    resumed = _resumed_line(result)
+    if resumed:
+        log.info(resumed)
     accounted = result.manifest.get("time")
     if accounted:  # where this worker's wall time went (bench.clock.Ledger; the manifest's `time`)
         from bench.clock import summary
@@ -175,6 +178,21 @@ def command(
         )
         return 1
     return 0
+
+
+def _resumed_line(result: SweepResult) -> str | None:
+    """When the stores already held part of the plan: how much was taken from them rather than trained; all of
+    it says so, with how to train anew (another results folder alone reads the same records)."""
+    recorded, total = result.recorded_iterations, result.total_iterations
+    if not recorded or not total:
+        return None
+    storage = result.manifest.get("storage", "the Optuna storage")
+    if recorded >= total:
+        return (
+            f"nothing trained now: all {total:,} iterations were already in the records ({storage}); "
+            "to train anew, give another --storage and --tracking-uri"
+        )
+    return f"resumed: {recorded:,} of {total:,} iterations were already in the records ({storage})"
 
 
 def _cells_without_result(protocol: Any, result: SweepResult) -> dict[str, str]:

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 def data_lines(protocol: Protocol, prepared: Any) -> list[str]:
     """One line per split of the data the pre-flight loaded and split as `run` does: its class and sample counts."""
     from bench.data.query_gallery import QueryGallery
+    from bench.data.splits import fold_label
+    from bench.sweep.tuning import small_classes_notice
 
     d = protocol.doc["data"]
 
@@ -39,7 +41,10 @@ def data_lines(protocol: Protocol, prepared: Any) -> list[str]:
         lines.append(f"  test {d['test']}: {counts(test)}")
     for i in range(len(prepared.folds)):
         fold_train, fold_val = prepared.fold(i)
-        lines.append(f"  fold {i}: train {counts(fold_train)}; validation {counts(fold_val)}")
+        lines.append(f"  {fold_label(i)}: train {counts(fold_train)}; validation {counts(fold_val)}")
+    left_out = small_classes_notice(prepared.small_classes)
+    if left_out:
+        lines.append(f"  {left_out}")
     return lines
 
 

@@ -17,6 +17,16 @@ from dataclasses import dataclass
 from bench.errors import BenchError
 
 
+def fold_label(index: int) -> str:
+    """How every output names validation fold `index`: ``fold 0`` for the first, 0-based.
+
+    One numbering everywhere a fold is shown: `validate`'s split counts, the
+    leaderboard's and regress's fingerprints, failure reasons, MLflow run names,
+    and the split names (``fold0-train``) and MLflow ``fold`` tags it matches.
+    """
+    return f"fold {int(index)}"
+
+
 @dataclass(frozen=True)
 class ClassSplit:
     """A named set of class ids, kept sorted and unique so equal sets compare and hash equal."""

@@ -176,6 +176,7 @@ def measured_cost(protocol: Protocol, m: Measured) -> TrunkCost:
         ref_hw=(h, w),
         source=f"measured {where}: median of {m.steps} steps, {m.threads} thread(s)",
         threads=m.threads,
+        slowdown=m.slowdown,
     )
 
 
@@ -201,24 +202,31 @@ def estimate_cell(
     folds = doc["data"]["validation"]["folds"]
     val_images = train_images / folds
     per_step_extra = _miner_step_extra(cell, train_images * (folds - 1) / folds, embed_one) + method_s
+    slow = cost.slowdown  # the figures not timed here run on the same busy machine as the timed step
     pruner = doc["tuning"]["pruner"]
     checks = 0 if pruner["type"] == "none" else budget.iterations // pruner["check_every"]
-    one_val = val_images * embed_one + _metrics_s(val_images, 0, clustering=False)
+    one_val = val_images * embed_one + slow * _metrics_s(val_images, 0, clustering=False)
     tuning_eval = budget.tuning_runs * (1 + checks) * one_val
     final_eval = budget.seeds * _test_eval_s(protocol, cost)
-    fixed = tuning_eval + final_eval + (budget.tuning_runs + budget.seeds + budget.trials + 1) * OVERHEAD_S_PER_RUN
+    fixed = (
+        tuning_eval + final_eval + (budget.tuning_runs + budget.seeds + budget.trials + 1) * OVERHEAD_S_PER_RUN * slow
+    )
     steps = budget.total_iterations + check_multiple * budget.final_iterations
     if check_multiple:
-        fixed += final_eval + budget.seeds * OVERHEAD_S_PER_RUN
-    low = steps * (cost.step_s[0] * scale + STEP_FIXED_S + per_step_extra) + fixed
-    high = steps * (cost.step_s[1] * scale + STEP_FIXED_S + per_step_extra) + fixed
+        fixed += final_eval + budget.seeds * OVERHEAD_S_PER_RUN * slow
+    low = steps * (cost.step_s[0] * scale + STEP_FIXED_S * slow + per_step_extra) + fixed
+    high = steps * (cost.step_s[1] * scale + STEP_FIXED_S * slow + per_step_extra) + fixed
     return Estimate(low, high, cost.measured)
 
 
 def sweep_overhead_s(protocol: Protocol, budget: Budget, cost: TrunkCost | None = None) -> float:
     """Seconds a sweep spends outside its cells: start-up, reading the data, opening the stores
-    (`SWEEP_FIXED_S`), and the floor (the untrained trunk scored like a final seed, once per seed)."""
-    return SWEEP_FIXED_S + budget.seeds * (_test_eval_s(protocol, cost or trunk_cost(protocol)) + OVERHEAD_S_PER_RUN)
+    (`SWEEP_FIXED_S`), and the floor (the untrained trunk scored like a final seed, once per seed); the
+    figures not timed here stretched by the slowdown seen while timing (`TrunkCost.slowdown`)."""
+    cost = cost or trunk_cost(protocol)
+    return SWEEP_FIXED_S * cost.slowdown + budget.seeds * (
+        _test_eval_s(protocol, cost) + OVERHEAD_S_PER_RUN * cost.slowdown
+    )
 
 
 def _test_eval_s(protocol: Protocol, cost: TrunkCost) -> float:
@@ -230,7 +238,7 @@ def _test_eval_s(protocol: Protocol, cost: TrunkCost) -> float:
     metrics = doc["evaluation"]["metrics"]
     lake = LAKE_IMAGES if "lake_accuracy" in metrics else 0
     clustering = "nmi" in metrics or "ami" in metrics
-    return (test_images + lake) * embed_one + _metrics_s(test_images, test_classes, clustering)
+    return (test_images + lake) * embed_one + cost.slowdown * _metrics_s(test_images, test_classes, clustering)
 
 
 def _miner_step_extra(cell: Cell, train_images: float, embed_one: float) -> float:

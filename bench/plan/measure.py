@@ -67,6 +67,7 @@ class Measured:
     embed_batch: int  # the batch it was timed at
     threads: int
     device: str
+    slowdown: float = 1.0  # wall time x threads / CPU time of the timed steps, at least 1 (CPU only)
 
 
 def channels_of(doc: dict[str, Any]) -> int:
@@ -123,13 +124,16 @@ def measure_trunk(
         used = torch.get_num_threads()
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # every RNG left as it was
             torch.manual_seed(0)
+            cpu_before, wall_before = time.process_time(), time.perf_counter()
             step_s, steps, trunk = _time_steps(model, training, config, in_shape, batch, device, budget_s)
+            cpu, wall = time.process_time() - cpu_before, time.perf_counter() - wall_before
             embed_s, timed_batch = _time_embedding(
                 trunk, in_shape, device, budget_s / 2, max(1, min(embed_batch, EMBED_BATCH))
             )
     finally:
         torch.set_num_threads(before)
-    return Measured(step_s, steps, embed_s, timed_batch, used, str(device))
+    slowdown = max(1.0, wall * used / cpu) if device.type == "cpu" and cpu > 0 else 1.0
+    return Measured(step_s, steps, embed_s, timed_batch, used, str(device), slowdown)
 
 
 def _time_steps(

@@ -25,6 +25,9 @@ class TrunkCost:
     measured: bool = True
     source: str = ""  # where the figure comes from, printed beside the estimate
     threads: int | None = None  # CPU threads it was timed on here (None: not timed here)
+    # how much slower than its CPU time the timed step ran (wall x threads / CPU seconds, at least 1): other
+    # work on the machine; the figures not timed here (records, metrics, start-up) are stretched by it too
+    slowdown: float = 1.0
 
 
 @dataclass(frozen=True)

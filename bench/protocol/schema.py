@@ -177,6 +177,7 @@ SCHEMA: dict[str, Any] = {
                 # a side, or [height, width] for image files whose data.augment pipelines end there
                 "image_size": {"anyOf": [_POS_INT, {"type": "array", "items": _POS_INT, "minItems": 2, "maxItems": 2}]},
                 "min_samples_per_class": {"type": "integer", "minimum": 2},
+                "small_classes": {"enum": ["refuse", "drop"]},
                 "augmentation": {"enum": [None, "shift", "affine"]},
                 "augment": {
                     "type": "object",
@@ -328,6 +329,7 @@ ABSENT_DEFAULTS: dict[str, Any] = {
     "model.pretrained": None,  # None: random initialisation
     "model.freeze_bn": False,
     "training.trunk_lr": None,  # None: training.lr for the whole trunk
+    "data.small_classes": "refuse",  # a class below data.min_samples_per_class: refused (drop: left out, counted)
     "training.short_classes": "repeat",  # a class with fewer than K images: drawn with replacement (PML's way)
 }
 

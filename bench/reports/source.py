@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from bench.data.splits import fold_label
 from bench.errors import BenchError
 from bench.stats import metric_range
 
@@ -78,15 +79,15 @@ class Results:
 
     @property
     def fingerprints(self) -> dict[str, str]:
-        """Split fingerprints flattened to names (`train`, `test`, `split`, `fold 1 train`, ...) -> digest."""
+        """Split fingerprints flattened to names (`train`, `test`, `split`, `fold 0 train`, ...) -> digest."""
         fp = _first(self.manifest, "fingerprints", "split_fingerprints", default={}) or {}
         out: dict[str, str] = {}
         for key, value in fp.items() if isinstance(fp, dict) else []:
             if isinstance(value, list):
-                for i, fold in enumerate(value, 1):
+                for i, fold in enumerate(value):
                     items = fold.items() if isinstance(fold, dict) else [("", fold)]
                     for part, digest in items:
-                        out[f"fold {i} {part}".strip()] = str(digest)
+                        out[f"{fold_label(i)} {part}".strip()] = str(digest)
             elif isinstance(value, dict):
                 out.update({f"{key} {k}": str(v) for k, v in value.items()})
             else:

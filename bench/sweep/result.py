@@ -23,7 +23,10 @@ class SweepResult:
     `trials`: one row per tuning trial; `manifest`: protocol hash, split
     fingerprints, budget, code version; `path`: the results directory;
     `cells`: how many cells the plan holds; `wall_time_s`: this call's
-    duration. No cell is left out by the budget audit: `run_protocol`
+    duration; `recorded_iterations` of the plan's `total_iterations`: what
+    the stores already held when this call started (taken from the records,
+    not trained again: all of them when a finished sweep is run again on
+    the same stores). No cell is left out by the budget audit: `run_protocol`
     raises instead of returning such a sweep (the manifest's ``refused``
     names them).
     """
@@ -35,13 +38,25 @@ class SweepResult:
     manifest: dict[str, Any]
     cells: int
     wall_time_s: float
+    recorded_iterations: int = 0
+    total_iterations: int = 0
 
     @classmethod
-    def read(cls, path: str | Path, cells: int, wall_time_s: float) -> SweepResult:
+    def read(
+        cls, path: str | Path, cells: int, wall_time_s: float, recorded_iterations: int = 0, total_iterations: int = 0
+    ) -> SweepResult:
         """The tables as written in `path` (`bench.sweep.tables.read`)."""
         from bench.sweep.tables import read
 
         tables = read(path)
         return cls(
-            Path(path), tables["finals"], tables["summary"], tables["trials"], tables["manifest"], cells, wall_time_s
+            Path(path),
+            tables["finals"],
+            tables["summary"],
+            tables["trials"],
+            tables["manifest"],
+            cells,
+            wall_time_s,
+            recorded_iterations,
+            total_iterations,
         )

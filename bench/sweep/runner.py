@@ -76,6 +76,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.clock import Ledger
+from bench.data.splits import fold_label
 from bench.errors import BenchError
 from bench.plan import Cell, Plan, cell_key
 from bench.protocol import Protocol, load_protocol
@@ -102,6 +103,7 @@ from bench.sweep.tuning import (
     make_sampler,
     open_storage,
     run_trial,
+    small_classes_notice,
     study_name,
     trial_attrs,
 )
@@ -132,12 +134,15 @@ class Options:
 
 @dataclass
 class SweepOutcome:
-    """Where the tables went, the cells the budget audit refused, and how long the sweep took."""
+    """Where the tables went, the cells the budget audit refused, how long the sweep took, and how many of the
+    plan's iterations the stores already held when it started (resumed, not trained again)."""
 
     results: Path
     refused: dict[str, str]
     cells: int
     wall_time_s: float
+    recorded_iterations: int = 0
+    total_iterations: int = 0
 
 
 # --------------------------------------------------------------------------- the sweep
@@ -260,6 +265,7 @@ class Sweep:
             "cells": [c.id for c in self.plan.cells],
             **({"planned_cells": self.planned} if self.options.cells else {}),
             **({"sampler": self.sampler} if self.sampler else {}),
+            **({"small_classes": self.prepared.small_classes} if self.prepared.small_classes else {}),
             "dropped": {d.cell: d.reason for d in self.plan.dropped},
             "created": tables.now(),
             "finished": None,
@@ -287,6 +293,9 @@ class Sweep:
         notice = short_classes_notice(self.sampler) if self.sampler else None
         if notice:
             log.warning(notice)  # said even when quiet: the batches are not P x K distinct images
+        left_out = small_classes_notice(self.prepared.small_classes)
+        if left_out:
+            log.warning(left_out)  # said even when quiet: the table is over fewer classes than selected
 
     def line(self, text: str) -> None:
         """A status line through the progress bars when running; before them, a record of the `dmlbench`
@@ -387,7 +396,9 @@ class Sweep:
             raise
         finally:
             self.progress.close()
-        return SweepOutcome(self.results, refused, len(self.plan.cells), time.perf_counter() - start)
+        return SweepOutcome(
+            self.results, refused, len(self.plan.cells), time.perf_counter() - start, done, self.plan.total_iterations
+        )
 
     def time_table(self, wall_s: float) -> dict[str, Any]:
         """This worker's wall time accounted (`bench.clock.Ledger`), as the manifest's ``time`` holds it: the
@@ -679,7 +690,7 @@ class _TrialHooks(Hooks):
         s = self.sweep
         self.fold_run = s.mlflow.run(
             s.mlflow.key(self.cell, f"trial{slot}", f"fold{fold}"),
-            f"trial {slot} fold {fold}",
+            f"trial {slot} {fold_label(fold)}",
             self.trial_run,
             tags={
                 "cell": self.cell.id,
@@ -749,4 +760,6 @@ def run_protocol(path: str | Path | Protocol, options: Options) -> SweepResult:
             f"refused to report {len(outcome.refused)} cell(s) whose budget differs from the protocol's "
             f"(see {outcome.results / tables.MANIFEST}): {first[0]}: {first[1]}"
         )
-    return SweepResult.read(outcome.results, outcome.cells, outcome.wall_time_s)
+    return SweepResult.read(
+        outcome.results, outcome.cells, outcome.wall_time_s, outcome.recorded_iterations, outcome.total_iterations
+    )

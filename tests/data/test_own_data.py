@@ -463,6 +463,11 @@ def test_a_run_on_a_folder_pool_split_by_fraction_gives_a_leaderboard(
     board = (results / "own-data" / "leaderboard.md").read_text()
     assert "contrastive+none" in board
     assert "> **Warning:** only 2 final seed(s)" in board
+    # one fold numbering: validate's split counts and the leaderboard's fingerprints name the same folds
+    assert main(["validate", str(path)]) == 0
+    validated = re.findall(r"^  (fold \d+): train", capsys.readouterr().out, re.MULTILINE)
+    fingerprinted = re.findall(r"(fold \d+) train fingerprint", board)
+    assert validated == fingerprinted == ["fold 0"]
 
 
 # --------------------------------------------------------------------------- leaderboard warnings and ranges
@@ -554,3 +559,91 @@ def test_changed_data_at_the_same_path_is_a_new_version_never_the_old_table(tmp_
     )
     capsys_free = main(["regress", "--baseline", str(moved[0]), "--current", str(results / "own-data")])
     assert capsys_free == 2  # the same protocol on other samples is not one comparison
+
+
+# --------------------------------------------------------------------------- classes below min_samples_per_class
+
+
+def _uneven_npz(path: Path, sizes: list[int], seed: int = 0) -> Path:
+    """Class i has sizes[i] samples."""
+    rng = np.random.default_rng(seed)
+    y = np.repeat(np.arange(len(sizes)), sizes)
+    np.savez(path, x=rng.integers(0, 256, (len(y), 10, 10)).astype(np.uint8), y=y)
+    return path
+
+
+def _small_classes_protocol(tmp_path: Path, policy: str | None) -> Path:
+    train = _uneven_npz(tmp_path / "train.npz", [4, 4, 4, 4, 2, 1])
+    test = _uneven_npz(tmp_path / "test.npz", [4, 4, 2], seed=1)
+    key = f"\n  small_classes: {policy}" if policy else ""
+    return protocol_file(
+        tmp_path, f"  train: npz:{train}\n  test: npz:{test}\n  min_samples_per_class: 3{key}", seeds=2
+    )
+
+
+def test_classes_below_the_minimum_are_refused_by_default_and_the_default_keeps_the_hash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _small_classes_protocol(tmp_path, None)
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs at least 3 (data.min_samples_per_class)" in err[0]
+    assert "data.small_classes: drop" in err[0]
+    text = path.read_text()
+    assert (
+        parse_protocol(
+            text.replace("min_samples_per_class: 3", "min_samples_per_class: 3\n  small_classes: refuse")
+        ).hash
+        == parse_protocol(text).hash
+    )
+    assert (
+        parse_protocol(text.replace("min_samples_per_class: 3", "min_samples_per_class: 3\n  small_classes: drop")).hash
+        != parse_protocol(text).hash
+    )
+
+
+def test_classes_below_the_minimum_are_dropped_counted_said_once_and_recorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    path = _small_classes_protocol(tmp_path, "drop")
+    notice = "left out 2 of 6 train classes and 1 of 3 test classes with fewer than 3 samples (the smallest 1; data.small_classes: drop)"
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "train 4 classes, 16 samples" in out.replace(f"npz:{tmp_path / 'train.npz'}: ", "")
+    assert f"  {notice}" in out.splitlines()
+    prepared = prepare(parse_protocol(path.read_text()))
+    assert sorted(prepared.train_split.classes) == [0, 1, 2, 3] and len(prepared.test) == 8
+    assert prepared.small_classes == {
+        "min_samples": 3,
+        "train": {"dropped": 2, "of": 6, "smallest": 1},
+        "test": {"dropped": 1, "of": 3, "smallest": 2},
+    }
+    caplog.set_level("INFO", logger="dmlbench")
+    results = tmp_path / "results"
+    args = ["--results-dir", str(results), "--storage", f"sqlite:///{tmp_path}/o.db"]
+    args += ["--tracking-uri", str(tmp_path / "mlflow.db"), "--threads", "1", "--quiet"]
+    assert main(["run", str(path), *args]) == 0
+    assert [r.getMessage() for r in caplog.records if "left out" in r.getMessage()] == [notice]
+    manifest = json.loads((results / "own-data" / "manifest.json").read_text())
+    assert manifest["small_classes"] == prepared.small_classes
+
+
+def test_a_second_run_on_the_same_stores_says_it_trained_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A user making a 'current' table for regress with the stores of the baseline gets the baseline's numbers
+    back: the run says so, and how to train anew."""
+    train, test = write_npz(tmp_path / "train.npz", 4), write_npz(tmp_path / "test.npz", 3, seed=1)
+    path = protocol_file(tmp_path, f"  train: npz:{train}\n  test: npz:{test}", iterations=2, seeds=2)
+    stores = ["--storage", f"sqlite:///{tmp_path}/o.db", "--tracking-uri", str(tmp_path / "mlflow.db")]
+    caplog.set_level("INFO", logger="dmlbench")
+    for folder in ("first", "second"):
+        caplog.clear()
+        assert main(["run", str(path), "--results-dir", str(tmp_path / folder), *stores, "--threads", "1"]) == 0
+        said = [r.getMessage() for r in caplog.records if "in the records" in r.getMessage()]
+        if folder == "first":
+            assert said == []
+    assert said == [
+        f"nothing trained now: all 6 iterations were already in the records (sqlite:///{tmp_path}/o.db); "
+        "to train anew, give another --storage and --tracking-uri"
+    ]

@@ -257,6 +257,7 @@ def test_a_bf16_estimate_says_the_table_is_fp32_and_whether_this_cpu_has_amx():
 def test_the_trunk_is_timed_here_at_the_protocols_shape(grid_plan):
     """plan(measure=True) times the protocol's trunk on this machine at its batch and image size (no scaling),
     on the threads asked for; --step-ms overrides it; the estimate's steps follow the timed step."""
+    from bench.plan.cost import STEP_FIXED_S
     from bench.plan.measure import channels_of, measure_trunk
 
     protocol = grid_plan.protocol
@@ -270,8 +271,9 @@ def test_the_trunk_is_timed_here_at_the_protocols_shape(grid_plan):
     assert cost.step_s[0] == cost.step_s[1] and "measured on this machine" in cost.source
     flat = plan(protocol, step_s=cost.step_s[0])  # the same step given by hand: the same steps term
     steps = grid_plan.total_iterations
+    stretched = steps * STEP_FIXED_S * (cost.slowdown - 1)  # a busy machine's slowdown stretches the untimed figures
     assert timed.estimate.mid_s - timed.sweep_s == pytest.approx(
-        flat.estimate.mid_s - flat.sweep_s, abs=1e-6 * steps + 60
+        flat.estimate.mid_s - flat.sweep_s + stretched, abs=1e-6 * steps + 60 * cost.slowdown
     )  # embedding differs, a little
     assert plan(protocol, step_s=0.1, measure=True).cost.source == "--step-ms"  # given by hand: not timed
     text = format_plan(timed)
@@ -339,4 +341,46 @@ def test_a_distribution_in_one_line():
             {"loss.a": {"type": "int", "low": 0, "high": 2}, "miner.b": {"type": "categorical", "choices": [1]}}
         )
         == "loss.a int [0, 2]; miner.b {1}"
+    )
+
+
+def test_figures_not_timed_are_stretched_by_the_slowdown_seen_while_timing(grid_plan):
+    """On a busy machine the timed step already carries the load; the fixed figures (records, metrics, start-up)
+    did not, so they are multiplied by the slowdown the timing saw (wall x threads / CPU time); the timed step is
+    not multiplied again."""
+    from dataclasses import replace
+
+    from bench.plan.cost import estimate_cell, sweep_overhead_s
+    from bench.plan.measure import measure_trunk
+    from bench.plan.types import TrunkCost
+
+    protocol, budget = grid_plan.protocol, grid_plan.budget
+    cell = grid_plan.cells[0]
+    untimed = TrunkCost((0.0, 0.0), 0.0, ref_batch=32, source="test", threads=1)
+    busy = replace(untimed, slowdown=3.0)
+    assert estimate_cell(protocol, cell, budget, busy).mid_s == pytest.approx(
+        3 * estimate_cell(protocol, cell, budget, untimed).mid_s
+    )
+    assert sweep_overhead_s(protocol, budget, busy) == pytest.approx(3 * sweep_overhead_s(protocol, budget, untimed))
+    stepped, stepped_busy = replace(untimed, step_s=(0.1, 0.1)), replace(busy, step_s=(0.1, 0.1))
+    steps_s = 0.1 * budget.total_iterations  # the timed step's share: the same at any slowdown
+    assert estimate_cell(protocol, cell, budget, stepped_busy).mid_s - steps_s == pytest.approx(
+        3 * (estimate_cell(protocol, cell, budget, stepped).mid_s - steps_s)
+    )
+    assert measure_trunk(protocol, budget_s=0.3, threads=1).slowdown >= 1.0
+
+
+def test_a_busy_machine_is_named_with_the_idle_time_of_the_same_work():
+    """The plan prints what the estimate means on an idle machine (the estimate over the slowdown): the run's CPU
+    time, which a changing load does not move; an unstretched plan prints no such line."""
+    from dataclasses import replace
+
+    from bench.clock import hms
+
+    p = plan(parse_protocol(GRID), step_s=0.01)
+    assert "idle machine" not in format_plan(p)
+    busy = replace(p, cost=replace(p.cost, slowdown=4.0))
+    assert (
+        f"the step ran 4.0x its CPU time: the same work on an idle machine takes about {hms(p.estimate.mid_s / 4)}"
+        in (format_plan(busy))
     )

@@ -173,7 +173,7 @@ def test_other_split_is_refused(sweep: Path, sweep_copy: Path, capsys: pytest.Ca
     manifest["fingerprints"]["folds"][0]["validation"] = "f" * 64
     (sweep_copy / "manifest.json").write_text(json.dumps(manifest))
     assert main(["regress", "--baseline", str(sweep), "--current", str(sweep_copy)]) == 2
-    assert "fold 1 validation fingerprints differ" in _error_line(capsys)
+    assert "fold 0 validation fingerprints differ" in _error_line(capsys)
 
 
 def test_unusable_inputs(sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

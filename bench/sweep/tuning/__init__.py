@@ -24,6 +24,7 @@ from bench.sweep.tuning._data import (
     make_guard,
     prepare,
     select_sides,
+    small_classes_notice,
 )
 from bench.sweep.tuning._objective import (
     Hooks,
@@ -72,6 +73,7 @@ __all__ = [
     "prepare",
     "run_trial",
     "select_sides",
+    "small_classes_notice",
     "study_name",
     "train_and_score",
     "trial_attrs",

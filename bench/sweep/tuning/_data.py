@@ -13,9 +13,10 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.data.splits import ClassSplit, class_folds, split_pool
+from bench.data.splits import ClassSplit, class_folds, fold_label, split_pool
 from bench.errors import BenchError
 from bench.protocol import Protocol
+from bench.protocol.schema import setting
 
 
 class TestLeakError(BenchError):
@@ -75,18 +76,20 @@ class Prepared:
     folds: list[tuple[ClassSplit, ClassSplit]]  # (fold train, fold validation), only the folds used
     guard: TestClassGuard
     lake_runs: Any = None
+    # under data.small_classes: drop, what was left out: {"min_samples", "train"/"test": {"dropped", "of", "smallest"}}
+    small_classes: dict[str, Any] | None = None
     _fold_data: dict[int, tuple[Any, Any]] = field(default_factory=dict)
 
     def fold(self, f: int) -> tuple[Any, Any]:
         """(training, validation) data of fold f, each checked by the guard; built once."""
         if f not in self._fold_data:
             tr_split, val_split = self.folds[f]
-            self.guard.check(tr_split.classes, f"fold {f} training")
-            self.guard.check(val_split.classes, f"fold {f} validation")
+            self.guard.check(tr_split.classes, f"{fold_label(f)} training")
+            self.guard.check(val_split.classes, f"{fold_label(f)} validation")
             self._fold_data[f] = (self.train.subset(tr_split.classes), self.train.subset(val_split.classes))
         tr, val = self._fold_data[f]
-        self.guard.check(tr.classes, f"fold {f} training")  # the data itself, not only the split
-        self.guard.check(val.classes, f"fold {f} validation")
+        self.guard.check(tr.classes, f"{fold_label(f)} training")  # the data itself, not only the split
+        self.guard.check(val.classes, f"{fold_label(f)} validation")
         return tr, val
 
     def data_fingerprint(self) -> str:
@@ -263,23 +266,36 @@ def prepare(protocol: Protocol, data_root: str | None = None) -> Prepared:
     guard = make_guard(d, train_all, test_all, test_split)
     train_split = guard.check(selected.classes, "train")
     train = train_all.subset(train_split.classes)
+    small: dict[str, Any] | None = None
+    if setting(protocol.doc, "data.small_classes") == "drop":
+        small = {"min_samples": d["min_samples_per_class"]}
+        train_split, train, small["train"] = _drop_small(train_all, train_split, d["min_samples_per_class"])
     sides = [(train, "train")]
     if is_query_gallery(d["test"]):  # used whole: a query needs a match in the gallery, not a class size
         test = test_all
         _check_query_gallery(protocol, test)
     else:
-        test = test_all.subset(test_split.classes)
+        if small is not None:
+            test_split, test, small["test"] = _drop_small(test_all, test_split, d["min_samples_per_class"])
+        else:
+            test = test_all.subset(test_split.classes)
         sides.append((test, "test"))
     for data, side in sides:
-        _, counts = torch.unique(data.y, return_counts=True)
+        classes, counts = torch.unique(data.y, return_counts=True)
+        if not len(counts):  # everything dropped
+            raise BenchError(
+                f"{data.name}: no {side} class has {d['min_samples_per_class']} samples "
+                f"(data.min_samples_per_class; data.small_classes: drop left them all out)"
+            )
         low = int(counts.argmin())
         if int(counts[low]) < d["min_samples_per_class"]:
-            cls = int(torch.unique(data.y)[low])
+            cls = int(classes[low])
             named = data.meta.get("class_names", {}).get(cls)
             label = f"class {cls}" + (f" ({named})" if named is not None and str(named) != str(cls) else "")
             raise BenchError(
                 f"{data.name}: {label} has {int(counts[low])} sample(s); every {side} class needs "
-                f"at least {d['min_samples_per_class']} (data.min_samples_per_class)"
+                f"at least {d['min_samples_per_class']} (data.min_samples_per_class), or set "
+                f"data.small_classes: drop to leave such classes out"
             )
     _try_pipelines(train, *((test.query, test.gallery) if is_query_gallery(d["test"]) else (test,)))
     validation = d["validation"]
@@ -292,11 +308,44 @@ def prepare(protocol: Protocol, data_root: str | None = None) -> Prepared:
     for i, (fold_train, _) in enumerate(folds):
         if len(fold_train) < t["P"]:
             raise BenchError(
-                f"training.P: {t['P']} classes per batch, but fold {i} trains on {len(fold_train)} classes"
+                f"training.P: {t['P']} classes per batch, but {fold_label(i)} trains on {len(fold_train)} classes"
             )
     lake = None
     if "lake_accuracy" in protocol.doc["evaluation"]["metrics"]:
         if d["test"] != "omniglot:evaluation":
             raise BenchError("evaluation.metrics: lake_accuracy needs omniglot:evaluation as the test data")
         lake = datasets.load_lake_runs(data_root, d["image_size"])
-    return Prepared(train, test, train_split, test_split, folds, guard, lake)
+    return Prepared(train, test, train_split, test_split, folds, guard, lake, small)
+
+
+def _drop_small(data: Any, split: ClassSplit, need: int) -> tuple[ClassSplit, Any, dict[str, int]]:
+    """`split`'s classes of `data` with at least `need` samples (the split keeps its name), their data, and
+    the count left out: ``{"dropped", "of", "smallest"}`` (smallest: the fewest samples of a class left out,
+    0 when none was)."""
+    import torch
+
+    chosen = data.subset(split.classes)
+    classes, counts = torch.unique(chosen.y, return_counts=True)
+    keep = classes[counts >= need].tolist()
+    short = counts[counts < need]
+    kept = ClassSplit(split.name, tuple(keep))
+    record = {"dropped": len(short), "of": len(classes), "smallest": int(short.min()) if len(short) else 0}
+    return kept, (chosen if not len(short) else data.subset(kept.classes)), record
+
+
+def small_classes_notice(small: Mapping[str, Any] | None) -> str | None:
+    """Under ``data.small_classes: drop``, the one line saying how many classes were left out (None: none)."""
+    if not small:
+        return None
+    parts = [
+        f"{small[side]['dropped']} of {small[side]['of']} {side} classes"
+        for side in ("train", "test")
+        if side in small and small[side]["dropped"]
+    ]
+    if not parts:
+        return None
+    smallest = min(small[s]["smallest"] for s in ("train", "test") if s in small and small[s]["dropped"])
+    return (
+        f"left out {' and '.join(parts)} with fewer than {small['min_samples']} samples "
+        f"(the smallest {smallest}; data.small_classes: drop)"
+    )

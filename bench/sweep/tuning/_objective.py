@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bench.data.splits import ClassSplit
+from bench.data.splits import ClassSplit, fold_label
 from bench.errors import BenchError, DivergedError, MethodError
 from bench.plan import Cell
 from bench.protocol import Protocol
@@ -305,7 +305,7 @@ def run_trial(
                 total_it,
                 total_samples,
                 time.perf_counter() - start,
-                f"fold {f}: {result.reason}",
+                f"{fold_label(f)}: {result.reason}",
                 train_s,
                 score_s,
             )
