@@ -120,7 +120,8 @@ def update_cell_floor(protocol: Protocol, prepared: Prepared, results: Path, cel
         if list(old.columns) == columns
         else pd.DataFrame(columns=columns)
     )
-    keep = keep[[keys.get(str(c)) == k for c, k in zip(keep["cell"], keep["cell_key"])]]
+    current = pd.Series([keys.get(str(c)) == k for c, k in zip(keep["cell"], keep["cell_key"])], dtype=bool)
+    keep = keep.loc[current.to_numpy()]
     done = {(str(c), int(s)) for c, s in zip(keep["cell"], keep["seed"])}
     rows = [
         *keep.to_dict("records"),
