@@ -214,7 +214,7 @@ def test_cell_floor_is_the_cells_untrained_trunk_and_metric_scored_the_same_way(
 
     from bench import training
     from bench.evaluation import score_model
-    from bench.plan import plan
+    from bench.plan import cell_key, plan
     from bench.protocol import parse_protocol
     from bench.sweep import floor
     from bench.sweep.tables import CELL_FLOOR, metric_names
@@ -244,7 +244,8 @@ def test_cell_floor_is_the_cells_untrained_trunk_and_metric_scored_the_same_way(
         metric=pair_scorer_of(loss),
     )  # fmt: skip
     metrics = metric_names(protocol.doc)
-    assert row == {"protocol_hash": protocol.hash, "cell": cell.id, "seed": 0, **{m: want[m] for m in metrics}}
+    want_row = {"protocol_hash": protocol.hash, "cell_key": cell_key(protocol, cell), "cell": cell.id, "seed": 0}
+    assert row == {**want_row, **{m: want[m] for m in metrics}}
     trunk_floor = floor.floor_row(protocol, prepared, 0)
     assert {m: want[EMBEDDING_PREFIX + m] for m in metrics} == pytest.approx({m: trunk_floor[m] for m in metrics})
     assert want["map_at_r"] != trunk_floor["map_at_r"]  # ranked by g, not by the embedding distance
@@ -301,7 +302,7 @@ def test_train_command_ranks_a_learned_metric_run_by_g_and_its_floor_too(tmp_pat
     them; the floor is the seed's initial trunk and metric, whatever the training did."""
     import json
 
-    from test_own_data import write_folder
+    from _shared import write_folder
 
     from bench.cli import main
 
