@@ -30,7 +30,15 @@ def test_every_trunk_embeds_28x28_images(name: str, params: dict) -> None:
 
 
 def test_registry_lists_the_built_in_trunks() -> None:
-    assert set(names("trunk")) == {"bninception", "conv4", "lecun2006", "omniglot_encoder", "mlp", "resnet18", "resnet50"}
+    assert set(names("trunk")) == {
+        "bninception",
+        "conv4",
+        "lecun2006",
+        "omniglot_encoder",
+        "mlp",
+        "resnet18",
+        "resnet50",
+    }
 
 
 def test_omniglot_encoder_at_its_original_size_is_l2_normalised() -> None:
