@@ -120,7 +120,8 @@ def update_cell_floor(protocol: Protocol, prepared: Prepared, results: Path, cel
         if list(old.columns) == columns
         else pd.DataFrame(columns=columns)
     )
-    keep = keep[[keys.get(str(c)) == k for c, k in zip(keep["cell"], keep["cell_key"])]]
+    # .loc: an empty mask (no row kept yet) selects no row, where ``keep[[]]`` would select no column
+    keep = keep.loc[[keys.get(str(c)) == k for c, k in zip(keep["cell"], keep["cell_key"])]]
     done = {(str(c), int(s)) for c, s in zip(keep["cell"], keep["seed"])}
     rows = [
         *keep.to_dict("records"),
