@@ -168,10 +168,31 @@ class TrainResult:
     final_loss: float
     status: str = "ok"
     reason: str = ""
+    best_iteration: int | None = None  # early stopping: the iteration of the checkpoint returned; None: the last
 
 
 Checkpoint = Callable[[int, nn.Module], None]
 Progress = Callable[[int, int, float], None]
+
+
+@dataclass
+class EarlyStopping:
+    """Early stopping of one run: ``score(iteration, model)`` (higher is better) every ``check_every``
+    iterations; the run stops after ``patience`` checks in a row without a strictly higher score, and the
+    model it returns is the best-scoring checkpoint (the trunk and the loss's own parameters, a learned
+    metric's or proxies, as they were then). ``config.iterations`` is the most it trains. ``score`` may raise
+    (``optuna.TrialPruned``) to stop the run, as ``on_checkpoint`` may."""
+
+    check_every: int
+    patience: int
+    score: Callable[[int, nn.Module], float]
+
+
+def _snapshot(*modules: Any) -> list[dict[str, torch.Tensor] | None]:
+    return [
+        {k: v.detach().clone() for k, v in m.state_dict().items()} if isinstance(m, nn.Module) else None
+        for m in modules
+    ]
 
 
 def build(config: TrainConfig, in_shape: tuple[int, ...], num_classes: int, device: torch.device):
@@ -406,6 +427,8 @@ def train(
     on_checkpoint: Checkpoint | None = None,
     progress: Progress | None = None,
     on_built: Callable[[nn.Module, Any], None] | None = None,
+    early_stopping: EarlyStopping | None = None,
+    stop_after: int | None = None,
 ) -> TrainResult:
     """Train ``config.trunk`` on ``data`` (a LabeledData) for ``config.iterations`` steps.
 
@@ -416,7 +439,13 @@ def train(
     ``progress(iteration, total, loss)`` is called every ``SYNC_EVERY``
     iterations and at the end. ``on_built(trunk, loss)`` is told the trunk
     and the loss once they are built, before the first step (a checkpoint
-    that scores a learned-metric cell needs the loss's metric).
+    that scores a learned-metric cell needs the loss's metric). With
+    ``early_stopping`` the run may stop before ``config.iterations`` and
+    returns its best checkpoint (`EarlyStopping`); ``iterations`` is then the
+    iterations it trained and ``best_iteration`` the checkpoint's.
+    ``stop_after``: stop after that many iterations, the schedule still
+    that of ``config.iterations`` (an early-stopped run's final retrained to
+    the iteration its best checkpoint was taken at).
     """
     config.check()
     device = torch.device(config.device)
@@ -454,6 +483,7 @@ def train(
     total = config.iterations
     losses = torch.zeros(total, device=device)
     samples_seen, empty_steps, checked = 0, 0, 0
+    best_score, best_it, best_state, stale = -math.inf, 0, _snapshot(), 0
 
     def read_back(upto: int) -> float:
         """Sync point: raise on the first non-finite loss in [checked, upto), return the latest loss."""
@@ -511,12 +541,31 @@ def train(
             read_back(it)
             on_checkpoint(it, trunk)
             trunk.train()
+        if early_stopping is not None and (it % early_stopping.check_every == 0 or it == total):
+            read_back(it)
+            value = float(early_stopping.score(it, trunk))
+            trunk.train()
+            if value > best_score or best_it == 0:  # a NaN score never counts as better, but the first is kept
+                best_score, best_it, best_state, stale = value, it, _snapshot(trunk, loss_fn), 0
+            else:
+                stale += 1
+                if stale >= early_stopping.patience:
+                    break
+        if stop_after is not None and it >= stop_after:
+            break
+    done = it
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     wall = time.perf_counter() - start
-    final = float(losses[-min(FINAL_LOSS_WINDOW, total) :].mean())
-    reason = f"{empty_steps} of {total} steps had no valid tuple" if empty_steps else ""
-    return TrainResult(trunk.eval(), loss_fn, total, samples_seen, wall, final, "ok", reason)
+    read_back(done)
+    final = float(losses[max(done - FINAL_LOSS_WINDOW, 0) : done].mean())
+    if early_stopping is not None:
+        for module, state in zip((trunk, loss_fn), best_state):
+            if state is not None:
+                module.load_state_dict(state)
+    reason = f"{empty_steps} of {done} steps had no valid tuple" if empty_steps else ""
+    best = best_it if early_stopping is not None else None
+    return TrainResult(trunk.eval(), loss_fn, done, samples_seen, wall, final, "ok", reason, best)
 
 
 def _decoded(files: Any, idx: torch.Tensor, step: int, seed: int, device: torch.device) -> torch.Tensor:

@@ -74,6 +74,7 @@ def plan(
         iterations=training["iterations"],
         batch_size=training["P"] * training["K"],
         seeds=len(doc["final"]["seeds"]),
+        early_stopping=bool(training.get("early_stopping")),
     )
     cost, cost_note, precision_note = trunk_cost(protocol, step_s), "", ""
     if measure and step_s is None:

@@ -70,9 +70,10 @@ class Budget:
 
     trials: int
     folds: int
-    iterations: int  # per training run
+    iterations: int  # per training run; under early stopping the most a run may train
     batch_size: int
     seeds: int
+    early_stopping: bool = False  # runs may stop before `iterations` (training.early_stopping): a maximum
 
     @property
     def tuning_runs(self) -> int:

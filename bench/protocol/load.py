@@ -351,8 +351,9 @@ def _with_defaults(raw: dict[str, Any]) -> dict[str, Any]:
     if pruner["type"] != "none":
         for key, value in PRUNER_DEFAULTS.items():
             pruner.setdefault(key, value)
-        if pruner["check_every"] is None:
-            pruner["check_every"] = max(1, doc["training"]["iterations"] // 4)
+        if pruner["check_every"] is None:  # under early stopping the pruner is told the early-stopping scores
+            stopping = doc["training"].get("early_stopping")
+            pruner["check_every"] = stopping["check_every"] if stopping else max(1, doc["training"]["iterations"] // 4)
     validation = doc["data"]["validation"]
     if validation["use"] is None:
         validation["use"] = validation["folds"]
@@ -476,6 +477,35 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
         report.add(
             ("tuning", "pruner", "check_every"),
             f"expected at most training.iterations={doc['training']['iterations']}, got {pruner['check_every']}",
+        )
+    _check_early_stopping(doc, report)
+
+
+def _check_early_stopping(doc: dict[str, Any], report: _Reporter) -> None:
+    """``training.early_stopping``: its cap is the budget (``max_iterations`` = ``training.iterations``, so the
+    plan, the audit and the budget check count one number), it checks within it, and a pruner is told the
+    early-stopping scores (its ``check_every`` the same), one validation score per check."""
+    stopping = doc["training"].get("early_stopping")
+    if not stopping:
+        return
+    iterations = doc["training"]["iterations"]
+    if stopping["max_iterations"] != iterations:
+        report.add(
+            ("training", "early_stopping", "max_iterations"),
+            f"expected training.iterations={iterations} (the budget: the most any run trains), "
+            f"got {stopping['max_iterations']}",
+        )
+    if stopping["check_every"] > iterations:
+        report.add(
+            ("training", "early_stopping", "check_every"),
+            f"expected at most training.iterations={iterations}, got {stopping['check_every']}",
+        )
+    pruner = doc["tuning"]["pruner"]
+    if pruner["type"] != "none" and pruner["check_every"] != stopping["check_every"]:
+        report.add(
+            ("tuning", "pruner", "check_every"),
+            f"expected training.early_stopping.check_every={stopping['check_every']} (the pruner is told the "
+            f"early-stopping scores), got {pruner['check_every']}",
         )
 
 

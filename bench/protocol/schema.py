@@ -36,6 +36,20 @@ TEST_DATA = {
     ]
 }
 
+# training.early_stopping: validation scored every check_every iterations, the best checkpoint kept, the run
+# stopped after `patience` checks without improvement; max_iterations equals training.iterations (the budget).
+EARLY_STOPPING = {
+    "type": ["object", "null"],  # null: absent (fixed iterations)
+    "additionalProperties": False,
+    "required": ["metric", "patience", "check_every", "max_iterations"],
+    "properties": {
+        "metric": {"enum": list(RETRIEVAL_METRICS[:3])},
+        "patience": _POS_INT,
+        "check_every": _POS_INT,
+        "max_iterations": _POS_INT,
+    },
+}
+
 DISTRIBUTION = {
     "oneOf": [
         {
@@ -235,6 +249,7 @@ SCHEMA: dict[str, Any] = {
                 "precision": {"enum": ["fp32", "bf16", "fp16", "auto"]},
                 "channels_last": {"type": ["boolean", "null"]},
                 "schedule": SCHEDULE,
+                "early_stopping": EARLY_STOPPING,
             },
         },
         "evaluation": {
@@ -331,6 +346,7 @@ ABSENT_DEFAULTS: dict[str, Any] = {
     "training.trunk_lr": None,  # None: training.lr for the whole trunk
     "data.small_classes": "refuse",  # a class below data.min_samples_per_class: refused (drop: left out, counted)
     "training.short_classes": "repeat",  # a class with fewer than K images: drawn with replacement (PML's way)
+    "training.early_stopping": None,  # None: every run trains training.iterations
 }
 
 

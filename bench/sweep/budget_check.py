@@ -51,6 +51,7 @@ from bench.errors import BenchError
 from bench.plan import Cell, cell_key
 from bench.plan import plan as make_plan
 from bench.protocol import Protocol
+from bench.protocol.schema import setting
 from bench.stores import provenance, tracking
 from bench.stores.urls import redact, sqlite_path
 from bench.sweep import tables
@@ -75,6 +76,7 @@ class Tuned:
     cell: Cell
     params: dict[str, Any]
     validation: float
+    stop_after: int | None = None  # under early stopping: the iterations the finals trained (x the multiple here)
 
 
 def tuned_cells(protocol: Protocol, results: Path, storage_url: str) -> list[Tuned]:
@@ -121,7 +123,9 @@ def tuned_cells(protocol: Protocol, results: Path, storage_url: str) -> list[Tun
             raise BenchError(
                 f"budget-check: {cell.id} has {len(finals)} of {plan.budget.seeds} final seeds recorded: {run}"
             )
-        out.append(Tuned(cell, json.loads(finals[0]["params"]), finals[0][f"val_{protocol.primary}"]))
+        # every final seed of a cell trained the same length; a failed one stopped earlier: the longest
+        stop = max(int(r["iterations"]) for r in finals) if setting(protocol.doc, "training.early_stopping") else None
+        out.append(Tuned(cell, json.loads(finals[0]["params"]), finals[0][f"val_{protocol.primary}"], stop))
     return out
 
 
@@ -314,6 +318,7 @@ class _Check:
             progress=self.progress,
             step=self._step,
             multiple=self.multiple,
+            stop_after=tuned.stop_after,
         )
         result, primary = run.result, run.metrics.get(p.primary, math.nan)
         score = f" {p.primary}={primary:.4f}" if math.isfinite(primary) else ""

@@ -122,14 +122,17 @@ def train_final(
     step: Callable[[int, int, float], None],
     multiple: int = 1,
     artifacts: Path | None = None,
+    stop_after: int | None = None,
 ) -> FinalRun:
     """Train final seed ``seed`` of ``cell`` with ``params`` (``multiple`` x the budget), score it on the test
     set, write the artifacts into ``artifacts`` (a cell's directory; None: none) when it completed, record
     it (``record``) and log its MLflow run. ``step`` is the training loop's progress callback (it may raise
-    KeyboardInterrupt); an interruption ends the MLflow run KILLED, records nothing and is raised again."""
+    KeyboardInterrupt); an interruption ends the MLflow run KILLED, records nothing and is raised again.
+    ``stop_after``: under ``training.early_stopping`` the iterations the final trains (`final_iterations`, the
+    cell's best trial's early-stopped length; x ``multiple`` here), the schedule that of the whole budget."""
     run_id = mlflow.run(record.key, record.name, record.parent, tags=record.tags)
     config = final_run_config(protocol, cell, params, seed, multiple)
-    progress.run_started(config.iterations)
+    progress.run_started(config.iterations if stop_after is None else stop_after * multiple)
     try:
         with record.held():
             prepared.guard.check(prepared.train.classes, record.purpose)
@@ -141,6 +144,7 @@ def train_final(
                 clustering=clusters_on_test(protocol),
                 lake_runs=prepared.lake_runs,
                 progress=step,
+                stop_after=None if stop_after is None else stop_after * multiple,
             )
     except BaseException:
         record.abandon()

@@ -99,6 +99,7 @@ from bench.sweep.tuning import (
     Slot,
     SlotStudy,
     best_trial,
+    final_iterations,
     make_pruner,
     make_sampler,
     open_storage,
@@ -552,6 +553,7 @@ class Sweep:
             progress=self.progress,
             step=self.step,
             artifacts=tables.cell_dir(self.results, cell.id) if slot.slot == 0 else None,
+            stop_after=final_iterations(self.protocol, best.user_attrs.get("best_iterations", [])),
         )
         result = run.result
         self.progress.recorded(self._done_iterations()[0])

@@ -240,7 +240,9 @@ def audit(plan: Plan, records: Records) -> dict[str, str]:
 
     The budget is the plan's: ``trials`` trials each given ``folds x
     iterations``, a COMPLETE trial having used all of it; ``seeds`` final
-    runs of ``iterations`` each. Samples seen may be lower than iterations
+    runs of ``iterations`` each. Under early stopping (``budget.early_stopping``)
+    the budget is the maximum: a run may have trained fewer iterations, never
+    more. Samples seen may be lower than iterations
     x P x K (dataset-level miners serve smaller batches) but never higher.
     """
     b = plan.budget
@@ -255,7 +257,9 @@ def audit(plan: Plan, records: Records) -> dict[str, str]:
         for r in trials:
             if r["budget_iterations"] != per_trial:
                 problems.append(f"trial {r['trial']} was given {r['budget_iterations']} iterations, not {per_trial}")
-            elif r["iterations"] > per_trial or (r["state"] == "COMPLETE" and r["iterations"] != per_trial):
+            elif r["iterations"] > per_trial or (
+                r["state"] == "COMPLETE" and not b.early_stopping and r["iterations"] != per_trial
+            ):
                 problems.append(
                     f"trial {r['trial']} ({r['state']}) trained {r['iterations']} iterations, the budget is {per_trial}"
                 )
@@ -264,8 +268,13 @@ def audit(plan: Plan, records: Records) -> dict[str, str]:
         if finals and len(finals) != b.seeds:
             problems.append(f"{len(finals)} final runs recorded, the budget is {b.seeds} seeds")
         for r in finals:
-            if r["state"] == "COMPLETE" and r["iterations"] != b.iterations:
-                problems.append(f"final seed {r['seed']} trained {r['iterations']} iterations, not {b.iterations}")
+            if r["iterations"] > b.iterations or (
+                r["state"] == "COMPLETE" and not b.early_stopping and r["iterations"] != b.iterations
+            ):
+                problems.append(
+                    f"final seed {r['seed']} trained {r['iterations']} iterations, "
+                    f"{'the most is' if b.early_stopping else 'not'} {b.iterations}"
+                )
             if r["samples_seen"] > r["iterations"] * b.batch_size:
                 problems.append(f"final seed {r['seed']} saw more samples than its iterations allow")
         if problems:

@@ -40,6 +40,7 @@ class RunResult:
     metric: Any = None  # the learned metric that ranked the test pairs (`bench.evaluation.pair_scorer_of`), or None
     train_s: float = 0.0  # the training loop's seconds (`TrainResult.wall_time_s`; all of it on a failure)
     score_s: float = 0.0  # scoring the trained model
+    best_iteration: int | None = None  # early stopping: the iteration of the checkpoint scored; None: the last
 
 
 @dataclass
@@ -56,6 +57,7 @@ class TrialOutcome:
     reason: str = ""
     train_s: float = 0.0  # its folds' training loops
     score_s: float = 0.0  # its folds' validation scoring
+    best_iterations: list[int] = field(default_factory=list)  # early stopping: each fold's best checkpoint
 
 
 class Hooks:
@@ -115,6 +117,24 @@ def final_config(protocol: Protocol, cell: Cell, params: dict[str, Any], seed: i
     return train_config(protocol, cell, loss_params, miner_params, final_seed(protocol.seed, seed))
 
 
+def final_iterations(protocol: Protocol, best_iterations: list[int]) -> int | None:
+    """The iterations a final seed trains under ``training.early_stopping``, or None (all of them).
+
+    A final seed is retrained on every training class, so it has no validation classes to stop on; it
+    trains as long as the cell's best trial's fold models trained to their best checkpoints: their mean,
+    rounded to a multiple of ``check_every`` (at least one check, at most the budget), the learning-rate
+    schedule still that of the whole budget. Without early stopping, or no fold iterations recorded: None.
+    """
+    from bench.protocol.schema import setting
+
+    stopping = setting(protocol.doc, "training.early_stopping")
+    if not stopping or not best_iterations:
+        return None
+    every = stopping["check_every"]
+    mean = sum(best_iterations) / len(best_iterations)
+    return int(min(max(every, every * round(mean / every)), protocol.doc["training"]["iterations"]))
+
+
 def split_params(cell: Cell, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Searched values (``loss.x``, ``miner.y``) merged over the cell's fixed parameters."""
     loss = dict(cell.loss_params)
@@ -153,14 +173,25 @@ def train_and_score(
     on_checkpoint: Callable | None = None,
     checkpoint_every: int = 0,
     progress: Callable | None = None,
+    stop_on: Any = None,
+    on_score: Callable[[int, float], None] | None = None,
+    stop_after: int | None = None,
 ) -> RunResult:
     """Train, then evaluate on ``score_on``; divergence, a loss or miner that raises (`MethodError`) and bad
     parameter values become a FAIL, not a crash. ``on_checkpoint(iteration, model, metric)`` gets the
-    loss's learned metric (or None) to rank by, as the final score does."""
+    loss's learned metric (or None) to rank by, as the final score does.
+
+    ``stop_on``: validation data the run is early-stopped on (``training.early_stopping``: its metric
+    every ``check_every`` iterations, the best checkpoint the model scored, `bench.training.EarlyStopping`);
+    ``on_score(iteration, value)`` is told each of those scores (a pruner's report; it may raise
+    ``optuna.TrialPruned``). None: the run trains ``config.iterations``, or ``stop_after`` of them
+    (`bench.training.train`).
+    """
     import optuna
 
     from bench.evaluation import pair_scorer_of, score_model
-    from bench.training import train
+    from bench.protocol.schema import setting
+    from bench.training import EarlyStopping, train
 
     start = time.perf_counter()
     batch = config.P * config.K
@@ -173,6 +204,28 @@ def train_and_score(
         assert on_checkpoint is not None  # only passed to train() when given
         on_checkpoint(it, model, pair_scorer_of(built["loss"]))  # a learned-metric cell is ranked by its g
 
+    stopping = setting(protocol.doc, "training.early_stopping")
+    early = None
+    if stop_on is not None and stopping:
+        from bench.evaluation import evaluate
+
+        def score(it: int, model: Any) -> float:
+            last["it"] = it
+            value = evaluate(
+                model,
+                stop_on,
+                ks=tuple(protocol.doc["evaluation"]["ks"]),
+                clustering=False,
+                device=config.device,
+                normalize=protocol.doc["model"]["normalize"],
+                metric=pair_scorer_of(built["loss"]),
+            )[stopping["metric"]]
+            if on_score is not None:
+                on_score(it, float(value))
+            return float(value)
+
+        early = EarlyStopping(stopping["check_every"], stopping["patience"], score)
+
     try:
         result = train(
             config,
@@ -181,6 +234,8 @@ def train_and_score(
             on_checkpoint=checkpoint if on_checkpoint else None,
             progress=progress,
             on_built=lambda trunk, loss: built.update(loss=loss),
+            early_stopping=early,
+            stop_after=stop_after,
         )
     except DivergedError as e:
         return RunResult(
@@ -234,6 +289,7 @@ def train_and_score(
         metric,
         result.wall_time_s,
         time.perf_counter() - scoring,
+        result.best_iteration,
     )
 
 
@@ -244,14 +300,23 @@ def run_trial(
 
     With a pruner, the validation score is reported every ``check_every``
     iterations at step ``fold x iterations + iteration``, so trials are
-    compared fold by fold at equal training time.
+    compared fold by fold at equal training time. Under
+    ``training.early_stopping`` each fold's run is early-stopped on that
+    fold's validation classes, the pruner is told the early-stopping scores
+    (the same steps), and each fold's best checkpoint is what the trial is
+    scored on; the iterations are those trained, ``best_iterations`` the
+    checkpoints'.
     """
     import optuna
+
+    from bench.protocol.schema import setting
 
     hooks = hooks or Hooks()
     primary = protocol.primary
     iterations = protocol.doc["training"]["iterations"]
     pruner = protocol.doc["tuning"]["pruner"]
+    stopping = setting(protocol.doc, "training.early_stopping")
+    best_iterations: list[int] = []
     params = suggest(trial, cell)
     loss_params, miner_params = split_params(cell, params)
     values: list[float] = []
@@ -280,6 +345,11 @@ def run_trial(
             if trial.should_prune():
                 raise optuna.TrialPruned()
 
+        def on_score(it: int, value: float, f: int = f) -> None:  # under early stopping: its scores, pruned
+            trial.report(value, f * iterations + it)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+
         use_pruner = pruner["type"] != "none"
         result = train_and_score(
             protocol,
@@ -287,10 +357,14 @@ def run_trial(
             tr,
             val,
             clustering=False,
-            on_checkpoint=on_checkpoint if use_pruner else None,
-            checkpoint_every=pruner.get("check_every", 0) if use_pruner else 0,
+            on_checkpoint=on_checkpoint if use_pruner and not stopping else None,
+            checkpoint_every=pruner.get("check_every", 0) if use_pruner and not stopping else 0,
             progress=hooks.iteration,
+            stop_on=val if stopping else None,
+            on_score=on_score if use_pruner and stopping else None,
         )
+        if result.best_iteration is not None:
+            best_iterations.append(result.best_iteration)
         total_it += result.iterations
         total_samples += result.samples_seen
         train_s += result.train_s
@@ -308,6 +382,7 @@ def run_trial(
                 f"{fold_label(f)}: {result.reason}",
                 train_s,
                 score_s,
+                best_iterations,
             )
         values.append(float(result.metrics[primary]))
     return TrialOutcome(
@@ -320,13 +395,17 @@ def run_trial(
         time.perf_counter() - start,
         train_s=train_s,
         score_s=score_s,
+        best_iterations=best_iterations,
     )
 
 
 def trial_attrs(outcome: TrialOutcome, protocol: Protocol) -> dict[str, Any]:
-    """What every trial records besides its value: the budget it used and was given."""
+    """What every trial records besides its value: the budget it used and was given (the maximum under early
+    stopping), and under early stopping each fold's best checkpoint (``best_iterations``)."""
     b = protocol.doc["training"]
+    extra = {"best_iterations": outcome.best_iterations} if b.get("early_stopping") else {}
     return {
+        **extra,
         "iterations": outcome.iterations,
         "samples_seen": outcome.samples_seen,
         "wall_time_s": round(outcome.wall_time_s, 3),

@@ -1,0 +1,176 @@
+"""training.early_stopping: the trainer's best checkpoint and patience, the protocol field, a real tiny sweep."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+import torch
+from _shared import RUNNER_TINY
+from _shared import sweep_options as _options
+
+from bench.data import LabeledData, load
+from bench.errors import BenchError
+from bench.plan import plan
+from bench.protocol import parse_protocol
+from bench.sweep import tables
+from bench.sweep.runner import run_protocol
+from bench.sweep.tuning import final_iterations, open_storage
+from bench.training import EarlyStopping, TrainConfig, train
+
+SHORT = "patience: 1, check_every: 2"  # the sweep's: a check every other step, stopped at the first miss
+STOPPING = "early_stopping: {metric: map_at_r, patience: 2, check_every: 5, max_iterations: ITERATIONS}"
+
+
+@pytest.fixture(scope="module")
+def omniglot(data_root: Path) -> LabeledData:
+    background = load("omniglot:background", data_root, 14)
+    return background.subset(background.classes[:12])
+
+
+def quick(**changes) -> TrainConfig:
+    base = dict(trunk="mlp", embedding_dim=16, loss="triplet", miner="batch_hard", P=4, K=4, iterations=50, seed=0)
+    return TrainConfig(**{**base, **changes})
+
+
+def _params(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def test_stops_after_patience_checks_and_returns_the_best_checkpoint(omniglot) -> None:
+    scores = iter([0.1, 0.5, 0.3, 0.2, 0.9])  # best at the 2nd check (10); 15 and 20 do not improve: stop at 20
+    seen: dict[int, list[torch.Tensor]] = {}
+
+    def score(it: int, model: torch.nn.Module) -> float:
+        seen[it] = _params(model)
+        return next(scores)
+
+    result = train(quick(), omniglot, early_stopping=EarlyStopping(check_every=5, patience=2, score=score))
+    assert sorted(seen) == [5, 10, 15, 20]
+    assert result.iterations == 20 and result.best_iteration == 10 and result.samples_seen == 20 * 16
+    assert all(torch.equal(a, b) for a, b in zip(_params(result.model), seen[10]))
+    assert not all(torch.equal(a, b) for a, b in zip(seen[10], seen[20]))  # it did train on after the best
+    assert not result.model.training
+
+
+def test_a_run_that_keeps_improving_trains_the_whole_budget(omniglot) -> None:
+    rising = iter(range(100))
+    result = train(
+        quick(iterations=20), omniglot, early_stopping=EarlyStopping(5, 1, lambda it, model: float(next(rising)))
+    )
+    assert result.iterations == 20 and result.best_iteration == 20
+    assert train(quick(iterations=20), omniglot).best_iteration is None  # no early stopping: none recorded
+
+
+def test_the_score_may_prune(omniglot) -> None:
+    def prune(it: int, model: torch.nn.Module) -> float:
+        raise optuna.TrialPruned()
+
+    with pytest.raises(optuna.TrialPruned):
+        train(quick(), omniglot, early_stopping=EarlyStopping(5, 2, prune))
+
+
+def test_stop_after_trains_the_first_iterations_of_the_longer_run(omniglot) -> None:
+    short = train(quick(iterations=10), omniglot)
+    cut = train(quick(iterations=30), omniglot, stop_after=10)
+    assert cut.iterations == 10 and cut.samples_seen == 10 * 16
+    assert all(torch.equal(a, b) for a, b in zip(_params(short.model), _params(cut.model)))
+
+
+# --------------------------------------------------------------------------- the protocol field
+
+
+def _tiny(iterations: int = 20, stopping: str = STOPPING, pruner: str = "") -> str:
+    text = RUNNER_TINY.replace("ITERATIONS}", "ITERATIONS, " + stopping + "}" if stopping else "ITERATIONS}")
+    if pruner:
+        text = text.replace("tuning: {trials: 2}", "tuning: {trials: 2, pruner: " + pruner + "}")
+    return text.replace("ITERATIONS", str(iterations))
+
+
+def test_absent_early_stopping_keeps_the_hash() -> None:
+    plain = parse_protocol(_tiny(stopping=""))
+    assert parse_protocol(_tiny(stopping="early_stopping: null")).hash == plain.hash
+    assert parse_protocol(_tiny()).hash != plain.hash
+
+
+@pytest.mark.parametrize(
+    "stopping, pruner, message",
+    [
+        (STOPPING.replace("max_iterations: ITERATIONS", "max_iterations: 40"), "", "max_iterations: expected"),
+        (STOPPING.replace("check_every: 5", "check_every: 50"), "", "check_every: expected at most"),
+        (STOPPING, "{type: median, check_every: 4}", "pruner.check_every: expected training.early_stopping"),
+        (STOPPING.replace("map_at_r", "nmi"), "", "metric: expected one of"),
+        (STOPPING.replace("patience: 2, ", ""), "", "patience: missing"),
+    ],
+)
+def test_bad_early_stopping_is_refused_in_one_line(stopping: str, pruner: str, message: str) -> None:
+    with pytest.raises(BenchError, match=message):
+        parse_protocol(_tiny(stopping=stopping, pruner=pruner))
+
+
+def test_a_pruner_is_told_the_early_stopping_checks() -> None:
+    protocol = parse_protocol(_tiny(pruner="{type: median}"))
+    assert protocol.doc["tuning"]["pruner"]["check_every"] == 5
+
+
+def test_final_iterations_are_the_mean_best_checkpoint_in_checks() -> None:
+    protocol = parse_protocol(_tiny())
+    assert final_iterations(protocol, [10, 20]) == 15
+    assert final_iterations(protocol, [5, 10]) in (5, 10)  # 7.5 rounds to a whole number of checks
+    assert final_iterations(protocol, [1]) == 5  # at least one check
+    assert final_iterations(protocol, []) is None
+    assert final_iterations(parse_protocol(_tiny(stopping="")), [10]) is None
+
+
+# --------------------------------------------------------------------------- a sweep
+
+
+@pytest.mark.slow
+def test_a_sweep_early_stops_trials_on_their_fold_and_finals_to_the_best_trials_length(tmp_path, data_root) -> None:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(_tiny(iterations=40, stopping=STOPPING.replace("patience: 2, check_every: 5", SHORT)))
+    protocol = parse_protocol(path.read_text())
+    outcome = run_protocol(path, _options(tmp_path, data_root))
+    assert outcome.manifest["refused"] == {}  # the audit takes the budget as the most a run may use
+    trials, finals = outcome.trials, outcome.finals
+    done = trials[trials.state == "COMPLETE"]
+    assert len(done) and (done.iterations <= done.budget_iterations).all()
+    assert (done.iterations % 2 == 0).all()  # every run stops at a check
+    storage = open_storage(f"sqlite:///{tmp_path / 'optuna.db'}")
+    names = optuna.get_all_study_names(storage)  # keyed by the data too: found by the cell's suffix
+    stopped_early = False
+    for cell in plan(protocol).cells:
+        (name,) = [n for n in names if n.endswith(f":{cell.id}")]
+        study = optuna.load_study(study_name=name, storage=storage)
+        complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+        if not complete:
+            continue
+        for t in complete:
+            assert len(t.user_attrs["best_iterations"]) == 1  # one fold used
+            assert t.user_attrs["best_iterations"][0] <= t.user_attrs["iterations"]
+            stopped_early |= t.user_attrs["iterations"] < 40
+        best = max(complete, key=lambda t: (t.value, -t.user_attrs["slot"]))
+        want = final_iterations(protocol, best.user_attrs["best_iterations"])
+        mine = finals[(finals.cell == cell.id) & (finals.state == "COMPLETE")]
+        assert len(mine) and (mine.iterations == want).all(), cell.id
+    assert stopped_early  # patience 1, 20 checks: some run stopped before the budget
+
+
+def test_the_audit_refuses_a_short_complete_trial_only_without_early_stopping() -> None:
+    protocol = parse_protocol(_tiny(iterations=40, stopping=""))
+    stopped = parse_protocol(_tiny(iterations=40))
+    for p, refused in ((protocol, True), (stopped, False)):
+        the_plan = plan(p)
+        records = tables.Records()
+        for cell in the_plan.cells:
+            for slot in range(2):
+                records.trials.append(
+                    {"cell": cell.id, "trial": slot, "state": "COMPLETE", "iterations": 15, "samples_seen": 15 * 16}
+                    | {"budget_iterations": 40}
+                )
+            records.finals += [
+                {"cell": cell.id, "seed": s, "state": "COMPLETE", "iterations": 15, "samples_seen": 15 * 16}
+                for s in (0, 1)
+            ]
+        assert bool(tables.audit(the_plan, records)) is refused
