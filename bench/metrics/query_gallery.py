@@ -22,14 +22,21 @@ position, the order a stable sort gives. Every number below is a function of
 that order, so equal distances give the same result in every code path (and
 in the loop references of the tests).
 
-Memory: queries go in chunks scored against the whole gallery, sized so
-that a chunk's scores and masks together stay near ``BLOCK_ELEMENTS`` x 4
-bytes (128 MB; see ``RANK_COST``), whatever the sizes: SOP's 60,502 x 60,502
-is about 1,100 chunks of 55 queries. The first correct item's rank (P@1, Recall@K, CMC)
-is counted without sorting; MAP@R and R-Precision rank only the first R
-items of a row (a top-k plus the stable tie-break at its boundary); re-ID
-mAP, which needs every correct item's rank, sorts each row of a chunk
-(Market-1501's 19,732 gallery images: a few seconds per 1,000 queries).
+Memory and speed: queries go in chunks scored against the whole gallery, sized so that
+a chunk's working set stays near ``BLOCK_ELEMENTS`` x 4 bytes (128 MB; see ``RANK_COST``,
+``SORT_COST``), whatever the sizes. The exclusion rules are index lists made once (junk
+columns; (query, gallery) pairs of the same sample or the same identity and camera) and
+``R`` is counted from the labels, so a chunk costs its scores and little more:
+
+* Recall@K, P@1, R-Precision and MAP@R look at most ``K = max(max(ks), largest R)`` items
+  deep, found by `top_ranked` (column-group minima pick the candidates, ranked by (score,
+  position); a row tied at the k-th score goes to `ranked_prefix`);
+* re-ID mAP needs every correct item's rank: `_Scorer.positive_ranks` counts, in one
+  ``searchsorted`` pass, the items below each of a row's correct scores, and adds the items
+  that tie a correct score at an earlier position (what `sorted_ranks`' stable sort gives).
+
+Both give exactly the numbers of the full-pass versions (``tests/metrics/test_query_gallery_fast.py``
+compares with a frozen copy, ties included).
 """
 
 from __future__ import annotations
@@ -427,10 +434,11 @@ class _Scorer:
         return (self.gy[top] == self.qy[s:e].unsqueeze(1)) & self.matchable[top] & torch.isfinite(values)
 
     def positive_ranks(self, s: int, e: int, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """`sorted_ranks` of queries s..e without sorting a row: each correct item's rank is 1 + the
-        number of items before it in (score, position) order, counted for all of a row's correct items
-        in one pass (``searchsorted`` into the row's sorted correct scores, then a histogram). Rows where
-        any item ties a correct item's score (other than that item itself) go to `sorted_ranks`."""
+        """`sorted_ranks` of queries s..e without sorting a row. A correct item's rank is 1 + the items
+        strictly below its score + the items of equal score at an earlier position. The first are
+        counted for all of a row's correct items in one pass (``searchsorted`` into the row's sorted
+        correct scores, then a histogram); the second from the few items whose score equals one of
+        those (float32 distances tie often at Market's size: about one row in ten)."""
         rows, G = scores.shape
         q, j = self._positives(s, e)
         q = q - s
@@ -439,28 +447,30 @@ class _Scorer:
         slot = torch.arange(len(q)) - (torch.cumsum(per_row, dim=0) - per_row)[q]
         threshold = torch.full((rows, width), float("inf"))
         threshold[q, slot] = scores[q, j]
-        threshold = torch.sort(threshold, dim=1, stable=True).values  # positions ascending within ties
-        right = torch.searchsorted(threshold, scores, right=True)  # number of thresholds <= each score
+        column = torch.full((rows, width), G, dtype=torch.int64)
+        column[q, slot] = j
+        threshold, order = torch.sort(threshold, dim=1, stable=True)  # (score, position) order
+        column = torch.gather(column, 1, order)
+        last = torch.searchsorted(threshold, scores, right=True) - 1  # the last threshold <= each score
         below = torch.bincount(
-            (right + torch.arange(rows).unsqueeze(1) * (width + 1)).view(-1), minlength=rows * (width + 1)
+            (last + 1 + torch.arange(rows).unsqueeze(1) * (width + 1)).view(-1), minlength=rows * (width + 1)
         )
         before = torch.cumsum(below.view(rows, width + 1), dim=1)[:, :width]  # items strictly below each threshold
-        # Ties: an item equal to the threshold just below it; a row is clean when only its correct items are.
-        previous = torch.gather(threshold, 1, (right - 1).clamp(min=0))
-        equal = ((previous == scores) & torch.isfinite(scores)).sum(dim=1)
-        del right, previous
-        repeated = (threshold[:, 1:] == threshold[:, :-1]) & torch.isfinite(threshold[:, 1:])
-        tied = ((equal != per_row) | repeated.any(dim=1)).nonzero().squeeze(1)
-        held = torch.arange(width).unsqueeze(0) < per_row.unsqueeze(1)
-        row, _ = held.nonzero(as_tuple=True)  # row-major: each row's correct items in rank order, as sorted_ranks
-        precision = (torch.arange(1, width + 1, dtype=torch.float64).unsqueeze(0) / (before + 1))[held]
-        ap = torch.zeros(rows, dtype=torch.float64).index_add_(0, row, precision) / per_row
-        first = torch.where(per_row > 0, before[:, 0] + 1, 0)
-        if len(tied):
-            positive = torch.zeros((len(tied), G), dtype=torch.bool)
-            where = torch.isin(q, tied)
-            positive[torch.searchsorted(tied, q[where]), j[where]] = True
-            first[tied], ap[tied] = sorted_ranks(scores[tied], positive)
+        tie = (torch.gather(threshold, 1, last.clamp(min=0)) == scores) & (last >= 0) & torch.isfinite(scores)
+        tie_row, tie_col = tie.nonzero(as_tuple=True)
+        tie_key = tie_row * width + last[tie_row, tie_col]
+        del last, tie
+        held_row, held_slot = (torch.arange(width).unsqueeze(0) < per_row.unsqueeze(1)).nonzero(as_tuple=True)
+        last_equal = torch.searchsorted(threshold, threshold, right=True) - 1  # equal scores share a key
+        held_key = held_row * width + last_equal[held_row, held_slot]
+        which, tied = _pairs(held_key, tie_key)
+        earlier = tie_col[tied] < column[held_row, held_slot][which]
+        rank = before[held_row, held_slot] + torch.bincount(which[earlier], minlength=len(held_row)) + 1
+        # Row-major: each row's correct items in rank order, summed in the order sorted_ranks sums them.
+        precision = (held_slot + 1).to(torch.float64) / rank
+        ap = torch.zeros(rows, dtype=torch.float64).index_add_(0, held_row, precision) / per_row
+        first = torch.zeros(rows, dtype=torch.int64)
+        first[held_row[held_slot == 0]] = rank[held_slot == 0]
         return first, ap
 
     def _positives(self, s: int, e: int) -> tuple[torch.Tensor, torch.Tensor]:
