@@ -22,14 +22,21 @@ position, the order a stable sort gives. Every number below is a function of
 that order, so equal distances give the same result in every code path (and
 in the loop references of the tests).
 
-Memory: queries go in chunks scored against the whole gallery, sized so
-that a chunk's scores and masks together stay near ``BLOCK_ELEMENTS`` x 4
-bytes (128 MB; see ``RANK_COST``), whatever the sizes: SOP's 60,502 x 60,502
-is about 1,100 chunks of 55 queries. The first correct item's rank (P@1, Recall@K, CMC)
-is counted without sorting; MAP@R and R-Precision rank only the first R
-items of a row (a top-k plus the stable tie-break at its boundary); re-ID
-mAP, which needs every correct item's rank, sorts each row of a chunk
-(Market-1501's 19,732 gallery images: a few seconds per 1,000 queries).
+Memory and speed: queries go in chunks scored against the whole gallery, sized so that
+a chunk's working set stays near ``BLOCK_ELEMENTS`` x 4 bytes (128 MB; see ``RANK_COST``,
+``SORT_COST``), whatever the sizes. The exclusion rules are index lists made once (junk
+columns; (query, gallery) pairs of the same sample or the same identity and camera) and
+``R`` is counted from the labels, so a chunk costs its scores and little more:
+
+* Recall@K, P@1, R-Precision and MAP@R look at most ``K = max(max(ks), largest R)`` items
+  deep, found by `top_ranked` (column-group minima pick the candidates, ranked by (score,
+  position); a row tied at the k-th score goes to `ranked_prefix`);
+* re-ID mAP needs every correct item's rank: `_Scorer.positive_ranks` counts, in one
+  ``searchsorted`` pass, the items below each of a row's correct scores, and adds the items
+  that tie a correct score at an earlier position (what `sorted_ranks`' stable sort gives).
+
+Both give exactly the numbers of the full-pass versions (``tests/metrics/test_query_gallery_fast.py``
+compares with a frozen copy, ties included).
 """
 
 from __future__ import annotations
@@ -41,15 +48,22 @@ import torch
 import torch.nn.functional as F
 
 from bench.errors import BenchError
-from bench.metrics.retrieval import BLOCK_ELEMENTS, RETRIEVAL_DISTANCES, _as_tensor, _check_ks, as_embeddings_and_labels
+from bench.metrics.retrieval import (
+    BLOCK_ELEMENTS,
+    RETRIEVAL_DISTANCES,
+    _as_tensor,
+    _check_ks,
+    _group_size,
+    as_embeddings_and_labels,
+)
 
 PairScore = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (query rows, gallery) -> scores, smaller nearer
 RANKING_METRICS = ("precision_at_1", "r_precision", "map_at_r", "recall_at_k")
-# A chunk's working set in float32 blocks (4 bytes an element), measured: the exclusion masks and the
-# counted ranks make about a dozen bool masks and two float copies of the scores (~38 bytes an element);
-# a sorted chunk holds scores, sorted scores and int64 positions (~30). So a chunk stays near
-# BLOCK_ELEMENTS x 4 bytes (128 MB), whatever the gallery's size.
-RANK_COST, SORT_COST = 10, 8
+# A chunk's working set in float32 blocks (4 bytes an element): ranking needs the scores and a gather of
+# the column-group minima and candidates (~8 bytes an element); re-ID's counted ranks add an int64 bin per
+# element, its flat histogram index, a float gather and masks (~30 bytes), and a row with ties at a correct
+# item goes to the sort (~30). So a chunk stays near BLOCK_ELEMENTS x 4 bytes (128 MB), whatever the size.
+RANK_COST, SORT_COST = 2, 8
 
 
 def query_gallery_metrics(
@@ -101,11 +115,16 @@ def query_gallery_metrics(
     n = len(scorer.qy)
     first = torch.zeros(n, dtype=torch.int64)
     r_prec, map_r = torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
-    for s, e, block, positive in scorer.blocks(scorer.rows(RANK_COST)):
-        if need_rank:
-            first[s:e] = first_hit_rank(block, positive)
+    # Every metric here looks at most K items deep: Recall@k at k <= max(ks), R-Precision and MAP@R at R.
+    depth = max(max(ks) if need_rank else 1, int(scorer.r.max()) if need_r and len(scorer.r) else 1)
+    depth = max(1, min(depth, len(scorer.gy)))
+    for s, e, block in scorer.blocks(scorer.rows(RANK_COST)):
+        top = top_ranked(block, depth)
+        hit = scorer.hits(s, e, top, torch.gather(block, 1, top))
+        if need_rank:  # beyond the depth: depth + 1, which no k <= depth counts
+            first[s:e] = torch.where(hit.any(dim=1), hit.to(torch.uint8).argmax(dim=1) + 1, depth + 1)
         if need_r:
-            r_prec[s:e], map_r[s:e] = _r_metrics(block, positive)
+            r_prec[s:e], map_r[s:e] = _r_metrics_from_hits(hit, scorer.r[s:e])
     result: dict[str, float] = {}
     if need_rank:
         rank = scorer.nonempty(first)
@@ -164,8 +183,8 @@ def reid_metrics(
     ks = _check_ks(ks)
     n = len(scorer.qy)
     first, ap = torch.zeros(n, dtype=torch.int64), torch.zeros(n, dtype=torch.float64)
-    for s, e, block, positive in scorer.blocks(scorer.rows(SORT_COST)):
-        first[s:e], ap[s:e] = sorted_ranks(block, positive)
+    for s, e, block in scorer.blocks(scorer.rows(SORT_COST)):
+        first[s:e], ap[s:e] = scorer.positive_ranks(s, e, block)
     rank = scorer.nonempty(first)
     result = {"reid_map": scorer.nonempty(ap).mean().item()}
     for k in ks:
@@ -249,6 +268,57 @@ def ranked_prefix(scores: torch.Tensor, k: int) -> torch.Tensor:
     return torch.gather(chosen, 1, order)
 
 
+def top_ranked(scores: torch.Tensor, k: int, group_size: int | None = None) -> torch.Tensor:
+    """`ranked_prefix`'s result, found from column-group minima instead of passes over every column.
+
+    The row is cut into groups of ``g`` columns (the last ``N mod g`` columns are always candidates).
+    The k groups with the smallest minima hold k items no larger than the k-th smallest minimum M, so
+    the k-th smallest score T of the candidates is <= M, and every item outside them is >= M >= T.
+    Ranked by (score, position), the candidates' first k are thus the row's first k unless an outside
+    group holds an item equal to T, i.e. more than k groups have a minimum <= T: such rows (exact
+    ties at the boundary) are ranked by `ranked_prefix` itself.
+    """
+    rows, n = scores.shape
+    k = min(k, n)
+    g = group_size if group_size is not None else _group_size(n, k)
+    groups = n // g if g > 1 else 0
+    if groups < k + 1:
+        return ranked_prefix(scores, k)
+    full = groups * g
+    minima = scores[:, :full].reshape(rows, groups, g).amin(dim=2)
+    chosen = torch.topk(minima, k, dim=1, largest=False, sorted=False).indices.sort(dim=1).values
+    columns = (chosen.unsqueeze(2) * g + torch.arange(g)).view(rows, k * g)  # increasing: position order
+    if full < n:
+        columns = torch.cat((columns, torch.arange(full, n).expand(rows, n - full)), dim=1)
+    values, order = torch.sort(torch.gather(scores, 1, columns), dim=1, stable=True)
+    best = torch.gather(columns, 1, order[:, :k])
+    unsafe = ((minima <= values[:, k - 1 : k]).sum(dim=1) > k).nonzero().squeeze(1)
+    if len(unsafe):
+        best[unsafe] = ranked_prefix(scores[unsafe], k)
+    return best
+
+
+def _r_metrics_from_hits(hit: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """R-Precision and MAP@R of each row from its first ranked items' hits (at least R of them)."""
+    width = max(1, min(hit.shape[1], int(r.max()) if len(r) else 1))
+    hit = hit[:, :width]
+    rank = torch.arange(1, width + 1)
+    relevant = hit & (rank.unsqueeze(0) <= r.unsqueeze(1))
+    precision = torch.cumsum(relevant, dim=1).to(torch.float64) / rank
+    r_float = r.to(torch.float64)
+    return relevant.sum(dim=1) / r_float, (precision * relevant).sum(dim=1) / r_float
+
+
+def _pairs(query_keys: torch.Tensor, gallery_keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every (query, gallery) index pair with equal keys, by query then gallery position."""
+    sorted_keys, order = torch.sort(gallery_keys, stable=True)
+    lo = torch.searchsorted(sorted_keys, query_keys)
+    count = torch.searchsorted(sorted_keys, query_keys, right=True) - lo
+    q = torch.repeat_interleave(torch.arange(len(query_keys)), count)
+    start = torch.cumsum(count, dim=0) - count
+    return q, order[lo[q] + torch.arange(len(q)) - start[q]]
+
+
 # --------------------------------------------------------------------------- inputs and blocks
 
 
@@ -301,7 +371,7 @@ class _Scorer:
         self.gcam = _per_sample(gallery_cameras, len(self.gy), "gallery_cameras")
         self.distance, self.chunk_size = distance, chunk_size
         self.junk, self.distractor = junk_label, distractor_label
-        self.has = torch.zeros(len(self.qy), dtype=torch.bool)  # queries with a correct item in the gallery
+        self._exclusions()
 
     def rows(self, cost: int) -> int:
         """Queries per chunk: the caller's, or as many as keep ``cost`` x the block within BLOCK_ELEMENTS."""
@@ -309,36 +379,108 @@ class _Scorer:
             return int(self.chunk_size)
         return max(1, BLOCK_ELEMENTS // ((cost + self.pair_cost) * len(self.gy)))
 
-    def blocks(self, rows: int) -> Iterator[tuple[int, int, torch.Tensor, torch.Tensor]]:
-        """(start, end, scores, positive) per chunk of queries: excluded gallery items score +inf and are not
-        positive. Callers write each chunk's results into arrays made beforehand and keep every row (a row
-        without a correct item is dropped at the end, by `nonempty`): blocks of one size chunk after chunk,
-        and no small allocation that outlives a chunk, let the allocator reuse its memory; results
-        appended chunk by chunk pinned the heap between freed blocks (RSS grew from 0.2 to 1 GB over
-        SOP's 60,502 queries)."""
-        q_op, g_op = _operands(self.q, self.g, self.distance)
-        g_t = g_op.T  # a transposed view: BLAS reads it as is, no copy of the gallery
-        gy = self.gy.unsqueeze(0)
-        never = torch.zeros(len(self.gy), dtype=torch.bool)
+    def _exclusions(self) -> None:
+        """The rules as index lists, once: excluded columns (junk), excluded (query, gallery) pairs (the
+        query itself, same identity and camera), and R, each query's number of correct gallery items."""
+        G = len(self.gy)
+        never = torch.zeros(G, dtype=torch.bool)
         if self.junk is not None:
             never |= self.gy == self.junk
-        not_match = never.clone()
+        self.matchable = ~never
         if self.distractor is not None:
-            not_match |= self.gy == self.distractor
+            self.matchable &= self.gy != self.distractor
+        self.never_columns = never.nonzero().squeeze(1)
+        pairs = []
+        if self.qid is not None and self.gid is not None:
+            pairs.append(_pairs(self.qid, self.gid))
+        if self.qcam is not None and self.gcam is not None:
+            both = torch.cat((torch.stack((self.qy, self.qcam), 1), torch.stack((self.gy, self.gcam), 1)))
+            key = torch.unique(both, dim=0, return_inverse=True)[1]
+            pairs.append(_pairs(key[: len(self.qy)], key[len(self.qy) :]))
+        flat = torch.unique(torch.cat([q * G + j for q, j in pairs])) if pairs else torch.zeros(0, dtype=torch.int64)
+        self.ex_q, self.ex_g = flat // G, flat % G  # sorted by query
+        # R: the query's class in the gallery (matchable items), less its excluded pairs of that class.
+        labels, counts = torch.unique(self.gy[self.matchable], return_counts=True)
+        at = torch.searchsorted(labels, self.qy).clamp(max=max(len(labels) - 1, 0))
+        same = torch.zeros(len(self.qy), dtype=torch.int64)
+        if len(labels):
+            same = torch.where(labels[at] == self.qy, counts[at], 0)
+        lost = (self.gy[self.ex_g] == self.qy[self.ex_q]) & self.matchable[self.ex_g]
+        self.r = same - torch.bincount(self.ex_q[lost], minlength=len(self.qy))
+        self.has = self.r > 0
+
+    def blocks(self, rows: int) -> Iterator[tuple[int, int, torch.Tensor]]:
+        """(start, end, scores) per chunk of queries, excluded gallery items at +inf. Callers write each
+        chunk's results into arrays made beforehand and keep every row (a row without a correct item is
+        dropped at the end, by `nonempty`): blocks of one size chunk after chunk, and no small allocation
+        that outlives a chunk, let the allocator reuse its memory; results appended chunk by chunk pinned
+        the heap between freed blocks (RSS grew from 0.2 to 1 GB over SOP's 60,502 queries)."""
+        q_op, g_op = _operands(self.q, self.g, self.distance)
+        g_t = g_op.T  # a transposed view: BLAS reads it as is, no copy of the gallery
+        inf = float("inf")
         for s in range(0, len(self.qy), rows):
             e = min(s + rows, len(self.qy))
             with torch.no_grad():
                 scores = self._learned(s, e) if self.pair_score is not None else q_op[s:e] @ g_t
-            same = self.qy[s:e].unsqueeze(1) == gy
-            excluded = never.unsqueeze(0).expand_as(same).clone()
-            if self.qid is not None and self.gid is not None:
-                excluded |= self.qid[s:e].unsqueeze(1) == self.gid.unsqueeze(0)
-            if self.qcam is not None and self.gcam is not None:
-                excluded |= same & (self.qcam[s:e].unsqueeze(1) == self.gcam.unsqueeze(0))
-            scores[excluded] = float("inf")
-            positive = same & ~excluded & ~not_match.unsqueeze(0)
-            self.has[s:e] = positive.any(dim=1)
-            yield s, e, scores, positive
+            if len(self.never_columns):
+                scores.index_fill_(1, self.never_columns, inf)
+            a, b = torch.searchsorted(self.ex_q, torch.tensor([s, e])).tolist()
+            if b > a:
+                scores[self.ex_q[a:b] - s, self.ex_g[a:b]] = inf
+            yield s, e, scores
+
+    def hits(self, s: int, e: int, top: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """Whether each ranked gallery item (positions ``top`` of queries s..e, scores ``values``) is correct."""
+        return (self.gy[top] == self.qy[s:e].unsqueeze(1)) & self.matchable[top] & torch.isfinite(values)
+
+    def positive_ranks(self, s: int, e: int, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`sorted_ranks` of queries s..e without sorting a row. A correct item's rank is 1 + the items
+        strictly below its score + the items of equal score at an earlier position. The first are
+        counted for all of a row's correct items in one pass (``searchsorted`` into the row's sorted
+        correct scores, then a histogram); the second from the few items whose score equals one of
+        those (float32 distances tie often at Market's size: about one row in ten)."""
+        rows, G = scores.shape
+        q, j = self._positives(s, e)
+        q = q - s
+        per_row = torch.bincount(q, minlength=rows)
+        width = max(1, int(per_row.max()) if len(per_row) else 1)
+        slot = torch.arange(len(q)) - (torch.cumsum(per_row, dim=0) - per_row)[q]
+        threshold = torch.full((rows, width), float("inf"))
+        threshold[q, slot] = scores[q, j]
+        column = torch.full((rows, width), G, dtype=torch.int64)
+        column[q, slot] = j
+        threshold, order = torch.sort(threshold, dim=1, stable=True)  # (score, position) order
+        column = torch.gather(column, 1, order)
+        last = torch.searchsorted(threshold, scores, right=True) - 1  # the last threshold <= each score
+        below = torch.bincount(
+            (last + 1 + torch.arange(rows).unsqueeze(1) * (width + 1)).view(-1), minlength=rows * (width + 1)
+        )
+        before = torch.cumsum(below.view(rows, width + 1), dim=1)[:, :width]  # items strictly below each threshold
+        tie = (torch.gather(threshold, 1, last.clamp(min=0)) == scores) & (last >= 0) & torch.isfinite(scores)
+        tie_row, tie_col = tie.nonzero(as_tuple=True)
+        tie_key = tie_row * width + last[tie_row, tie_col]
+        del last, tie
+        held_row, held_slot = (torch.arange(width).unsqueeze(0) < per_row.unsqueeze(1)).nonzero(as_tuple=True)
+        last_equal = torch.searchsorted(threshold, threshold, right=True) - 1  # equal scores share a key
+        held_key = held_row * width + last_equal[held_row, held_slot]
+        which, tied = _pairs(held_key, tie_key)
+        earlier = tie_col[tied] < column[held_row, held_slot][which]
+        rank = before[held_row, held_slot] + torch.bincount(which[earlier], minlength=len(held_row)) + 1
+        # Row-major: each row's correct items in rank order, summed in the order sorted_ranks sums them.
+        precision = (held_slot + 1).to(torch.float64) / rank
+        ap = torch.zeros(rows, dtype=torch.float64).index_add_(0, held_row, precision) / per_row
+        first = torch.zeros(rows, dtype=torch.int64)
+        first[held_row[held_slot == 0]] = rank[held_slot == 0]
+        return first, ap
+
+    def _positives(self, s: int, e: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(query, gallery) index pairs of the correct items of queries s..e, by query then position."""
+        q, j = _pairs(self.qy[s:e], self.gy)
+        q = q + s
+        keep = self.matchable[j]
+        if len(self.ex_q):
+            keep &= ~torch.isin(q * len(self.gy) + j, self.ex_q * len(self.gy) + self.ex_g)
+        return q[keep], j[keep]
 
     def _learned(self, s: int, e: int) -> torch.Tensor:
         """``pair_score`` of queries s..e against the gallery, checked: (e - s, gallery) finite float32."""

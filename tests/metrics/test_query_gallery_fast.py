@@ -1,0 +1,111 @@
+"""The top-K / counted-rank query-gallery path (issue 25) equals the previous full-pass path exactly, and stays bounded.
+
+`_qg_reference` is a frozen copy of the module before the rewrite. Every metric must be equal (==, not approx)
+on random data, with exact score ties (duplicated embeddings, quantised coordinates), duplicated labels across
+query and gallery, singleton classes, junk / distractors, camera rules, one set as query and gallery, and a
+learned pair score.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bench.metrics import query_gallery as qg
+from tests.metrics import _qg_reference as old
+
+
+def _data(seed: int, nq: int, ng: int, classes: int, ties: bool, dim: int = 6):
+    gen = torch.Generator().manual_seed(seed)
+    g = torch.randn(ng, dim, generator=gen)
+    q = torch.randn(nq, dim, generator=gen)
+    if ties:  # coarse coordinates and copied rows: many exactly equal distances, across classes too
+        g, q = torch.round(g * 2) / 2, torch.round(q * 2) / 2
+        g[ng // 2 :] = g[: ng - ng // 2]
+        q[: nq // 3] = g[: nq // 3]
+    gy = torch.randint(0, classes, (ng,), generator=gen)
+    qy = torch.randint(0, classes, (nq,), generator=gen)
+    return q, qy, g, gy
+
+
+def _same(a: dict[str, float], b: dict[str, float]) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert a[key] == b[key] or (a[key] != a[key] and b[key] != b[key]), (key, a[key], b[key])
+
+
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("distance", ["euclidean", "cosine"])
+def test_query_gallery_equals_the_old_path(seed: int, ties: bool, distance: str) -> None:
+    q, qy, g, gy = _data(seed, 70, 900, 40 if seed % 2 else 300, ties)
+    for chunk in (None, 7):
+        kw = dict(ks=(1, 2, 5, 30), distance=distance, chunk_size=chunk)
+        _same(qg.query_gallery_metrics(q, qy, g, gy, **kw), old.query_gallery_metrics(q, qy, g, gy, **kw))
+
+
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("seed", range(3))
+def test_one_set_with_ids_equals_the_old_path(seed: int, ties: bool) -> None:
+    _, _, x, y = _data(seed, 1, 1500, 200, ties)
+    ids = torch.arange(len(y))
+    y[:5] = 10_000 + torch.arange(5)  # singleton classes: skipped queries
+    for chunk in (None, 64):
+        kw = dict(ks=(1, 4, 16), query_ids=ids, gallery_ids=ids, chunk_size=chunk)
+        _same(qg.query_gallery_metrics(x, y, x, y, **kw), old.query_gallery_metrics(x, y, x, y, **kw))
+
+
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+def test_reid_equals_the_old_path(seed: int, ties: bool) -> None:
+    q, qy, g, gy = _data(seed, 60, 800, 25, ties)
+    gen = torch.Generator().manual_seed(100 + seed)
+    qc, gc = torch.randint(0, 4, (60,), generator=gen), torch.randint(0, 4, (800,), generator=gen)
+    gy = torch.where(torch.rand(800, generator=gen) < 0.1, torch.tensor(-1), gy)  # junk; label 0: distractors
+    ids = dict(query_ids=torch.arange(60), gallery_ids=torch.arange(60, 860))
+    ids["gallery_ids"][:10] = torch.arange(10)  # some queries are in the gallery
+    for chunk in (None, 9):
+        kw = dict(ks=(1, 5, 10), chunk_size=chunk, **ids)
+        _same(qg.reid_metrics(q, qy, qc, g, gy, gc, **kw), old.reid_metrics(q, qy, qc, g, gy, gc, **kw))
+
+
+def test_learned_pair_score_equals_the_old_path() -> None:
+    q, qy, g, gy = _data(3, 50, 700, 30, True)
+    w = torch.randn(6, 6, generator=torch.Generator().manual_seed(9))
+
+    def score(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.round(torch.cdist(a @ w, b @ w) * 4) / 4  # coarse: ties
+
+    kw = dict(ks=(1, 2, 8), pair_score=score, pair_cost=3)
+    _same(qg.query_gallery_metrics(q, qy, g, gy, **kw), old.query_gallery_metrics(q, qy, g, gy, **kw))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_top_ranked_equals_ranked_prefix_under_ties(seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    scores = torch.randint(0, 40, (30, 1000), generator=gen).float()  # heavy ties, also at the k-th
+    scores[:5, :] = 3.0  # rows of one value
+    scores[5:8, 100:] = float("inf")  # fewer finite scores than k
+    for k in (1, 7, 25, 200):
+        for group in (None, 4, 16):
+            assert torch.equal(qg.top_ranked(scores, k, group), qg.ranked_prefix(scores, k)), (k, group)
+
+
+def test_chunks_hold_the_memory_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Default chunks: RANK_COST (SORT_COST for re-ID) x rows x gallery within BLOCK_ELEMENTS."""
+    q, qy, g, gy = _data(0, 300, 2000, 50, False)
+    seen: list[int] = []
+    real = qg._Scorer.blocks
+
+    def watched(self, rows):  # the real blocks, their sizes noted
+        for s, e, block in real(self, rows):
+            seen.append(block.numel())
+            yield s, e, block
+
+    monkeypatch.setattr(qg._Scorer, "blocks", watched)
+    monkeypatch.setattr(qg, "BLOCK_ELEMENTS", 50_000)
+    qg.query_gallery_metrics(q, qy, g, gy)
+    assert max(seen) * qg.RANK_COST <= 50_000 and len(seen) > 1
+    seen.clear()
+    qg.reid_metrics(q, qy, torch.zeros(300, dtype=torch.int64), g, gy, torch.ones(2000, dtype=torch.int64))
+    assert max(seen) * qg.SORT_COST <= 50_000 and len(seen) > 1
