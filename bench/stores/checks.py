@@ -72,16 +72,29 @@ def check_separate(storage_url: str, tracking_uri: str) -> None:
 
 
 def check_not_emptied(
-    manifest: dict[str, Any] | None, shared_hash: str, results: Path, storage_url: str, label: str, name: str
+    manifest: dict[str, Any] | None,
+    protocol_hash: str,
+    shared_hash: str,
+    results: Path,
+    storage_url: str,
+    label: str,
+    name: str,
 ) -> None:
     """Results of this protocol's shared settings (`Protocol.shared_hash`) say cells were done, yet the
     storage knows none of the studies of the cells its manifest lists (``<name>:<cell key>:...``, on any
     data): the storage was emptied, replaced or mistyped, and running on would retrain every cell and then
-    overwrite those tables with new numbers. Checked before the storage is opened (opening creates it)."""
-    if not manifest or manifest.get("shared_hash") != shared_hash:
+    overwrite those tables with new numbers. A manifest written before cells had keys (no ``shared_hash``)
+    counts when it names this very protocol, and then any study of the protocol's name will do. Checked
+    before the storage is opened (opening creates it)."""
+    if not manifest:
         return
     keys = manifest.get("cell_keys")
-    prefixes = tuple(f"{name}:{str(k).split('.')[0]}." for k in keys.values()) if isinstance(keys, dict) else ()
+    if manifest.get("shared_hash") == shared_hash:
+        prefixes = tuple(f"{name}:{str(k).split('.')[0]}." for k in keys.values()) if isinstance(keys, dict) else ()
+    elif "shared_hash" not in manifest and manifest.get("protocol_hash") == protocol_hash:
+        prefixes = (f"{name}:",)
+    else:
+        return
     if not prefixes:
         return
     finals = results / "finals.csv"

@@ -225,6 +225,7 @@ def _check_stores(
         "--storage",
         lambda: checks.check_not_emptied(
             tables.read_manifest(results),
+            protocol.hash,
             protocol.shared_hash,
             results,
             storage_url,

@@ -183,7 +183,8 @@ def test_two_workers_share_one_sweep_on_postgresql(postgres, tmp_path, data_root
 
     # every trial and final seed recorded exactly once in the Optuna storage
     studies = optuna.get_all_study_names(storage=storage)
-    assert len(studies) == 6  # tuning and finals for 3 cells (one cell never retrains: its finals stay empty)
+    # tuning and finals for 3 cells (one cell never retrains: its finals stay empty) and the floor's seed slots
+    assert len(studies) == 7 and sum(n.endswith(":floor") for n in studies) == 1, studies
     per_study = {}
     for name in studies:
         trials = optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
@@ -192,7 +193,7 @@ def test_two_workers_share_one_sweep_on_postgresql(postgres, tmp_path, data_root
         assert slots == sorted(set(slots)), (name, slots)  # no slot run twice, by two workers or otherwise
         assert set(held(trials, 2)) == set(slots)
         per_study[name] = len(slots)
-    assert sorted(per_study.values()) == [0, 2, 2, 2, 2, 2], per_study
+    assert sorted(per_study.values()) == [0, 2, 2, 2, 2, 2, 2], per_study
 
     # one MLflow run per key, the same keys as one worker on SQLite
     keys = _mlflow_keys(tracking)

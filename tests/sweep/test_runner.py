@@ -552,7 +552,8 @@ def test_two_workers_share_one_sweep(tmp_path, data_root, sweep):
             "(select trial_id from trial_system_attributes where key = 'dmlbench:surplus') "
             "group by s.study_name"
         ).fetchall()
-    assert sorted(n for _, n in counts) == [2] * 5  # 3 tuning studies, 2 final studies (one cell never retrains)
+    # 3 tuning studies, 2 final studies (one cell never retrains) and the floor's 2 seed slots
+    assert sorted(n for _, n in counts) == [2] * 6 and sum(s.endswith(":floor") for s, _ in counts) == 1, counts
     runs = _mlflow_runs(tmp_path)
     keys = runs[(runs["key"] == "dmlbench.key") & (runs["lifecycle_stage"] == "active")]
     assert keys["value"].is_unique and len(keys) == 3 + 6 + 6 + 4 + 2  # with the 2 floor seeds
