@@ -10,6 +10,11 @@ alternation ``--repeats`` times (the machine's noise hits each alike):
   file opened, decoded by Pillow and made a uint8 tensor (``ToImage``), what
   every pipeline starts with; the full pipeline's rate over it is the
   pipeline's cost (the goal: within 1.5x);
+* the decoded-image cache (``data.loader.cache``), on the same files through
+  the same loader and workers: built once first (its time printed), then
+  only the pipeline after its deterministic head runs a sample (``--resize
+  N`` puts CUB's ``Resize`` before the crop, the head the cache stores;
+  without it the whole decoded image is stored);
 * the training step alone: images/s of `bench.training.train` on the same
   batch shape from tensors already in memory (the difference of a long and
   a short run, so start-up drops out).
@@ -129,29 +134,44 @@ def main() -> None:
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
     parser.add_argument("--threads", type=int, default=None, help="torch threads of this process")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--resize", type=int, default=None, help="a Resize to this side before the crop")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    pipeline = {"train": [{"RandomResizedCrop": {"size": args.crop, "scale": [0.16, 1.0]}}, "RandomHorizontalFlip"]}
+    head = [{"Resize": {"size": args.resize}}] if args.resize else []
+    crop = [{"RandomResizedCrop": {"size": args.crop, "scale": [0.16, 1.0]}}, "RandomHorizontalFlip"]
+    pipeline = {"train": head + crop}
     with tempfile.TemporaryDirectory(prefix="dmlbench-loader-") as tmp:
-        write_jpegs(Path(tmp), args.images, args.classes, args.side, args.height)
-        data = load(f"folder:{tmp}", size=args.crop, augment=pipeline)
+        write_jpegs(Path(tmp) / "images", args.images, args.classes, args.side, args.height)
+        os.environ["DMLBENCH_CACHE"] = str(Path(tmp) / "cache")
+        data = load(f"folder:{tmp}/images", size=args.crop, augment=pipeline)
+        cached = load(f"folder:{tmp}/images", size=args.crop, augment=pipeline, loader={"cache": True})
+        start = time.perf_counter()
+        assert cached.x.cache["train"].ensure(args.workers), "the cache was not built"
+        build_s = time.perf_counter() - start
+        cache_mb = sum(f.stat().st_size for f in (Path(tmp) / "cache" / "images").glob("*.u8")) / 1e6
         rates: dict[str, list[float]] = {
             "decode only, 0 workers": [],
             "loader, 0 workers": [],
+            "cache, 0 workers": [],
             f"decode only, {args.workers} workers": [],
             f"loader, {args.workers} workers": [],
+            f"cache, {args.workers} workers": [],
             f"{args.trunk} step": [],
         }
         ratios: dict[int, list[float]] = {0: [], args.workers: []}
-        for _ in range(args.repeats):  # decode only and the full pipeline alternate, each ratio of one repeat
+        cache_ratios: dict[int, list[float]] = {0: [], args.workers: []}
+        for _ in range(args.repeats):  # decode only, the full pipeline and the cache alternate
             for workers in (0, args.workers):
                 decoded = loader_rate(data, workers, args.batches, args.P, args.K, device, decode_only=True)
                 full = loader_rate(data, workers, args.batches, args.P, args.K, device)
+                from_cache = loader_rate(cached, workers, args.batches, args.P, args.K, device)
                 rates[f"decode only, {workers} workers"].append(decoded)
                 rates[f"loader, {workers} workers"].append(full)
+                rates[f"cache, {workers} workers"].append(from_cache)
                 ratios[workers].append(decoded / full)
+                cache_ratios[workers].append(from_cache / full)
             rates[f"{args.trunk} step"].append(
                 step_rate(
                     args.trunk, (3, args.crop, args.crop), args.steps, args.P, args.K, args.device, args.precision
@@ -159,7 +179,8 @@ def main() -> None:
             )
     print(
         f"{platform.processor() or platform.machine()}, load {os.getloadavg()[0]:.1f}; "
-        f"{args.images} JPEGs {args.side}x{args.height} -> RandomResizedCrop {args.crop} + flip, batch "
+        f"{args.images} JPEGs {args.side}x{args.height} -> {f'Resize {args.resize} + ' if args.resize else ''}"
+        f"RandomResizedCrop {args.crop} + flip, batch "
         f"{args.P}x{args.K}, device {args.device}, {torch.get_num_threads()} torch thread(s), "
         f"median of {args.repeats}"
     )
@@ -170,6 +191,9 @@ def main() -> None:
         print(f"  {name:<28} {value:8.1f} images/s{per}")
     for workers, values in ratios.items():
         print(f"  full pipeline / decode only, {workers} workers: {statistics.median(values):.2f}x the time")
+    for workers, values in cache_ratios.items():
+        print(f"  cache / full pipeline, {workers} workers: {statistics.median(values):.2f}x the images a second")
+    print(f"  the cache: built in {build_s:.1f} s by {args.workers} workers, {cache_mb:.1f} MB")
     loader, step = medians[f"loader, {args.workers} workers"], medians[f"{args.trunk} step"]
     bound = "the loader" if loader < step else "the training step"
     print(f"bound by {bound}: the loader with {args.workers} workers gives {loader / step:.2f}x what the step takes")

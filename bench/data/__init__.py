@@ -23,6 +23,7 @@ from bench.data.cache import cache_dir
 from bench.data.fashion_mnist import load_fashion_mnist
 from bench.data.files import FileIndex, labeled_from_index
 from bench.data.generic import load_folder, load_npz
+from bench.data.image_cache import attach
 from bench.data.images import ImageFiles
 from bench.data.labeled import LabeledData, with_channels
 from bench.data.omniglot import load_lake_runs, load_omniglot
@@ -136,7 +137,8 @@ def _with_pipeline(
                 "use data.augmentation (shift or affine) for it"
             )
         return data
-    return replace(data, x=data.x.with_options(augment=steps, loader=dict(loader or {})))
+    files = data.x.with_options(augment=steps, loader=dict(loader or {}))
+    return replace(data, x=attach(files, files.loader))
 
 
 def resolve_spec(spec: str, base: str | Path) -> str:

@@ -156,8 +156,12 @@ def _show(kwargs: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
 
 
-def build(items: Sequence[Mapping[str, Mapping[str, Any]]], side: str) -> Any:
-    """The v2 pipeline of one side: ToImage, the named transforms, ToDtype(float32) before Normalize or at the end."""
+def build(items: Sequence[Mapping[str, Mapping[str, Any]]], side: str, to_float: bool = True) -> Any:
+    """The v2 pipeline of one side: ToImage, the named transforms, ToDtype(float32) before Normalize or at the end.
+
+    ``to_float=False`` leaves out the ToDtype: the uint8 images a deterministic head gives
+    (`bench.data.image_cache`), for steps that need no floats.
+    """
     from bench.vision import torchvision
 
     torchvision()
@@ -165,13 +169,16 @@ def build(items: Sequence[Mapping[str, Mapping[str, Any]]], side: str) -> Any:
     from torchvision.transforms import v2
 
     built: list[Any] = [v2.ToImage()]
-    to_float = v2.ToDtype(torch.float32, scale=True)
+    convert = v2.ToDtype(torch.float32, scale=True) if to_float else None
     for i, item in enumerate(items):
         name, kwargs = next(iter(item.items()))
-        if name in _NEEDS_FLOAT and to_float is not None:
-            built.append(to_float)
-            to_float = None
+        if name in _NEEDS_FLOAT:
+            if not to_float:
+                raise BenchError(f"data.augment.{side}[{i}]: {name} needs float images, here still uint8")
+            if convert is not None:
+                built.append(convert)
+                convert = None
         built.append(_build_one(name, dict(kwargs), f"data.augment.{side}[{i}]"))
-    if to_float is not None:
-        built.append(to_float)
+    if convert is not None:
+        built.append(convert)
     return v2.Compose(built)

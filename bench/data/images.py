@@ -43,7 +43,8 @@ class ImageFiles:
     or index tensor (a subset, still lazy). An integer index (``x[i]``,
     ``x[i, c]``) decodes one image with the evaluation pipeline. `augment` holds the normalised
     ``data.augment`` (`bench.data.augment.normalise`), `loader` the
-    ``data.loader`` options.
+    ``data.loader`` options, `cache` the decoded-image cache of each side
+    (`bench.data.image_cache`), read when built.
     """
 
     root: Path
@@ -53,6 +54,7 @@ class ImageFiles:
     channels: int = 3
     augment: Mapping[str, Any] = field(default_factory=dict)
     loader: Mapping[str, Any] = field(default_factory=dict)
+    cache: Mapping[str, Any] = field(default_factory=dict)  # side -> `bench.data.image_cache.ImageCache`
     _pipelines: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -86,7 +88,7 @@ class ImageFiles:
         return self.root / str(self.paths[index])
 
     def with_options(self, **changes: Any) -> ImageFiles:
-        """The same files decoded otherwise (channels, augment, loader)."""
+        """The same files decoded otherwise (channels, augment, loader, cache)."""
         return replace(self, **changes, _pipelines={})
 
     def decode(self, index: int, train: bool) -> torch.Tensor:
@@ -102,14 +104,22 @@ class ImageFiles:
                 )
             image = _square(read_image(file), self.channels, self.resize, self.size)
         else:
-            if side not in self._pipelines:
-                from bench.data.augment import build
+            from bench.data.augment import build
 
-                self._pipelines[side] = build(items, side)
-            with open_image(file) as img:
-                pil = _eight_bit(img, self.channels, file)
+            cached = self.cache.get(side)
+            source: Any
+            if cached is not None and cached.ready():  # the head's output, stored: only the rest runs here
+                name = f"{side}:after-cache"
+                if name not in self._pipelines:
+                    self._pipelines[name] = build(items[len(cached.head) :], side)
+                source, pipeline = cached.read(str(self.paths[index])), self._pipelines[name]
+            else:
+                if side not in self._pipelines:
+                    self._pipelines[side] = build(items, side)
+                with open_image(file) as img:
+                    source, pipeline = eight_bit(img, self.channels, file), self._pipelines[side]
             try:
-                image = self._pipelines[side](pil)
+                image = pipeline(source)
             except Exception as err:  # noqa: BLE001 - a value torchvision accepted when built, refused on an image
                 first = (str(err).strip().splitlines() or [""])[0][:160]
                 raise BenchError(f"data.augment.{side} failed on {file}: {type(err).__name__}: {first}") from None
@@ -174,7 +184,7 @@ def read_image(file: Path) -> np.ndarray:
         return np.asarray(img.convert("RGB"), dtype=np.float32).transpose(2, 0, 1) / 255.0
 
 
-def _eight_bit(img: Image.Image, channels: int, file: Path) -> Image.Image:
+def eight_bit(img: Image.Image, channels: int, file: Path) -> Image.Image:
     """The image in the 8-bit mode a v2 pipeline starts from ("L" or "RGB"). Pillow's convert() clips a
     16-bit or float image instead of scaling it (16-bit grey came out white, floats in [0, 1] black), so
     those are scaled as `read_image` scales them, refused where it refuses them, then quantised."""

@@ -71,11 +71,11 @@ def loader_options(files: ImageFiles, device: torch.device) -> dict[str, Any]:
         "pin_memory": device.type == "cuda" if pin is None else bool(pin),
     }
     if workers:
-        options.update(worker_init_fn=_one_thread, prefetch_factor=4)
+        options.update(worker_init_fn=one_thread, prefetch_factor=4)
     return options
 
 
-def _one_thread(_: int) -> None:
+def one_thread(_: int) -> None:
     """A worker decodes one image at a time: torch's intra-op threads would only fight the other workers."""
     torch.set_num_threads(1)
 
@@ -104,14 +104,27 @@ def _worker_message(text: str) -> str:
     return text
 
 
+def ensure_cache(files: ImageFiles, side: str, workers: int) -> None:
+    """Build the side's decoded-image cache (``data.loader.cache``) here, before workers fork, unless it exists.
+
+    Built once per dataset and head, by `workers` processes; a cache that
+    cannot be built leaves the images decoded from their files.
+    """
+    cached = files.cache.get(side)
+    if cached is not None:
+        cached.ensure(workers)
+
+
 def train_loader(files: ImageFiles, batch_sampler: Any, seed: int, device: torch.device) -> DataLoader:
     """Training batches: the train pipeline, batches as the batch sampler draws them."""
+    ensure_cache(files, "train", loader_options(files, device)["num_workers"])
     return DataLoader(ImageDataset(files, True, seed), batch_sampler=batch_sampler, **loader_options(files, device))
 
 
 def eval_loader(files: ImageFiles, batch_size: int, device: torch.device) -> DataLoader:
     """Every file once, in order, with the evaluation pipeline."""
     options = loader_options(files, device)
+    ensure_cache(files, "eval", options["num_workers"])
     if options["num_workers"]:  # no more workers than batches
         options["num_workers"] = min(options["num_workers"], -(-len(files) // batch_size))
     return DataLoader(ImageDataset(files, False), batch_size=batch_size, shuffle=False, **options)
@@ -119,5 +132,6 @@ def eval_loader(files: ImageFiles, batch_size: int, device: torch.device) -> Dat
 
 def decode_batch(files: ImageFiles, indices: torch.Tensor, step: int, seed: int) -> torch.Tensor:
     """One training batch decoded here, for miners that pick their own samples (no PK batch sampler)."""
+    ensure_cache(files, "train", 0)
     dataset = ImageDataset(files, True, seed)
     return torch.stack([dataset[(step, slot, int(i))][0] for slot, i in enumerate(indices.tolist())])

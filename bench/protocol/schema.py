@@ -204,6 +204,8 @@ SCHEMA: dict[str, Any] = {
                     "properties": {
                         "workers": {"type": ["integer", "null"], "minimum": 0},
                         "pin_memory": {"type": ["boolean", "null"]},
+                        "cache": {"type": ["boolean", "null"]},
+                        "cache_max_gb": {"type": ["number", "null"], "exclusiveMinimum": 0},
                     },
                 },
                 "validation": {
