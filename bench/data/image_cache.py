@@ -49,7 +49,7 @@ from bench.data.augment import build
 from bench.data.cache import cache_dir
 from bench.data.fingerprint import content_fingerprint
 from bench.data.images import ImageFiles, eight_bit, open_image
-from bench.data.loading import one_thread
+from bench.data.loading import one_thread, worker_message
 from bench.errors import BenchError
 from bench.vision import torchvision
 
@@ -79,7 +79,6 @@ class ImageCache:
     """
 
     def __init__(self, files: ImageFiles, head: list[dict[str, dict[str, Any]]], max_gb: float) -> None:
-        self.root = Path(files.root)
         self.paths = files.paths  # the whole dataset: any subset's path is found in it
         self.channels = int(files.channels)
         self.head = head
@@ -175,6 +174,8 @@ class ImageCache:
                 os.fsync(out.fileno())
             os.replace(data_tmp, base.with_suffix(".u8"))
             write_npz(base.with_suffix(".npz"), paths=paths, offsets=offsets, shapes=shapes, size=np.array([written]))
+        except BenchError as err:  # a corrupt file, named in one line as decoding it later would
+            raise type(err)(worker_message(str(err))) from None
         finally:
             if data_tmp.exists():
                 data_tmp.unlink()

@@ -90,11 +90,11 @@ def stream(loader: DataLoader, device: torch.device) -> Iterator[tuple[torch.Ten
         except StopIteration:
             return
         except BenchError as err:
-            raise type(err)(_worker_message(str(err))) from None
+            raise type(err)(worker_message(str(err))) from None
         yield xb.to(device, non_blocking=non_blocking), idx.to(device, non_blocking=non_blocking)
 
 
-def _worker_message(text: str) -> str:
+def worker_message(text: str) -> str:
     """The original message inside DataLoader's "Caught BenchError in DataLoader worker process 0 ... Traceback"."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
     if len(lines) > 1:

@@ -277,3 +277,13 @@ def test_a_sweep_with_the_cache_records_what_one_without_it_records(tmp_path: Pa
         return [",".join(row[i] for i in keep) for row in rows]
 
     assert scores(finals["true"]) == scores(finals["false"])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_corrupt_file_met_while_building_is_one_line_naming_it(tmp_path: Path, own_cache: Path, workers: int) -> None:
+    root = photos(tmp_path / "pool")
+    (root / "c2" / "1.jpg").write_bytes(b"not a jpeg")
+    with pytest.raises(BenchError) as err:
+        train_batches(load(root, cache=True, workers=workers))
+    assert str(err.value) == f"corrupt or unreadable image {root / 'c2' / '1.jpg'} (UnidentifiedImageError)"
+    assert cache_files(own_cache) == [] and list((own_cache / "images").glob("*.tmp")) == []
