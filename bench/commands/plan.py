@@ -55,7 +55,7 @@ def rows(p: Plan) -> list[dict[str, Any]]:
 
 def _not_nan(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
     if value is not None and value != value:  # NaN passes every range comparison
-        raise click.BadParameter("expected a number of milliseconds, got nan")
+        raise click.BadParameter("expected a number, got nan")
     return value
 
 
@@ -68,6 +68,14 @@ def _not_nan(ctx: click.Context, param: click.Parameter, value: float | None) ->
     callback=_not_nan,
     help="a training step's time measured on your device (benchmarks/bench_trunk_step.py), "
     "at the protocol's batch and image size: replaces the step timed here (or the built-in table)",
+)
+@click.option(
+    "--loader-rate",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    callback=_not_nan,
+    help="images a second your data loader delivers (benchmarks/bench_loader.py's loader or cache row, "
+    "with the workers the run gets): a training step then takes at least a batch's loading time",
 )
 @click.option(
     "--measure/--no-measure",
@@ -104,6 +112,7 @@ def _not_nan(ctx: click.Context, param: click.Parameter, value: float | None) ->
 def command(
     file: str,
     step_ms: float | None,
+    loader_rate: float | None,
     measure: bool,
     threads: int | None,
     check_multiple: int,
@@ -141,6 +150,7 @@ def command(
         time_methods,
         measure=measure,
         threads=threads,
+        loader_rate=loader_rate,
     )
     emit(fmt, lambda: format_plan(p), lambda: rows(p))
     return 0
@@ -292,6 +302,8 @@ def format_plan(p: Plan, cpuinfo: str | None = None) -> str:
         ]
     if p.precision_note:
         lines.append(f"note: {p.precision_note}")
+    if p.loader_note:
+        lines.append(f"note: {p.loader_note}")
     if not gpu and training["precision"] == "bf16" and cost.source != "--step-ms" and cost.threads is None:
         amx = "has no AMX" if lacks_amx(_cpuinfo() if cpuinfo is None else cpuinfo) else "has AMX or is not x86"
         lines.append(
@@ -328,9 +340,9 @@ def _assumptions(p: Plan, cost: Any, gpu: bool) -> str:
             "size: 2-3x off on another machine; `dmlbench plan` without --no-measure times it here); "
         )
     method = "timed above" if p.method_s else f"{STEP_FIXED_S * 1000:g} ms a step; --time-methods times them"
+    reading = "" if p.loader_note else "reading the data a step (in memory: nothing; --loader-rate for image files), "
     return (
-        f"assumes: {step}not timed: the loss and miner ({method}), reading the data a step (in memory: "
-        f"nothing), the metrics (fixed per-pair and k-means figures), the records (MLflow, Optuna: "
+        f"assumes: {step}not timed: the loss and miner ({method}), {reading}the metrics (fixed per-pair and k-means figures), the records (MLflow, Optuna: "
         f"fixed figures a run), and once a sweep {SWEEP_FIXED_S:g} s of start-up, data loading and opening "
         f"the stores, plus the floor"
     )

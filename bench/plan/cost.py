@@ -14,6 +14,7 @@ sweep fits an afternoon or a GPU allocation, not a promise.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from bench import registry
@@ -178,6 +179,35 @@ def measured_cost(protocol: Protocol, m: Measured) -> TrunkCost:
         threads=m.threads,
         slowdown=m.slowdown,
     )
+
+
+def bounded_by_loader(protocol: Protocol, cost: TrunkCost, images_per_s: float | None) -> tuple[TrunkCost, str]:
+    """The cost with every training step at least a batch's loading time at ``images_per_s`` (what the
+    loader delivers: ``benchmarks/bench_loader.py``'s loader or cache row), and a line saying which bounds.
+
+    The loader and the trunk overlap (workers decode the next batches during a step), so a step takes the
+    longer of the two, not their sum."""
+    if images_per_s is None:
+        return cost, ""
+    doc = protocol.doc
+    h, w = image_hw(doc["data"]["image_size"])
+    batch = doc["training"]["P"] * doc["training"]["K"]
+    scale = (batch / cost.ref_batch) * (h * w / cost.ref_pixels)
+    load_s = batch / images_per_s
+    low, high = (s * scale for s in cost.step_s)
+    bound = "the loader" if load_s >= high else "the trunk" if load_s <= low else "the loader or the trunk"
+    floor = load_s / scale  # at the cost's reference batch and size, where step_s is kept
+    bounded = replace(
+        cost,
+        step_s=(max(cost.step_s[0], floor), max(cost.step_s[1], floor)),
+        source=f"{cost.source}; at least {load_s * 1000:.3g} ms a step to load a batch (--loader-rate)".lstrip("; "),
+    )
+    step = f"{low * 1000:.3g}" + ("" if low == high else f"-{high * 1000:.3g}")
+    note = (
+        f"loader: {images_per_s:g} images/s feeds a batch of {batch} in {load_s * 1000:.3g} ms, the trunk's step "
+        f"takes {step} ms: {bound} bounds the training steps"
+    )
+    return bounded, note
 
 
 def estimate_cell(

@@ -18,7 +18,15 @@ from typing import Any
 
 from bench import registry
 from bench.errors import BenchError
-from bench.plan.cost import dataset_size, estimate_cell, measured_cost, sized_test, sweep_overhead_s, trunk_cost
+from bench.plan.cost import (
+    bounded_by_loader,
+    dataset_size,
+    estimate_cell,
+    measured_cost,
+    sized_test,
+    sweep_overhead_s,
+    trunk_cost,
+)
 from bench.plan.types import Budget, Cell, Dropped, Plan
 from bench.protocol import NO_MINER, Protocol
 from bench.protocol.load import canonical_json, method_params
@@ -33,6 +41,7 @@ def plan(
     time_methods: bool = False,
     measure: bool = False,
     threads: int | None = None,
+    loader_rate: float | None = None,
 ) -> Plan:
     """Cells (loss x miner) in grid order, dropped pairs with their reasons, one budget for all.
 
@@ -41,7 +50,8 @@ def plan(
     times each cell's loss and miner (`bench.plan.method_cost`) and adds them to its steps; ``measure``
     times the protocol's trunk here (`bench.plan.measure`, a few seconds, on ``threads`` CPU threads) in
     place of the cost table, unless ``step_s`` is given or the protocol's device is not on this machine
-    (then the table stays and ``Plan.cost_note`` says why)."""
+    (then the table stays and ``Plan.cost_note`` says why). ``loader_rate``, images a second the data
+    loader delivers, makes each step at least a batch's loading time (`bounded_by_loader`)."""
     doc = protocol.doc
     grid = doc["grid"]
     cells: list[Cell] = []
@@ -88,6 +98,7 @@ def plan(
             batch = min(EMBED_BATCH, int(test_images)) if test_images else EMBED_BATCH  # what the test embeds in
             timed, precision_note = _precision_here(protocol, threads)
             cost = measured_cost(protocol, measure_trunk(timed, threads=threads, embed_batch=batch))
+    cost, loader_note = bounded_by_loader(protocol, cost, loader_rate)
     method_s: dict[str, float] = {}
     if time_methods:
         from bench.plan.method_cost import time_cells  # imports torch: only when timing is asked for
@@ -106,6 +117,7 @@ def plan(
         cost_note,
         sweep_overhead_s(protocol, budget, cost),
         precision_note,
+        loader_note,
     )
 
 

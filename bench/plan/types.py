@@ -126,6 +126,7 @@ class Plan:
     cost_note: str = ""  # why the trunk was not timed here when that was asked for (e.g. no CUDA device)
     sweep_s: float = 0.0  # once a sweep, outside every cell: start-up, data, stores, the floor (in `estimate`)
     precision_note: str = ""  # `auto`'s choice here, or a fixed precision several times slower than another
+    loader_note: str = ""  # with a loader rate given: whether the loader or the trunk bounds a step
 
     @property
     def total_iterations(self) -> int:
