@@ -342,7 +342,8 @@ def _assumptions(p: Plan, cost: Any, gpu: bool) -> str:
     method = "timed above" if p.method_s else f"{STEP_FIXED_S * 1000:g} ms a step; --time-methods times them"
     reading = "" if p.loader_note else "reading the data a step (in memory: nothing; --loader-rate for image files), "
     return (
-        f"assumes: {step}not timed: the loss and miner ({method}), {reading}the metrics (fixed per-pair and k-means figures), the records (MLflow, Optuna: "
+        f"assumes: {step}not timed: the loss and miner ({method}), {reading}the metrics (fixed per-pair and "
+        f"k-means figures), the records (MLflow, Optuna: "
         f"fixed figures a run), and once a sweep {SWEEP_FIXED_S:g} s of start-up, data loading and opening "
         f"the stores, plus the floor"
     )
