@@ -76,6 +76,22 @@ class Hooks:
         pass
 
 
+def validation_metrics(protocol: Protocol, model: Any, data: Any, device: Any, metric: Any) -> dict[str, float]:
+    """A model scored on validation classes as pruning and early stopping both read it: the protocol's ks and
+    geometry, no clustering, ranked by the cell's learned `metric` when it has one."""
+    from bench.evaluation import evaluate
+
+    return evaluate(
+        model,
+        data,
+        ks=tuple(protocol.doc["evaluation"]["ks"]),
+        clustering=False,
+        device=device,
+        normalize=protocol.doc["model"]["normalize"],
+        metric=metric,
+    )
+
+
 def train_config(
     protocol: Protocol, cell: Cell, loss_params: dict[str, Any], miner_params: dict[str, Any], seed: int
 ) -> TrainConfig:
@@ -207,19 +223,12 @@ def train_and_score(
     stopping = setting(protocol.doc, "training.early_stopping")
     early = None
     if stop_on is not None and stopping:
-        from bench.evaluation import evaluate
 
         def score(it: int, model: Any) -> float:
             last["it"] = it
-            value = evaluate(
-                model,
-                stop_on,
-                ks=tuple(protocol.doc["evaluation"]["ks"]),
-                clustering=False,
-                device=config.device,
-                normalize=protocol.doc["model"]["normalize"],
-                metric=pair_scorer_of(built["loss"]),
-            )[stopping["metric"]]
+            value = validation_metrics(protocol, model, stop_on, config.device, pair_scorer_of(built["loss"]))[
+                stopping["metric"]
+            ]
             if on_score is not None:
                 on_score(it, float(value))
             return float(value)
@@ -330,17 +339,7 @@ def run_trial(
         config = train_config(protocol, cell, loss_params, miner_params, seed)
 
         def on_checkpoint(it: int, model: Any, metric: Any, f: int = f, val: Any = val, config: Any = config) -> None:
-            from bench.evaluation import evaluate
-
-            value = evaluate(
-                model,
-                val,
-                ks=tuple(protocol.doc["evaluation"]["ks"]),
-                clustering=False,
-                device=config.device,
-                normalize=protocol.doc["model"]["normalize"],
-                metric=metric,
-            )[primary]
+            value = validation_metrics(protocol, model, val, config.device, metric)[primary]
             trial.report(value, f * iterations + it)
             if trial.should_prune():
                 raise optuna.TrialPruned()
