@@ -77,6 +77,25 @@ def ranked_by_metric(
     return out
 
 
+class Concatenated(nn.Module):
+    """Several models as one embedder: each model's embedding L2-normalised, then side by side.
+
+    The Reality Check's "concatenated" evaluation of its fold models (``final.mode: folds``): four 128-d
+    fold models give one 512-d embedding, which the protocol's geometry then normalises as a whole. Each part
+    is normalised first so that no fold model's scale outweighs another's. It embeds through every model in
+    turn; the models keep their own devices and precision.
+    """
+
+    def __init__(self, models: Sequence[nn.Module]) -> None:
+        super().__init__()
+        if not models:
+            raise BenchError("nothing to concatenate: no model")
+        self.parts = nn.ModuleList(models)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([nn.functional.normalize(m(x).float(), dim=1) for m in self.parts], dim=1)
+
+
 def _inputs(x: Any, batch_size: int, device: torch.device) -> Iterator[torch.Tensor]:
     """Batches of `x` on `device`: slices of a tensor, or image files streamed through the loader."""
     if isinstance(x, torch.Tensor):

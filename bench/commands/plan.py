@@ -107,12 +107,21 @@ def _not_nan(ctx: click.Context, param: click.Parameter, value: float | None) ->
     help="time each cell's loss and miner on batches of the protocol's shape (a few seconds) and add "
     "them to its steps: a method that costs more than the trunk is named",
 )
+@click.option(
+    "--stop-at",
+    type=click.IntRange(min=1),
+    default=None,
+    help="under training.early_stopping: also estimate the sweep when every run stops at this many "
+    "iterations (a typical case; default: the earliest a run can stop, check_every x (patience + 1)); "
+    "the main estimate is the maximum, every run trained to the budget",
+)
 @format_option
 @quiet_option
 def command(
     file: str,
     step_ms: float | None,
     loader_rate: float | None,
+    stop_at: int | None,
     measure: bool,
     threads: int | None,
     check_multiple: int,
@@ -151,8 +160,9 @@ def command(
         measure=measure,
         threads=threads,
         loader_rate=loader_rate,
+        stop_at=stop_at,
     )
-    emit(fmt, lambda: format_plan(p), lambda: rows(p))
+    emit(fmt, lambda: format_plan(p, stop_given=stop_at is not None), lambda: rows(p))
     return 0
 
 
@@ -177,10 +187,11 @@ def _cpuinfo() -> str:
         return ""
 
 
-def format_plan(p: Plan, cpuinfo: str | None = None) -> str:
+def format_plan(p: Plan, cpuinfo: str | None = None, stop_given: bool = False) -> str:
     """The plan as `dmlbench plan` prints it: data, model, budget, cells, dropped pairs, time.
 
-    ``cpuinfo`` (default: this machine's /proc/cpuinfo) decides the note on bf16 without AMX."""
+    ``cpuinfo`` (default: this machine's /proc/cpuinfo) decides the note on bf16 without AMX; ``stop_given``:
+    the early-stopping length of ``Plan.stopped`` was the user's (`--stop-at`), not the earliest stop."""
     from bench.data.query_gallery import describe
 
     doc, b = p.protocol.doc, p.budget
@@ -213,7 +224,13 @@ def format_plan(p: Plan, cpuinfo: str | None = None) -> str:
         f"training: {training['optimizer']} lr {training['lr']:g}, batch P x K = {training['P']} x {training['K']} = "
         f"{b.batch_size}, {b.iterations} iterations a run",
         f"tuning: {b.trials} Optuna trials per cell (seeded TPE), pruner {doc['tuning']['pruner']['type']}; "
-        f"final: seeds {', '.join(map(str, doc['final']['seeds']))}; primary metric {doc['evaluation']['primary']}",
+        f"final: seeds {', '.join(map(str, doc['final']['seeds']))}"
+        + (
+            f", each {b.final_runs} fold models scored alone (separate) and concatenated"
+            if b.final_runs > 1
+            else ", each retrained on every training class"
+        )
+        + f"; primary metric {doc['evaluation']['primary']}",
         "",
         f"cells ({len(p.cells)}):",
     ]
@@ -274,13 +291,26 @@ def format_plan(p: Plan, cpuinfo: str | None = None) -> str:
     lines += [
         "",
         f"budget, the same for every cell: {b.trials} trials x {b.folds} fold(s) x {b.iterations:,} iterations "
-        f"+ {b.seeds} seeds x {b.iterations:,} iterations = {b.total_iterations:,} iterations "
+        + (
+            f"+ {b.seeds} seeds x {b.final_runs} fold models x {b.iterations:,} iterations "
+            if b.final_runs > 1
+            else f"+ {b.seeds} seeds x {b.iterations:,} iterations "
+        )
+        + f"= {b.total_iterations:,} iterations "
         f"(at most {b.samples_seen:,} samples)",
         f"total: {len(p.cells)} cells, {len(p.cells) * b.trials} trials, {len(p.cells) * b.tuning_runs} tuning runs, "
-        f"{len(p.cells) * b.seeds} final runs, {p.total_iterations:,} iterations",
+        f"{len(p.cells) * b.seeds * b.final_runs} final runs, {p.total_iterations:,} iterations",
         where.format(check=check) + f"{basis})",
         _assumptions(p, cost, gpu),
     ]
+    if p.stopped is not None:
+        at, short = p.stopped
+        when = "(--stop-at)" if stop_given else "(the earliest a run can stop: check_every x (patience + 1))"
+        took = f"{short.mid_s / 3600:,.1f} GPU-hours" if gpu else hms(short.mid_s)
+        lines.append(
+            f"early stopping: the estimate above is the maximum, every run trained to {b.iterations:,} iterations; "
+            f"if every run stops at {at:,} iterations {when}: {took}"
+        )
     if not gpu and cost.slowdown > 1.05:  # the load then decides the wall time: what the work itself costs
         lines.append(
             f"at the machine's load then the step ran {cost.slowdown:.1f}x its CPU time: the same work on an idle "

@@ -197,13 +197,13 @@ def _resumed_line(result: SweepResult) -> str | None:
 
 def _cells_without_result(protocol: Any, result: SweepResult) -> dict[str, str]:
     """Planned cells with no completed final seed, each with the first recorded reason."""
-    from bench.plan import plan
+    from bench.plan import plan, trained_cell
 
     finals, trials = result.finals, result.trials
-    done = (
+    done = (  # a row of final.mode folds (`<cell>:separate`) reports its trained cell
         set()
         if finals.empty or "state" not in finals
-        else set(finals.loc[finals["state"] == "COMPLETE", "cell"].astype(str))
+        else set(finals.loc[finals["state"] == "COMPLETE", "cell"].astype(str).map(trained_cell))
     )
     out = {}
     ran = result.manifest.get("cells")  # with --cells, those only
@@ -214,7 +214,7 @@ def _cells_without_result(protocol: Any, result: SweepResult) -> dict[str, str]:
         for frame, kind in ((finals, "final seed"), (trials, "trial")):
             if why or frame.empty or "reason" not in frame:
                 continue
-            rows = frame[(frame["cell"].astype(str) == cell) & (frame["state"] != "COMPLETE")]
+            rows = frame[(frame["cell"].astype(str).map(trained_cell) == cell) & (frame["state"] != "COMPLETE")]
             reasons = [str(r) for r in rows["reason"] if isinstance(r, str) and r]
             if len(rows):
                 why = f"every {kind} failed" + (f" ({reasons[0]})" if reasons else "")
@@ -236,9 +236,11 @@ def _completed_cells(result: SweepResult) -> int:
     """Cells with at least one COMPLETE final seed: a sweep with none has nothing to rank and must not
     look done (it ended with exit 0 and "1 cells done" when every trial failed)."""
     finals = result.finals
+    from bench.plan import trained_cell
+
     if finals.empty or "state" not in finals:
         return 0
-    return int(finals.loc[finals["state"] == "COMPLETE", "cell"].nunique())
+    return int(finals.loc[finals["state"] == "COMPLETE", "cell"].astype(str).map(trained_cell).nunique())
 
 
 def _first_reason(result: SweepResult) -> str:

@@ -7,9 +7,10 @@ renders a plan as text (`bench.commands.plan`).
 """
 
 from bench.plan.grid import NOT_SELECTED, cell_digest, plan
-from bench.plan.types import Budget, Cell, Dropped, Estimate, Plan, TrunkCost, cell_key
+from bench.plan.types import EVALUATIONS, Budget, Cell, Dropped, Estimate, Plan, TrunkCost, cell_key, trained_cell
 
 __all__ = [
+    "EVALUATIONS",
     "NOT_SELECTED",
     "Budget",
     "Cell",
@@ -20,4 +21,5 @@ __all__ = [
     "cell_digest",
     "cell_key",
     "plan",
+    "trained_cell",
 ]

@@ -234,13 +234,18 @@ def estimate_cell(
     per_step_extra = _miner_step_extra(cell, train_images * (folds - 1) / folds, embed_one) + method_s
     slow = cost.slowdown  # the figures not timed here run on the same busy machine as the timed step
     pruner = doc["tuning"]["pruner"]
-    checks = 0 if pruner["type"] == "none" else budget.iterations // pruner["check_every"]
+    stopping = doc["training"].get("early_stopping")
+    every = stopping["check_every"] if stopping else (None if pruner["type"] == "none" else pruner["check_every"])
+    checks = 0 if every is None else budget.iterations // every
     one_val = val_images * embed_one + slow * _metrics_s(val_images, 0, clustering=False)
     tuning_eval = budget.tuning_runs * (1 + checks) * one_val
-    final_eval = budget.seeds * _test_eval_s(protocol, cost)
-    fixed = (
-        tuning_eval + final_eval + (budget.tuning_runs + budget.seeds + budget.trials + 1) * OVERHEAD_S_PER_RUN * slow
-    )
+    # a final seed scores its model; under final.mode folds each fold model (early-stopped on its fold's
+    # validation classes) and their concatenation, which embeds the test set through every fold model again
+    final_runs = budget.seeds * budget.final_runs
+    final_eval = budget.seeds * (1 if budget.final_runs == 1 else 2 * budget.final_runs) * _test_eval_s(protocol, cost)
+    if budget.final_runs > 1 and stopping:
+        final_eval += final_runs * checks * one_val
+    fixed = tuning_eval + final_eval + (budget.tuning_runs + final_runs + budget.trials + 1) * OVERHEAD_S_PER_RUN * slow
     steps = budget.total_iterations + check_multiple * budget.final_iterations
     if check_multiple:
         fixed += final_eval + budget.seeds * OVERHEAD_S_PER_RUN * slow

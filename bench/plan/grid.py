@@ -27,9 +27,10 @@ from bench.plan.cost import (
     sweep_overhead_s,
     trunk_cost,
 )
-from bench.plan.types import Budget, Cell, Dropped, Plan
+from bench.plan.types import Budget, Cell, Dropped, Estimate, Plan
 from bench.protocol import NO_MINER, Protocol
 from bench.protocol.load import canonical_json, method_params
+from bench.protocol.schema import setting
 
 NOT_SELECTED = "not selected by the protocol (the loss's `miners` list)"
 
@@ -42,6 +43,7 @@ def plan(
     measure: bool = False,
     threads: int | None = None,
     loader_rate: float | None = None,
+    stop_at: int | None = None,
 ) -> Plan:
     """Cells (loss x miner) in grid order, dropped pairs with their reasons, one budget for all.
 
@@ -51,7 +53,10 @@ def plan(
     times the protocol's trunk here (`bench.plan.measure`, a few seconds, on ``threads`` CPU threads) in
     place of the cost table, unless ``step_s`` is given or the protocol's device is not on this machine
     (then the table stays and ``Plan.cost_note`` says why). ``loader_rate``, images a second the data
-    loader delivers, makes each step at least a batch's loading time (`bounded_by_loader`)."""
+    loader delivers, makes each step at least a batch's loading time (`bounded_by_loader`). Under
+    ``training.early_stopping`` the estimates are the maximum (every run trains the whole budget) and
+    ``Plan.stopped`` the time when every run stops at ``stop_at`` iterations (default: the earliest a run
+    can stop, ``check_every`` x (``patience`` + 1))."""
     doc = protocol.doc
     grid = doc["grid"]
     cells: list[Cell] = []
@@ -85,6 +90,7 @@ def plan(
         batch_size=training["P"] * training["K"],
         seeds=len(doc["final"]["seeds"]),
         early_stopping=bool(training.get("early_stopping")),
+        final_runs=validation["use"] if setting(doc, "final.mode") == "folds" else 1,
     )
     cost, cost_note, precision_note = trunk_cost(protocol, step_s), "", ""
     if measure and step_s is None:
@@ -105,6 +111,17 @@ def plan(
 
         method_s = time_cells(protocol, tuple(cells))
     estimates = {c.id: estimate_cell(protocol, c, budget, cost, check_multiple, method_s.get(c.id, 0.0)) for c in cells}
+    stopped = None
+    stopping = training.get("early_stopping")
+    if stopping:
+        at = min(stop_at or stopping["check_every"] * (stopping["patience"] + 1), budget.iterations)
+        short = replace(budget, iterations=at)
+        cut = [estimate_cell(protocol, c, short, cost, check_multiple, method_s.get(c.id, 0.0)) for c in cells]
+        overhead = sweep_overhead_s(protocol, budget, cost)
+        stopped = (
+            at,
+            Estimate(overhead + sum(e.low_s for e in cut), overhead + sum(e.high_s for e in cut), cost.measured),
+        )
     return Plan(
         protocol,
         tuple(cells),
@@ -118,6 +135,7 @@ def plan(
         sweep_overhead_s(protocol, budget, cost),
         precision_note,
         loader_note,
+        stopped,
     )
 
 

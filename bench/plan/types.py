@@ -66,7 +66,8 @@ class Dropped:
 
 @dataclass(frozen=True)
 class Budget:
-    """What every cell receives: trials x folds training runs in tuning, then one run per final seed."""
+    """What every cell receives: trials x folds training runs in tuning, then per final seed one run (final
+    mode ``retrain``) or one run per fold (``folds``: `final_runs` = folds)."""
 
     trials: int
     folds: int
@@ -74,6 +75,11 @@ class Budget:
     batch_size: int
     seeds: int
     early_stopping: bool = False  # runs may stop before `iterations` (training.early_stopping): a maximum
+    final_runs: int = 1  # training runs per final seed: 1, or the folds under final.mode folds
+
+    @property
+    def final_mode(self) -> str:
+        return "folds" if self.final_runs > 1 else "retrain"
 
     @property
     def tuning_runs(self) -> int:
@@ -85,7 +91,12 @@ class Budget:
 
     @property
     def final_iterations(self) -> int:
-        return self.seeds * self.iterations
+        return self.seeds * self.final_runs * self.iterations
+
+    @property
+    def per_final(self) -> int:
+        """The most iterations one final seed trains: its runs together."""
+        return self.final_runs * self.iterations
 
     @property
     def total_iterations(self) -> int:
@@ -127,6 +138,8 @@ class Plan:
     sweep_s: float = 0.0  # once a sweep, outside every cell: start-up, data, stores, the floor (in `estimate`)
     precision_note: str = ""  # `auto`'s choice here, or a fixed precision several times slower than another
     loader_note: str = ""  # with a loader rate given: whether the loader or the trunk bounds a step
+    # under early stopping: (iterations, estimate) when every run stops there; `estimate` is the maximum
+    stopped: tuple[int, Estimate] | None = None
 
     @property
     def total_iterations(self) -> int:
@@ -142,8 +155,32 @@ class Plan:
         )
 
     def cell(self, cell_id: str) -> Cell:
-        """The planned cell of this id; KeyError for a dropped or unknown one."""
+        """The planned cell of this id, or of this reported row (`trained_cell`); KeyError for a dropped or
+        unknown one."""
+        cell_id = trained_cell(cell_id)
         for c in self.cells:
             if c.id == cell_id:
                 return c
         raise KeyError(cell_id)
+
+    def reported_ids(self, cell_id: str) -> list[str]:
+        """The rows a cell has in the results tables: the cell itself, or under final.mode folds
+        ``<cell>:concatenated`` and ``<cell>:separate`` (`EVALUATIONS`)."""
+        if self.budget.final_mode != "folds":
+            return [cell_id]
+        return [f"{cell_id}:{e}" for e in EVALUATIONS]
+
+
+# final.mode folds: each final seed is reported twice, its fold models concatenated and each scored alone (their
+# mean), the Reality Check's "concatenated" and "separate" (docs/PROTOCOL.md)
+EVALUATIONS = ("concatenated", "separate")
+
+
+def trained_cell(row_cell: str) -> str:
+    """The cell (of the plan, the trials, the records) a results row reports: ``<cell>:concatenated`` and
+    ``<cell>:separate`` are two evaluations of one trained cell; any other id is the cell itself (a cell's
+    own id never holds a colon: labels cannot)."""
+    for e in EVALUATIONS:
+        if row_cell.endswith(":" + e):
+            return row_cell[: -len(e) - 1]
+    return row_cell

@@ -479,6 +479,21 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
             f"expected at most training.iterations={doc['training']['iterations']}, got {pruner['check_every']}",
         )
     _check_early_stopping(doc, report)
+    _check_final_mode(doc, report)
+
+
+def _check_final_mode(doc: dict[str, Any], report: _Reporter) -> None:
+    """``final.mode: folds`` trains one final model per validation fold the trials use, and concatenates them:
+    it needs two folds at least (one fold model concatenated is that model)."""
+    from bench.protocol.schema import setting
+
+    use = doc["data"]["validation"]["use"]
+    if setting(doc, "final.mode") == "folds" and use < 2:
+        report.add(
+            ("final", "mode"),
+            f"folds needs at least 2 validation folds in use (data.validation), got {use}: "
+            "with one, 'concatenated' is the one fold model; use mode retrain",
+        )
 
 
 def _check_early_stopping(doc: dict[str, Any], report: _Reporter) -> None:

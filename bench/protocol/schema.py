@@ -302,6 +302,10 @@ SCHEMA: dict[str, Any] = {
                         },
                     ]
                 },
+                # retrain: the best parameters retrained on every training class, one model per seed; folds: the
+                # Reality Check's procedure, one model per validation fold (each early-stopped on its own fold
+                # under training.early_stopping), scored alone ("separate") and concatenated ("concatenated")
+                "mode": {"enum": ["retrain", "folds"]},
             },
         },
         "grid": {
@@ -349,6 +353,7 @@ ABSENT_DEFAULTS: dict[str, Any] = {
     "data.small_classes": "refuse",  # a class below data.min_samples_per_class: refused (drop: left out, counted)
     "training.short_classes": "repeat",  # a class with fewer than K images: drawn with replacement (PML's way)
     "training.early_stopping": None,  # None: every run trains training.iterations
+    "final.mode": "retrain",  # the best parameters retrained on all training classes, one model per final seed
 }
 
 

@@ -132,7 +132,7 @@ def rows_at(res: Results, multiple: int) -> pd.DataFrame:
                 & (rows["params"] != mine)
             )
         ]
-    return rows[~rows["cell"].astype(str).isin(res.refused)]
+    return res.unrefused(rows)
 
 
 def multiples(res: Results) -> list[int]:

@@ -372,8 +372,8 @@ def _untestable(res: Results, cell: str, name: str, claim: dict[str, Any]) -> st
     """Why a claim cannot rest on this cell: missing, too few seeds, collapsed or barely trained, or not the
     method named."""
     if cell not in res.cells:
-        if cell in res.refused:
-            return f"cell {cell} was refused by the budget audit ({res.refused[cell]})"
+        if res.refusal(cell):
+            return f"cell {cell} was refused by the budget audit ({res.refusal(cell)})"
         if cell in res.reported_cells:
             return f"cell {cell} has no completed final seed ({len(res.failed(cell))} failed)"
         return f"the grid has no cell {cell!r} (no cell {cell!r} in {res.root})"

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
+from bench.plan import trained_cell
 from bench.reports import svg
 from bench.reports.leaderboard import (
     NOTES,
@@ -73,7 +74,7 @@ def _history_from_trials(trials: pd.DataFrame | None, cell: str) -> pd.DataFrame
     """Optuna history from trials.csv when a cell has no optuna_history.csv."""
     if trials is None or trials.empty or "cell" not in trials:
         return None
-    t = trials[trials["cell"].astype(str) == cell].sort_values("trial")
+    t = trials[trials["cell"].astype(str) == trained_cell(cell)].sort_values("trial")
     if t.empty:
         return None
     value = pd.to_numeric(t["value"], errors="coerce")

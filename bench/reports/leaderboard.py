@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from bench.plan import trained_cell
 from bench.reports import budget as budget_check
 from bench.reports import edges, floor
 from bench.reports.source import Results
@@ -179,7 +180,7 @@ def build(res: Results) -> Board:
         fail = res.failed(cell)
         every = res.finals[res.finals["cell"].astype(str) == cell]  # failed seeds used budget too
         if trials is not None and "cell" in trials:
-            t = trials[trials["cell"].astype(str) == cell]
+            t = trials[trials["cell"].astype(str) == trained_cell(cell)]  # a final.mode folds row: its cell's
             n_trials = len(t)
             n_complete = int((t["state"].astype(str) == "COMPLETE").sum()) if "state" in t else n_trials
         else:
@@ -238,7 +239,7 @@ def build(res: Results) -> Board:
 
 def _missing(res: Results, trials: pd.DataFrame | None) -> dict[str, str]:
     """Cells the plan holds (or the trials name) with no final row, each with why: a cell never vanishes."""
-    reported = set(res.reported_cells)
+    reported = {trained_cell(c) for c in res.reported_cells}  # final.mode folds: two rows of one cell
     planned = [c.id for c in res.plan.cells] if res.plan is not None else []
     tried = list(dict.fromkeys(trials["cell"].astype(str))) if trials is not None and "cell" in trials else []
     out: dict[str, str] = {}

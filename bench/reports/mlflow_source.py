@@ -147,6 +147,7 @@ def records(runs: list[Any], plan: Any) -> Any:
     does not record the budget a trial was given; every trial of one
     protocol version is given the same, so the plan's is used.
     """
+    from bench.sweep.final_run import SEPARATE_PREFIX
     from bench.sweep.tables import Records, history, metric_names
 
     protocol = plan.protocol
@@ -202,6 +203,8 @@ def records(runs: list[Any], plan: Any) -> Any:
             }
             row.update({m: _number(d, m) for m in metrics})
             row.update({"state": d.tags["state"], "reason": d.tags.get("reason", "")})
+            # final.mode folds: the fold models scored alone, logged with the prefix (bench.sweep.final_run)
+            row["separate"] = {m: _number(d, SEPARATE_PREFIX + m) for m in metrics if SEPARATE_PREFIX + m in d.metrics}
             out.finals.append(row)
     return out
 

@@ -321,10 +321,11 @@ def _absent(baseline: Results, current: Results, cell: str, base: Interval) -> C
     """A baseline cell with no completed current row: `failed` when its final seeds ran and failed, else
     `missing` (with the budget audit's reason where it refused the cell)."""
     failed = current.failed(cell)
-    if cell not in current.refused and len(failed):
+    refused = current.refusal(cell)
+    if not refused and len(failed):
         runs = _by_seed(failed)
         return CellChange(cell, FAILED, base, None, None, tuple(f"seed {s} {_failure(r)}" for s, r in runs.items()))
-    why = f"refused by the budget audit: {current.refused[cell]}" if cell in current.refused else "no final row"
+    why = f"refused by the budget audit: {refused}" if refused else "no final row"
     return CellChange(cell, "missing", base, None, None, (why,))
 
 

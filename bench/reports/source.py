@@ -19,6 +19,7 @@ import pandas as pd
 
 from bench.data.splits import fold_label
 from bench.errors import BenchError
+from bench.plan import trained_cell
 from bench.stats import metric_range
 
 if TYPE_CHECKING:
@@ -100,13 +101,22 @@ class Results:
         r = self.manifest.get("refused") or {}
         return {str(k): str(v) for k, v in r.items()} if isinstance(r, dict) else {}
 
+    def refusal(self, cell: str) -> str | None:
+        """Why the budget audit refused the cell this row reports (a row of final.mode folds reports its trained
+        cell: `bench.plan.trained_cell`), or None."""
+        return self.refused.get(trained_cell(cell))
+
+    def unrefused(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """The rows of ``frame`` whose cell the budget audit did not refuse."""
+        return frame[~frame["cell"].astype(str).map(trained_cell).isin(self.refused)]
+
     @property
     def complete(self) -> pd.DataFrame:
         """Final runs that finished (a failed seed has no metrics to average)."""
         f = self.finals
         if "state" in f:
             f = f[f["state"].astype(str) == "COMPLETE"]
-        return f[~f["cell"].astype(str).isin(self.refused)]
+        return self.unrefused(f)
 
     @property
     def cells(self) -> list[str]:
@@ -154,8 +164,7 @@ class Results:
     @property
     def reported_cells(self) -> list[str]:
         """Every cell with final rows the audit did not refuse, including cells whose every seed failed."""
-        f = self.finals[~self.finals["cell"].astype(str).isin(self.refused)]
-        return list(dict.fromkeys(f["cell"].astype(str)))
+        return list(dict.fromkeys(self.unrefused(self.finals)["cell"].astype(str)))
 
     def floor_values(self, metric: str, cell: str | None = None) -> tuple[np.ndarray, list[int]]:
         """Per-seed floor values of one metric and their seeds, in seed order (empty when no floor was run):
@@ -186,7 +195,7 @@ class Results:
             digest = plan.cell(cell).digest[:12]
         except KeyError:
             return False
-        return self.cell_keys.get(cell, "").split(".")[0] == digest
+        return self.cell_keys.get(trained_cell(cell), "").split(".")[0] == digest
 
     @cached_property
     def plan(self) -> Plan | None:
@@ -223,10 +232,15 @@ class Results:
         return None
 
     def artifact(self, cell: str, name: str) -> Path | None:
-        """An artifact file of a cell (names: `bench.sweep.tables`), or None when the run wrote none."""
+        """An artifact file of a cell (names: `bench.sweep.tables`), or None when the run wrote none. Under
+        final.mode folds the trained cell's pair distances and 2-D embedding are its concatenated models', so a
+        ``:separate`` row has only the cell's Optuna history."""
         from bench.sweep import tables
 
-        path = tables.cell_dir(self.root, cell) / name
+        trained = trained_cell(cell)
+        if trained != cell and cell.endswith(":separate") and name != tables.HISTORY:
+            return None
+        path = tables.cell_dir(self.root, trained) / name
         return path if path.is_file() else None
 
     def require_cell(self, cell: str, what: str = "") -> None:

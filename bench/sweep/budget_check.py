@@ -207,6 +207,11 @@ def budget_check(
     k, n = shard
     if not 1 <= k <= n:
         raise BenchError(f"budget-check: --shard must be K/N with 1 <= K <= N, got {k}/{n}")
+    if setting(protocol.doc, "final.mode") == "folds":
+        raise BenchError(
+            f"budget-check: {protocol.name} uses final.mode folds (a model per fold); the check retrains "
+            "final.mode retrain's seeds only"
+        )
     start = time.perf_counter()
     # what `validate` and `run` refuse (bench.sweep.preflight), the data loaded on the way
     prepared = refuse(

@@ -15,6 +15,15 @@ The sweep's final seeds (bench.sweep.runner) and the budget check's seeds
   a cell's directory and attached to the MLflow run, for the first final
   seed only (``artifacts``).
 
+Under ``final.mode: folds`` (the Reality Check's procedure) a final seed is
+not one model but one per validation fold in use (`train_fold_models`): fold
+``f``'s model trains on that fold's training classes with the best
+parameters, early-stopped on its validation classes where the protocol
+stops early, and is scored alone on the test set; the final seed's metrics
+are those of the fold models concatenated (`bench.evaluation.Concatenated`),
+and its ``separate`` metrics the fold models' mean. Both become rows of the
+tables (`bench.sweep.tables.expand_evaluations`).
+
 Everything else is `train_final`: the test-class guard, training and
 scoring by `bench.sweep.tuning.train_and_score` (the one call, so a budget
 check seed's first ``iterations`` batches are the final's), the MLflow run
@@ -28,17 +37,20 @@ from __future__ import annotations
 
 import time
 from contextlib import AbstractContextManager, nullcontext, suppress
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.evaluation import EMBEDDING_PREFIX, clusters_on_test
+from bench.data.splits import fold_label
+from bench.evaluation import EMBEDDING_PREFIX, Concatenated, clusters_on_test, score_model
 from bench.plan import Cell
 from bench.protocol import Protocol
 from bench.stores.retry import StoreUnavailableError
 from bench.sweep import tables
 from bench.sweep.artifacts import write_cell_artifacts
-from bench.sweep.tuning import Prepared, RunResult, final_config, train_and_score
+from bench.sweep.tuning import Prepared, RunResult, final_config, final_fold_config, train_and_score
+
+SEPARATE_PREFIX = "separate_"  # final.mode folds: a final seed's fold models scored alone, their mean
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -73,6 +85,15 @@ class FinalRun:
     metrics: dict[str, float]
     run_id: str
     artifacts_s: float = 0.0  # writing and logging the artifacts (the first seed of a cell)
+    # final.mode folds: the fold models' metrics (``metrics`` are their concatenation's), each fold's iterations
+    folds: list[RunResult] = field(default_factory=list)
+
+    @property
+    def separate(self) -> dict[str, float]:
+        """Under final.mode folds, each metric of ``metrics`` as the mean of the fold models scored alone."""
+        if not self.folds:
+            return {}
+        return {m: sum(float(r.metrics[m]) for r in self.folds) / len(self.folds) for m in self.metrics}
 
 
 class Record:
@@ -130,22 +151,30 @@ def train_final(
     KeyboardInterrupt); an interruption ends the MLflow run KILLED, records nothing and is raised again.
     ``stop_after``: under ``training.early_stopping`` the iterations the final trains (`final_iterations`, the
     cell's best trial's early-stopped length; x ``multiple`` here), the schedule that of the whole budget."""
+    from bench.protocol.schema import setting
+
     run_id = mlflow.run(record.key, record.name, record.parent, tags=record.tags)
     config = final_run_config(protocol, cell, params, seed, multiple)
-    progress.run_started(config.iterations if stop_after is None else stop_after * multiple)
+    by_folds = setting(protocol.doc, "final.mode") == "folds"
+    folds: list[RunResult] = []
+    allotment = config.iterations * len(prepared.folds) if by_folds else config.iterations
+    progress.run_started(allotment if stop_after is None else stop_after * multiple)
     try:
         with record.held():
             prepared.guard.check(prepared.train.classes, record.purpose)
-            result = train_and_score(
-                protocol,
-                config,
-                prepared.train,
-                prepared.test,
-                clustering=clusters_on_test(protocol),
-                lake_runs=prepared.lake_runs,
-                progress=step,
-                stop_after=None if stop_after is None else stop_after * multiple,
-            )
+            if by_folds:
+                result, folds = train_fold_models(protocol, prepared, cell, params, seed, step=step)
+            else:
+                result = train_and_score(
+                    protocol,
+                    config,
+                    prepared.train,
+                    prepared.test,
+                    clustering=clusters_on_test(protocol),
+                    lake_runs=prepared.lake_runs,
+                    progress=step,
+                    stop_after=None if stop_after is None else stop_after * multiple,
+                )
     except BaseException:
         record.abandon()
         with suppress(StoreUnavailableError):  # a store that is gone gets nothing back; the original is raised
@@ -155,7 +184,7 @@ def train_final(
     metrics = {m: float(result.metrics[m]) for m in tables.metric_names(protocol.doc) if m in result.metrics}
     # a learned-metric cell's embedding-distance ranking: a labelled secondary result, logged beside the table's
     secondary = {m: float(v) for m, v in result.metrics.items() if m.startswith(EMBEDDING_PREFIX)}
-    run = FinalRun(seed, config, result, metrics, run_id)
+    run = FinalRun(seed, config, result, metrics, run_id, folds=folds if result.state == "COMPLETE" else [])
     if artifacts is not None and result.state == "COMPLETE":
         began = time.perf_counter()
         _artifacts(protocol, prepared, result, artifacts, mlflow, run_id)
@@ -168,6 +197,8 @@ def train_final(
         metrics={
             **record.logged_metrics(metrics),
             **secondary,
+            **{SEPARATE_PREFIX + m: v for m, v in run.separate.items()},
+            **{f"{fold_label(f).replace(' ', '')}_iterations": r.iterations for f, r in enumerate(folds)},
             "final_loss": result.final_loss,
             "iterations": result.iterations,
             "samples_seen": result.samples_seen,
@@ -178,6 +209,78 @@ def train_final(
     mlflow.end(run_id, result.state)
     record.write(run)
     return run
+
+
+def train_fold_models(
+    protocol: Protocol,
+    prepared: Prepared,
+    cell: Cell,
+    params: dict[str, Any],
+    seed: int,
+    *,
+    step: Callable[[int, int, float], None],
+) -> tuple[RunResult, list[RunResult]]:
+    """Final seed ``seed`` of ``cell`` under ``final.mode: folds``: one model per validation fold in use, each
+    trained with ``params`` on its fold's training classes (early-stopped on the fold's validation classes under
+    ``training.early_stopping``, else the whole budget) and scored alone on the test set; then the fold models
+    concatenated (`Concatenated`), scored the same way. Returns the concatenation's run (its iterations and
+    samples those of every fold model; a FAIL naming the fold when one fails) and the fold models' runs.
+    ``step`` sees one count over the fold models, fold ``f`` starting at ``f`` x the budget."""
+    from bench.protocol.schema import setting
+
+    stopping = setting(protocol.doc, "training.early_stopping")
+    clustering = clusters_on_test(protocol)
+    began = time.perf_counter()
+    runs: list[RunResult] = []
+    for f in range(len(prepared.folds)):
+        train_part, validation = prepared.fold(f)  # each checked against the test classes by the guard
+        config = final_fold_config(protocol, cell, params, seed, f)
+        offset = f * config.iterations
+        run = train_and_score(
+            protocol,
+            config,
+            train_part,
+            prepared.test,
+            clustering=clustering,
+            lake_runs=prepared.lake_runs,
+            progress=lambda it, total, loss, offset=offset: step(offset + it, total, loss),
+            stop_on=validation if stopping else None,
+        )
+        runs.append(run)
+        if run.state != "COMPLETE":
+            return _folds_result(runs, began, run.state, f"{fold_label(f)}: {run.reason}"), runs
+    scoring = time.perf_counter()
+    concatenated = Concatenated([r.model for r in runs])
+    metrics = score_model(
+        protocol,
+        concatenated,
+        prepared.test,
+        clustering=clustering,
+        lake_runs=prepared.lake_runs,
+        device=protocol.doc["training"]["device"],
+        seed=config.seed,
+    )
+    out = _folds_result(runs, began, "COMPLETE", "", metrics)
+    out.model = concatenated
+    out.score_s += time.perf_counter() - scoring
+    return out, runs
+
+
+def _folds_result(
+    runs: list[RunResult], began: float, state: str, reason: str, metrics: dict[str, float] | None = None
+) -> RunResult:
+    """The fold models' runs as one final seed's run: iterations, samples and seconds summed."""
+    return RunResult(
+        state,
+        sum(r.iterations for r in runs),
+        sum(r.samples_seen for r in runs),
+        time.perf_counter() - began,
+        metrics or {},
+        final_loss=sum(r.final_loss for r in runs) / len(runs),
+        reason=reason,
+        train_s=sum(r.train_s for r in runs),
+        score_s=sum(r.score_s for r in runs),
+    )
 
 
 def _artifacts(

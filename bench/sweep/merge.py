@@ -135,7 +135,12 @@ def merge(out: str | Path, jobs_given: list[str | Path]) -> dict[str, Any]:
     plan = replace(full, cells=tuple(c for c in full.cells if c.id in ran))
     records = tables.Records(
         trials=_order([row for r in read for row in _rows(r["trials"])], plan, "trial"),
-        finals=_order([row for r in read for row in _rows(r["finals"])], plan, "seed", protocol.final_seeds),
+        finals=_order(
+            tables.collapse_evaluations(plan, [row for r in read for row in _rows(r["finals"])]),
+            plan,
+            "seed",
+            protocol.final_seeds,
+        ),
     )
     records.history = {c.id: tables.history([t for t in records.trials if t["cell"] == c.id]) for c in plan.cells}
     floor = _floor(jobs, read)

@@ -116,6 +116,8 @@ def inspect(
     # the methods first: the liveness probe runs them too, and would stop at a broken one with a traceback
     if check("grid", plan_made) and _check_methods(protocol, found.plan, check, stop) and not stop():
         check("grid", plan_live)
+    if found.plan is not None and found.plan.budget.final_mode == "folds" and not stop():
+        check("final.mode", lambda: _folds_refused(protocol, found.plan))
     training = protocol.doc["training"]
     if stop() or not check(
         "training.device",
@@ -153,6 +155,21 @@ def _check_methods(protocol: Protocol, plan: Plan | None, check: Callable[..., b
         if stop():
             break
     return ok
+
+
+def _folds_refused(protocol: Protocol, plan: Plan | None) -> str | None:
+    """``final.mode: folds`` scores the fold models' concatenated embeddings, which a learned metric (a ``g``
+    for one model's embedding pairs) cannot rank."""
+    from bench.sweep.floor import learned_metric_cells
+
+    assert plan is not None
+    learned = learned_metric_cells(protocol, plan.cells)
+    if not learned:
+        return None
+    return (
+        f"{protocol.name}: final.mode: folds concatenates the fold models' embeddings, which the learned metric "
+        f"of {learned[0].id} cannot rank: use final.mode retrain, or leave the cell out"
+    )
 
 
 def problems(protocol: Protocol, **options: Any) -> list[Problem]:

@@ -344,7 +344,7 @@ class Sweep:
             trials = [t for t in self.tuning[cell.id].counted().values() if t.state.is_finished()]
             finals = [t for t in self.finals[cell.id].counted().values() if t.state.is_finished()]
             no_winner = self._no_winner(cell)
-            done += (len(trials) * b.folds + (b.seeds if no_winner else len(finals))) * b.iterations
+            done += len(trials) * b.folds * b.iterations + (b.seeds if no_winner else len(finals)) * b.per_final
             if no_winner or self.finals[cell.id].finished():
                 finished.add(cell.id)
         return done, finished
@@ -553,7 +553,10 @@ class Sweep:
             progress=self.progress,
             step=self.step,
             artifacts=tables.cell_dir(self.results, cell.id) if slot.slot == 0 else None,
-            stop_after=final_iterations(self.protocol, best.user_attrs.get("best_iterations", [])),
+            # under final.mode folds each fold model stops on its own fold; a retrained seed has no validation
+            stop_after=None
+            if self.plan.budget.final_mode == "folds"
+            else final_iterations(self.protocol, best.user_attrs.get("best_iterations", [])),
         )
         result = run.result
         self.progress.recorded(self._done_iterations()[0])
@@ -658,6 +661,9 @@ class _FinalSlot(Record):
             "reason": result.reason,
             **s.code,
         }
+        if run.folds:  # final.mode folds: the fold models scored alone, and what each trained
+            attrs["separate"] = run.separate
+            attrs["fold_iterations"] = [r.iterations for r in run.folds]
         state = TrialState[result.state]
         try:
             for key, value in attrs.items():

@@ -26,7 +26,7 @@ import pandas as pd
 
 from bench.atomic import locked, write_with
 from bench.errors import BenchError
-from bench.plan import Plan, cell_key
+from bench.plan import Plan, cell_key, trained_cell
 
 MANIFEST = "manifest.json"
 TRIALS = "trials.csv"
@@ -193,8 +193,25 @@ def collect(plan: Plan, storage: Any) -> Records:
             }
             row.update({m: a.get("metrics", {}).get(m, math.nan) for m in metrics})
             row.update({"state": t.state.name, "reason": a.get("reason", ""), **_code(a)})
+            row["separate"] = a.get("separate")  # final.mode folds: the fold models scored alone (their mean)
             records.finals.append(row)
     return records
+
+
+def expand_evaluations(plan: Plan, finals: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Final rows as the tables report them: as recorded, or under final.mode folds two rows per final seed,
+    ``<cell>:concatenated`` (the recorded metrics) and ``<cell>:separate`` (its ``separate`` metrics; NaN for a
+    seed that failed)."""
+    if plan.budget.final_mode != "folds":
+        return finals
+    metrics = metric_names(plan.protocol.doc)
+    out = []
+    for row in finals:
+        concatenated, separate = plan.reported_ids(row["cell"])
+        alone = row.get("separate") or {}
+        out.append({**row, "cell": concatenated})
+        out.append({**row, "cell": separate, **{m: alone.get(m, math.nan) for m in metrics}})
+    return out
 
 
 def _code(attrs: dict[str, Any]) -> dict[str, Any]:
@@ -232,6 +249,22 @@ def _json(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
+def collapse_evaluations(plan: Plan, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows read back from finals.csv as records again: the inverse of `expand_evaluations` (a merge rebuilds
+    the tables from the jobs' rows)."""
+    if plan.budget.final_mode != "folds":
+        return rows
+    metrics = metric_names(plan.protocol.doc)
+    alone = {(trained_cell(str(r["cell"])), int(r["seed"])): r for r in rows if str(r["cell"]).endswith(":separate")}
+    out = []
+    for r in rows:
+        if str(r["cell"]).endswith(":concatenated"):
+            cell = trained_cell(str(r["cell"]))
+            separate = alone.get((cell, int(r["seed"])), {})
+            out.append({**r, "cell": cell, "separate": {m: separate[m] for m in metrics if m in separate}})
+    return out
+
+
 # --------------------------------------------------------------------------- audit
 
 
@@ -247,6 +280,7 @@ def audit(plan: Plan, records: Records) -> dict[str, str]:
     """
     b = plan.budget
     per_trial = b.folds * b.iterations
+    per_final = b.per_final  # under final.mode folds a final seed trains one model per fold
     refused: dict[str, str] = {}
     for cell in plan.cells:
         trials = [r for r in records.trials if r["cell"] == cell.id]
@@ -268,12 +302,12 @@ def audit(plan: Plan, records: Records) -> dict[str, str]:
         if finals and len(finals) != b.seeds:
             problems.append(f"{len(finals)} final runs recorded, the budget is {b.seeds} seeds")
         for r in finals:
-            if r["iterations"] > b.iterations or (
-                r["state"] == "COMPLETE" and not b.early_stopping and r["iterations"] != b.iterations
+            if r["iterations"] > per_final or (
+                r["state"] == "COMPLETE" and not b.early_stopping and r["iterations"] != per_final
             ):
                 problems.append(
                     f"final seed {r['seed']} trained {r['iterations']} iterations, "
-                    f"{'the most is' if b.early_stopping else 'not'} {b.iterations}"
+                    f"{'the most is' if b.early_stopping else 'not'} {per_final}"
                 )
             if r["samples_seen"] > r["iterations"] * b.batch_size:
                 problems.append(f"final seed {r['seed']} saw more samples than its iterations allow")
@@ -322,34 +356,36 @@ def tables(plan: Plan, records: Records, refused: dict[str, str]) -> dict[str, p
         "git_commit",
         "git_dirty",
     ]
-    finals = pd.DataFrame(records.finals, columns=final_columns)
+    reported = expand_evaluations(plan, records.finals)
+    finals = pd.DataFrame(reported, columns=final_columns)
     rows = []
     for cell in plan.cells:
         if cell.id in refused:
             continue
-        cell_finals = [r for r in records.finals if r["cell"] == cell.id]
         cell_trials = [r for r in records.trials if r["cell"] == cell.id]
         no_winner = len(cell_trials) == plan.budget.trials and not any(r["state"] == "COMPLETE" for r in cell_trials)
-        if len(cell_finals) != plan.budget.seeds and not no_winner:
+        if sum(r["cell"] == cell.id for r in records.finals) != plan.budget.seeds and not no_winner:
             continue  # not finished: nothing to summarise yet
-        done = [r for r in cell_finals if r["state"] == "COMPLETE"]
-        row = {
-            "cell": cell.id,
-            "loss": cell.loss,
-            "miner": cell.miner or "none",
-            "n_trials": len(cell_trials),
-            "n_seeds": len(done),
-            "n_failed": sum(r["state"] == "FAIL" for r in cell_finals),
-            "budget_iterations": plan.budget.total_iterations,
-            "iterations": sum(r["iterations"] for r in cell_trials + cell_finals),
-            "samples_seen": sum(r["samples_seen"] for r in cell_trials + cell_finals),
-        }
-        for m in metrics:
-            mean, low, high = t_interval(r[m] for r in done)
-            row.update({f"{m}_mean": mean, f"{m}_ci_low": low, f"{m}_ci_high": high})
-        row["params"] = cell_finals[0]["params"] if cell_finals else "{}"  # no trial completed: nothing retrained
-        row[f"val_{primary}"] = cell_finals[0][f"val_{primary}"] if cell_finals else math.nan
-        rows.append(row)
+        for row_id in plan.reported_ids(cell.id):
+            cell_finals = [r for r in reported if r["cell"] == row_id]
+            done = [r for r in cell_finals if r["state"] == "COMPLETE"]
+            row = {
+                "cell": row_id,
+                "loss": cell.loss,
+                "miner": cell.miner or "none",
+                "n_trials": len(cell_trials),
+                "n_seeds": len(done),
+                "n_failed": sum(r["state"] == "FAIL" for r in cell_finals),
+                "budget_iterations": plan.budget.total_iterations,
+                "iterations": sum(r["iterations"] for r in cell_trials + cell_finals),
+                "samples_seen": sum(r["samples_seen"] for r in cell_trials + cell_finals),
+            }
+            for m in metrics:
+                mean, low, high = t_interval(r[m] for r in done)
+                row.update({f"{m}_mean": mean, f"{m}_ci_low": low, f"{m}_ci_high": high})
+            row["params"] = cell_finals[0]["params"] if cell_finals else "{}"  # no trial completed: nothing retrained
+            row[f"val_{primary}"] = cell_finals[0][f"val_{primary}"] if cell_finals else math.nan
+            rows.append(row)
     summary_columns = [
         "cell",
         "loss",
@@ -536,10 +572,15 @@ def check_complete(results: Path, manifest: dict[str, Any], finals: pd.DataFrame
     seeds = (manifest.get("budget") or {}).get("seeds")
     if not isinstance(cells, list) or "cell" not in finals:
         return
-    counts = finals["cell"].astype(str).value_counts().to_dict() if not finals.empty else {}
+    # rows per trained cell and seed: under final.mode folds a seed has two rows (`Plan.reported_ids`)
+    counts = {}
+    if not finals.empty:
+        trained = finals.assign(cell=finals["cell"].astype(str).map(trained_cell))
+        trained = trained.drop_duplicates(["cell", "seed"]) if "seed" in trained else trained
+        counts = trained["cell"].value_counts().to_dict()
     no_winner = set()
     if not summary.empty and {"cell", "n_seeds"} <= set(summary.columns):
-        no_winner = set(summary.loc[summary["n_seeds"] == 0, "cell"].astype(str)) - set(counts)
+        no_winner = {trained_cell(c) for c in summary.loc[summary["n_seeds"] == 0, "cell"].astype(str)} - set(counts)
     missing = [c for c in cells if c not in counts and c not in no_winner and c not in refused]
     short = [c for c in cells if isinstance(seeds, int) and 0 < counts.get(c, 0) < seeds and c not in refused]
     if missing or short:

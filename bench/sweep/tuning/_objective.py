@@ -19,7 +19,7 @@ from bench.errors import BenchError, DivergedError, MethodError
 from bench.plan import Cell
 from bench.protocol import Protocol
 from bench.sweep.tuning._data import Prepared, TestLeakError
-from bench.sweep.tuning._seeds import final_seed, trial_seed
+from bench.sweep.tuning._seeds import final_fold_seed, final_seed, trial_seed
 
 if TYPE_CHECKING:
     from bench.training import TrainConfig
@@ -131,6 +131,13 @@ def final_config(protocol: Protocol, cell: Cell, params: dict[str, Any], seed: i
     same in every cell (`final_seed`), so cells share the trunk initialisation and the batch order."""
     loss_params, miner_params = split_params(cell, params)
     return train_config(protocol, cell, loss_params, miner_params, final_seed(protocol.seed, seed))
+
+
+def final_fold_config(protocol: Protocol, cell: Cell, params: dict[str, Any], seed: int, fold: int) -> TrainConfig:
+    """Fold ``fold``'s model of final seed ``seed`` under ``final.mode: folds``, with the best trial's
+    ``params``: its training seed is the same in every cell (`final_fold_seed`)."""
+    loss_params, miner_params = split_params(cell, params)
+    return train_config(protocol, cell, loss_params, miner_params, final_fold_seed(protocol.seed, seed, fold))
 
 
 def final_iterations(protocol: Protocol, best_iterations: list[int]) -> int | None:

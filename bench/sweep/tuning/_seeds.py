@@ -30,6 +30,13 @@ def final_seed(protocol_seed: int, seed: int) -> int:
     return derive_seed(protocol_seed, "final", seed)
 
 
+def final_fold_seed(protocol_seed: int, seed: int, fold: int) -> int:
+    """Training seed of fold ``fold``'s model of final seed ``seed`` (``final.mode: folds``): the same in every
+    cell, and another in every fold (each fold model starts from its own initialisation, as the Reality Check's
+    fold models do)."""
+    return derive_seed(protocol_seed, "final", seed, "fold", fold)
+
+
 def sampler_seed(protocol_seed: int, cell_id: str, slot: int) -> int:
     """TPE's seed for one slot of one cell: its draw does not depend on interruptions before it."""
     return derive_seed(protocol_seed, cell_id, "sampler", slot)

@@ -1,0 +1,197 @@
+"""final.mode folds: the Reality Check's final procedure, a model per fold scored alone and concatenated."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import pytest
+import torch
+from _shared import RUNNER_TINY
+from _shared import sweep_options as _options
+
+from bench.errors import BenchError
+from bench.evaluation import Concatenated, embed
+from bench.metrics import retrieval_metrics
+from bench.plan import plan, trained_cell
+from bench.protocol import parse_protocol
+from bench.reports import leaderboard, source
+from bench.sweep import tables
+from bench.sweep.preflight import problems
+from bench.sweep.runner import run_protocol
+from bench.sweep.tuning import final_fold_config, open_storage, prepare
+from bench.training import train
+
+STOPPING = "early_stopping: {metric: map_at_r, patience: 1, check_every: 4, max_iterations: 16}"
+
+
+def _folds(mode: str = "folds", stopping: str = "", use: int = 2, iterations: int = 16) -> str:
+    text = RUNNER_TINY.replace("use: 1", f"use: {use}").replace("ITERATIONS", str(iterations))
+    text = text.replace("final: {seeds: [0, 1]}", "final: {seeds: [0, 1]" + (f", mode: {mode}}}" if mode else "}"))
+    if stopping:
+        text = text.replace(f"iterations: {iterations}}}", f"iterations: {iterations}, {stopping}}}")
+    # one cell that trains and the one whose every trial diverges
+    return text.replace("    - {name: triplet}\n", "    - {name: triplet, miners: [batch_hard]}\n")
+
+
+def test_retrain_is_the_default_and_keeps_the_hash() -> None:
+    plain = parse_protocol(_folds(mode=""))
+    assert parse_protocol(_folds(mode="retrain")).hash == plain.hash
+    folds = parse_protocol(_folds())
+    assert folds.hash != plain.hash
+    assert plan(folds).budget.final_runs == 2 and plan(plain).budget.final_runs == 1
+    assert plan(folds).budget.final_iterations == 2 * 2 * 16  # seeds x fold models x iterations
+
+
+def test_folds_with_one_fold_in_use_is_refused_in_one_line() -> None:
+    with pytest.raises(BenchError, match=r"final\.mode: folds needs at least 2 validation folds") as e:
+        parse_protocol(_folds(use=1))
+    assert "\n" not in str(e.value)
+
+
+def test_a_learned_metric_cell_is_refused_under_folds() -> None:
+    text = _folds().replace(
+        "    - {name: triplet, miners: [batch_hard]}\n",
+        "    - {name: quadruplet, label: learned, params: {learned_metric: true, pair_input: difference_product}}\n",
+    )
+    text = text.replace("miners: [{name: none}, {name: batch_hard}]", "miners: [{name: none}, {name: margohnm}]")
+    found = [p for p in problems(parse_protocol(text), data=False) if p.key == "final.mode"]
+    assert (
+        len(found) == 1 and "cannot rank" in found[0].message and "the learned metric of learned+" in found[0].message
+    )
+
+
+def test_concatenated_normalises_each_part_then_joins_them() -> None:
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(3, 2), torch.nn.Linear(3, 4)
+    x = torch.randn(5, 3)
+    out = Concatenated([a, b])(x)
+    assert out.shape == (5, 6)
+    assert torch.allclose(out[:, :2].norm(dim=1), torch.ones(5)) and torch.allclose(
+        out[:, 2:].norm(dim=1), torch.ones(5)
+    )
+    assert torch.allclose(out[:, 2:], torch.nn.functional.normalize(b(x), dim=1))
+
+
+@pytest.fixture(scope="module")
+def folds_sweep(tmp_path_factory, data_root) -> dict:
+    root = tmp_path_factory.mktemp("folds")
+    path = root / "tiny.yaml"
+    path.write_text(_folds())
+    outcome = run_protocol(path, _options(root, data_root))
+    return {"root": root, "path": path, "outcome": outcome, "results": root / "results" / "tiny"}
+
+
+@pytest.mark.slow
+def test_each_final_seed_reports_its_fold_models_concatenated_and_alone(folds_sweep, data_root) -> None:
+    outcome = folds_sweep["outcome"]
+    assert outcome.manifest["refused"] == {}  # the audit counts a final seed as 2 fold models x 16 iterations
+    finals = pd.read_csv(folds_sweep["results"] / "finals.csv")
+    summary = pd.read_csv(folds_sweep["results"] / "summary.csv")
+    cell = "triplet+batch_hard"
+    for evaluation in ("concatenated", "separate"):
+        rows = finals[finals.cell == f"{cell}:{evaluation}"]
+        assert sorted(rows.seed) == [0, 1] and (rows.state == "COMPLETE").all()
+        assert (rows.iterations == 2 * 16).all()
+        assert f"{cell}:{evaluation}" in set(summary.cell)
+    # the diverging cell: its rows are there, labelled, never silently dropped
+    assert {"contrastive-diverging+none:concatenated", "contrastive-diverging+none:separate"} <= set(summary.cell)
+
+    # recompute seed 0 independently: train each fold model with its config, score alone and concatenated
+    protocol = parse_protocol(folds_sweep["path"].read_text())
+    prepared = prepare(protocol, str(data_root))
+    params = json.loads(finals[finals.cell == f"{cell}:concatenated"].iloc[0]["params"])
+    the_cell = plan(protocol).cell(cell)
+    alone, parts = [], []
+    for f in range(2):
+        model = train(final_fold_config(protocol, the_cell, params, 0, f), prepared.fold(f)[0]).model
+        emb = embed(model, prepared.test.x, normalize=True)
+        alone.append(retrieval_metrics(emb, prepared.test.y, ks=(1, 2))["map_at_r"])
+        parts.append(emb)
+    joined = torch.nn.functional.normalize(torch.cat(parts, dim=1), dim=1)
+    concatenated = retrieval_metrics(joined, prepared.test.y, ks=(1, 2))["map_at_r"]
+    seed0 = finals[finals.seed == 0].set_index("cell")["map_at_r"]
+    assert seed0[f"{cell}:separate"] == pytest.approx(sum(alone) / 2, abs=1e-6)
+    assert seed0[f"{cell}:concatenated"] == pytest.approx(concatenated, abs=1e-6)
+    assert alone[0] != pytest.approx(alone[1])  # two fold models, not one twice
+
+
+@pytest.mark.slow
+def test_the_leaderboard_ranks_both_evaluations_and_reads_the_cells_trials(folds_sweep) -> None:
+    res = source.load(folds_sweep["results"])
+    board = leaderboard.build(res)
+    rows = {r.cell: r for r in board.rows}
+    for evaluation in ("concatenated", "separate"):
+        row = rows[f"triplet+batch_hard:{evaluation}"]
+        assert row.trials == 2 and row.n_seeds == 2  # the trained cell's trials, counted for each evaluation
+    # the trained cell is not missing for being reported under two names; the diverged one is, with its reason
+    assert list(board.missing) == ["contrastive-diverging+none"]
+    assert "every trial failed" in board.missing["contrastive-diverging+none"]
+    text = leaderboard.markdown(board)
+    assert "triplet+batch_hard:concatenated" in text and "triplet+batch_hard:separate" in text
+    assert trained_cell("triplet+batch_hard:separate") == "triplet+batch_hard"
+
+
+@pytest.mark.slow
+def test_the_records_hold_each_fold_model_and_mlflow_rebuilds_the_same_tables(folds_sweep, tmp_path) -> None:
+    from bench.reports import mlflow_source
+
+    root = folds_sweep["root"]
+    storage = open_storage(f"sqlite:///{root / 'optuna.db'}")
+    name = next(n for n in optuna.get_all_study_names(storage) if n.endswith(":triplet+batch_hard:final"))
+    for t in optuna.load_study(study_name=name, storage=storage).trials:
+        assert t.user_attrs["fold_iterations"] == [16, 16]
+        assert set(t.user_attrs["separate"]) >= {"map_at_r", "precision_at_1"}
+    res = mlflow_source.load("tiny", tmp_path / "lb", tracking_uri=str(root / "mlruns"))
+    table = pd.read_csv(folds_sweep["results"] / "finals.csv")
+    assert sorted(res.cells) == sorted(set(table[table.state == "COMPLETE"].cell))
+    for cell in res.cells:
+        want = table[table["cell"] == cell].sort_values("seed")["map_at_r"].to_numpy()
+        assert res.values(cell, "map_at_r") == pytest.approx(want), cell
+
+
+@pytest.mark.slow
+def test_the_fold_models_stop_early_on_their_own_folds(tmp_path, data_root) -> None:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(_folds(stopping=STOPPING))
+    outcome = run_protocol(path, _options(tmp_path, data_root))
+    assert outcome.manifest["refused"] == {}
+    storage = open_storage(f"sqlite:///{tmp_path / 'optuna.db'}")
+    name = next(n for n in optuna.get_all_study_names(storage) if n.endswith(":triplet+batch_hard:final"))
+    lengths = [t.user_attrs["fold_iterations"] for t in optuna.load_study(study_name=name, storage=storage).trials]
+    assert all(len(f) == 2 and all(4 <= i <= 16 and i % 4 == 0 for i in f) for f in lengths)
+    finals = outcome.finals
+    mine = finals[finals.cell == "triplet+batch_hard:concatenated"].sort_values("seed")
+    assert list(mine.iterations) == [sum(f) for f in lengths]
+
+
+def test_budget_check_refuses_folds_in_one_line(tmp_path) -> None:
+    from bench.sweep.budget_check import budget_check
+
+    with pytest.raises(BenchError, match="final.mode folds") as e:
+        budget_check(parse_protocol(_folds()), results_dir=tmp_path)
+    assert "\n" not in str(e.value)
+
+
+def test_collapse_inverts_expand() -> None:
+    the_plan = plan(parse_protocol(_folds()))
+    metrics = tables.metric_names(the_plan.protocol.doc)
+    row = {"cell": "triplet+batch_hard", "seed": 0, "state": "COMPLETE", **{m: 0.5 for m in metrics}}
+    row["separate"] = {m: 0.25 for m in metrics}
+    wide = tables.expand_evaluations(the_plan, [row])
+    assert [r["cell"] for r in wide] == ["triplet+batch_hard:concatenated", "triplet+batch_hard:separate"]
+    assert wide[1]["map_at_r"] == 0.25 and wide[0]["map_at_r"] == 0.5
+    (back,) = tables.collapse_evaluations(the_plan, [{k: v for k, v in r.items() if k != "separate"} for r in wide])
+    assert back["cell"] == "triplet+batch_hard" and back["map_at_r"] == 0.5 and back["separate"]["map_at_r"] == 0.25
+
+
+def test_a_cells_own_id_never_ends_like_an_evaluation() -> None:
+    assert trained_cell("triplet+batch_hard") == "triplet+batch_hard"
+    with pytest.raises(BenchError):
+        parse_protocol(_folds().replace("{name: triplet,", "{name: triplet, label: 'x:separate',"))
+
+
+def test_tables_are_read_back_whole(folds_sweep) -> None:
+    tables.read(Path(folds_sweep["results"]))  # no duplicate (cell, seed): two evaluations, two names
