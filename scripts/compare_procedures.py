@@ -40,9 +40,7 @@ def compare(folds_dir: Path, retrain_dir: Path) -> str:
     ]
     for evaluation in EVALUATIONS:
         mine = {
-            trained_cell(c): float(folds.values(c, metric).mean())
-            for c in folds.cells
-            if c.endswith(":" + evaluation)
+            trained_cell(c): float(folds.values(c, metric).mean()) for c in folds.cells if c.endswith(":" + evaluation)
         }
         shared = sorted(set(mine) & set(base))
         a, b = ranks({c: mine[c] for c in shared}), ranks({c: base[c] for c in shared})

@@ -390,7 +390,8 @@ def test_a_proxy_cell_of_the_tiny_cub_protocol_runs_end_to_end(tmp_path: Path) -
     folder = results / doc["name"]
     assert main(["leaderboard", str(folder), "--quiet"]) == 0
     board = (folder / "leaderboard.md").read_text()
-    assert "| 1 | `pml-proxy_nca+none` | 1 |" in board, board
+    # the shipped protocol's final mode, folds: the fold models concatenated and alone, both ranked
+    assert "`pml-proxy_nca+none:concatenated` | 1 |" in board and "`pml-proxy_nca+none:separate` | 1 |" in board, board
     recorded = "\n".join(
         p.read_text(errors="replace") for p in folder.rglob("*") if p.suffix in (".json", ".md", ".csv")
     )
