@@ -216,8 +216,8 @@ PROTOCOL = (REPO / "protocols" / "omniglot-quick.yaml").read_text()
 
 def test_new_keys_keep_existing_hashes() -> None:
     quick = load_protocol(REPO / "protocols" / "omniglot-quick.yaml")
-    # the grid gained quadruplet-learned-dp (issue 23); results/omniglot-quick were run at 83aedfbd1fe3
-    assert quick.hash == "0ae40b96d7d6b5e23975f4eb845979286b1bb66606c6b41b352703b8b59e6946"
+    # precision: auto (issue 25; 0ae40b96d7d6 before), after the grid gained quadruplet-learned-dp (83aedfbd1fe3 before)
+    assert quick.hash == "155ed2e8f1bcd652f355f3c4f765430be47a79c8ced72d67d6fe4306da25288e"
     lr = quick.doc["training"]["lr"]
     explicit = PROTOCOL.replace("\nmodel:\n", "\nmodel:\n  pretrained: null\n  freeze_bn: false\n", 1).replace(
         "\ntraining:\n", f"\ntraining:\n  trunk_lr: {lr}\n", 1
