@@ -24,6 +24,7 @@ This is the one exception to the protocol's geometry rule (docs/PROTOCOL.md).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -93,7 +94,58 @@ class Concatenated(nn.Module):
         self.parts = nn.ModuleList(models)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([nn.functional.normalize(m(x).float(), dim=1) for m in self.parts], dim=1)
+        return self.join([m(x) for m in self.parts])
+
+    @staticmethod
+    def join(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The parts' embeddings of the same rows as one: each normalised, side by side (what `forward` does
+        batch by batch, row by row)."""
+        return torch.cat([nn.functional.normalize(p.float(), dim=1) for p in parts], dim=1)
+
+
+# Raw embeddings kept by `kept_embeddings`: the data kept for, and (model, batch size, device) -> (model,
+# embeddings); the data and models are held so that their ids stay theirs while kept
+_KEPT: tuple[Any, dict[tuple[int, int, str], tuple[nn.Module, torch.Tensor]]] | None = None
+
+
+@contextmanager
+def kept_embeddings(data_x: Any) -> Iterator[None]:
+    """Within it, `embed` keeps each model's raw embeddings of ``data_x`` (one data set: the test set, which a
+    model embeds once trained, never between training steps), and embeds a `Concatenated` of kept models by
+    joining theirs (`Concatenated.join`) instead of running every model over the data again: final.mode folds
+    scores each fold model alone, then their concatenation. The values are those of embedding again: the same
+    models in eval mode, the same batches, row by row. Other data are embedded as always."""
+    global _KEPT
+    outer, _KEPT = _KEPT, (data_x, {})
+    try:
+        yield
+    finally:
+        _KEPT = outer
+
+
+def _raw_embeddings(model: nn.Module, x: Any, batch_size: int, device: torch.device) -> torch.Tensor:
+    kept = _KEPT[1] if _KEPT is not None and _KEPT[0] is x else None
+    key = (id(model), batch_size, str(device))
+    if kept is not None:
+        if key in kept:
+            return kept[key][1].clone()
+        if isinstance(model, Concatenated):
+            keys = [(id(m), batch_size, str(device)) for m in model.parts]
+            if all(k in kept for k in keys):
+                return Concatenated.join([kept[k][1] for k in keys])
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = [model(xb).float().cpu() for xb in _inputs(x, batch_size, device)]
+    finally:
+        model.train(was_training)
+    if not out:
+        raise BenchError("nothing to embed: the data is empty")
+    raw = torch.cat(out)
+    if kept is not None:
+        kept[key] = (model, raw.clone())
+    return raw
 
 
 def _inputs(x: Any, batch_size: int, device: torch.device) -> Iterator[torch.Tensor]:
@@ -120,16 +172,7 @@ def embed(
     """
     from bench.metrics.geometry import geometry, to_geometry
 
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            out = [model(xb).float().cpu() for xb in _inputs(x, batch_size, torch.device(device))]
-    finally:
-        model.train(was_training)
-    if not out:
-        raise BenchError("nothing to embed: the data is empty")
-    return to_geometry(torch.cat(out), geometry(normalize))
+    return to_geometry(_raw_embeddings(model, x, batch_size, torch.device(device)), geometry(normalize))
 
 
 def evaluate(

@@ -41,6 +41,7 @@ def rows(p: Plan) -> list[dict[str, Any]]:
                 "folds": b.folds,
                 "iterations_per_run": b.iterations,
                 "seeds": b.seeds,
+                "draws": b.draws,
                 "iterations": b.total_iterations,
                 "samples_max": b.samples_seen,
                 "est_time_s": None if e is None else round(e.mid_s, 1),
@@ -223,7 +224,14 @@ def format_plan(p: Plan, cpuinfo: str | None = None, stop_given: bool = False) -
         f"{'L2-normalised' if model['normalize'] else 'not normalised'}, distance {model['distance'] or 'per method'}",
         f"training: {training['optimizer']} lr {training['lr']:g}, batch P x K = {training['P']} x {training['K']} = "
         f"{b.batch_size}, {b.iterations} iterations a run",
-        f"tuning: {b.trials} Optuna trials per cell (seeded TPE), pruner {doc['tuning']['pruner']['type']}; "
+        f"tuning: {b.trials} Optuna trials per cell (seeded TPE), pruner {doc['tuning']['pruner']['type']}"
+        + (
+            f", repeated in {b.draws} independent draws (tuning.repeats), each draw's winner tested on the final "
+            "seeds; intervals and tests over the draws' means"
+            if b.draws > 1
+            else ""
+        )
+        + "; "
         f"final: seeds {', '.join(map(str, doc['final']['seeds']))}"
         + (
             f", each {b.final_runs} fold models scored alone (separate) and concatenated"
@@ -290,16 +298,19 @@ def format_plan(p: Plan, cpuinfo: str | None = None, stop_given: bool = False) -
     )
     lines += [
         "",
-        f"budget, the same for every cell: {b.trials} trials x {b.folds} fold(s) x {b.iterations:,} iterations "
+        "budget, the same for every cell: "
+        + (f"{b.draws} draws x (" if b.draws > 1 else "")
+        + f"{b.trials} trials x {b.folds} fold(s) x {b.iterations:,} iterations "
         + (
             f"+ {b.seeds} seeds x {b.final_runs} fold models x {b.iterations:,} iterations "
             if b.final_runs > 1
             else f"+ {b.seeds} seeds x {b.iterations:,} iterations "
         )
+        + (") " if b.draws > 1 else "")
         + f"= {b.total_iterations:,} iterations "
         f"(at most {b.samples_seen:,} samples)",
-        f"total: {len(p.cells)} cells, {len(p.cells) * b.trials} trials, {len(p.cells) * b.tuning_runs} tuning runs, "
-        f"{len(p.cells) * b.seeds * b.final_runs} final runs, {p.total_iterations:,} iterations",
+        f"total: {len(p.cells)} cells, {len(p.cells) * b.trial_count} trials, {len(p.cells) * b.tuning_runs} tuning "
+        f"runs, {len(p.cells) * b.final_count * b.final_runs} final runs, {p.total_iterations:,} iterations",
         where.format(check=check) + f"{basis})",
         _assumptions(p, cost, gpu),
     ]

@@ -91,6 +91,7 @@ def plan(
         seeds=len(doc["final"]["seeds"]),
         early_stopping=bool(training.get("early_stopping")),
         final_runs=validation["use"] if setting(doc, "final.mode") == "folds" else 1,
+        draws=setting(doc, "tuning.repeats"),
     )
     cost, cost_note, precision_note = trunk_cost(protocol, step_s), "", ""
     if measure and step_s is None:

@@ -76,14 +76,27 @@ class Budget:
     seeds: int
     early_stopping: bool = False  # runs may stop before `iterations` (training.early_stopping): a maximum
     final_runs: int = 1  # training runs per final seed: 1, or the folds under final.mode folds
+    # tuning draws (tuning.repeats): the tuning stage run this many times with independent seeds, each draw's
+    # winner trained on its own final seeds; `trials` and `seeds` are per draw
+    draws: int = 1
 
     @property
     def final_mode(self) -> str:
         return "folds" if self.final_runs > 1 else "retrain"
 
     @property
+    def trial_count(self) -> int:
+        """Trials a cell records: ``trials`` in each tuning draw."""
+        return self.trials * self.draws
+
+    @property
+    def final_count(self) -> int:
+        """Final seeds a cell records: ``seeds`` in each tuning draw."""
+        return self.seeds * self.draws
+
+    @property
     def tuning_runs(self) -> int:
-        return self.trials * self.folds
+        return self.trial_count * self.folds
 
     @property
     def tuning_iterations(self) -> int:
@@ -91,7 +104,7 @@ class Budget:
 
     @property
     def final_iterations(self) -> int:
-        return self.seeds * self.final_runs * self.iterations
+        return self.final_count * self.final_runs * self.iterations
 
     @property
     def per_final(self) -> int:

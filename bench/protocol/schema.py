@@ -270,6 +270,7 @@ SCHEMA: dict[str, Any] = {
             "required": ["trials"],
             "properties": {
                 "trials": _POS_INT,
+                "repeats": _POS_INT,
                 "startup_trials": {"type": "integer", "minimum": 0},
                 "pruner": {
                     "type": "object",
@@ -354,6 +355,7 @@ ABSENT_DEFAULTS: dict[str, Any] = {
     "training.short_classes": "repeat",  # a class with fewer than K images: drawn with replacement (PML's way)
     "training.early_stopping": None,  # None: every run trains training.iterations
     "final.mode": "retrain",  # the best parameters retrained on all training classes, one model per final seed
+    "tuning.repeats": 1,  # tuning draws: the whole tuning stage run once (R > 1: R independent draws, each retrained)
 }
 
 

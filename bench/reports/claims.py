@@ -43,8 +43,10 @@ scale (the smaller one-sided p of its two rules, doubled); one file judges
 several claims on one table, so the p-values of its testable claims are
 adjusted with Holm's step-down method and a verdict is supported or
 contradicted only when its adjusted p is below 0.05. Raw and adjusted p
-are both printed. The tuning stage ran once per cell, so every interval is
-conditional on that one tuning draw, and each verdict says so.
+are both printed. The tuning stage runs once per cell unless the protocol
+repeats it (tuning.repeats), so an interval is conditional on that one tuning
+draw, and each verdict says so; with R draws the unit is a draw's mean and the
+tuner's noise is inside the interval (docs/METHODS.md, *Tuning noise*).
 
 A fourth verdict, "not testable", refuses a claim instead of
 approximating it: a cell it names is not in the results (the grid has no
@@ -238,6 +240,17 @@ TUNING_CAVEAT = (
     "conditional on one tuning draw: the tuning stage ran once, so the interval holds the final "
     "seeds' noise, not the tuner's"
 )
+
+
+def tuning_caveat(res: Results) -> str:
+    """What every interval holds: one tuning draw's seeds, or under tuning.repeats the draws' means."""
+    if not res.draws:
+        return TUNING_CAVEAT
+    n = len(res.finals["draw"].unique())
+    return (
+        f"over {n} independent tuning draws (tuning.repeats): each cell's unit is a draw's mean over its final "
+        "seeds, so the interval holds the tuner's noise and the seeds'; cells are paired draw by draw"
+    )
 
 
 @dataclass(frozen=True)
@@ -503,8 +516,9 @@ def resolve_results_dir(cf: ClaimsFile, explicit: str | Path | None) -> Path:
     return Path("results") / cf.protocol
 
 
-def adjust(verdicts: list[Verdict]) -> list[Verdict]:
-    """Holm's correction across the testable claims of one file; each verdict then rests on its adjusted p."""
+def adjust(verdicts: list[Verdict], caveat: str = TUNING_CAVEAT) -> list[Verdict]:
+    """Holm's correction across the testable claims of one file; each verdict then rests on its adjusted p
+    (``caveat``: what the intervals are conditional on, `tuning_caveat`)."""
     adjusted = holm([v.p_raw for v in verdicts])
     out = []
     for v, p in zip(verdicts, adjusted):
@@ -514,7 +528,7 @@ def adjust(verdicts: list[Verdict]) -> list[Verdict]:
         verdict = v.finding if p < 1 - LEVEL else "inconclusive"
         reason = (
             f"{v.reason}; p = {v.p_raw:.3g} ({v.finding}), Holm-adjusted {p:.3g} over "
-            f"{sum(x.testable for x in verdicts)} claims; {TUNING_CAVEAT}"
+            f"{sum(x.testable for x in verdicts)} claims; {caveat}"
         )
         out.append(replace(v, verdict=verdict, p_adjusted=p, reason=reason))
     return out
@@ -526,7 +540,7 @@ def evaluate(cf: ClaimsFile, res: Results) -> list[Verdict]:
         raise BenchError(
             f"{cf.path} is about protocol {cf.protocol!r}, but {res.root} holds results of {res.protocol!r}"
         )
-    return stability(cf, res, adjust([judge(c, res, cf) for c in cf.claims]))
+    return stability(cf, res, adjust([judge(c, res, cf) for c in cf.claims], tuning_caveat(res)))
 
 
 def stability(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> list[Verdict]:
@@ -536,7 +550,7 @@ def stability(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> list[Ver
     if check is None:
         return verdicts
     at = budget.at_multiple(res, check.multiple)
-    later = adjust([judge(c, at, cf) for c in cf.claims]) if at.cells else None
+    later = adjust([judge(c, at, cf) for c in cf.claims], tuning_caveat(at)) if at.cells else None
     out = []
     m = check.multiple
     for i, v in enumerate(verdicts):
@@ -584,7 +598,7 @@ def to_json(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> dict[str, 
         "interval": f"{LEVEL:.0%} (paired t where both cells ran the same final seeds, else Welch; one-sample t "
         "against published values)",
         "correction": "Holm across the file's testable claims; verdicts use the adjusted p",
-        "conditional_on": TUNING_CAVEAT,
+        "conditional_on": tuning_caveat(res),
         "verdicts": [
             {
                 "id": v.claim["id"],
@@ -703,7 +717,7 @@ def markdown(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> str:
         f"Effects as difference of means with a {LEVEL:.0%} interval over final seeds (paired t where both cells "
         f"ran the same seeds, else Welch); equivalence margin {cf.equivalence:g} unless a claim sets its own. "
         "Each verdict uses its Holm-adjusted p (across this file's testable claims); every interval is "
-        f"{TUNING_CAVEAT}. A claim on a missing, collapsed (not above the floor), barely trained (above it by "
+        f"{tuning_caveat(res)}. A claim on a missing, collapsed (not above the floor), barely trained (above it by "
         f"less than {floor.WEAK_SHARE:.0%} of the best cell's gain) or different method is not testable.",
         "",
         _budget_line(res),

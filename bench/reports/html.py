@@ -32,6 +32,7 @@ from bench.reports.leaderboard import (
     fmt_interval,
     fmt_params,
     footer_lines,
+    interval_unit,
     notes,
 )
 from bench.reports.source import Results
@@ -297,7 +298,7 @@ def render(board: Board, art: Artifacts) -> str:
 <style>{STYLE}</style></head>
 <body>
 <h1>dmlbench leaderboard: {escape(board.protocol)}</h1>
-<p>Cells ranked by mean test <code>{escape(board.primary)}</code> over final seeds; each metric as mean [95% t-interval over seeds]. Click a column header to sort.</p>
+<p>Cells ranked by mean test <code>{escape(board.primary)}</code> over final seeds; each metric as mean [95% t-interval {escape(interval_unit(board))}]. Click a column header to sort.</p>
 <p>{escape(NOTES)}</p>
 {warns}
 {table(board)}

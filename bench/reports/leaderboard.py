@@ -198,7 +198,8 @@ def build(res: Results) -> Board:
                 rank=0,
                 cell=cell,
                 n_seeds=len(rows),
-                metrics={m: within(t_interval(rows[m].to_numpy(dtype=float)), m) for m in metrics},
+                # over seeds, or under tuning.repeats over the tuning draws' means (`Results.values`)
+                metrics={m: within(t_interval(res.values(cell, m) if len(rows) else []), m) for m in metrics},
                 validation=_first_number(rows, f"val_{primary}"),
                 iterations=_first_number(rows, "iterations"),
                 total_iterations=total("iterations"),
@@ -391,6 +392,18 @@ def md_text(text: object) -> str:
     return html.escape(" ".join(str(text).splitlines()), quote=False).replace("|", "\\|")
 
 
+def interval_unit(board: Board) -> str:
+    """What the intervals are over: the seeds, or under tuning.repeats the tuning draws' means."""
+    b = board.manifest.get("budget")
+    draws = b.get("draws") if isinstance(b, dict) else None
+    if isinstance(draws, int) and draws > 1:
+        return (
+            f"over the means of {draws} independent tuning draws, each its winner's mean over the final seeds "
+            "(tuning.repeats: the tuning's own noise included)"
+        )
+    return "over seeds"
+
+
 def footer_lines(board: Board) -> list[str]:
     """What makes the table rerunnable and comparable: protocol hash, split fingerprints, code."""
     m = board.manifest
@@ -475,7 +488,7 @@ def markdown(board: Board) -> str:
         f"## dmlbench leaderboard: {md_text(board.protocol)}",
         "",
         f"Cells ranked by mean test {md_code(board.primary)} over final seeds; "
-        "each metric as mean [95% t-interval over seeds]. " + NOTES,
+        f"each metric as mean [95% t-interval {interval_unit(board)}]. " + NOTES,
         "",
         "| " + " | ".join(head) + " |",
         "| " + " | ".join("---:" if h in ("rank", "seeds") else "---" for h in head) + " |",

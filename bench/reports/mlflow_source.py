@@ -160,24 +160,31 @@ def records(runs: list[Any], plan: Any) -> Any:
         if "state" in tags and "cell" in tags:
             by_kind[tags.get("kind", "")][tags["cell"]].append(run)
     out = Records()
+    draws = plan.budget.draws > 1  # tuning.repeats: runs of draw r > 0 are tagged ``draw``
+
+    def draw(run: Any) -> int:
+        return int(run.data.tags.get("draw", 0))
+
     for cell in plan.cells:
         base = {"protocol_hash": protocol.hash, "cell": cell.id, "loss": cell.loss, "miner": cell.miner or "none"}
-        folds: dict[int, list[tuple[int, float]]] = defaultdict(list)
+        folds: dict[tuple[int, int], list[tuple[int, float]]] = defaultdict(list)
         for run in by_kind["fold"][cell.id]:
             if f"val_{primary}" in run.data.metrics:
-                folds[int(run.data.tags["trial"])].append(
+                folds[draw(run), int(run.data.tags["trial"])].append(
                     (int(run.data.tags["fold"]), _number(run.data, f"val_{primary}"))
                 )
-        trials: dict[int, dict[str, Any]] = {}
-        for run in sorted(by_kind["trial"][cell.id], key=lambda r: int(r.data.tags["trial"])):
+        trials: dict[tuple[int, int], dict[str, Any]] = {}
+        for run in sorted(by_kind["trial"][cell.id], key=lambda r: (draw(r), int(r.data.tags["trial"]))):
             slot, state, d = int(run.data.tags["trial"]), run.data.tags["state"], run.data
             value = _number(d, f"val_{primary}") if state == "COMPLETE" else None
-            trials[slot] = {
+            key = (draw(run), slot)
+            trials[key] = {
                 **base,
+                **({"draw": key[0]} if draws else {}),
                 "trial": slot,
                 "state": state,
                 "value": value,
-                "fold_values": json.dumps([v for _, v in sorted(folds[slot])]),
+                "fold_values": json.dumps([v for _, v in sorted(folds[key])]),
                 "params": json.dumps({k: _param(v) for k, v in d.params.items()}, sort_keys=True),
                 "iterations": int(_number(d, "iterations", 0)),
                 "samples_seen": int(_number(d, "samples_seen", 0)),
@@ -185,13 +192,14 @@ def records(runs: list[Any], plan: Any) -> Any:
                 "reason": d.tags.get("reason", ""),
                 "budget_iterations": per_trial,
             }
-            out.trials.append(trials[slot])
+            out.trials.append(trials[key])
         out.history[cell.id] = history(list(trials.values()))
-        for run in sorted(by_kind["final"][cell.id], key=lambda r: int(r.data.tags["seed"])):
+        for run in sorted(by_kind["final"][cell.id], key=lambda r: (draw(r), int(r.data.tags["seed"]))):
             d = run.data
-            chosen = trials.get(int(d.params.get("best_trial", -1)), {})
+            chosen = trials.get((draw(run), int(d.params.get("best_trial", -1))), {})
             row = {
                 **base,
+                **({"draw": draw(run)} if draws else {}),
                 "seed": int(d.tags["seed"]),
                 "params": chosen.get("params", "{}"),
                 "train_fingerprint": d.tags.get("dmlbench.train_fingerprint"),
@@ -227,7 +235,12 @@ def _download(client: Any, runs: list[Any], root: Path, plan: Any) -> None:
     planned = {c.id for c in plan.cells}
     for run in runs:
         tags = run.data.tags
-        if tags.get("kind") != "final" or tags.get("seed") != first or tags.get("cell") not in planned:
+        if (
+            tags.get("kind") != "final"
+            or tags.get("seed") != first
+            or tags.get("draw", "0") != "0"
+            or tags.get("cell") not in planned
+        ):
             continue  # a tag naming no planned cell (``../../x``) never becomes a path
         for item in client.list_artifacts(run.info.run_id):
             if item.path in (tables.PAIR_DISTANCES, tables.EMBEDDING_2D):

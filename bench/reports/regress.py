@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -218,10 +219,13 @@ def classify(
     return "same", d
 
 
-def _by_seed(rows: pd.DataFrame) -> dict[int, pd.Series]:
-    """Rows keyed by final seed (by position where the table has no seed column)."""
+def _by_seed(rows: pd.DataFrame) -> dict[Any, pd.Series]:
+    """Rows keyed by final seed (by position where the table has no seed column; by ``<seed> of draw <r>``
+    under tuning.repeats, a seed once per tuning draw)."""
     if "seed" not in rows:
         return {i: row for i, (_, row) in enumerate(rows.iterrows())}
+    if "draw" in rows:
+        return {f"{int(row['seed'])} of draw {int(row['draw'])}": row for _, row in rows.iterrows()}
     return {int(row["seed"]): row for _, row in rows.iterrows()}
 
 

@@ -139,21 +139,33 @@ class Results:
             cols.insert(0, self.primary)
         return cols
 
+    @property
+    def draws(self) -> bool:
+        """Whether the sweep repeated its tuning (tuning.repeats > 1): its final rows carry a ``draw``."""
+        return "draw" in self.finals.columns
+
     def values(self, cell: str, metric: str) -> np.ndarray:
-        """Per-seed values of one metric for one cell, in seed order."""
+        """Per-seed values of one metric for one cell, in seed order; under tuning.repeats each tuning draw's
+        mean over its seeds, in draw order: the units every interval and test is over."""
         rows = self.rows(cell)
         if metric not in rows:
             raise BenchError(f"{self.root}: no metric {metric!r} in the final runs (have: {', '.join(self.metrics)})")
+        if self.draws:
+            return rows.groupby("draw", sort=True)[metric].mean().to_numpy(dtype=float)
         return rows[metric].to_numpy(dtype=float)
 
     def rows(self, cell: str) -> pd.DataFrame:
-        """The completed final runs of one cell, in seed order."""
+        """The completed final runs of one cell, in seed order (by draw, then seed, under tuning.repeats)."""
         rows = self.complete[self.complete["cell"].astype(str) == cell]
-        return rows.sort_values("seed") if "seed" in rows else rows
+        order = [c for c in ("draw", "seed") if c in rows]
+        return rows.sort_values(order) if order else rows
 
-    def seeds(self, cell: str) -> list[int]:
-        """The final seeds of a cell, in the order `values` returns their values."""
+    def seeds(self, cell: str) -> list[Any]:
+        """The final seeds of a cell, in the order `values` returns their values; under tuning.repeats the
+        draws (``"draw <r>"``: paired between cells draw by draw, never with the floor's seeds)."""
         rows = self.rows(cell)
+        if self.draws:
+            return [f"draw {int(d)}" for d in sorted(rows["draw"].unique())]
         return [int(s) for s in rows["seed"]] if "seed" in rows else []
 
     def failed(self, cell: str) -> pd.DataFrame:

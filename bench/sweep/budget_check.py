@@ -212,6 +212,11 @@ def budget_check(
             f"budget-check: {protocol.name} uses final.mode folds (a model per fold); the check retrains "
             "final.mode retrain's seeds only"
         )
+    if setting(protocol.doc, "tuning.repeats") > 1:
+        raise BenchError(
+            f"budget-check: {protocol.name} repeats its tuning (tuning.repeats: "
+            f"{setting(protocol.doc, 'tuning.repeats')}); the check retrains one tuning draw's winners only"
+        )
     start = time.perf_counter()
     # what `validate` and `run` refuse (bench.sweep.preflight), the data loaded on the way
     prepared = refuse(

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.data.splits import fold_label
-from bench.evaluation import EMBEDDING_PREFIX, Concatenated, clusters_on_test, score_model
+from bench.evaluation import EMBEDDING_PREFIX, Concatenated, clusters_on_test, kept_embeddings, score_model
 from bench.plan import Cell
 from bench.protocol import Protocol
 from bench.stores.retry import StoreUnavailableError
@@ -231,6 +231,22 @@ def train_fold_models(
     stopping = setting(protocol.doc, "training.early_stopping")
     clustering = clusters_on_test(protocol)
     began = time.perf_counter()
+    # each fold model embeds the test set once, alone, then joined (a query/gallery test set embeds as always)
+    with kept_embeddings(getattr(prepared.test, "x", None)):
+        return _fold_models(protocol, prepared, cell, params, seed, step, stopping, clustering, began)
+
+
+def _fold_models(
+    protocol: Protocol,
+    prepared: Prepared,
+    cell: Cell,
+    params: dict[str, Any],
+    seed: int,
+    step: Callable[[int, int, float], None],
+    stopping: Any,
+    clustering: bool,
+    began: float,
+) -> tuple[RunResult, list[RunResult]]:
     runs: list[RunResult] = []
     for f in range(len(prepared.folds)):
         train_part, validation = prepared.fold(f)  # each checked against the test classes by the guard

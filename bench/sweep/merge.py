@@ -193,7 +193,7 @@ def _order(rows: list[dict[str, Any]], plan: Any, key: str, seeds: list[int] | N
     """Rows in the order one sweep writes them: cells in plan order, then slot or final seed order."""
     order = {c.id: i for i, c in enumerate(plan.cells)}
     rank = (lambda v: seeds.index(int(v))) if seeds else (lambda v: int(v))
-    return sorted(rows, key=lambda r: (order[r["cell"]], rank(r[key])))
+    return sorted(rows, key=lambda r: (order[r["cell"]], int(r.get("draw", 0)), rank(r[key])))  # draw: tuning.repeats
 
 
 def _floor(jobs: list[Path], read: list[dict[str, Any]]) -> pd.DataFrame | None:

@@ -100,6 +100,7 @@ from bench.sweep.tuning import (
     SlotStudy,
     best_trial,
     final_iterations,
+    for_draw,
     make_pruner,
     make_sampler,
     open_storage,
@@ -271,14 +272,25 @@ class Sweep:
             "created": tables.now(),
             "finished": None,
         }
+        # one tuning study and one finals study per cell and tuning draw (tuning.repeats; one draw by default)
+        draws = range(self.plan.budget.draws)
         self.tuning = {
-            c.id: SlotStudy(
-                self.storage, study_name(self.protocol, c), self.plan.budget.trials, pruner=make_pruner(self.protocol)
-            )
+            c.id: [
+                SlotStudy(
+                    self.storage,
+                    study_name(self.protocol, c, draw=r),
+                    self.plan.budget.trials,
+                    pruner=make_pruner(self.protocol),
+                )
+                for r in draws
+            ]
             for c in self.plan.cells
         }
         self.finals = {
-            c.id: SlotStudy(self.storage, study_name(self.protocol, c, finals=True), self.plan.budget.seeds)
+            c.id: [
+                SlotStudy(self.storage, study_name(self.protocol, c, finals=True, draw=r), self.plan.budget.seeds)
+                for r in draws
+            ]
             for c in self.plan.cells
         }
         self.cell_runs: dict[str, str] = {}
@@ -327,11 +339,14 @@ class Sweep:
 
         studies = 0
         for finals in (False, True):
-            try:
-                optuna.delete_study(study_name=study_name(self.protocol, cell, finals=finals), storage=self.storage)
-                studies += 1
-            except KeyError:  # never started
-                pass
+            for r in range(self.plan.budget.draws):
+                try:
+                    optuna.delete_study(
+                        study_name=study_name(self.protocol, cell, finals=finals, draw=r), storage=self.storage
+                    )
+                    studies += 1
+                except KeyError:  # never started
+                    pass
         runs = self.mlflow.delete_cell(cell)
         shutil.rmtree(tables.cell_dir(self.results, cell.id), ignore_errors=True)
         self.line(f"redo {cell.id}: discarded {studies} Optuna studies and {runs} MLflow runs")
@@ -341,16 +356,19 @@ class Sweep:
         b = self.plan.budget
         done, finished = 0, set()
         for cell in self.plan.cells:
-            trials = [t for t in self.tuning[cell.id].counted().values() if t.state.is_finished()]
-            finals = [t for t in self.finals[cell.id].counted().values() if t.state.is_finished()]
-            no_winner = self._no_winner(cell)
-            done += len(trials) * b.folds * b.iterations + (b.seeds if no_winner else len(finals)) * b.per_final
-            if no_winner or self.finals[cell.id].finished():
+            over = 0  # the cell's draws that are over: finals all recorded, or no trial completed
+            for r, (tuning, finals) in enumerate(zip(self.tuning[cell.id], self.finals[cell.id])):
+                trials = [t for t in tuning.counted().values() if t.state.is_finished()]
+                ran = [t for t in finals.counted().values() if t.state.is_finished()]
+                no_winner = self._no_winner(cell, r)
+                done += len(trials) * b.folds * b.iterations + (b.seeds if no_winner else len(ran)) * b.per_final
+                over += no_winner or finals.finished()
+            if over == b.draws:
                 finished.add(cell.id)
         return done, finished
 
-    def _no_winner(self, cell: Cell) -> bool:
-        return self.tuning[cell.id].finished() and self._best(cell) is None
+    def _no_winner(self, cell: Cell, draw: int) -> bool:
+        return self.tuning[cell.id][draw].finished() and self._best(cell, draw) is None
 
     # ---- main loop
 
@@ -421,32 +439,37 @@ class Sweep:
         return self.cell_runs[cell.id]
 
     def _work(self, cell: Cell) -> bool:
-        """Do what can be done for a cell now; True when its trials and finals are all recorded."""
+        """Do what can be done for a cell now; True when its trials and finals are all recorded. Under
+        tuning.repeats every draw's trials are claimed first, then each finished draw's final seeds, with its
+        own draw's seeds (`for_draw`)."""
         b = self.plan.budget
-        tuning = self.tuning[cell.id]
+        studies = self.tuning[cell.id]
         self.progress.cell(
             cell.id,
-            b.tuning_runs + b.seeds,
-            len([t for t in tuning.counted().values() if t.state.is_finished()]) * b.folds,
+            b.tuning_runs + b.final_count,
+            sum(len([t for t in s.counted().values() if t.state.is_finished()]) for s in studies) * b.folds,
         )
-        while (slot := self._claim(tuning, lambda s: make_sampler(self.protocol, cell, s))) is not None:
-            self._trial(cell, tuning, slot)
-        with self.ledger.timing("records"):
-            if not tuning.finished():
-                return False
-            best = self._best(cell)
-        if best is None:
-            self.line(f"{cell.id}: no trial completed, nothing to retrain")
-            self.mlflow.end(self._cell_run(cell), "FAIL")
-            self.cell_runs.pop(cell.id)
-            return True
-        finals = self.finals[cell.id]
-        while (slot := self._claim(finals)) is not None:
-            self._final(cell, finals, slot, best)
-        with self.ledger.timing("records"):
-            if not finals.finished():
-                return False
-            self.mlflow.end(self._cell_run(cell), "COMPLETE")
+        for r, tuning in enumerate(studies):
+            drawn = for_draw(self.protocol, r)
+            while (slot := self._claim(tuning, lambda s, drawn=drawn: make_sampler(drawn, cell, s))) is not None:
+                self._trial(cell, tuning, slot, r)
+        winners = 0
+        for r, tuning in enumerate(studies):
+            with self.ledger.timing("records"):
+                if not tuning.finished():
+                    return False
+                best = self._best(cell, r)
+            if best is None:
+                self.line(f"{cell.id}: no trial completed{_of_draw(r, b.draws)}, nothing to retrain")
+                continue
+            winners += 1
+            finals = self.finals[cell.id][r]
+            while (slot := self._claim(finals)) is not None:
+                self._final(cell, finals, slot, best, r)
+            with self.ledger.timing("records"):
+                if not finals.finished():
+                    return False
+        self.mlflow.end(self._cell_run(cell), "COMPLETE" if winners else "FAIL")
         self.cell_runs.pop(cell.id)
         return True
 
@@ -454,27 +477,27 @@ class Sweep:
         with self.ledger.timing("records"):
             return study.claim(*sampler)
 
-    def _best(self, cell: Cell) -> Any:
-        return best_trial(self.tuning[cell.id].counted())
+    def _best(self, cell: Cell, draw: int) -> Any:
+        return best_trial(self.tuning[cell.id][draw].counted())
 
     # ---- one trial
 
-    def _trial(self, cell: Cell, study: SlotStudy, slot: Slot) -> None:
+    def _trial(self, cell: Cell, study: SlotStudy, slot: Slot, draw: int) -> None:
         import optuna
         from optuna.trial import TrialState
 
         began = time.perf_counter()
         parent = self._cell_run(cell)
         run_id = self.mlflow.run(
-            self.mlflow.key(cell, f"trial{slot.slot}"),
-            f"trial {slot.slot}",
+            self.mlflow.key(cell, f"{_draw_prefix(draw)}trial{slot.slot}"),
+            f"{_draw_prefix(draw, ' ')}trial {slot.slot}",
             parent,
-            tags={"cell": cell.id, "kind": "trial", "trial": slot.slot},
+            tags={"cell": cell.id, "kind": "trial", "trial": slot.slot, **({"draw": draw} if draw else {})},
         )
-        hooks = _TrialHooks(self, cell, run_id)
+        hooks = _TrialHooks(self, cell, run_id, draw)
         try:
             with Heartbeat(self.storage, slot.trial_id):
-                outcome = run_trial(self.protocol, self.prepared, cell, slot.trial, slot.slot, hooks)
+                outcome = run_trial(for_draw(self.protocol, draw), self.prepared, cell, slot.trial, slot.slot, hooks)
         except BaseException:
             with suppress(StoreUnavailableError):  # a store that is gone gets nothing back; the original is raised
                 study.abandon(slot, "interrupted")
@@ -526,24 +549,25 @@ class Sweep:
 
     # ---- one final seed
 
-    def _final(self, cell: Cell, study: SlotStudy, slot: Slot, best: Any) -> None:
+    def _final(self, cell: Cell, study: SlotStudy, slot: Slot, best: Any, draw: int) -> None:
         """Final seed ``slot`` of a cell with the best trial's parameters (bench.sweep.final_run), recorded in
-        its slot of the finals study; the first seed also writes the cell's artifacts."""
+        its slot of the finals study (of tuning draw ``draw``: its winner, its seeds); the first seed of the
+        first draw also writes the cell's artifacts."""
         began = time.perf_counter()
         seed = self.protocol.final_seeds[slot.slot]
         if slot.slot == 0:
             self.mlflow.artifact(
                 self._cell_run(cell),
-                "best_params.json",
+                f"best_params_draw{draw}.json" if draw else "best_params.json",
                 text=json.dumps(
                     {"trial": best.user_attrs["slot"], f"val_{self.primary}": best.value, "params": best.params},
                     indent=2,
                     sort_keys=True,
                 ),
             )
-        record = _FinalSlot(self, cell, study, slot, best, seed)
+        record = _FinalSlot(self, cell, study, slot, best, seed, draw)
         run = train_final(
-            self.protocol,
+            for_draw(self.protocol, draw),
             self.prepared,
             cell,
             best.params,
@@ -552,7 +576,7 @@ class Sweep:
             mlflow=self.mlflow,
             progress=self.progress,
             step=self.step,
-            artifacts=tables.cell_dir(self.results, cell.id) if slot.slot == 0 else None,
+            artifacts=tables.cell_dir(self.results, cell.id) if slot.slot == 0 and draw == 0 else None,
             # under final.mode folds each fold model stops on its own fold; a retrained seed has no validation
             stop_after=None
             if self.plan.budget.final_mode == "folds"
@@ -624,15 +648,15 @@ class _FinalSlot(Record):
     """A final seed's record: its slot of the cell's finals study (held by a heartbeat while it trains,
     given back if interrupted), the attributes the tables are rebuilt from, the primary metric told."""
 
-    def __init__(self, sweep: Sweep, cell: Cell, study: SlotStudy, slot: Slot, best: Any, seed: int) -> None:
+    def __init__(self, sweep: Sweep, cell: Cell, study: SlotStudy, slot: Slot, best: Any, seed: int, draw: int) -> None:
         super().__init__(
-            sweep.mlflow.key(cell, f"seed{seed}"),
-            f"final seed {seed}",
-            {"cell": cell.id, "kind": "final", "seed": seed},
+            sweep.mlflow.key(cell, f"{_draw_prefix(draw)}seed{seed}"),
+            f"{_draw_prefix(draw, ' ')}final seed {seed}",
+            {"cell": cell.id, "kind": "final", "seed": seed, **({"draw": draw} if draw else {})},
             parent=sweep._cell_run(cell),
             params={"best_trial": best.user_attrs["slot"]},
         )
-        self.sweep, self.study, self.slot, self.best = sweep, study, slot, best
+        self.sweep, self.study, self.slot, self.best, self.draw = sweep, study, slot, best, draw
         self.slot_cell = cell.id
 
     def held(self) -> Heartbeat:
@@ -649,6 +673,7 @@ class _FinalSlot(Record):
         s, best, result = self.sweep, self.best, run.result
         attrs = {
             "seed": run.seed,
+            "draw": self.draw,
             "params": best.params,
             "val_value": best.value,
             "best_trial": best.user_attrs["slot"],
@@ -678,8 +703,8 @@ class _FinalSlot(Record):
 class _TrialHooks(Hooks):
     """MLflow child runs per fold and progress for one trial."""
 
-    def __init__(self, sweep: Sweep, cell: Cell, trial_run: str) -> None:
-        self.sweep, self.cell, self.trial_run = sweep, cell, trial_run
+    def __init__(self, sweep: Sweep, cell: Cell, trial_run: str, draw: int = 0) -> None:
+        self.sweep, self.cell, self.trial_run, self.draw = sweep, cell, trial_run, draw
         self.fold_run: str | None = None
         self.folds_run = 0
         self.records_s = 0.0  # seconds of the MLflow records below, inside the trial's run_trial
@@ -697,13 +722,14 @@ class _TrialHooks(Hooks):
     def _fold_started(self, slot: int, fold: int, seed: int, train_split: Any, val_split: Any) -> None:
         s = self.sweep
         self.fold_run = s.mlflow.run(
-            s.mlflow.key(self.cell, f"trial{slot}", f"fold{fold}"),
-            f"trial {slot} {fold_label(fold)}",
+            s.mlflow.key(self.cell, f"{_draw_prefix(self.draw)}trial{slot}", f"fold{fold}"),
+            f"{_draw_prefix(self.draw, ' ')}trial {slot} {fold_label(fold)}",
             self.trial_run,
             tags={
                 "cell": self.cell.id,
                 "kind": "fold",
                 "trial": slot,
+                **({"draw": self.draw} if self.draw else {}),
                 "fold": fold,
                 "train_fingerprint": train_split.fingerprint,
                 "validation_fingerprint": val_split.fingerprint,
@@ -741,6 +767,16 @@ class _TrialHooks(Hooks):
     def interrupted(self) -> None:
         if self.fold_run is not None:
             self.sweep.mlflow.end(self.fold_run, "KILLED")
+
+
+def _draw_prefix(draw: int, sep: str = "-") -> str:
+    """What names a record of tuning draw ``draw`` apart (MLflow keys and run names): nothing for draw 0, so a
+    sweep without tuning.repeats keeps its names."""
+    return f"draw{draw}{sep}" if draw else ""
+
+
+def _of_draw(draw: int, draws: int) -> str:
+    return f" in tuning draw {draw}" if draws > 1 else ""
 
 
 def _taken_over(cell: str, what: str) -> str:

@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from bench.atomic import locked, write_with
@@ -148,6 +149,7 @@ def collect(plan: Plan, storage: Any) -> Records:
     metrics = metric_names(protocol.doc)
     primary = protocol.primary
     records = Records()
+    draws = plan.budget.draws
     for cell in plan.cells:
         base = {
             "protocol_hash": protocol.hash,
@@ -157,45 +159,56 @@ def collect(plan: Plan, storage: Any) -> Records:
             "miner": cell.miner or "none",
         }
         trial_rows = []
-        for t in _counted(_study(storage, study_name(protocol, cell))):
-            a = t.user_attrs
-            value = t.value if t.state.name == "COMPLETE" else None
-            trial_rows.append(
-                {
+        for r in range(draws):
+            trial_rows += _trial_rows(storage, study_name(protocol, cell, draw=r), base, r if draws > 1 else None)
+        records.trials += trial_rows
+        records.history[cell.id] = history(trial_rows)
+        for r in range(draws):
+            for t in _counted(_study(storage, study_name(protocol, cell, finals=True, draw=r))):
+                a = t.user_attrs
+                row = {
                     **base,
-                    "trial": a["slot"],
-                    "state": t.state.name,
-                    "value": value,
-                    "fold_values": json.dumps(a.get("fold_values", [])),
-                    "params": _json(t.params),
+                    **({"draw": r} if draws > 1 else {}),
+                    "seed": a["seed"],
+                    "params": _json(a.get("params", {})),
+                    "train_fingerprint": a.get("train_fingerprint"),
+                    "test_fingerprint": a.get("test_fingerprint"),
                     "iterations": a.get("iterations", 0),
                     "samples_seen": a.get("samples_seen", 0),
                     "wall_time_s": a.get("wall_time_s", math.nan),
-                    "reason": a.get("reason", ""),
-                    "budget_iterations": a.get("budget_iterations"),
-                    **_code(a),
+                    f"val_{primary}": a.get("val_value"),
                 }
-            )
-        records.trials += trial_rows
-        records.history[cell.id] = history(trial_rows)
-        for t in _counted(_study(storage, study_name(protocol, cell, finals=True))):
-            a = t.user_attrs
-            row = {
+                row.update({m: a.get("metrics", {}).get(m, math.nan) for m in metrics})
+                row.update({"state": t.state.name, "reason": a.get("reason", ""), **_code(a)})
+                row["separate"] = a.get("separate")  # final.mode folds: the fold models scored alone (their mean)
+                records.finals.append(row)
+    return records
+
+
+def _trial_rows(storage: Any, name: str, base: dict[str, Any], draw: int | None) -> list[dict[str, Any]]:
+    """The rows of one tuning study's counted trials (``draw``: its tuning draw under tuning.repeats)."""
+    rows = []
+    for t in _counted(_study(storage, name)):
+        a = t.user_attrs
+        value = t.value if t.state.name == "COMPLETE" else None
+        rows.append(
+            {
                 **base,
-                "seed": a["seed"],
-                "params": _json(a.get("params", {})),
-                "train_fingerprint": a.get("train_fingerprint"),
-                "test_fingerprint": a.get("test_fingerprint"),
+                **({"draw": draw} if draw is not None else {}),
+                "trial": a["slot"],
+                "state": t.state.name,
+                "value": value,
+                "fold_values": json.dumps(a.get("fold_values", [])),
+                "params": _json(t.params),
                 "iterations": a.get("iterations", 0),
                 "samples_seen": a.get("samples_seen", 0),
                 "wall_time_s": a.get("wall_time_s", math.nan),
-                f"val_{primary}": a.get("val_value"),
+                "reason": a.get("reason", ""),
+                "budget_iterations": a.get("budget_iterations"),
+                **_code(a),
             }
-            row.update({m: a.get("metrics", {}).get(m, math.nan) for m in metrics})
-            row.update({"state": t.state.name, "reason": a.get("reason", ""), **_code(a)})
-            row["separate"] = a.get("separate")  # final.mode folds: the fold models scored alone (their mean)
-            records.finals.append(row)
-    return records
+        )
+    return rows
 
 
 def expand_evaluations(plan: Plan, finals: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -255,12 +268,17 @@ def collapse_evaluations(plan: Plan, rows: list[dict[str, Any]]) -> list[dict[st
     if plan.budget.final_mode != "folds":
         return rows
     metrics = metric_names(plan.protocol.doc)
-    alone = {(trained_cell(str(r["cell"])), int(r["seed"])): r for r in rows if str(r["cell"]).endswith(":separate")}
+
+    def key(r: dict[str, Any]) -> tuple[str, int, int]:
+        draw = r.get("draw")
+        return trained_cell(str(r["cell"])), int(r["seed"]), -1 if draw is None or draw != draw else int(draw)
+
+    alone = {key(r): r for r in rows if str(r["cell"]).endswith(":separate")}
     out = []
     for r in rows:
         if str(r["cell"]).endswith(":concatenated"):
             cell = trained_cell(str(r["cell"]))
-            separate = alone.get((cell, int(r["seed"])), {})
+            separate = alone.get(key(r), {})
             out.append({**r, "cell": cell, "separate": {m: separate[m] for m in metrics if m in separate}})
     return out
 
@@ -286,8 +304,8 @@ def audit(plan: Plan, records: Records) -> dict[str, str]:
         trials = [r for r in records.trials if r["cell"] == cell.id]
         finals = [r for r in records.finals if r["cell"] == cell.id]
         problems = []
-        if len(trials) != b.trials:
-            problems.append(f"{len(trials)} trials recorded, the budget is {b.trials}")
+        if len(trials) != b.trial_count:
+            problems.append(f"{len(trials)} trials recorded, the budget is {b.trial_count}")
         for r in trials:
             if r["budget_iterations"] != per_trial:
                 problems.append(f"trial {r['trial']} was given {r['budget_iterations']} iterations, not {per_trial}")
@@ -299,8 +317,11 @@ def audit(plan: Plan, records: Records) -> dict[str, str]:
                 )
             if r["samples_seen"] > r["iterations"] * b.batch_size:
                 problems.append(f"trial {r['trial']} saw {r['samples_seen']} samples, more than its iterations allow")
-        if finals and len(finals) != b.seeds:
-            problems.append(f"{len(finals)} final runs recorded, the budget is {b.seeds} seeds")
+        if finals and len(finals) != b.final_count:
+            problems.append(
+                f"{len(finals)} final runs recorded, the budget is {b.seeds} seeds"
+                + (f" x {b.draws} tuning draws" if b.draws > 1 else "")
+            )
         for r in finals:
             if r["iterations"] > per_final or (
                 r["state"] == "COMPLETE" and not b.early_stopping and r["iterations"] != per_final
@@ -330,18 +351,35 @@ def t_interval(values: Iterable[float], level: float = 0.95) -> tuple[float, flo
     return iv.mean, iv.low, iv.high
 
 
+def _with_draw(columns: list[str], before: str) -> list[str]:
+    i = columns.index(before)
+    return [*columns[:i], "draw", *columns[i:]]
+
+
+def draw_means(rows: Iterable[dict[str, Any]], metric: str) -> list[float]:
+    """Under tuning.repeats, each tuning draw's mean of ``metric`` over its final seeds, in draw order: the
+    units a cell's interval and tests are over (docs/METHODS.md, *Tuning noise*)."""
+    by: dict[int, list[float]] = {}
+    for r in rows:
+        v = r[metric]
+        by.setdefault(int(r["draw"]), []).append(math.nan if v is None else float(v))
+    return [float(np.mean(v)) for _, v in sorted(by.items())]
+
+
 def tables(plan: Plan, records: Records, refused: dict[str, str]) -> dict[str, pd.DataFrame]:
     """trials, finals and summary as DataFrames; the summary has a row only for complete, unrefused cells."""
     protocol = plan.protocol
     metrics = metric_names(protocol.doc)
     primary = protocol.primary
-    trials = pd.DataFrame(records.trials, columns=TRIAL_COLUMNS)
+    draws = plan.budget.draws > 1  # tuning.repeats: a ``draw`` column, intervals over the draws' means
+    trials = pd.DataFrame(records.trials, columns=_with_draw(TRIAL_COLUMNS, "trial") if draws else TRIAL_COLUMNS)
     final_columns = [
         "protocol_hash",
         "cell_key",
         "cell",
         "loss",
         "miner",
+        *(["draw"] if draws else []),
         "seed",
         "params",
         "train_fingerprint",
@@ -363,8 +401,10 @@ def tables(plan: Plan, records: Records, refused: dict[str, str]) -> dict[str, p
         if cell.id in refused:
             continue
         cell_trials = [r for r in records.trials if r["cell"] == cell.id]
-        no_winner = len(cell_trials) == plan.budget.trials and not any(r["state"] == "COMPLETE" for r in cell_trials)
-        if sum(r["cell"] == cell.id for r in records.finals) != plan.budget.seeds and not no_winner:
+        no_winner = len(cell_trials) == plan.budget.trial_count and not any(
+            r["state"] == "COMPLETE" for r in cell_trials
+        )
+        if sum(r["cell"] == cell.id for r in records.finals) != plan.budget.final_count and not no_winner:
             continue  # not finished: nothing to summarise yet
         for row_id in plan.reported_ids(cell.id):
             cell_finals = [r for r in reported if r["cell"] == row_id]
@@ -381,7 +421,7 @@ def tables(plan: Plan, records: Records, refused: dict[str, str]) -> dict[str, p
                 "samples_seen": sum(r["samples_seen"] for r in cell_trials + cell_finals),
             }
             for m in metrics:
-                mean, low, high = t_interval(r[m] for r in done)
+                mean, low, high = t_interval(draw_means(done, m) if draws else [r[m] for r in done])
                 row.update({f"{m}_mean": mean, f"{m}_ci_low": low, f"{m}_ci_high": high})
             row["params"] = cell_finals[0]["params"] if cell_finals else "{}"  # no trial completed: nothing retrained
             row[f"val_{primary}"] = cell_finals[0][f"val_{primary}"] if cell_finals else math.nan
@@ -506,7 +546,7 @@ def audit_finished(plan: Plan, records: Records) -> dict[str, str]:
     """The audit of cells whose final runs are all recorded (a cell still running is not refused yet)."""
     refused = audit(plan, records)
     finished = {r["cell"] for r in records.finals}
-    complete = {c for c in finished if sum(r["cell"] == c for r in records.finals) >= plan.budget.seeds}
+    complete = {c for c in finished if sum(r["cell"] == c for r in records.finals) >= plan.budget.final_count}
     return {c: why for c, why in refused.items() if c in complete or c in finished}
 
 
@@ -550,6 +590,8 @@ def check_tables(results: Path, manifest: dict[str, Any], frames: dict[str, pd.D
         df = frames[name]
         if df.empty or not set(key) <= set(df.columns):
             continue
+        if "draw" in df.columns:  # tuning.repeats: a seed (and a trial) once per tuning draw
+            key = ("draw", *key)
         dup = df[df.duplicated(list(key), keep=False)]
         if len(dup):
             first = dup.iloc[0]
@@ -569,14 +611,18 @@ def check_complete(results: Path, manifest: dict[str, Any], finals: pd.DataFrame
     if not isinstance(manifest, dict) or not manifest.get("finished"):
         return  # mid-sweep: cells are still missing by design
     cells, refused = manifest.get("cells"), manifest.get("refused") or {}
-    seeds = (manifest.get("budget") or {}).get("seeds")
+    budget = manifest.get("budget") or {}
+    seeds = budget.get("seeds")
+    if isinstance(seeds, int) and isinstance(budget.get("draws"), int):
+        seeds *= budget["draws"]  # tuning.repeats: the final seeds of every draw
     if not isinstance(cells, list) or "cell" not in finals:
         return
     # rows per trained cell and seed: under final.mode folds a seed has two rows (`Plan.reported_ids`)
     counts = {}
     if not finals.empty:
         trained = finals.assign(cell=finals["cell"].astype(str).map(trained_cell))
-        trained = trained.drop_duplicates(["cell", "seed"]) if "seed" in trained else trained
+        key = ["cell", *(["draw"] if "draw" in trained else []), "seed"]
+        trained = trained.drop_duplicates(key) if "seed" in trained else trained
         counts = trained["cell"].value_counts().to_dict()
     no_winner = set()
     if not summary.empty and {"cell", "n_seeds"} <= set(summary.columns):

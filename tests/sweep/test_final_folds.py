@@ -13,7 +13,7 @@ from _shared import RUNNER_TINY
 from _shared import sweep_options as _options
 
 from bench.errors import BenchError
-from bench.evaluation import Concatenated, embed
+from bench.evaluation import Concatenated, embed, kept_embeddings
 from bench.metrics import retrieval_metrics
 from bench.plan import plan, trained_cell
 from bench.protocol import parse_protocol
@@ -73,6 +73,30 @@ def test_concatenated_normalises_each_part_then_joins_them() -> None:
         out[:, 2:].norm(dim=1), torch.ones(5)
     )
     assert torch.allclose(out[:, 2:], torch.nn.functional.normalize(b(x), dim=1))
+
+
+def test_kept_embeddings_run_each_model_once_and_join_the_same_values() -> None:
+    """final.mode folds scores each fold model, then their concatenation, on one test set: within
+    `kept_embeddings` the concatenation is joined from the kept embeddings, value for value."""
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(3, 2), torch.nn.Linear(3, 4)
+    x, other = torch.randn(700, 3), torch.randn(5, 3)
+    calls: list[torch.nn.Module] = []
+    for m in (a, b):
+        m.register_forward_hook(lambda module, inputs, output: calls.append(module))
+    plain = embed(Concatenated([a, b]), x, normalize=True)
+    calls.clear()
+    with kept_embeddings(x):
+        alone = embed(a, x)
+        embed(b, x)
+        joined = embed(Concatenated([a, b]), x, normalize=True)
+        again = embed(a, x)
+        embed(a, other)
+        embed(a, other)  # other data are embedded as always, never kept
+    assert len(calls) == 2 * 2 + 2  # a and b over x once (two batches of 512 each), `other` twice
+    assert torch.equal(joined, plain) and torch.equal(again, alone)
+    embed(a, x)
+    assert len(calls) == 6 + 2  # outside, nothing is kept: a runs over x again
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,7 @@ from bench.sweep.tuning._objective import (
     trial_attrs,
 )
 from bench.sweep.tuning._search_strategy import make_pruner, make_sampler
-from bench.sweep.tuning._seeds import derive_seed, final_seed
+from bench.sweep.tuning._seeds import derive_seed, final_seed, for_draw
 from bench.sweep.tuning._slots import (
     ATTR_SURPLUS,
     Heartbeat,
@@ -68,6 +68,7 @@ __all__ = [
     "final_fold_config",
     "final_iterations",
     "final_seed",
+    "for_draw",
     "held",
     "load_sides",
     "make_guard",

@@ -10,8 +10,12 @@ each cell's search space is its own.
 
 from __future__ import annotations
 
+import copy
 import hashlib
+from dataclasses import replace
 from typing import Any
+
+from bench.protocol import Protocol
 
 
 def derive_seed(*parts: Any) -> int:
@@ -40,3 +44,15 @@ def final_fold_seed(protocol_seed: int, seed: int, fold: int) -> int:
 def sampler_seed(protocol_seed: int, cell_id: str, slot: int) -> int:
     """TPE's seed for one slot of one cell: its draw does not depend on interruptions before it."""
     return derive_seed(protocol_seed, cell_id, "sampler", slot)
+
+
+def for_draw(protocol: Protocol, draw: int) -> Protocol:
+    """The protocol as tuning draw ``draw`` of ``tuning.repeats`` trains it: draw 0 is the protocol itself; draw
+    r > 0 has its own protocol seed, so its sampler, its trials' training seeds and its final seeds are
+    independent of every other draw's, and still the same in every cell (common random numbers by draw). The
+    hash, text and records are the protocol's; only the seed that runs derive theirs from differs."""
+    if draw == 0:
+        return protocol
+    doc = copy.deepcopy(protocol.doc)
+    doc["seed"] = derive_seed(protocol.seed, "draw", draw)
+    return replace(protocol, doc=doc)

@@ -274,7 +274,9 @@ class SlotStudy:
             pass
 
 
-def study_name(protocol: Protocol, cell: Cell, finals: bool = False) -> str:
+def study_name(protocol: Protocol, cell: Cell, finals: bool = False, draw: int = 0) -> str:
     """The Optuna study of a cell's tuning (or its final seeds): ``<protocol>:<cell key>:<cell>``, keyed by the
-    cell's key (`bench.plan.cell_key`), so a cell keeps its studies when other cells are added or removed."""
-    return f"{protocol.name}:{cell_key(protocol, cell)}:{cell.id}" + (":final" if finals else "")
+    cell's key (`bench.plan.cell_key`), so a cell keeps its studies when other cells are added or removed;
+    tuning draw r > 0 (``tuning.repeats``) has its own, ``...:draw<r>``."""
+    name = f"{protocol.name}:{cell_key(protocol, cell)}:{cell.id}" + (":final" if finals else "")
+    return name + (f":draw{draw}" if draw else "")
