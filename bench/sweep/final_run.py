@@ -233,53 +233,39 @@ def train_fold_models(
     began = time.perf_counter()
     # each fold model embeds the test set once, alone, then joined (a query/gallery test set embeds as always)
     with kept_embeddings(getattr(prepared.test, "x", None)):
-        return _fold_models(protocol, prepared, cell, params, seed, step, stopping, clustering, began)
-
-
-def _fold_models(
-    protocol: Protocol,
-    prepared: Prepared,
-    cell: Cell,
-    params: dict[str, Any],
-    seed: int,
-    step: Callable[[int, int, float], None],
-    stopping: Any,
-    clustering: bool,
-    began: float,
-) -> tuple[RunResult, list[RunResult]]:
-    runs: list[RunResult] = []
-    for f in range(len(prepared.folds)):
-        train_part, validation = prepared.fold(f)  # each checked against the test classes by the guard
-        config = final_fold_config(protocol, cell, params, seed, f)
-        offset = f * config.iterations
-        run = train_and_score(
+        runs: list[RunResult] = []
+        for f in range(len(prepared.folds)):
+            train_part, validation = prepared.fold(f)  # each checked against the test classes by the guard
+            config = final_fold_config(protocol, cell, params, seed, f)
+            offset = f * config.iterations
+            run = train_and_score(
+                protocol,
+                config,
+                train_part,
+                prepared.test,
+                clustering=clustering,
+                lake_runs=prepared.lake_runs,
+                progress=lambda it, total, loss, offset=offset: step(offset + it, total, loss),
+                stop_on=validation if stopping else None,
+            )
+            runs.append(run)
+            if run.state != "COMPLETE":
+                return _folds_result(runs, began, run.state, f"{fold_label(f)}: {run.reason}"), runs
+        scoring = time.perf_counter()
+        concatenated = Concatenated([r.model for r in runs])
+        metrics = score_model(
             protocol,
-            config,
-            train_part,
+            concatenated,
             prepared.test,
             clustering=clustering,
             lake_runs=prepared.lake_runs,
-            progress=lambda it, total, loss, offset=offset: step(offset + it, total, loss),
-            stop_on=validation if stopping else None,
+            device=protocol.doc["training"]["device"],
+            seed=config.seed,
         )
-        runs.append(run)
-        if run.state != "COMPLETE":
-            return _folds_result(runs, began, run.state, f"{fold_label(f)}: {run.reason}"), runs
-    scoring = time.perf_counter()
-    concatenated = Concatenated([r.model for r in runs])
-    metrics = score_model(
-        protocol,
-        concatenated,
-        prepared.test,
-        clustering=clustering,
-        lake_runs=prepared.lake_runs,
-        device=protocol.doc["training"]["device"],
-        seed=config.seed,
-    )
-    out = _folds_result(runs, began, "COMPLETE", "", metrics)
-    out.model = concatenated
-    out.score_s += time.perf_counter() - scoring
-    return out, runs
+        out = _folds_result(runs, began, "COMPLETE", "", metrics)
+        out.model = concatenated
+        out.score_s += time.perf_counter() - scoring
+        return out, runs
 
 
 def _folds_result(
