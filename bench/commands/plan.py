@@ -54,6 +54,14 @@ def rows(p: Plan) -> list[dict[str, Any]]:
     return out
 
 
+def _draw_budget(b: Any) -> str:
+    """One tuning draw's budget of a cell, in words: its trials, then its final seeds."""
+    finals = f"{b.seeds} seeds x {b.final_runs} fold models" if b.final_runs > 1 else f"{b.seeds} seeds"
+    return (
+        f"{b.trials} trials x {b.folds} fold(s) x {b.iterations:,} iterations + {finals} x {b.iterations:,} iterations"
+    )
+
+
 def _not_nan(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
     if value is not None and value != value:  # NaN passes every range comparison
         raise click.BadParameter("expected a number, got nan")
@@ -299,14 +307,7 @@ def format_plan(p: Plan, cpuinfo: str | None = None, stop_given: bool = False) -
     lines += [
         "",
         "budget, the same for every cell: "
-        + (f"{b.draws} draws x (" if b.draws > 1 else "")
-        + f"{b.trials} trials x {b.folds} fold(s) x {b.iterations:,} iterations "
-        + (
-            f"+ {b.seeds} seeds x {b.final_runs} fold models x {b.iterations:,} iterations "
-            if b.final_runs > 1
-            else f"+ {b.seeds} seeds x {b.iterations:,} iterations "
-        )
-        + (") " if b.draws > 1 else "")
+        + (f"{b.draws} draws x ({_draw_budget(b)}) " if b.draws > 1 else f"{_draw_budget(b)} ")
         + f"= {b.total_iterations:,} iterations "
         f"(at most {b.samples_seen:,} samples)",
         f"total: {len(p.cells)} cells, {len(p.cells) * b.trial_count} trials, {len(p.cells) * b.tuning_runs} tuning "

@@ -40,6 +40,14 @@ def test_one_draw_is_the_default_and_keeps_the_hash() -> None:
     b, b1 = plan(repeated).budget, plan(plain).budget
     assert (b.draws, b.trial_count, b.final_count) == (DRAWS, 2 * DRAWS, 2 * DRAWS)
     assert b.total_iterations == DRAWS * b1.total_iterations
+    from bench.commands.plan import format_plan
+
+    text = format_plan(plan(repeated))
+    assert (
+        f"budget, the same for every cell: {DRAWS} draws x (2 trials x 1 fold(s) x 12 iterations + 2 seeds x 12" in text
+    )
+    assert f"repeated in {DRAWS} independent draws (tuning.repeats)" in text
+    assert "draws x" not in format_plan(plan(plain))
 
 
 def test_draw_zero_is_the_protocol_and_other_draws_have_their_own_seed() -> None:
