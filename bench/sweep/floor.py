@@ -106,10 +106,19 @@ def cell_floor_row(protocol: Protocol, prepared: Prepared, cell: Any, seed: int)
     }
 
 
-def update_cell_floor(protocol: Protocol, prepared: Prepared, results: Path, cells: Any) -> pd.DataFrame:
+def update_cell_floor(
+    protocol: Protocol,
+    prepared: Prepared,
+    results: Path,
+    cells: Any,
+    rows: Mapping[tuple[str, int], dict[str, Any]] | None = None,
+) -> pd.DataFrame:
     """cell_floor.csv: a row per learned-metric cell and final seed, kept or computed as `update_floor`; a row
     is kept while its cell's key is the cell's key now (`bench.plan.cell_key`: the shared settings, the data
-    and the cell's own definition), so adding another cell recomputes nothing."""
+    and the cell's own definition), so adding another cell recomputes nothing. Missing rows are taken from
+    ``rows`` ((cell, seed): row, as `cell_floor_row` makes them: computed by the sweep's workers, each by one)
+    or computed here."""
+    given = dict(rows or {})
     columns = ["protocol_hash", "cell_key", "cell", "seed", *tables.metric_names(protocol.doc)]
     path = results / tables.CELL_FLOOR
     learned = learned_metric_cells(protocol, cells)
@@ -123,21 +132,27 @@ def update_cell_floor(protocol: Protocol, prepared: Prepared, results: Path, cel
     current = pd.Series([keys.get(str(c)) == k for c, k in zip(keep["cell"], keep["cell_key"])], dtype=bool)
     keep = keep.loc[current.to_numpy()]
     done = {(str(c), int(s)) for c, s in zip(keep["cell"], keep["seed"])}
-    rows = [
+    out = [
         *keep.to_dict("records"),
         *(
-            cell_floor_row(protocol, prepared, c, s)
+            _named(given.get((c.id, s)), protocol) or cell_floor_row(protocol, prepared, c, s)
             for c in learned
             for s in protocol.final_seeds
             if (c.id, s) not in done
         ),
     ]
     order = {c.id: i for i, c in enumerate(learned)}
-    rows.sort(key=lambda r: (order[str(r["cell"])], protocol.final_seeds.index(int(r["seed"]))))
-    frame = pd.DataFrame(rows, columns=columns)
+    out.sort(key=lambda r: (order[str(r["cell"])], protocol.final_seeds.index(int(r["seed"]))))
+    frame = pd.DataFrame(out, columns=columns)
     if learned or path.exists():
         write_with(path, lambda f: frame.to_csv(f, index=False))
     return frame
+
+
+def _named(row: dict[str, Any] | None, protocol: Protocol) -> dict[str, Any] | None:
+    """A row a worker stored (under an earlier version of the protocol, when only cells were added since)
+    named with this protocol's hash, as kept rows are."""
+    return None if row is None else {**row, "protocol_hash": protocol.hash}
 
 
 def update_floor(
@@ -160,7 +175,11 @@ def update_floor(
     done = {int(s) for s in keep["seed"]}
     out = [
         *keep.to_dict("records"),
-        *(given.get(s) or floor_row(protocol, prepared, s) for s in protocol.final_seeds if s not in done),
+        *(
+            _named(given.get(s), protocol) or floor_row(protocol, prepared, s)
+            for s in protocol.final_seeds
+            if s not in done
+        ),
     ]
     frame = pd.DataFrame(sorted(out, key=lambda r: protocol.final_seeds.index(int(r["seed"]))), columns=columns)
     write_with(path, lambda f: frame.to_csv(f, index=False))

@@ -70,6 +70,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -401,7 +402,9 @@ class Sweep:
                 pending = waiting
             self._floor_records(update_floor(self.protocol, self.prepared, self.results, self._floor_rows()))
             with self.ledger.timing("floor"):
-                cell_floor = update_cell_floor(self.protocol, self.prepared, self.results, self.plan.cells)
+                cell_floor = update_cell_floor(
+                    self.protocol, self.prepared, self.results, self.plan.cells, self._cell_floor_rows()
+                )
             self._floor_records(cell_floor)
             self.manifest["finished"] = tables.now()
             self.manifest["time"] = self.time_table(time.perf_counter() - start)
@@ -593,17 +596,42 @@ class Sweep:
 
     def _floor_rows(self) -> dict[int, dict[str, Any]]:
         """The floor's rows, each seed scored by one worker: seeds are slots of the study
-        ``<protocol>:<shared key>:floor`` (adding a cell scores no seed again), claimed as trials are, the row stored on its trial; a worker then waits
-        for the seeds others hold. (Each worker scored every seed before: with two workers the floor took
-        6% of a scaled omniglot-quick sweep's worker-seconds, `benchmarks/bench_sweep_time.py`.)"""
+        ``<protocol>:<shared key>:floor`` (adding a cell scores no seed again), claimed as trials are, the row
+        stored on its trial; a worker then waits for the seeds others hold. (Each worker scored every seed
+        before: with two workers the floor took 6% of a scaled omniglot-quick sweep's worker-seconds,
+        `benchmarks/bench_sweep_time.py`.)"""
         from bench.sweep.floor import floor_row
 
         seeds = self.protocol.final_seeds
-        study = SlotStudy(self.storage, f"{self.protocol.name}:{self.protocol.shared_key}:floor", len(seeds))
+        name = f"{self.protocol.name}:{self.protocol.shared_key}:floor"
+        return self._shared_rows(name, lambda slot: floor_row(self.protocol, self.prepared, seeds[slot]))
+
+    def _cell_floor_rows(self) -> dict[tuple[str, int], dict[str, Any]]:
+        """A learned-metric cell's own floor (its untrained trunk and metric, ranked by g: minutes a seed on a
+        CPU), each seed scored by one worker as the floor's are: slots of the study ``<cell's study>:floor``."""
+        from bench.sweep.floor import cell_floor_row, learned_metric_cells
+
+        seeds = self.protocol.final_seeds
+        out: dict[tuple[str, int], dict[str, Any]] = {}
+        for cell in learned_metric_cells(self.protocol, self.plan.cells):
+
+            def score(slot: int, cell: Cell = cell) -> dict[str, Any]:
+                return cell_floor_row(self.protocol, self.prepared, cell, seeds[slot])
+
+            rows = self._shared_rows(f"{study_name(self.protocol, cell)}:floor", score)
+            out.update({(cell.id, seed): row for seed, row in rows.items()})
+        return out
+
+    def _shared_rows(self, name: str, score: Callable[[int], dict[str, Any]]) -> dict[int, dict[str, Any]]:
+        """Rows keyed by final seed, one per slot of the study ``name`` (a slot per final seed), each scored by
+        the worker that claims it (``score(slot)``) and stored on its trial; then the rows others hold, once
+        every slot is done."""
+        seeds = self.protocol.final_seeds
+        study = SlotStudy(self.storage, name, len(seeds))
         while (slot := self._claim(study)) is not None:
             try:
                 with Heartbeat(self.storage, slot.trial_id), self.ledger.timing("floor"):
-                    row = floor_row(self.protocol, self.prepared, seeds[slot.slot])
+                    row = score(slot.slot)
             except BaseException:
                 study.abandon(slot, "interrupted")
                 raise
