@@ -242,17 +242,21 @@ def commits(records: Records) -> dict[str, list[str]]:
 
 
 def history(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The Optuna history of one cell's trial rows, in slot order: each value and the best so far."""
-    out, best = [], -math.inf
+    """The Optuna history of one cell's trial rows, in slot order: each value and the best so far (under
+    tuning.repeats each draw's own, the rows then naming their ``draw``)."""
+    out: list[dict[str, Any]] = []
+    best: dict[Any, float] = {}
     for row in trials:
+        draw = row.get("draw")
         if row["value"] is not None:
-            best = max(best, row["value"])
+            best[draw] = max(best.get(draw, -math.inf), row["value"])
         out.append(
             {
+                **({"draw": draw} if draw is not None else {}),
                 "trial": row["trial"],
                 "state": row["state"],
                 "value": row["value"],
-                "best_so_far": best if best > -math.inf else None,
+                "best_so_far": best.get(draw),
             }
         )
     return out
@@ -538,7 +542,8 @@ def write_histories(results: Path, histories: dict[str, list[dict[str, Any]]]) -
     """Each cell's Optuna history (trial, state, value, best so far) as ``artifacts/<cell>/optuna_history.csv``."""
     for cell, rows in histories.items():
         if rows:
-            frame = pd.DataFrame(rows, columns=["trial", "state", "value", "best_so_far"])
+            columns = ["trial", "state", "value", "best_so_far"]
+            frame = pd.DataFrame(rows, columns=(["draw"] if "draw" in rows[0] else []) + columns)
             write_with(cell_dir(results, cell) / HISTORY, lambda f, df=frame: df.to_csv(f, index=False))
 
 

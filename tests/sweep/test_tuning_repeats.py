@@ -101,7 +101,13 @@ def test_every_draw_tunes_and_tests_with_the_same_budget(sweeps) -> None:
             td = t[(t.draw == d) & (t.state == "COMPLETE")]
             best = td.loc[td.value.idxmax(), "params"]
             assert set(f[f.draw == d].params) == {best}
-    # the samplers differ between draws: their first trials drew other parameters
+    # the Optuna history: each draw's best so far, its own
+    hist = pd.read_csv(r["results"] / "artifacts" / CELL / "optuna_history.csv")
+    assert list(hist.columns) == ["draw", "trial", "state", "value", "best_so_far"]
+    for d in range(DRAWS):
+        h = hist[hist.draw == d]
+        assert list(h.best_so_far) == list(h.value.cummax())
+        # the samplers differ between draws: their first trials drew other parameters
     first = trials[(trials.cell == CELL) & (trials.trial == 0)].sort_values("draw").params
     assert first.nunique() == DRAWS
     # the cell whose every trial diverges, in every draw: a labelled row, never a missing one
