@@ -319,3 +319,29 @@ def test_train_command_ranks_a_learned_metric_run_by_g_and_its_floor_too(tmp_pat
     two = json.loads(capsys.readouterr().out)
     assert one["floor"] == two["floor"] and one["metrics"] != two["metrics"]
     assert {"map_at_r", "embedding_map_at_r"} <= set(one["metrics"]) and set(one["floor"]) == set(one["metrics"])
+
+
+@pytest.mark.parametrize("pair_input", PAIR_INPUTS)
+@pytest.mark.parametrize("tile", [(3, 5), (1, 1), (1000, 7)])
+def test_tiled_scoring_equals_the_row_layout_on_every_tile_shape(
+    pair_input: str, tile: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`PairScorer` on the CPU scores (rows x columns) tiles, hidden unit first (`LearnedMetric.tile`): the
+    same g as the (pairs x hidden) layout of `scores`, whatever the tiles' shape and the edges they leave."""
+    import bench.losses.learned_metric as lm
+
+    pairs, cols = tile
+    monkeypatch.setattr(lm, "CPU_TILE_PAIRS", pairs * cols)
+    monkeypatch.setattr(lm, "CPU_TILE_COLUMNS", cols)
+    torch.manual_seed(3)
+    metric = LearnedMetric(hidden=5, layers=4, pair_input=pair_input).double()
+    metric.materialize(7, torch.zeros(1, dtype=torch.float64))
+    s = PairScorer(metric, normalize=True)
+    q, r = s.prepare(torch.randn(11, 7, dtype=torch.float64)), s.prepare(torch.randn(23, 7, dtype=torch.float64))
+    with torch.no_grad():
+        want = metric.scores(q, r)
+        assert torch.allclose(metric.tile(q, r), want, rtol=0, atol=1e-12)
+    got = s(q, r)
+    assert got.dtype == torch.float32 and got.shape == (11, 23)
+    assert torch.allclose(got, want.float(), rtol=0, atol=1e-6)
+    assert s(q[:0], r).shape == (0, 23) and s(q, r[:0]).shape == (11, 0)
