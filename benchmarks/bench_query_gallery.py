@@ -107,7 +107,7 @@ def _one(name: str, args: argparse.Namespace) -> dict[str, object]:
         block = BLOCK_ELEMENTS // (1 + pair.cost(px.shape[1]))
         bare = lambda: _bare(lambda s, e: pair(px[s:e], px), n, n, depth + 1, block)  # noqa: E731
 
-        def whole(s: int, e: int) -> torch.Tensor:  # g of a whole chunk at once in the (pairs x hidden) layout, as before the CPU tiles
+        def whole(s: int, e: int) -> torch.Tensor:  # g of a whole chunk in rows, as before the CPU tiles
             with torch.no_grad():
                 return metric.scores(px[s:e], px)
 
