@@ -235,6 +235,29 @@ def test_embed_restores_the_mode_and_batches(omniglot) -> None:
     assert torch.allclose(out, embed(model, x, batch_size=70), atol=1e-5)  # eval mode: no batch statistics
 
 
+def test_embed_on_the_cpu_runs_channels_last_in_small_batches_and_leaves_the_model_as_it_was(omniglot) -> None:
+    """The CPU evaluation path (`bench.evaluation._cpu_batch`, `_channels_last_on_cpu`): the same embeddings
+    as the model run plainly over the whole set, the model's memory order put back, a channels-last model
+    left channels-last."""
+    from bench.evaluation import _cpu_batch
+
+    x = omniglot[1].x[:300]
+    assert _cpu_batch(x, 512, torch.device("cpu")) == 256  # 28x28: 2^18 values / 784 a image, a power of two
+    assert _cpu_batch(torch.zeros(2, 3, 224, 224), 512, torch.device("cpu")) == 16  # never below the minimum
+    assert _cpu_batch(x, 64, torch.device("cpu")) == 64 and _cpu_batch(x, 512, torch.device("meta")) == 512
+    model = build_trunk("conv4", in_shape=(1, 28, 28), embedding_dim=8).eval()
+    with torch.no_grad():
+        plain = model(x)
+    conv = next(m for m in model.modules() if isinstance(m, torch.nn.Conv2d) and m.in_channels > 1)
+    assert conv.weight.is_contiguous() and not conv.weight.is_contiguous(memory_format=torch.channels_last)
+    out = embed(model, x)
+    assert torch.allclose(out, plain, atol=1e-5)
+    assert conv.weight.is_contiguous()  # put back
+    model.to(memory_format=torch.channels_last)
+    assert torch.allclose(embed(model, x), plain, atol=1e-5)
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)  # left as it was
+
+
 def test_augmentation_moves_pixels_but_keeps_shape() -> None:
     x = torch.zeros(4, 1, 28, 28)
     x[:, :, 10:18, 10:18] = 1.0
