@@ -87,12 +87,19 @@ def _not_nan(ctx: click.Context, param: click.Parameter, value: float | None) ->
     "with the workers the run gets): a training step then takes at least a batch's loading time",
 )
 @click.option(
+    "--data-root",
+    default=None,
+    help="folder holding the datasets, for timing the training loader on image files (default: "
+    "$DMLBENCH_DATA, ../shared/data)",
+)
+@click.option(
     "--measure/--no-measure",
     default=True,
     show_default=True,
     help="time a few training steps and embeddings of the protocol's trunk on this machine (a few "
     "seconds) for the estimate; --no-measure uses the built-in per-trunk table (one reference "
-    "machine's figures). A CUDA protocol on a machine without CUDA keeps the table",
+    "machine's figures). A CUDA protocol on a machine without CUDA keeps the table. For image files it also "
+    "times the training loader here (its workers, without the decoded-image cache), unless --loader-rate",
 )
 @click.option(
     "--threads",
@@ -131,6 +138,7 @@ def command(
     step_ms: float | None,
     loader_rate: float | None,
     stop_at: int | None,
+    data_root: str | None,
     measure: bool,
     threads: int | None,
     check_multiple: int,
@@ -170,6 +178,7 @@ def command(
         threads=threads,
         loader_rate=loader_rate,
         stop_at=stop_at,
+        data_root=data_root,
     )
     emit(fmt, lambda: format_plan(p, stop_given=stop_at is not None), lambda: rows(p))
     return 0
@@ -382,7 +391,11 @@ def _assumptions(p: Plan, cost: Any, gpu: bool) -> str:
             "size: 2-3x off on another machine; `dmlbench plan` without --no-measure times it here); "
         )
     method = "timed above" if p.method_s else f"{STEP_FIXED_S * 1000:g} ms a step; --time-methods times them"
-    reading = "" if p.loader_note else "reading the data a step (in memory: nothing; --loader-rate for image files), "
+    reading = (
+        ""
+        if p.loader_note.startswith("loader:")
+        else "reading the data a step (in memory: nothing; --loader-rate for image files), "
+    )
     return (
         f"assumes: {step}not timed: the loss and miner ({method}), {reading}the metrics (fixed per-pair and "
         f"k-means figures), the records (MLflow, Optuna: "

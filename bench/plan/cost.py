@@ -185,9 +185,13 @@ def measured_cost(protocol: Protocol, m: Measured) -> TrunkCost:
     )
 
 
-def bounded_by_loader(protocol: Protocol, cost: TrunkCost, images_per_s: float | None) -> tuple[TrunkCost, str]:
+def bounded_by_loader(
+    protocol: Protocol, cost: TrunkCost, images_per_s: float | None, source: str = ""
+) -> tuple[TrunkCost, str]:
     """The cost with every training step at least a batch's loading time at ``images_per_s`` (what the
-    loader delivers: ``benchmarks/bench_loader.py``'s loader or cache row), and a line saying which bounds.
+    loader delivers: ``--loader-rate``, ``benchmarks/bench_loader.py``'s loader or cache row, or
+    `bench.plan.measure.measure_loader`'s timing here, which ``source`` then names), and a line saying which
+    bounds.
 
     The loader and the trunk overlap (workers decode the next batches during a step), so a step takes the
     longer of the two, not their sum."""
@@ -204,11 +208,13 @@ def bounded_by_loader(protocol: Protocol, cost: TrunkCost, images_per_s: float |
     bounded = replace(
         cost,
         step_s=(max(cost.step_s[0], floor), max(cost.step_s[1], floor)),
-        source=f"{cost.source}; at least {load_s * 1000:.3g} ms a step to load a batch (--loader-rate)".lstrip("; "),
+        source=f"{cost.source}; at least {load_s * 1000:.3g} ms a step to load a batch "
+        f"({'the loader timed here' if source else '--loader-rate'})".lstrip("; "),
     )
     step = f"{low * 1000:.3g}" + ("" if low == high else f"-{high * 1000:.3g}")
+    rate = source or f"{images_per_s:g} images/s"
     note = (
-        f"loader: {images_per_s:g} images/s feeds a batch of {batch} in {load_s * 1000:.3g} ms, the trunk's step "
+        f"loader: {rate} feeds a batch of {batch} in {load_s * 1000:.3g} ms, the trunk's step "
         f"takes {step} ms: {bound} bounds the training steps"
     )
     return bounded, note

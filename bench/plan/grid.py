@@ -44,6 +44,7 @@ def plan(
     threads: int | None = None,
     loader_rate: float | None = None,
     stop_at: int | None = None,
+    data_root: str | None = None,
 ) -> Plan:
     """Cells (loss x miner) in grid order, dropped pairs with their reasons, one budget for all.
 
@@ -53,7 +54,9 @@ def plan(
     times the protocol's trunk here (`bench.plan.measure`, a few seconds, on ``threads`` CPU threads) in
     place of the cost table, unless ``step_s`` is given or the protocol's device is not on this machine
     (then the table stays and ``Plan.cost_note`` says why). ``loader_rate``, images a second the data
-    loader delivers, makes each step at least a batch's loading time (`bounded_by_loader`). Under
+    loader delivers, makes each step at least a batch's loading time (`bounded_by_loader`); without it,
+    ``measure`` times the protocol's training loader here where its images are files (`measure_loader`,
+    under ``data_root``), and a loader that cannot be timed is said in ``Plan.loader_note``. Under
     ``training.early_stopping`` the estimates are the maximum (every run trains the whole budget) and
     ``Plan.stopped`` the time when every run stops at ``stop_at`` iterations (default: the earliest a run
     can stop, ``check_every`` x (``patience`` + 1))."""
@@ -105,7 +108,15 @@ def plan(
             batch = min(EMBED_BATCH, int(test_images)) if test_images else EMBED_BATCH  # what the test embeds in
             timed, precision_note = _precision_here(protocol, threads)
             cost = measured_cost(protocol, measure_trunk(timed, threads=threads, embed_batch=batch))
-    cost, loader_note = bounded_by_loader(protocol, cost, loader_rate)
+    loader_source, not_timed = "", ""
+    if measure and loader_rate is None:
+        from bench.plan.measure import measure_loader
+
+        loader_rate, loader_source = measure_loader(protocol, data_root)
+        if loader_rate is None:
+            not_timed = loader_source
+    cost, loader_note = bounded_by_loader(protocol, cost, loader_rate, loader_source)
+    loader_note = loader_note or not_timed
     method_s: dict[str, float] = {}
     if time_methods:
         from bench.plan.method_cost import time_cells  # imports torch: only when timing is asked for

@@ -13,9 +13,13 @@ few, their number capped by ``budget_s``. It also times the no-gradient
 forward that evaluation embeds with, per image at evaluation's batch size
 (or the largest batch that fits the budget, for a big trunk on a CPU).
 
+`measure_loader` times the protocol's training loader where the images are
+files read a step: a step takes at least a batch's loading time
+(`bench.plan.cost.bounded_by_loader`).
+
 What is not timed here: the loss and miner (a small fixed term a step, or
-`bench.plan.method_cost` with ``--time-methods``), reading the data, and the
-metrics (`bench.plan.cost`'s per-pair and k-means figures).
+`bench.plan.method_cost` with ``--time-methods``) and the metrics
+(`bench.plan.cost`'s per-pair and k-means figures).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ __all__ = [
     "candidate_variants",
     "channels_of",
     "choose_precision",
+    "measure_loader",
     "measure_trunk",
     "protocol_variant",
     "slow_line",
@@ -384,3 +389,49 @@ def slow_line(own: str, medians: dict[str, float], threads: int) -> str | None:
         f"{medians[best] * 1000:.0f} ms of {best} ({threads} thread(s)): `precision: auto` picks the fastest at "
         f"a sweep's start"
     )
+
+
+LOADER_BATCHES = 6  # batches timed after the first (whose time is the workers' start-up)
+
+
+def measure_loader(protocol: Protocol, data_root: str | None = None) -> tuple[float | None, str]:
+    """Images a second the protocol's training loader delivers here, and where that came from.
+
+    For image files read a step (``folder:``, the published layouts): the
+    protocol's own training pipeline (``data.augment``) and workers
+    (``data.loader.workers``) over `LOADER_BATCHES` P x K batches after a
+    first, without the decoded-image cache (building it would take longer
+    than the plan; the cache is faster, so this is a bound). ``(None, "")``
+    for data held in memory, which costs nothing a step; ``(None, why)``
+    where the data cannot be read here.
+    """
+    from bench.data import load
+    from bench.data.loading import loader_options, stream, train_loader
+    from bench.data.samplers import PKBatchSampler, PKSampler
+    from bench.errors import BenchError
+
+    d, training = protocol.doc["data"], protocol.doc["training"]
+    try:
+        data = load(
+            d["train"],
+            data_root,
+            size=d["image_size"],
+            resize=d.get("resize", "stretch"),
+            channels=d.get("channels"),
+            augment=d.get("augment"),
+            loader={**(d.get("loader") or {}), "cache": False},
+        )
+        if not data.lazy:
+            return None, ""
+        _, labels = torch.unique(data.y, return_inverse=True)
+        sampler = PKBatchSampler(PKSampler(labels, training["P"], training["K"], seed=0), 0, LOADER_BATCHES + 1)
+        device = torch.device("cpu")
+        workers = loader_options(data.x, device)["num_workers"]
+        batches = stream(train_loader(data.x, sampler, seed=0, device=device), device)
+        next(batches)
+        start = time.perf_counter()
+        images = sum(len(xb) for xb, _ in batches)
+        rate = images / (time.perf_counter() - start)
+    except BenchError as err:
+        return None, f"the loader was not timed ({err})"
+    return rate, f"{rate:.0f} images/s, the training loader timed here ({workers} worker(s), {images} images)"

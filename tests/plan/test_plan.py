@@ -418,3 +418,54 @@ def test_a_learned_metric_cell_pays_for_ranking_by_g():
     finals_and_floor = 2 * p.budget.seeds
     assert learned - euclidean >= finals_and_floor * test_pairs * LEARNED_S_PER_PAIR
     assert learned - euclidean < 2 * (finals_and_floor + p.budget.tuning_runs) * test_pairs * LEARNED_S_PER_PAIR
+
+
+LOADER_PROTOCOL = """
+name: files
+data:
+  pool: folder:{pool}
+  split: {{test_classes: 2, seed: 0}}
+  image_size: 12
+  augment:
+    train: [{{RandomResizedCrop: {{size: 12, scale: [0.5, 1.0]}}}}, RandomHorizontalFlip]
+    eval: [{{Resize: {{size: 12}}}}, {{CenterCrop: {{size: 12}}}}]
+  loader: {{workers: 0}}
+  validation: {{folds: 2, use: 1}}
+model: {{trunk: mlp, trunk_params: {{hidden: [16]}}, embedding_dim: 8, normalize: true}}
+training: {{optimizer: adam, lr: 1.0e-3, P: 2, K: 2, iterations: 3}}
+evaluation: {{metrics: [map_at_r], primary: map_at_r}}
+tuning: {{trials: 1, startup_trials: 1}}
+final: {{seeds: 1}}
+grid:
+  losses: [{{name: contrastive}}]
+"""
+
+
+def test_plan_times_the_training_loader_itself_on_image_files(tmp_path: Path) -> None:
+    """Without --loader-rate, a measured plan times the protocol's own training loader where the images are
+    files (its pipeline, its workers, P x K batches after a first) and bounds the steps by it; data that cannot
+    be read are said in one note, not guessed."""
+    import numpy as np
+    from PIL import Image
+
+    from bench.plan.measure import LOADER_BATCHES
+
+    rng = np.random.default_rng(0)
+    pool = tmp_path / "pool"
+    for c in range(5):
+        (pool / f"c{c}").mkdir(parents=True)
+        for i in range(3):
+            Image.fromarray(rng.integers(0, 256, (30, 40, 3), dtype=np.uint8)).save(pool / f"c{c}" / f"{i}.jpg")
+    protocol = parse_protocol(LOADER_PROTOCOL.format(pool=pool), "files.yaml")
+    p = plan(protocol, step_s=0.1, measure=True)
+    assert p.loader_note.startswith("loader: "), p.loader_note
+    assert f"images/s, the training loader timed here (0 worker(s), {LOADER_BATCHES * 4} images)" in p.loader_note
+    assert float(p.loader_note.split()[1]) > 0
+    assert "to load a batch (the loader timed here)" in p.cost.source
+    given = plan(protocol, step_s=0.1, measure=True, loader_rate=1e9)  # a rate given is not timed again
+    assert "(--loader-rate)" in given.cost.source and "timed here" not in given.loader_note
+    for f in pool.rglob("*.jpg"):
+        f.unlink()
+    gone = plan(protocol, step_s=0.1, measure=True)
+    assert gone.loader_note.startswith("the loader was not timed ("), gone.loader_note
+    assert "reading the data a step" in format_plan(gone)
