@@ -176,12 +176,12 @@ def _channels_last_on_cpu(model: nn.Module, x: Any, device: torch.device) -> Ite
         return
     already = all(w.is_contiguous(memory_format=torch.channels_last) for w in convs)
     if not already:
-        model.to(memory_format=torch.channels_last)
+        model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (torch's stubs lack it)
     try:
         yield
     finally:
         if not already:
-            model.to(memory_format=torch.contiguous_format)
+            model.to(memory_format=torch.contiguous_format)  # type: ignore[call-overload]
 
 
 def _inputs(x: Any, batch_size: int, device: torch.device) -> Iterator[torch.Tensor]:

@@ -412,11 +412,11 @@ def _batches(
     sampler = _pk_sampler(labels, config)
     if isinstance(x, torch.Tensor):
         return ((x[idx], idx) for idx in (i.to(device) for i in sampler.iterate(start)))
-    from bench.data.loading import stream, train_loader
+    from bench.data.loading import train_batches
     from bench.data.samplers import PKBatchSampler
 
     batch_sampler = PKBatchSampler(sampler, start, start + config.iterations)
-    return stream(train_loader(x, batch_sampler, config.seed, device), device)
+    return train_batches(x, batch_sampler, config.seed, device)
 
 
 def train(

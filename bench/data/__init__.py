@@ -138,6 +138,11 @@ def _with_pipeline(
             )
         return data
     files = data.x.with_options(augment=steps, loader=dict(loader or {}))
+    if files.loader.get("augment_on") == "device" and not steps.get("train"):
+        raise BenchError(
+            "data.loader.augment_on: device runs data.augment.train's random steps on the training device, "
+            f"and {spec} has no data.augment.train (give one, or leave augment_on at workers)"
+        )
     return replace(data, x=attach(files, files.loader))
 
 

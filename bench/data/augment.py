@@ -156,6 +156,22 @@ def _show(kwargs: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
 
 
+# Steps that draw no random number: a pipeline's leading run of them is its deterministic head, what the
+# decoded-image cache stores (`bench.data.image_cache`) and what loader workers send to the device when the
+# random rest runs there (``data.loader.augment_on: device``)
+DETERMINISTIC = ("Resize", "CenterCrop", "Pad", "Grayscale")
+
+
+def head_length(items: Sequence[Mapping[str, Any]]) -> int:
+    """How many leading steps of a pipeline draw no random number (its deterministic head)."""
+    count = 0
+    for item in items:
+        if next(iter(item)) not in DETERMINISTIC:
+            break
+        count += 1
+    return count
+
+
 def build(items: Sequence[Mapping[str, Mapping[str, Any]]], side: str, to_float: bool = True) -> Any:
     """The v2 pipeline of one side: ToImage, the named transforms, ToDtype(float32) before Normalize or at the end.
 

@@ -35,7 +35,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from bench.atomic import write_npz
-from bench.data.augment import build
+from bench.data.augment import build, head_length
 from bench.data.cache import cache_dir
 from bench.data.fingerprint import content_fingerprint
 from bench.data.images import ImageFiles, eight_bit, open_image
@@ -53,20 +53,9 @@ from bench.data.loading import one_thread, worker_message
 from bench.errors import BenchError
 from bench.vision import torchvision
 
-DETERMINISTIC = ("Resize", "CenterCrop", "Pad", "Grayscale")
 DEFAULT_MAX_GB = 64.0
 FORMAT = 1  # bumped when the files' layout changes
 _log = logging.getLogger("dmlbench.data")
-
-
-def head_length(items: Sequence[Mapping[str, Any]]) -> int:
-    """How many leading steps of a pipeline draw no random number (its deterministic head)."""
-    count = 0
-    for item in items:
-        if next(iter(item)) not in DETERMINISTIC:
-            break
-        count += 1
-    return count
 
 
 class ImageCache:

@@ -124,6 +124,52 @@ class ImageFiles:
                 first = (str(err).strip().splitlines() or [""])[0][:160]
                 raise BenchError(f"data.augment.{side} failed on {file}: {type(err).__name__}: {first}") from None
             image = image.as_subclass(torch.Tensor)
+        self._check_shape(image, side, file)
+        return image
+
+    def head(self, index: int, train: bool) -> tuple[torch.Tensor, int]:
+        """Image `index` through its side's deterministic head alone, as uint8 (C, H, W), and how many of the
+        side's steps that was: from the cache when it is built (its head), else decoded here. What a loader
+        worker sends to the device under ``data.loader.augment_on: device``; `tail` runs the rest there."""
+        from bench.data.augment import build, head_length
+
+        side = "train" if train else "eval"
+        items = self.augment.get(side)
+        if not items:
+            raise BenchError(f"data.loader.augment_on: device needs data.augment.{side}")
+        cached = self.cache.get(side)
+        if cached is not None and cached.ready():
+            return cached.read(str(self.paths[index])), len(cached.head)
+        count = head_length(items)
+        name = f"{side}:head"
+        if name not in self._pipelines:
+            self._pipelines[name] = build(items[:count], side, to_float=False)
+        file = self.file(index)
+        with open_image(file) as img:
+            source = eight_bit(img, self.channels, file)
+        return self._pipelines[name](source).as_subclass(torch.Tensor).contiguous(), count
+
+    def tail(self, image: torch.Tensor, index: int, train: bool, start: int) -> torch.Tensor:
+        """The side's pipeline from step `start` on, run on `image` (`head`'s output, on any device) with the
+        global RNG as it is: the same image as `decode` on the CPU; its shape checked as `decode` checks."""
+        from bench.data.augment import build
+
+        side = "train" if train else "eval"
+        name = f"{side}:after-{start}"
+        if name not in self._pipelines:
+            self._pipelines[name] = build(self.augment[side][start:], side)
+        try:
+            out = self._pipelines[name](image)
+        except Exception as err:  # noqa: BLE001 - as in `decode`: a value refused on an image, one line
+            first = (str(err).strip().splitlines() or [""])[0][:160]
+            raise BenchError(
+                f"data.augment.{side} failed on {self.file(index)}: {type(err).__name__}: {first}"
+            ) from None
+        out = out.as_subclass(torch.Tensor)
+        self._check_shape(out, side, self.file(index))
+        return out
+
+    def _check_shape(self, image: torch.Tensor, side: str, file: Path) -> None:
         want = (self.channels, *image_hw(self.size))
         if tuple(image.shape) != want:
             raise BenchError(
@@ -131,7 +177,6 @@ class ImageFiles:
                 f"width) from {file}, but the protocol wants {'x'.join(map(str, want))} (data.channels, "
                 f"data.image_size): end the pipeline at that size and channel count"
             )
-        return image
 
     def to_tensor(self) -> torch.Tensor:
         """Every image decoded for evaluation, stacked: for small sets and tests only (what streaming avoids)."""

@@ -121,6 +121,67 @@ def train_loader(files: ImageFiles, batch_sampler: Any, seed: int, device: torch
     return DataLoader(ImageDataset(files, True, seed), batch_sampler=batch_sampler, **loader_options(files, device))
 
 
+class HeadDataset(ImageDataset):
+    """Training items for augmentation on the device (``data.loader.augment_on: device``): a worker decodes
+    the file through its pipeline's deterministic head (`ImageFiles.head`) and hands over the uint8 image
+    with the sample's seed; `train_batches` runs the random rest on the training device."""
+
+    def __getitem__(self, key: Any) -> tuple[torch.Tensor, int, int, int]:  # type: ignore[override]
+        step, slot, index = key
+        image, start = self.files.head(index, True)
+        return image, sample_seed(self.seed, step, slot), index, start
+
+
+def _as_list(items: list[Any]) -> list[Any]:
+    """The collate of `HeadDataset`: heads differ in size (a ``Resize`` keeps the aspect ratio), so no stack."""
+    return items
+
+
+def augments_on_device(files: ImageFiles) -> bool:
+    """Whether ``data.loader.augment_on`` is ``device``."""
+    return files.loader.get("augment_on") == "device"
+
+
+def train_batches(
+    files: ImageFiles, batch_sampler: Any, seed: int, device: torch.device
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(images, indices) on `device` for the training steps the batch sampler draws.
+
+    ``data.loader.augment_on: workers`` (the default): the workers run the
+    whole pipeline (`train_loader`). ``device``: the workers run its
+    deterministic head and the random rest runs here, image by image on
+    `device`, each under its sample's seed, as a worker would have run it:
+    on the CPU the same images bit for bit; on a GPU the same crops, flips
+    and jitter (their random numbers are drawn on the CPU), resampled by
+    the GPU's kernels (equal within rounding).
+    """
+    if not augments_on_device(files):
+        yield from stream(train_loader(files, batch_sampler, seed, device), device)
+        return
+    ensure_cache(files, "train", loader_options(files, device)["num_workers"])
+    loader = DataLoader(
+        HeadDataset(files, True, seed),
+        batch_sampler=batch_sampler,
+        collate_fn=_as_list,
+        **loader_options(files, device),
+    )
+    non_blocking = device.type == "cuda"
+    iterator = iter(loader)
+    while True:
+        try:
+            items = next(iterator)
+        except StopIteration:
+            return
+        except BenchError as err:
+            raise type(err)(worker_message(str(err))) from None
+        images = []
+        for image, sample, index, start in items:
+            with torch.random.fork_rng(devices=[]):
+                torch.default_generator.manual_seed(sample)
+                images.append(files.tail(image.to(device, non_blocking=non_blocking), index, True, start))
+        yield torch.stack(images), torch.tensor([item[2] for item in items], device=device)
+
+
 def eval_loader(files: ImageFiles, batch_size: int, device: torch.device) -> DataLoader:
     """Every file once, in order, with the evaluation pipeline."""
     options = loader_options(files, device)

@@ -150,9 +150,10 @@ class LearnedMetric(nn.Module):
         """``g`` of (hidden, pairs) first-layer outputs, in place; the last layer reduced to the logit
         difference (softmax([z0, z1])[1] == sigmoid(z1 - z0))."""
         *inner, last = self.rest
+        assert isinstance(last, nn.Linear)
         h = pre
         for layer in inner:
-            h = h.relu_() if isinstance(layer, nn.ReLU) else torch.addmm(layer.bias[:, None], layer.weight, h)
+            h = torch.addmm(layer.bias[:, None], layer.weight, h) if isinstance(layer, nn.Linear) else h.relu_()
         return torch.sigmoid((last.weight[1] - last.weight[0]) @ h + (last.bias[1] - last.bias[0]))
 
 

@@ -206,6 +206,7 @@ SCHEMA: dict[str, Any] = {
                         "pin_memory": {"type": ["boolean", "null"]},
                         "cache": {"type": ["boolean", "null"]},
                         "cache_max_gb": {"type": ["number", "null"], "exclusiveMinimum": 0},
+                        "augment_on": {"enum": ["workers", "device", None]},
                     },
                 },
                 "validation": {

@@ -20,7 +20,7 @@ from PIL import Image
 
 from bench import data as datasets
 from bench.cli import main
-from bench.data.image_cache import head_length
+from bench.data.augment import head_length
 from bench.data.loading import ImageDataset, eval_loader, train_loader
 from bench.data.samplers import PKBatchSampler, PKSampler
 from bench.errors import BenchError
@@ -242,7 +242,7 @@ data:
   augment:
     train: [{{Resize: {{size: 20}}}}, {{RandomResizedCrop: {{size: 12, scale: [0.5, 1.0]}}}}, RandomHorizontalFlip]
     eval: [{{Resize: {{size: 20}}}}, {{CenterCrop: {{size: 12}}}}]
-  loader: {{workers: 1, cache: {cache}}}
+  loader: {{workers: 1, {loader}}}
   validation: {{folds: 2, use: 1}}
 model: {{trunk: mlp, trunk_params: {{hidden: [16]}}, embedding_dim: 8, normalize: true}}
 training: {{optimizer: adam, lr: 1.0e-3, P: 2, K: 2, iterations: 3}}
@@ -254,20 +254,21 @@ grid:
 """
 
 
-def test_a_sweep_with_the_cache_records_what_one_without_it_records(tmp_path: Path, own_cache: Path) -> None:
+def test_a_sweep_with_the_cache_or_augmenting_on_the_device_records_what_one_without_records(
+    tmp_path: Path, own_cache: Path
+) -> None:
     pool = photos(tmp_path / "pool", classes=6)
     finals = {}
-    for cache in ("false", "true"):
-        path = tmp_path / f"{cache}.yaml"
-        path.write_text(PROTOCOL.format(pool=pool, cache=cache))
-        out = tmp_path / cache
+    loaders = {"plain": "cache: false", "cache": "cache: true", "device": "cache: false, augment_on: device"}
+    for name, loader in loaders.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(PROTOCOL.format(pool=pool, loader=loader))
+        out = tmp_path / name
         args = ["run", str(path), "--results-dir", str(out), "--storage", f"sqlite:///{out}.db"]
         assert main([*args, "--tracking-uri", str(out / "mlflow.db"), "--threads", "1", "--quiet"]) == 0
-        finals[cache] = (out / "cached" / "finals.csv").read_text()
-    assert (
-        parse_protocol((tmp_path / "true.yaml").read_text()).hash
-        == parse_protocol((tmp_path / "false.yaml").read_text()).hash
-    )  # the cache is a loader setting: not in the hash
+        finals[name] = (out / "cached" / "finals.csv").read_text()
+    hashes = {parse_protocol((tmp_path / f"{name}.yaml").read_text()).hash for name in loaders}
+    assert len(hashes) == 1  # loader settings: not in the hash
     assert len(cache_files(own_cache)) == 2  # one cache for both sides (Resize starts both heads)
 
     def scores(text: str) -> list[str]:  # the score columns; run ids and times differ between runs
@@ -276,7 +277,39 @@ def test_a_sweep_with_the_cache_records_what_one_without_it_records(tmp_path: Pa
         assert keep
         return [",".join(row[i] for i in keep) for row in rows]
 
-    assert scores(finals["true"]) == scores(finals["false"])
+    assert scores(finals["cache"]) == scores(finals["plain"]) == scores(finals["device"])
+
+
+@pytest.mark.parametrize(("workers", "cache"), [(0, False), (2, False), (0, True), (2, True)])
+def test_augmenting_on_the_device_gives_the_workers_images_bit_for_bit(
+    tmp_path: Path, own_cache: Path, workers: int, cache: bool
+) -> None:
+    """``data.loader.augment_on: device``: workers send the deterministic head's uint8 image (decoded, or from
+    the cache) and the random rest runs on the training device under each sample's seed; on the CPU that is
+    the image a worker makes, bit for bit, at every step, for any seed."""
+    from bench.data.loading import augments_on_device
+    from bench.data.loading import train_batches as batches_of
+
+    root = photos(tmp_path / "pool")
+    for seed in (3, 11):
+        plain = train_batches(load(root, cache=False, workers=workers), seed=seed)
+        data = load(root, cache=cache, workers=workers, augment_on="device")
+        assert augments_on_device(data.x)
+        _, labels = torch.unique(data.y, return_inverse=True)
+        sampler = PKBatchSampler(PKSampler(labels, 2, 2, seed=seed), 0, 4)
+        got = [(xb.clone(), idx) for xb, idx in batches_of(data.x, sampler, seed, torch.device("cpu"))]
+        assert len(got) == len(plain) == 4
+        assert all(torch.equal(a, b) for a, (b, _) in zip(plain, got, strict=True))
+        assert all(xb.dtype == torch.float32 and xb.shape == (4, 3, 12, 12) for xb, _ in got)
+        assert not torch.equal(got[0][0], got[1][0])  # the steps differ: the seeds reach the device's steps
+
+
+def test_augmenting_on_the_device_without_a_training_pipeline_is_one_line(tmp_path: Path) -> None:
+    root = photos(tmp_path / "pool")
+    with pytest.raises(BenchError, match=r"augment_on: device runs data.augment.train's random steps .* no data"):
+        datasets.load(f"folder:{root}", size=12, augment={"eval": AUGMENT["eval"]}, loader={"augment_on": "device"})
+    with pytest.raises(BenchError, match="augment_on"):
+        parse_protocol(PROTOCOL.format(pool=root, loader="augment_on: gpu"))
 
 
 @pytest.mark.parametrize("workers", [0, 2])
