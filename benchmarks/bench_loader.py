@@ -15,6 +15,9 @@ alternation ``--repeats`` times (the machine's noise hits each alike):
   only the pipeline after its deterministic head runs a sample (``--resize
   N`` puts CUB's ``Resize`` before the crop, the head the cache stores;
   without it the whole decoded image is stored);
+* augmentation on the device (``data.loader.augment_on: device``), on the
+  same files with ``--workers``: the workers decode (and run the ``--resize``
+  head), the crop and flip run on ``--device`` in this process;
 * the training step alone: images/s of `bench.training.train` on the same
   batch shape from tensors already in memory (the difference of a long and
   a short run, so start-up drops out).
@@ -43,7 +46,7 @@ from torch.utils.data import DataLoader
 
 from bench.data import LabeledData, load
 from bench.data.images import open_image
-from bench.data.loading import ImageDataset, default_workers, loader_options, stream, train_loader
+from bench.data.loading import ImageDataset, default_workers, loader_options, stream, train_batches
 from bench.data.samplers import PKBatchSampler, PKSampler
 from bench.training import TrainConfig, train
 
@@ -78,15 +81,14 @@ def loader_rate(
     data: LabeledData, workers: int, batches: int, P: int, K: int, device: torch.device, decode_only: bool = False
 ) -> float:
     """Images a second delivered on `device`, after the first batch (worker start-up excluded)."""
-    files = data.x.with_options(loader={"workers": workers})
+    files = data.x.with_options(loader={**data.x.loader, "workers": workers})
     _, labels = torch.unique(data.y, return_inverse=True)
     sampler = PKBatchSampler(PKSampler(labels, P, K, seed=0), 0, batches + 1)
-    loader = (
-        DataLoader(DecodeOnly(files, True), batch_sampler=sampler, **loader_options(files, device))
+    it = (
+        stream(DataLoader(DecodeOnly(files, True), batch_sampler=sampler, **loader_options(files, device)), device)
         if decode_only
-        else train_loader(files, sampler, seed=0, device=device)
+        else train_batches(files, sampler, seed=0, device=device)
     )
-    it = stream(loader, device)
     next(it)
     start = time.perf_counter()
     count = sum(len(xb) for xb, _ in it)
@@ -147,6 +149,7 @@ def main() -> None:
         os.environ["DMLBENCH_CACHE"] = str(Path(tmp) / "cache")
         data = load(f"folder:{tmp}/images", size=args.crop, augment=pipeline)
         cached = load(f"folder:{tmp}/images", size=args.crop, augment=pipeline, loader={"cache": True})
+        on_device = load(f"folder:{tmp}/images", size=args.crop, augment=pipeline, loader={"augment_on": "device"})
         start = time.perf_counter()
         assert cached.x.cache["train"].ensure(args.workers), "the cache was not built"
         build_s = time.perf_counter() - start
@@ -158,6 +161,7 @@ def main() -> None:
             f"decode only, {args.workers} workers": [],
             f"loader, {args.workers} workers": [],
             f"cache, {args.workers} workers": [],
+            f"augment on {args.device}, {args.workers} workers": [],
             f"{args.trunk} step": [],
         }
         ratios: dict[int, list[float]] = {0: [], args.workers: []}
@@ -172,6 +176,9 @@ def main() -> None:
                 rates[f"cache, {workers} workers"].append(from_cache)
                 ratios[workers].append(decoded / full)
                 cache_ratios[workers].append(from_cache / full)
+            rates[f"augment on {args.device}, {args.workers} workers"].append(
+                loader_rate(on_device, args.workers, args.batches, args.P, args.K, device)
+            )
             rates[f"{args.trunk} step"].append(
                 step_rate(
                     args.trunk, (3, args.crop, args.crop), args.steps, args.P, args.K, args.device, args.precision
