@@ -60,6 +60,21 @@ def tuned_params(results: str | None, cell: str, given: dict[str, Any]) -> dict[
     return {**params, **given}
 
 
+def as_trained(protocol: Protocol, results: str | None) -> Protocol:
+    """The protocol in the precision its sweep trained in: a fixed one as it says; ``auto`` as the sweep's
+    manifest in ``results`` records it (chosen at the sweep's start), which the harness arm must match."""
+    if not protocol.precision_auto:
+        return protocol
+    manifest = Path(results or "") / "manifest.json"
+    chosen = json.loads(manifest.read_text()).get("precision") if manifest.is_file() else None
+    if not chosen or chosen.get("setting") != "auto":
+        raise BenchError(
+            f"{protocol.name} says precision: auto: give --results of its sweep, whose manifest records the "
+            "precision chosen at its start"
+        )
+    return protocol.with_precision(chosen["precision"], bool(chosen["channels_last"]))
+
+
 def harness_config(
     protocol: Protocol, cell_id: str, params: dict[str, Any], seed: int, iterations: int | None
 ) -> TrainConfig:
@@ -103,7 +118,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    protocol = load_protocol(args.protocol)
+    protocol = as_trained(load_protocol(args.protocol), args.results)
     training, data = protocol.doc["training"], protocol.doc["data"]
     if (data.get("train"), data.get("test"), data["image_size"]) != ("omniglot:background", "omniglot:evaluation", 28):
         raise BenchError(

@@ -50,16 +50,34 @@ def test_harness_arm_is_the_protocols_cell_at_the_plain_scripts_budget() -> None
     compare = _module("compare_plain_pml")
     from bench.protocol import load_protocol
 
-    protocol = load_protocol(ROOT / "protocols" / "omniglot-standard.yaml")
+    protocol = compare.as_trained(
+        load_protocol(ROOT / "protocols" / "omniglot-standard.yaml"), str(ROOT / "results" / "omniglot-standard")
+    )
     training = protocol.doc["training"]
     config = compare.harness_config(protocol, compare.CELL, {"loss.margin": 0.3}, seed=0, iterations=7)
     assert (config.loss, config.miner, config.iterations) == ("triplet", "batch_hard", 7)
     assert (config.P, config.K) == (training["P"], training["K"])  # the plain script is given P*K and m=K
     assert config.loss_params["margin"] == 0.3
     assert config.augmentation == protocol.doc["data"]["augmentation"]
-    assert config.schedule == protocol.doc["training"]["schedule"] and config.precision == "bf16"
+    assert config.schedule == training["schedule"] and config.precision == training["precision"] != "auto"
     default = compare.harness_config(protocol, compare.CELL, {}, seed=0, iterations=None)
     assert default.iterations == training["iterations"] and default.loss_params.get("margin", 0.05) == 0.05
+
+
+def test_an_auto_protocols_harness_arm_trains_in_the_precision_its_sweep_chose(tmp_path: Path) -> None:
+    compare = _module("compare_plain_pml")
+    from bench.errors import BenchError
+    from bench.protocol import load_protocol
+
+    quick = load_protocol(ROOT / "protocols" / "omniglot-quick.yaml")
+    assert quick.precision_auto
+    chosen = json.loads((ROOT / "results" / "omniglot-quick" / "manifest.json").read_text())["precision"]
+    trained = compare.as_trained(quick, str(ROOT / "results" / "omniglot-quick"))
+    assert trained.doc["training"]["precision"] == chosen["precision"] and trained.hash == quick.hash
+    config = compare.harness_config(trained, compare.CELL, {}, seed=0, iterations=3)
+    assert (config.precision, config.channels_last) == (chosen["precision"], chosen["channels_last"])
+    with pytest.raises(BenchError, match="precision: auto: give --results of its sweep"):
+        compare.as_trained(quick, str(tmp_path))
 
 
 def test_tuned_parameters_come_from_the_results_best_trial() -> None:

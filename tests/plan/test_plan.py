@@ -265,7 +265,8 @@ def test_a_bf16_estimate_says_the_table_is_fp32_and_whether_this_cpu_has_amx():
 
     assert lacks_amx(NO_AMX) and not lacks_amx(AMX)
     assert not lacks_amx("Features\t: fp asimd\n")  # no x86 flags line: nothing known
-    bf16 = plan(load_protocol(REPO / "protocols" / "omniglot-standard.yaml"))
+    bf16 = plan(parse_protocol(GRID.replace("iterations: 100}", "iterations: 100, precision: bf16}"), "bf16.yaml"))
+    assert bf16.protocol.doc["training"]["precision"] == "bf16"
     assert "this CPU has no AMX" in format_plan(bf16, cpuinfo=NO_AMX)
     assert "this CPU has AMX" in format_plan(bf16, cpuinfo=AMX)
     assert "step time above is fp32's" not in format_plan(plan(bf16.protocol, step_s=0.13), cpuinfo=NO_AMX)
