@@ -392,6 +392,7 @@ def slow_line(own: str, medians: dict[str, float], threads: int) -> str | None:
 
 
 LOADER_BATCHES = 6  # batches timed after the first (whose time is the workers' start-up)
+IN_MEMORY = (*GREY_DATASETS, "npz")  # data held as tensors: nothing is read a step, nothing to time
 
 
 def measure_loader(protocol: Protocol, data_root: str | None = None) -> tuple[float | None, str]:
@@ -411,6 +412,8 @@ def measure_loader(protocol: Protocol, data_root: str | None = None) -> tuple[fl
     from bench.errors import BenchError
 
     d, training = protocol.doc["data"], protocol.doc["training"]
+    if str(d["train"]).split(":", 1)[0] in IN_MEMORY:
+        return None, ""
     try:
         data = load(
             d["train"],
