@@ -159,36 +159,38 @@ def train_final(
     folds: list[RunResult] = []
     allotment = config.iterations * len(prepared.folds) if by_folds else config.iterations
     progress.run_started(allotment if stop_after is None else stop_after * multiple)
-    try:
-        with record.held():
-            prepared.guard.check(prepared.train.classes, record.purpose)
-            if by_folds:
-                result, folds = train_fold_models(protocol, prepared, cell, params, seed, step=step)
-            else:
-                result = train_and_score(
-                    protocol,
-                    config,
-                    prepared.train,
-                    prepared.test,
-                    clustering=clusters_on_test(protocol),
-                    lake_runs=prepared.lake_runs,
-                    progress=step,
-                    stop_after=None if stop_after is None else stop_after * multiple,
-                )
-    except BaseException:
-        record.abandon()
-        with suppress(StoreUnavailableError):  # a store that is gone gets nothing back; the original is raised
-            mlflow.end(run_id, "KILLED")
-        raise
-    progress.run_finished()
-    metrics = {m: float(result.metrics[m]) for m in tables.metric_names(protocol.doc) if m in result.metrics}
-    # a learned-metric cell's embedding-distance ranking: a labelled secondary result, logged beside the table's
-    secondary = {m: float(v) for m, v in result.metrics.items() if m.startswith(EMBEDDING_PREFIX)}
-    run = FinalRun(seed, config, result, metrics, run_id, folds=folds if result.state == "COMPLETE" else [])
-    if artifacts is not None and result.state == "COMPLETE":
-        began = time.perf_counter()
-        _artifacts(protocol, prepared, result, artifacts, mlflow, run_id)
-        run.artifacts_s = time.perf_counter() - began
+    # the test set is embedded once for the scores and the artifacts of the first seed (`kept_embeddings`)
+    with kept_embeddings(getattr(prepared.test, "x", None)):
+        try:
+            with record.held():
+                prepared.guard.check(prepared.train.classes, record.purpose)
+                if by_folds:
+                    result, folds = train_fold_models(protocol, prepared, cell, params, seed, step=step)
+                else:
+                    result = train_and_score(
+                        protocol,
+                        config,
+                        prepared.train,
+                        prepared.test,
+                        clustering=clusters_on_test(protocol),
+                        lake_runs=prepared.lake_runs,
+                        progress=step,
+                        stop_after=None if stop_after is None else stop_after * multiple,
+                    )
+        except BaseException:
+            record.abandon()
+            with suppress(StoreUnavailableError):  # a store that is gone gets nothing back; the original is raised
+                mlflow.end(run_id, "KILLED")
+            raise
+        progress.run_finished()
+        metrics = {m: float(result.metrics[m]) for m in tables.metric_names(protocol.doc) if m in result.metrics}
+        # a learned-metric cell's embedding-distance ranking: a labelled secondary result, logged beside the table's
+        secondary = {m: float(v) for m, v in result.metrics.items() if m.startswith(EMBEDDING_PREFIX)}
+        run = FinalRun(seed, config, result, metrics, run_id, folds=folds if result.state == "COMPLETE" else [])
+        if artifacts is not None and result.state == "COMPLETE":
+            began = time.perf_counter()
+            _artifacts(protocol, prepared, result, artifacts, mlflow, run_id)
+            run.artifacts_s = time.perf_counter() - began
     # MLflow first, the record last: a recorded seed always has its MLflow run (a worker stopped in between
     # trains the seed again, and the run, found by key, keeps the values it logged)
     mlflow.log(
