@@ -236,9 +236,9 @@ def test_embed_restores_the_mode_and_batches(omniglot) -> None:
 
 
 def test_embed_on_the_cpu_runs_channels_last_in_small_batches_and_leaves_the_model_as_it_was(omniglot) -> None:
-    """The CPU evaluation path (`bench.evaluation._cpu_batch`, `_channels_last_on_cpu`): the same embeddings
-    as the model run plainly over the whole set, the model's memory order put back, a channels-last model
-    left channels-last."""
+    """The CPU evaluation path (`bench.evaluation._cpu_batch`, `_channels_last_on_cpu`, `_folded`): the same
+    embeddings as the model run plainly over the whole set, running statistics included, the model's memory
+    order put back and its BatchNorm kept, a channels-last model left channels-last."""
     from bench.evaluation import _cpu_batch
 
     x = omniglot[1].x[:300]
@@ -253,6 +253,13 @@ def test_embed_on_the_cpu_runs_channels_last_in_small_batches_and_leaves_the_mod
     out = embed(model, x)
     assert torch.allclose(out, plain, atol=1e-5)
     assert conv.weight.is_contiguous()  # put back
+    norm = next(m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d))
+    assert isinstance(norm, torch.nn.BatchNorm2d)  # folded only in the copy that embedded
+    norm.running_mean.add_(0.3)
+    norm.running_var.mul_(2.0)  # statistics a trained model has: the fold must carry them
+    with torch.no_grad():
+        plain = model(x)
+    assert torch.allclose(embed(model, x), plain, atol=1e-5)
     model.to(memory_format=torch.channels_last)
     assert torch.allclose(embed(model, x), plain, atol=1e-5)
     assert conv.weight.is_contiguous(memory_format=torch.channels_last)  # left as it was
