@@ -83,15 +83,21 @@ def one_thread(_: int) -> None:
 def stream(loader: DataLoader, device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """(images, indices) on `device`, copied without blocking; a worker's BenchError as its own one line."""
     non_blocking = device.type == "cuda"
+    for xb, idx in _delivered(loader):
+        yield xb.to(device, non_blocking=non_blocking), idx.to(device, non_blocking=non_blocking)
+
+
+def _delivered(loader: DataLoader) -> Iterator[Any]:
+    """The loader's batches as its workers deliver them; a worker's BenchError as its own one line."""
     iterator = iter(loader)
     while True:
         try:
-            xb, idx = next(iterator)
+            batch = next(iterator)
         except StopIteration:
             return
         except BenchError as err:
             raise type(err)(worker_message(str(err))) from None
-        yield xb.to(device, non_blocking=non_blocking), idx.to(device, non_blocking=non_blocking)
+        yield batch
 
 
 def worker_message(text: str) -> str:
@@ -166,14 +172,7 @@ def train_batches(
         **loader_options(files, device),
     )
     non_blocking = device.type == "cuda"
-    iterator = iter(loader)
-    while True:
-        try:
-            items = next(iterator)
-        except StopIteration:
-            return
-        except BenchError as err:
-            raise type(err)(worker_message(str(err))) from None
+    for items in _delivered(loader):
         images = []
         for image, sample, index, start in items:
             with torch.random.fork_rng(devices=[]):
