@@ -122,6 +122,39 @@ def test_training_runs_on_cuda_learn(data_root: Path) -> None:
     assert torch.isfinite(torch.tensor(learned.final_loss))
 
 
+@pytest.mark.parametrize(
+    "loss_name,miner_name,miner_params",
+    [
+        ("quadruplet", "hardest_of_pool", {"kind": "quadruplet", "pool_size": 64, "num_hardest": 4, "num_random": 4}),
+        ("triplet", "hardest_of_pool", {"kind": "triplet", "pool_size": 64, "num_hardest": 8, "num_random": 8}),
+        ("triplet", "offline", {}),
+    ],
+)
+def test_dataset_level_miners_train_on_cuda(data_root: Path, loss_name: str, miner_name: str, miner_params) -> None:
+    """The miners that pick a step's samples from the whole training split (their tuples index the batch's
+    embeddings on the GPU): a quadruplet loss with hardest-of-pool failed on CPU positions there."""
+    from bench.data import load
+    from bench.training import TrainConfig, train
+
+    background = load("omniglot:background", data_root, 28)
+    train_data = background.subset(background.classes[:20])
+    config = TrainConfig(
+        loss=loss_name,
+        miner=miner_name,
+        miner_params=miner_params,
+        trunk="conv4",
+        embedding_dim=32,
+        P=8,
+        K=4,
+        iterations=20,
+        seed=0,
+        device="cuda",
+    )
+    result = train(config, train_data)
+    assert result.status == "ok" and result.iterations == 20, result
+    assert torch.isfinite(torch.tensor(result.final_loss))
+
+
 SWEEP = """
 name: cuda-tiny
 data:

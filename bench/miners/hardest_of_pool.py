@@ -136,7 +136,11 @@ class HardestOfPoolMiner(LossMetric, BenchMiner):
             keep = self.select(self.tuple_losses(dist, local), generator)
         kept = tuple(t[keep] for t in pool)
         sample_indices = torch.unique(torch.cat(kept))
-        return sample_indices, _wrap(self.kind, tuple(torch.searchsorted(sample_indices, t) for t in kept))
+        # the positions index the batch's embeddings, so they go where the embeddings are (a quadruplet loss
+        # on CUDA failed on CPU positions); the sample indices stay on the CPU with the pool
+        return sample_indices, _wrap(
+            self.kind, tuple(torch.searchsorted(sample_indices, t).to(emb.device) for t in kept)
+        )
 
 
 def _wrap(kind: str, tuples: Tuples) -> IndexTuple:

@@ -151,8 +151,11 @@ def violating_quadruplets(
     keep: str = "random",
 ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor, int]:
     """The violating quadruplets (all, or ``max_tuples`` of them chosen by ``keep``), their losses,
-    and how many violated in all. Uncapped they come in (i, j, l, k) order; capped, highest key first
-    (the loss for ``hardest``, a uniform draw from torch's generator for ``random``)."""
+    and how many violated in all. Uncapped, or capped above how many violate, they come in (i, j, l, k)
+    order; cut to ``max_tuples``, highest key first (the loss for ``hardest``, a uniform draw from torch's
+    generator for ``random``). Keeping all in index order keeps the list the same on every device: the
+    random keys come from the device's own generator, and ordering by them listed the same quadruplets in
+    another order on a GPU than on the CPU."""
     n = len(labels)
     same = labels[:, None] == labels[None, :]
     a, p = torch.where(same & ~torch.eye(n, dtype=torch.bool, device=labels.device))
@@ -182,7 +185,7 @@ def violating_quadruplets(
                 parts, part_losses, part_keys = _top(parts, part_losses, part_keys, max_tuples)
     if not parts:
         return (empty,) * 4, dist.new_empty(0), 0
-    if max_tuples is not None:
+    if max_tuples is not None and violating > max_tuples:
         parts, part_losses, _ = _top(parts, part_losses, part_keys, max_tuples)
     return _cat(parts, empty), torch.cat(part_losses), violating
 
