@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format typecheck crosscheck bench sysdeps clean
+.PHONY: demo test docs lint format typecheck crosscheck bench sysdeps clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,12 +25,19 @@ demo: $(STAMP)
 sysdeps:
 	bash scripts/system-deps.sh
 
-# lint and types first: both are quick next to the tests and name the line of a broken rule or signature
+# lint, types and the docs build first: each is quick next to the tests and names the line of a broken rule,
+# signature or link
 test: $(STAMP) sysdeps
 	$(BIN)/ruff check bench tests benchmarks scripts
 	$(BIN)/ruff format --check bench tests benchmarks scripts
 	$(BIN)/mypy bench
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider
+
+# the documentation site (mkdocs.yml) into site/: strict, so a broken link, anchor or API reference fails;
+# nothing is downloaded while building (no web fonts, no plugin that fetches)
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 lint: $(STAMP)
 	$(BIN)/ruff check bench tests benchmarks scripts
@@ -52,4 +59,4 @@ bench: $(STAMP)
 	for s in benchmarks/*.py; do $(BIN)/python $$s || exit 1; done
 
 clean:
-	rm -rf $(VENV) .cache
+	rm -rf $(VENV) .cache site
