@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The checks only a GPU machine can make, in one pass (README, "On a GPU"): the CUDA tests, the ResNet-50
+# The checks only a GPU machine can make, in one pass (benchmarks/README.md, "On a GPU"): the CUDA tests, the ResNet-50
 # training step in fp32 and bf16, the image loader against that step, and trials per hour of one sweep with
 # 1 and 4 workers sharing the GPU. Each part prints its own lines; a part that fails is named and the rest
 # still run; the exit code is the number of failed parts.

@@ -1,7 +1,7 @@
 """The CUDA path: own losses, miners, metrics, a training run and a sweep on a GPU equal or match the CPU.
 
 CI has no GPU, so these skip there; they are run on a GPU machine when one
-is lent (README, "Tests on a GPU"). A device bug (a tensor built on the CPU
+is lent (benchmarks/README.md, "On a GPU"). A device bug (a tensor built on the CPU
 inside a loss, an index on the wrong device, a metric that moves data back
 and forth) shows up here as an error or as a CPU/GPU difference.
 """

@@ -501,11 +501,11 @@ def test_a_protocol_names_entry_point_classes_without_register(plain_installed):
 
 
 def test_a_loss_that_ignores_miners_declares_proxy_and_readme_says_so():
-    """README, "Your own loss, miner or trunk": tuples="proxy" for a loss that never reads indices_tuple;
-    every miner is then dropped with a reason that fits any such loss, not only proxy losses."""
+    """docs/plugins.md, "Your own loss, miner or trunk": tuples="proxy" for a loss that never reads
+    indices_tuple; every miner is then dropped with a reason that fits any such loss, not only proxy losses."""
     ignores = registry.Entry("centroid_x", "loss", "x:Y", "", "", "proxy")
     why = registry.incompatibility(ignores, registry.get("miner", "batch_hard"))
     assert why is not None and "learns from labels alone" in why and "would be ignored" in why
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("## Your own loss, miner or trunk")[1].split("\n## ")[0]
+    page = (Path(__file__).resolve().parents[1] / "docs" / "plugins.md").read_text()
+    section = page.split("## Your own loss, miner or trunk")[1].split("\n## ")[0]
     assert "loss that ignores miners" in section and 'declares `tuples="proxy"`' in section

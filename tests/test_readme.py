@@ -1,9 +1,11 @@
-"""The README's examples run: its protocols validate, its claims file parses, its command lines name real options.
+"""The documentation's examples run: its protocols validate, its claims files parse, its command lines name
+real options.
 
-A new user copies these first; a README example that the code refuses
-(a miner missing from `grid.miners`, an option renamed since) is the
-first thing they meet, so the tests read the examples from the README
-itself rather than from a copy that could drift.
+A new user copies these first; an example that the code refuses (a miner
+missing from `grid.miners`, an option renamed since) is the first thing
+they meet, so the tests read the examples from the text itself (the README,
+the site's pages under docs/ and benchmarks/README.md) rather than from a
+copy that could drift.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from bench.cli import cli
 from bench.reports import claims
 
 REPO = Path(__file__).resolve().parents[1]
-README = (REPO / "README.md").read_text()
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), REPO / "benchmarks" / "README.md"]
+README = "\n".join(page.read_text() for page in PAGES)  # every page a reader may copy from, as one text
 FENCE = r"^[ \t]*```"  # a fence may be indented inside a list item
 BLOCKS = re.findall(FENCE + r"(\w*)\n(.*?)" + FENCE, README, flags=re.S | re.M)
 
@@ -44,13 +47,17 @@ CLAIMS = _yaml_blocks("protocol", "claims")
 
 
 def test_the_readme_shows_protocols_and_claims() -> None:
-    """The scans below see the examples (a changed fence would otherwise leave them testing nothing)."""
-    assert len(PROTOCOLS) >= 2 and len(CLAIMS) >= 1
+    """The scans below see the examples (a changed fence would otherwise leave them testing nothing), and the
+    README itself shows a whole protocol and the command lines a new user starts with."""
+    assert len(PROTOCOLS) >= 4 and len(CLAIMS) >= 1
+    readme = PAGES[0].read_text()
+    assert any(body in readme for body in PROTOCOLS)
+    assert "dmlbench run protocols/omniglot-quick.yaml --redo" in readme
 
 
 @pytest.mark.parametrize("body", PROTOCOLS, ids=lambda b: yaml.safe_load(b)["name"])
 def test_readme_protocols_validate(body: str, tmp_path: Path) -> None:
-    """Each full protocol in the README passes `validate --no-data`; one naming plugin entries gets the
+    """Each full protocol in the docs passes `validate --no-data`; one naming plugin entries gets the
     README's plugin (the file it tells the reader to copy), in a process of its own so the registry of
     this test process stays clean."""
     path = tmp_path / "p.yaml"
@@ -76,18 +83,20 @@ def test_readme_claims_parse(body: str, tmp_path: Path) -> None:
 
 
 def _command_lines() -> list[str]:
-    """Every `dmlbench ...` invocation the README shows: lines of code blocks and inline code spans."""
+    """Every `dmlbench ...` invocation the docs show: lines of code blocks and inline code spans."""
     lines = [
         ln.strip()
         for lang, body in BLOCKS
         if lang not in ("python", "toml")
         for ln in body.replace("\\\n", " ").splitlines()
     ]
-    prose = re.sub(FENCE + ".*?" + FENCE, "", README, flags=re.S | re.M).replace("\\\n", " ")
-    indented = r"^ {4,}(dmlbench .*)$"  # a code block by indentation
-    lines += re.findall(indented, prose, flags=re.M)
-    prose = re.sub(indented, "", prose, flags=re.M)
-    lines += [" ".join(span.split()) for span in re.findall(r"`([^`]*dmlbench\s[^`]*)`", prose)]
+    for page in PAGES:  # page by page: a code span never runs from one page into the next
+        prose = re.sub(FENCE + ".*?" + FENCE, "", page.read_text(), flags=re.S | re.M).replace("\\\n", " ")
+        indented = r"^ {4,}(dmlbench .*)$"  # a code block by indentation
+        lines += re.findall(indented, prose, flags=re.M)
+        prose = re.sub(indented, "", prose, flags=re.M)
+        spans = re.findall(r"`([^`]*)`", prose)  # backticks paired left to right, as Markdown pairs them
+        lines += [" ".join(span.split()) for span in spans if re.search(r"dmlbench\s", span)]
     out = []
     for line in lines:
         line = line.split("#", 1)[0].strip()
@@ -105,7 +114,7 @@ def _options(command: click.Command) -> set[str]:
 
 
 def test_readme_command_lines_name_real_options() -> None:
-    """Every `--option` a README command line shows exists on that command (or is the global --plugin)."""
+    """Every `--option` a command line of the docs shows exists on that command (or is the global --plugin)."""
     assert len(COMMAND_LINES) > 20
     ctx = click.Context(cli)
     wrong = []
