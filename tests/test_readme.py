@@ -139,3 +139,18 @@ def test_readme_command_lines_name_real_options() -> None:
             if t.startswith("--") and t.split("=")[0] not in known
         ]
     assert not wrong, "\n".join(wrong)
+
+
+def test_readme_links_resolve() -> None:
+    """The README links into docs/ and benchmarks/ (outside the site, so the strict site build does not see
+    them): every relative link names a file of the repository."""
+    readme = PAGES[0].read_text()
+    targets = [t for t in re.findall(r"\]\(([^)\s]+)\)", readme) if "://" not in t]
+    assert len(targets) > 10
+    broken = [t for t in targets if not (REPO / t.split("#", 1)[0]).is_file()]
+    assert not broken, broken
+
+
+def test_readme_fits_a_first_hour() -> None:
+    """The README is the first page, not the manual: reference text belongs on the site's pages."""
+    assert len(PAGES[0].read_text().splitlines()) <= 300
