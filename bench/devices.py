@@ -49,7 +49,8 @@ def describe(device: Any) -> str:
     if dev.type == "cuda" and torch.cuda.is_available():
         return f"cuda: {torch.cuda.get_device_name(dev)}"
     if dev.type == "cpu":
-        return f"cpu: {cpu_model()} ({torch.get_num_threads()} threads)"
+        threads = torch.get_num_threads()
+        return f"cpu: {cpu_model()} ({threads} thread{'s' if threads != 1 else ''})"
     return str(dev)
 
 

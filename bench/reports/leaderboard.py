@@ -481,7 +481,7 @@ def footer_lines(board: Board) -> list[str]:
         ("finished", "finished"),
     ):
         if m.get(key):
-            lines.append(f"{label} {md_text(m[key])}")
+            lines.append(f"{label} {md_text(m[key])}" + (_wall(board) if key == "finished" else ""))
     if m.get("git_dirty"):
         lines.append("the working tree had uncommitted changes")
     refused = m.get("refused") or {}
@@ -576,13 +576,20 @@ def compute_line(board: Board) -> str:
     it = "-" if not math.isfinite(c.iterations) else f"{int(c.iterations):,}"
     hours = f" ({c.device_s / 3600:.2f} device-hours)" if math.isfinite(c.device_s) else ""
     where = devices_text(c.devices) if c.devices else "a device these tables do not record"
-    wall = f"; the last worker's wall clock {fmt_seconds(c.wall_s)} s" if math.isfinite(c.wall_s) else ""
     return (
         f"compute: {it} training iterations and {fmt_seconds(c.device_s)} device-seconds{hours} on "
         f"{md_text(where)}, every cell's trials and final seeds: each run's training and evaluation wall time, "
         "summed (runs of parallel workers each counted whole; the floor and the sweep's bookkeeping are "
-        f"outside it){wall}"
+        "outside it)"
     )
+
+
+def _wall(board: Board) -> str:
+    """The last worker's wall clock (the manifest's time accounting), beside when it finished."""
+    c = board.compute
+    if c is None or not math.isfinite(c.wall_s):
+        return ""
+    return f" (the last worker's wall clock: {fmt_seconds(c.wall_s)} s, the floor and bookkeeping included)"
 
 
 def split_line(board: Board) -> str | None:

@@ -234,7 +234,7 @@ class Sweep:
             "git_commit": provenance.git_commit(),
             "git_dirty": provenance.git_dirty(),
             "device": describe(self.protocol.doc["training"]["device"]),
-        }
+        }  # the device also tags every MLflow run (`dmlbench.device`), so a leaderboard read from MLflow shows it
         self.plan = replace(self.plan, protocol=self.protocol)
         moved = tables.claim_dir(self.results, self.protocol.shared_hash, self.protocol.data)
         self.fingerprints = self.prepared.fingerprints()
@@ -245,6 +245,7 @@ class Sweep:
             train_fingerprint=self.fingerprints["train"],
             test_fingerprint=self.fingerprints["test"],
             data_fingerprint=self.protocol.data,
+            device=self.code["device"],
         )
         self.mlflow = MlflowRecords(self.protocol, self.tracking_uri, base_tags)
         for cell in self._redo_cells():

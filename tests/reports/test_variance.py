@@ -258,7 +258,7 @@ def test_the_leaderboard_shows_the_split_and_the_compute(repeated: Path, capsys,
         cell = row["cell"]
         t, f = trials[trials.cell == cell], finals[finals.cell == cell]
         assert row["device_s"] == pytest.approx(t.wall_time_s.sum() + f.wall_time_s.sum())
-        assert row["device"] == f.device.iloc[0] and row["device"].startswith("cpu: ") and "threads)" in row["device"]
+        assert row["device"] == f.device.iloc[0] and row["device"].startswith("cpu: ") and "thread" in row["device"]
         assert row["iterations"] == t.iterations.sum() + f.iterations.sum()
         assert row["tuning_sd"] == pytest.approx(split[cell]["tuning_sd"])
         assert row["seed_sd"] == pytest.approx(split[cell]["seed_sd"])
