@@ -35,6 +35,7 @@ import pandas as pd
 from scipy import stats as st
 
 from bench.errors import BenchError
+from bench.plan import trained_cell
 from bench.reports.source import Results
 
 __all__ = [
@@ -232,7 +233,8 @@ def draw_cost(res: Results, cell: str) -> tuple[float, float, float]:
     draws = max(1, int(manifest_budget.get("draws", 1) or 1))
     folds = max(1, int(manifest_budget.get("folds", 1) or 1))
     trials = res.trials
-    t = trials[trials["cell"].astype(str) == cell] if trials is not None and "cell" in trials else None
+    trained = trained_cell(cell)  # a final.mode folds row's trials are its trained cell's
+    t = trials[trials["cell"].astype(str) == trained] if trials is not None and "cell" in trials else None
     if t is not None and len(t):
         runs = len(t) * folds / draws
         iterations = float(pd.to_numeric(t["iterations"], errors="coerce").fillna(0).sum()) / draws
