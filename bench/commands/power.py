@@ -165,13 +165,15 @@ def command(
         raise BenchError(f"--effect {effect!r}: give a positive difference of the metric (e.g. 0.02)")
     if not 0 < target < 1 or not 0 < alpha < 1:
         raise BenchError(f"--power {target!r} and --alpha {alpha!r} must both lie strictly between 0 and 1")
+    pair = bool(cells.strip())
+    if pair and len({c.strip() for c in cells.split(",") if c.strip()}) != 2:
+        raise BenchError(
+            f"--cells {cells!r}: name exactly two different cells, A,B, to size the paired comparison A - B"
+        )
     res = source.load(results)
     variance.require_draws(res)
     name = metric_of(res, metric)
     chosen = cells_of(res, cells)
-    pair = bool(cells.strip())
-    if pair and len(chosen) != 2:
-        raise BenchError(f"--cells {cells!r}: name exactly two cells, A,B, to size the paired comparison A - B")
     table = rows(res, name, chosen, pair, effect, target, alpha, _seed_choices(res, seeds))
     emit(fmt, lambda: text(table), lambda: table)
     return 0

@@ -235,6 +235,7 @@ def test_bad_input_is_one_line_and_exit_2(repeated: Path, sweep: Path, capsys, t
     assert "invisible" in _error(capsys, ["power", str(sweep), "--effect", "0.02"])
     assert "no cell 'nope+none'" in _error(capsys, ["variance", str(repeated), "--cells", "nope+none"])
     assert "exactly two" in _error(capsys, ["power", str(repeated), "--effect", "0.02", "--cells", "contrastive+none"])
+    assert "two different" in _error(capsys, ["power", str(repeated), "--effect", "0.02", "--cells", "a+b,a+b"])
     assert "--effect" in _error(capsys, ["power", str(repeated), "--effect", "0"])
     assert "--effect" in _error(capsys, ["power", str(repeated), "--effect", "nan"])
     assert "--power" in _error(capsys, ["power", str(repeated), "--effect", "0.02", "--power", "1.2"])
