@@ -66,6 +66,8 @@ COMMANDS = {
     "regress": "compare two results tables cell by cell",
     "claims": "verdicts on published claims from a results directory",
     "budget-check": "retrain a finished run's cells at a multiple of the budget: is the ranking converged?",
+    "variance": "split each cell's variance into tuning noise and seed noise (results of tuning.repeats >= 2)",
+    "power": "seeds and tuning draws a paired claim of a given effect needs (80% power by default)",
     "merge": "join the results folders of jobs that ran a protocol's cells apart (run --cells) into one",
 }
 MODULES = {"budget-check": "budget"}  # a command whose module is not named after it

@@ -40,6 +40,35 @@ def device_problem(device: Any, availability: bool = True) -> str | None:
     return None
 
 
+def describe(device: Any) -> str:
+    """The hardware a run trains on, as results record it beside each run: a CUDA device's name, or the CPU's
+    model with torch's intra-op thread count (the same model with other threads is another speed)."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda" and torch.cuda.is_available():
+        return f"cuda: {torch.cuda.get_device_name(dev)}"
+    if dev.type == "cpu":
+        threads = torch.get_num_threads()
+        return f"cpu: {cpu_model()} ({threads} thread{'s' if threads != 1 else ''})"
+    return str(dev)
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what `platform` knows of the processor."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model", "Hardware") and value.strip():
+                    return " ".join(value.split())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
 def precision_problem(precision: Any, device: Any, availability: bool = True) -> str | None:
     """Why ``precision`` cannot train on ``device``, or None (an unknown device is `device_problem`'s to say).
 

@@ -25,7 +25,18 @@ from bench.protocol import load_protocol
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "protocols" / "omniglot-smoke.yaml"
-TABLE_COMMANDS = ("list", "plan", "regress", "claims", "run", "leaderboard", "crosscheck", "train")
+TABLE_COMMANDS = (
+    "list",
+    "plan",
+    "regress",
+    "claims",
+    "run",
+    "leaderboard",
+    "crosscheck",
+    "train",
+    "variance",
+    "power",
+)
 
 
 def _command(name: str) -> click.Command:

@@ -43,11 +43,36 @@ def rows(board: Board) -> list[dict[str, Any]]:
                 "iterations": r.total_iterations,
                 "samples": r.total_samples,
                 "wall_time_s": r.wall_time_s,
+                "device_s": r.device_s,
+                "device": "; ".join(r.devices),
+                **_split(board, r),
                 "params": r.params,
             }
         )
         out.append(row)
     return out
+
+
+def _split(board: Board, r: Any) -> dict[str, Any]:
+    """Under tuning.repeats the primary metric's tuning SD, seed SD and tuning share (NaN for a cell without)."""
+    if not board.draws:
+        return {}
+    s = r.split
+    nan = math.nan
+    return {
+        "tuning_sd": s.tuning_sd if s else nan,
+        "seed_sd": s.seed_sd if s else nan,
+        "tuning_share": s.share if s else nan,
+        "tuning_share_ci_low": s.share_low if s else nan,
+        "tuning_share_ci_high": s.share_high if s else nan,
+    }
+
+
+def _compute(board: Board) -> dict[str, Any] | None:
+    c = board.compute
+    if c is None:
+        return None
+    return {"iterations": c.iterations, "device_s": c.device_s, "devices": list(c.devices), "wall_s": c.wall_s}
 
 
 def document(board: Board) -> dict[str, Any]:
@@ -60,6 +85,7 @@ def document(board: Board) -> dict[str, Any]:
         "refused": board.manifest.get("refused") or {},
         "cells": rows(board),
         "budget_check": _budget(board),
+        "compute": _compute(board),
     }
 
 

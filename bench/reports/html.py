@@ -22,11 +22,13 @@ from bench.errors import BenchError
 from bench.plan import trained_cell
 from bench.reports import svg
 from bench.reports.leaderboard import (
+    COMPUTE_HEADS,
     NOTES,
     Board,
     budget,
     budget_cells,
     budget_heads,
+    compute_cells,
     floor_cells,
     fmt,
     fmt_interval,
@@ -34,6 +36,8 @@ from bench.reports.leaderboard import (
     footer_lines,
     interval_unit,
     notes,
+    split_cells,
+    split_heads,
 )
 from bench.reports.source import Results
 
@@ -167,9 +171,12 @@ def table(board: Board) -> str:
     heads: list[tuple[str, str, str]] = [("rank", "rank", "num"), ("cell", "cell", "text"), ("seeds", "seeds", "num")]
     heads += [(m, m, "num") for m in board.metrics]
     heads += [(h.replace(" ", "_"), h, "num") for h in budget_heads(board)]
+    heads += [(k, h, "num") for k, h in zip(("tuning_sd", "seed_sd", "tuning_share"), split_heads(board))]
     heads += [
         (f"val_{board.primary}", f"val_{board.primary}", "num"),
         ("budget", "budget", "num"),
+        ("device_s", "device-s", "num"),
+        ("device", "device", "text"),
         ("params", "tuned hyperparameters", "text"),
         ("notes", "notes", "text"),
     ]
@@ -179,9 +186,11 @@ def table(board: Board) -> str:
         tds = [_cell(str(r.rank), r.rank), _cell(r.cell, r.cell), _cell(str(r.n_seeds), r.n_seeds)]
         tds += [_cell(fmt_interval(r.metrics[m]), r.metrics[m].mean) for m in board.metrics]
         tds += [_cell(text, _budget_value(board, r.cell, i)) for i, text in enumerate(budget_cells(board, r))]
+        tds += [_cell(text, value) for text, value in split_cells(board, r)]
         tds += [
             _cell(fmt(r.validation), r.validation),
             _cell(budget(r), r.trials),
+            *(_cell(text, value) for text, value in compute_cells(r)),
             _cell(fmt_params(r.params), fmt_params(r.params)),
             _cell(notes(r), notes(r)),
         ]
@@ -195,8 +204,8 @@ def table(board: Board) -> str:
         n = max(iv.n for iv in board.floor.values())
         tds = [_cell("floor", None), _cell("untrained trunk", "untrained trunk"), _cell(str(n), n)]
         tds += [_cell(text, board.floor[m].mean) for text, m in zip(floor_cells(board), board.metrics)]
-        tds += [_cell("-", None) for _ in budget_heads(board)]
-        tds += [_cell("-", None)] * 3 + [_cell("the same trunk before training", "")]
+        tds += [_cell("-", None) for _ in [*budget_heads(board), *split_heads(board)]]
+        tds += [_cell("-", None)] * (3 + len(COMPUTE_HEADS)) + [_cell("the same trunk before training", "")]
         body.append('<tr class="floor" data-floor="yes">' + "".join(tds) + "</tr>")
     return f'<table id="leaderboard"><thead><tr>{th}</tr></thead><tbody>\n' + "\n".join(body) + "\n</tbody></table>"
 

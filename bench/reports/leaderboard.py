@@ -25,7 +25,7 @@ import pandas as pd
 
 from bench.plan import trained_cell
 from bench.reports import budget as budget_check
-from bench.reports import edges, floor
+from bench.reports import edges, floor, variance
 from bench.reports.source import Results
 from bench.stats import Difference, Interval, spearman, t_interval, within
 
@@ -49,6 +49,9 @@ class Row:
     failed: dict[int, str] = field(default_factory=dict)  # final seed -> reason, for seeds that did not finish
     floor_check: floor.FloorCheck | None = None
     edge_warnings: list[str] = field(default_factory=list)
+    device_s: float = math.nan  # wall seconds of training and evaluation, every trial and final seed summed
+    devices: tuple[str, ...] = ()  # the hardware its runs recorded (`bench.devices.describe`); empty: not recorded
+    split: variance.Split | None = None  # under tuning.repeats: the primary metric's tuning and seed noise
 
     @property
     def collapsed(self) -> bool:
@@ -94,6 +97,12 @@ class Board:
     edges_known: bool = True  # False when the protocol could not be re-planned (no search ranges to check)
     budget: budget_check.BudgetCheck | None = None  # the cells retrained at a multiple of the budget, if checked
     missing: dict[str, str] = field(default_factory=dict)  # planned cells without a result -> why
+    compute: Compute | None = None  # the sweep's total cost, every cell's runs
+
+    @property
+    def draws(self) -> bool:
+        """Whether the results repeated their tuning (tuning.repeats): the rows then carry the variance split."""
+        return any(r.split is not None for r in self.rows)
 
     @property
     def transfer(self) -> float:
@@ -143,6 +152,51 @@ class Board:
         """Whether any printed interval was clipped to its metric's range."""
         rows = [iv for r in self.rows for iv in r.metrics.values()] + list(self.floor.values())
         return any(iv.clipped for iv in rows)
+
+
+@dataclass(frozen=True)
+class Compute:
+    """What a sweep cost: iterations and device-seconds of every trial and final seed, the hardware they
+    recorded, and the last worker's wall clock from the manifest's time accounting (NaN when absent)."""
+
+    iterations: float
+    device_s: float
+    devices: tuple[str, ...]
+    wall_s: float = math.nan
+
+
+def _devices(*frames: pd.DataFrame | None) -> tuple[str, ...]:
+    """The distinct devices the rows of ``frames`` recorded, sorted (none for tables without the column)."""
+    found: set[str] = set()
+    for f in frames:
+        if f is not None and "device" in f:
+            found |= {str(d) for d in f["device"].dropna() if str(d).strip()}
+    return tuple(sorted(found))
+
+
+def _compute(res: Results) -> Compute:
+    """The sweep's totals from its tables: every trial, and every final seed once (a final.mode folds seed has
+    two rows, one per reported evaluation, and one training)."""
+    trials = res.trials if res.trials is not None and not res.trials.empty else None
+    finals = res.finals.assign(cell=res.finals["cell"].astype(str).map(trained_cell))
+    key = [c for c in ("cell", "draw", "seed") if c in finals]
+    finals = finals.drop_duplicates(key) if "seed" in finals else finals
+
+    def total(col: str) -> float:
+        parts = [f[col] for f in (trials, finals) if f is not None and col in f]
+        return float(sum(pd.to_numeric(p, errors="coerce").fillna(0).sum() for p in parts)) if parts else math.nan
+
+    timing = res.manifest.get("time")
+    wall = timing.get("wall_s") if isinstance(timing, dict) else None
+    devices = _devices(trials, finals)
+    if not devices and res.plan is not None:  # tables without the column: the protocol's device, model unknown
+        devices = (f"{res.plan.protocol.doc['training']['device']} (model not recorded)",)
+    return Compute(
+        total("iterations"),
+        total("wall_time_s"),
+        devices,
+        float(wall) if isinstance(wall, (int, float)) else math.nan,
+    )
 
 
 MIN_SEEDS = 3  # fewer final seeds get a warning on the leaderboard
@@ -214,6 +268,9 @@ def build(res: Results) -> Board:
                 },
                 floor_check=floor.check(res, cell),
                 edge_warnings=_edges(plan, cell, params),
+                device_s=total("wall_time_s"),
+                devices=_devices(t, every),
+                split=variance.cell_split(res, cell, primary) if res.draws and len(rows) else None,
             )
         )
 
@@ -235,6 +292,7 @@ def build(res: Results) -> Board:
         plan is not None,
         budget_check.check(res),
         _missing(res, trials),
+        _compute(res),
     )
 
 
@@ -423,7 +481,7 @@ def footer_lines(board: Board) -> list[str]:
         ("finished", "finished"),
     ):
         if m.get(key):
-            lines.append(f"{label} {md_text(m[key])}")
+            lines.append(f"{label} {md_text(m[key])}" + (_wall(board) if key == "finished" else ""))
     if m.get("git_dirty"):
         lines.append("the working tree had uncommitted changes")
     refused = m.get("refused") or {}
@@ -458,6 +516,10 @@ def footer_lines(board: Board) -> list[str]:
             "tuned values not checked against their search ranges: the protocol file with this hash was not found"
         )
     lines.append(budget_line(board))
+    lines.append(compute_line(board))
+    extra = split_line(board)
+    if extra:
+        lines.append(extra)
     return lines
 
 
@@ -471,6 +533,77 @@ def notes(row: Row) -> str:
     return "; ".join(row.notes) or "-"
 
 
+def split_heads(board: Board) -> list[str]:
+    """The variance split's column heads under tuning.repeats (none otherwise)."""
+    return [f"s_t ({board.primary})", "s_e", "tuning share"] if board.draws else []
+
+
+def split_cells(board: Board, row: Row) -> list[tuple[str, float]]:
+    """A row's tuning SD, seed SD and tuning share (text, raw value), `-` where it has no split."""
+    if not board.draws:
+        return []
+    s = row.split
+    if s is None:
+        return [("-", math.nan)] * 3
+    share = "-" if not math.isfinite(s.share) else f"{s.share:.0%}"
+    if math.isfinite(s.share_low) and math.isfinite(s.share_high):
+        share += f" [{s.share_low:.0%}, {s.share_high:.0%}]"
+    return [(fmt(s.tuning_sd, 4), s.tuning_sd), (fmt(s.seed_sd, 4), s.seed_sd), (share, s.share)]
+
+
+COMPUTE_HEADS = ["device-s", "device"]
+
+
+def fmt_seconds(x: float) -> str:
+    """Seconds as a whole number with thousands separators, `-` when unknown."""
+    return "-" if not math.isfinite(x) else f"{x:,.0f}"
+
+
+def devices_text(devices: tuple[str, ...]) -> str:
+    return "; ".join(devices) or "-"
+
+
+def compute_cells(row: Row) -> list[tuple[str, Any]]:
+    """A row's device-seconds and device (text, raw value)."""
+    return [(fmt_seconds(row.device_s), row.device_s), (devices_text(row.devices), devices_text(row.devices))]
+
+
+def compute_line(board: Board) -> str:
+    """The footer's sentence on what the sweep cost, TabArena-style beside the scores."""
+    c = board.compute
+    if c is None:
+        return "compute: not recorded"
+    it = "-" if not math.isfinite(c.iterations) else f"{int(c.iterations):,}"
+    hours = f" ({c.device_s / 3600:.2f} device-hours)" if math.isfinite(c.device_s) else ""
+    where = devices_text(c.devices) if c.devices else "a device these tables do not record"
+    return (
+        f"compute: {it} training iterations and {fmt_seconds(c.device_s)} device-seconds{hours} on "
+        f"{md_text(where)}, every cell's trials and final seeds: each run's training and evaluation wall time, "
+        "summed (runs of parallel workers each counted whole; the floor and the sweep's bookkeeping are "
+        "outside it)"
+    )
+
+
+def _wall(board: Board) -> str:
+    """The last worker's wall clock (the manifest's time accounting), beside when it finished."""
+    c = board.compute
+    if c is None or not math.isfinite(c.wall_s):
+        return ""
+    return f" (the last worker's wall clock: {fmt_seconds(c.wall_s)} s, the floor and bookkeeping included)"
+
+
+def split_line(board: Board) -> str | None:
+    """The footer's sentence on the variance split, under tuning.repeats."""
+    if not board.draws:
+        return None
+    return (
+        f"variance split of {md_code(board.primary)} over the tuning draws (one-way random-effects ANOVA, "
+        "docs/METHODS.md, What a verdict costs): s_e the pooled SD of the final seeds within a draw, s_t the "
+        "tuning draws' SD beyond it (max(0, var(draw means) - s_e^2/S)), tuning share s_t^2/(s_t^2 + s_e^2) "
+        "with its 95% F interval; `dmlbench power` turns them into the seeds and draws a claim needs"
+    )
+
+
 def markdown(board: Board) -> str:
     """A README-ready Markdown table with the protocol footer."""
     head = [
@@ -479,8 +612,10 @@ def markdown(board: Board) -> str:
         "seeds",
         *board.metrics,
         *budget_heads(board),
+        *split_heads(board),
         f"val_{board.primary}",
         "budget",
+        *COMPUTE_HEADS,
         "tuned hyperparameters",
         "notes",
     ]
@@ -500,8 +635,10 @@ def markdown(board: Board) -> str:
             str(r.n_seeds),
             *(fmt_interval(r.metrics[m]) for m in board.metrics),
             *budget_cells(board, r),
+            *(text for text, _ in split_cells(board, r)),
             fmt(r.validation),
             budget(r),
+            *(md_text(text) for text, _ in compute_cells(r)),
             md_text(fmt_params(r.params)),
             md_text(notes(r)),
         ]
@@ -516,8 +653,10 @@ def markdown(board: Board) -> str:
                     "0",
                     *("-" for _ in board.metrics),
                     *("-" for _ in budget_heads(board)),
+                    *("-" for _ in split_heads(board)),
                     "-",
                     "-",
+                    *("-" for _ in COMPUTE_HEADS),
                     "-",
                     md_text(f"no result: {why}"),
                 ]
@@ -535,8 +674,10 @@ def markdown(board: Board) -> str:
                     str(n),
                     *floor_cells(board),
                     *("-" for _ in budget_heads(board)),
+                    *("-" for _ in split_heads(board)),
                     "-",
                     "-",
+                    *("-" for _ in COMPUTE_HEADS),
                     "-",
                     "the same trunk before training",
                 ]
@@ -604,4 +745,5 @@ def text(board: Board, columns: tuple[str, ...] = ("precision_at_1", "lake_accur
         out.append(f"budget check: {board.budget.summary()}")
     out += [f"{r.cell}: {note}" for r in board.rows for note in r.notes]
     out += [f"{cell}: no result: {why}" for cell, why in board.missing.items()]
+    out.append(compute_line(board).replace("`", ""))
     return "\n".join(out)

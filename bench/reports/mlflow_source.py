@@ -191,6 +191,7 @@ def records(runs: list[Any], plan: Any) -> Any:
                 "wall_time_s": _number(d, "wall_time_s"),
                 "reason": d.tags.get("reason", ""),
                 "budget_iterations": per_trial,
+                "device": d.tags.get("dmlbench.device"),
             }
             out.trials.append(trials[key])
         out.history[cell.id] = history(list(trials.values()))
@@ -211,6 +212,7 @@ def records(runs: list[Any], plan: Any) -> Any:
             }
             row.update({m: _number(d, m) for m in metrics})
             row.update({"state": d.tags["state"], "reason": d.tags.get("reason", "")})
+            row["device"] = d.tags.get("dmlbench.device")
             # final.mode folds: the fold models scored alone, logged with the prefix (bench.sweep.final_run)
             row["separate"] = {m: _number(d, SEPARATE_PREFIX + m) for m in metrics if SEPARATE_PREFIX + m in d.metrics}
             out.finals.append(row)

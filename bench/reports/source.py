@@ -48,6 +48,8 @@ RUN_COLUMNS = {
     "runs",
     "episodes",
     "budget_iterations",
+    "draw",
+    "device",
 }
 
 

@@ -78,6 +78,7 @@ from typing import Any
 
 from bench.clock import Ledger
 from bench.data.splits import fold_label
+from bench.devices import describe
 from bench.errors import BenchError
 from bench.plan import Cell, Plan, cell_key
 from bench.protocol import Protocol, load_protocol
@@ -226,9 +227,14 @@ class Sweep:
         the MLflow records and the Optuna studies, and discard the --redo cells: all before the first trial."""
         from bench.metrics.geometry import geometry
 
-        self.code = {"git_commit": provenance.git_commit(), "git_dirty": provenance.git_dirty()}  # on every record
         # one precision for every cell: fixed, or `auto` chosen once and stored (bench.sweep.precision)
         self.protocol, self.precision = resolve_precision(self.protocol, self.storage)
+        # on every record: the code it ran and the hardware it ran on (threads as set once `auto` measured)
+        self.code = {
+            "git_commit": provenance.git_commit(),
+            "git_dirty": provenance.git_dirty(),
+            "device": describe(self.protocol.doc["training"]["device"]),
+        }  # the device also tags every MLflow run (`dmlbench.device`), so a leaderboard read from MLflow shows it
         self.plan = replace(self.plan, protocol=self.protocol)
         moved = tables.claim_dir(self.results, self.protocol.shared_hash, self.protocol.data)
         self.fingerprints = self.prepared.fingerprints()
@@ -239,6 +245,7 @@ class Sweep:
             train_fingerprint=self.fingerprints["train"],
             test_fingerprint=self.fingerprints["test"],
             data_fingerprint=self.protocol.data,
+            device=self.code["device"],
         )
         self.mlflow = MlflowRecords(self.protocol, self.tracking_uri, base_tags)
         for cell in self._redo_cells():

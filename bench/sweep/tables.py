@@ -59,6 +59,7 @@ TRIAL_COLUMNS = [
     "budget_iterations",
     "git_commit",
     "git_dirty",
+    "device",
 ]
 TIMING_COLUMNS = ("wall_time_s",)
 # keys are text: a key of digits only (or digits, a dot, digits) would otherwise be read back as a number
@@ -228,8 +229,9 @@ def expand_evaluations(plan: Plan, finals: list[dict[str, Any]]) -> list[dict[st
 
 
 def _code(attrs: dict[str, Any]) -> dict[str, Any]:
-    """The commit a run's code came from, and whether it had uncommitted changes (None: not recorded)."""
-    return {"git_commit": attrs.get("git_commit"), "git_dirty": attrs.get("git_dirty")}
+    """The commit a run's code came from, whether it had uncommitted changes, and the hardware it ran on
+    (`bench.devices.describe`; None: not recorded)."""
+    return {"git_commit": attrs.get("git_commit"), "git_dirty": attrs.get("git_dirty"), "device": attrs.get("device")}
 
 
 def commits(records: Records) -> dict[str, list[str]]:
@@ -397,6 +399,7 @@ def tables(plan: Plan, records: Records, refused: dict[str, str]) -> dict[str, p
         "reason",
         "git_commit",
         "git_dirty",
+        "device",
     ]
     reported = expand_evaluations(plan, records.finals)
     finals = pd.DataFrame(reported, columns=final_columns)
