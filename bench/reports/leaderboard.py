@@ -49,6 +49,7 @@ class Row:
     failed: dict[int, str] = field(default_factory=dict)  # final seed -> reason, for seeds that did not finish
     floor_check: floor.FloorCheck | None = None
     edge_warnings: list[str] = field(default_factory=list)
+    searched: bool = True  # False: the cell searched nothing (its trials differ by seed alone, or it had one)
 
     @property
     def collapsed(self) -> bool:
@@ -76,6 +77,12 @@ class Row:
             reasons = "; ".join(f"seed {s}: {why or 'no reason recorded'}" for s, why in sorted(self.failed.items()))
             out.append(f"{len(self.failed)} final seed(s) failed ({reasons})")
         out += [f"edge: {w}" for w in self.edge_warnings]
+        if not self.searched:
+            out.append(
+                "nothing searched: one tuning trial"
+                if self.trials <= 1
+                else f"nothing searched: its {self.trials} trials differ by seed alone (validation: the best seed's)"
+            )
         return out
 
 
@@ -214,6 +221,7 @@ def build(res: Results) -> Board:
                 },
                 floor_check=floor.check(res, cell),
                 edge_warnings=_edges(plan, cell, params),
+                searched=_searched(plan, cell),
             )
         )
 
@@ -276,6 +284,16 @@ def _edges(plan: Any, cell: str, params: dict[str, Any]) -> list[str]:
     except KeyError:
         return []
     return edges.warnings(params, space)
+
+
+def _searched(plan: Any, cell: str) -> bool:
+    """Whether the cell's trials searched anything (True when the protocol could not be re-planned)."""
+    if plan is None:
+        return True
+    try:
+        return bool(plan.cell(cell).search_space)
+    except KeyError:
+        return True
 
 
 NOTES = (

@@ -280,7 +280,7 @@ class Sweep:
                 SlotStudy(
                     self.storage,
                     study_name(self.protocol, c, draw=r),
-                    self.plan.budget.trials,
+                    self.plan.budget.trials_for(c),
                     pruner=make_pruner(self.protocol),
                 )
                 for r in draws
@@ -445,7 +445,7 @@ class Sweep:
         """Do what can be done for a cell now; True when its trials and finals are all recorded. Under
         tuning.repeats every draw's trials are claimed first, then each finished draw's final seeds, with its
         own draw's seeds (`for_draw`)."""
-        b = self.plan.budget
+        b = self.plan.budget.for_cell(cell)
         studies = self.tuning[cell.id]
         self.progress.cell(
             cell.id,
@@ -535,7 +535,7 @@ class Sweep:
         self.progress.trial(
             cell.id,
             slot.slot,
-            self.plan.budget.trials,
+            self.plan.budget.trials_for(cell),
             outcome.state,
             outcome.value,
             self.primary,
