@@ -54,6 +54,34 @@ def rows(p: Plan) -> list[dict[str, Any]]:
     return out
 
 
+def _kept_line(p: Plan) -> str:
+    """What the sweep keeps of its final seeds (`bench.sweep.kept`): each one's model and test embeddings, their
+    size, and the key that turns it off."""
+    from bench.protocol.schema import setting
+
+    if not setting(p.protocol.doc, "final.keep_models"):
+        return "kept: no final model or embeddings (final.keep_models: false)"
+    from bench.plan.cost import dataset_size, sized_test
+    from bench.sweep.kept import kept_bytes
+
+    data = p.protocol.doc["data"]
+    _, images = dataset_size(sized_test(data["test"]), data["test_classes"])
+    model, embeddings = kept_bytes(p.protocol, images)
+    seeds = len(p.cells) * p.budget.final_count
+    per_seed = model + embeddings
+    said = f"{_mb(model)} model" + (f" + {_mb(embeddings)} test embeddings" if images else " + the test embeddings")
+    return (
+        f"kept as MLflow artifacts (final.keep_models; false keeps none): each final seed's model and test "
+        f"embeddings, {said}, {_mb(per_seed * seeds)} for {seeds} final seeds"
+        + ("" if images else " and their embeddings (test set of unknown size)")
+        + " (bench.sweep.kept.load_final reads one back)"
+    )
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.1f} MB" if n >= 1e5 else f"{n / 1e3:,.0f} kB"
+
+
 def _unsearched_lines(p: Plan) -> list[str]:
     """What the cells that search nothing get: one trial each (``tuning.unsearched: one``), or ``tuning.trials``
     trials that differ by seed alone, whose best is the luckiest seed's (said, with the key that changes it)."""
@@ -346,6 +374,7 @@ def format_plan(p: Plan, cpuinfo: str | None = None, stop_given: bool = False) -
         f"{sum(b.for_cell(c).tuning_runs for c in p.cells)} tuning "
         f"runs, {len(p.cells) * b.final_count * b.final_runs} final runs, {p.total_iterations:,} iterations",
         where.format(check=check) + f"{basis})",
+        _kept_line(p),
         _assumptions(p, cost, gpu),
     ]
     if p.stopped is not None:

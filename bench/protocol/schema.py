@@ -294,6 +294,7 @@ SCHEMA: dict[str, Any] = {
             "additionalProperties": False,
             "required": ["seeds"],
             "properties": {
+                "keep_models": {"type": "boolean"},
                 "seeds": {
                     "oneOf": [
                         _POS_INT,
@@ -361,6 +362,9 @@ ABSENT_DEFAULTS: dict[str, Any] = {
     # a cell with nothing searched: "all" gives it tuning.trials trials, which differ by seed alone (the best is
     # the luckiest seed); "one" gives it one trial. Absent is "all", which protocols written before it ran.
     "tuning.unsearched": "all",
+    # each final seed's model and test embeddings kept as MLflow artifacts (bench.sweep.kept); false for large
+    # trunks. What is kept changes no result, so the key is in no hash (bench.protocol.load.HASH_EXCLUDED)
+    "final.keep_models": True,
 }
 
 

@@ -81,6 +81,7 @@ from bench.data.splits import fold_label
 from bench.errors import BenchError
 from bench.plan import Cell, Plan, cell_key
 from bench.protocol import Protocol, load_protocol
+from bench.protocol.schema import setting
 from bench.stores import provenance, tracking
 from bench.stores.mlflow_runs import MlflowRecords
 from bench.stores.retry import StoreUnavailableError
@@ -580,6 +581,7 @@ class Sweep:
             progress=self.progress,
             step=self.step,
             artifacts=tables.cell_dir(self.results, cell.id) if slot.slot == 0 and draw == 0 else None,
+            keep=bool(setting(self.protocol.doc, "final.keep_models")),
             # under final.mode folds each fold model stops on its own fold; a retrained seed has no validation
             stop_after=None
             if self.plan.budget.final_mode == "folds"
