@@ -29,9 +29,9 @@ if TYPE_CHECKING:
 
 def rows(p: Plan) -> list[dict[str, Any]]:
     """One row per cell, planned or dropped; a dropped one carries its reason and no budget."""
-    b = p.budget
     out: list[dict[str, Any]] = []
     for c in p.cells:
+        b = p.budget.for_cell(c)
         e = p.estimates.get(c.id)
         out.append(
             {
@@ -52,6 +52,52 @@ def rows(p: Plan) -> list[dict[str, Any]]:
         )
     out += [{"cell": d.cell, "status": "dropped", "reason": d.reason} for d in p.dropped]
     return out
+
+
+def _kept_line(p: Plan) -> str:
+    """What the sweep keeps of its final seeds (`bench.sweep.kept`): each one's model and test embeddings, their
+    size, and the key that turns it off."""
+    from bench.protocol.schema import setting
+
+    if not setting(p.protocol.doc, "final.keep_models"):
+        return "kept: no final model or embeddings (final.keep_models: false)"
+    from bench.plan.cost import dataset_size, sized_test
+    from bench.sweep.kept import kept_bytes
+
+    data = p.protocol.doc["data"]
+    _, images = dataset_size(sized_test(data["test"]), data["test_classes"])
+    model, embeddings = kept_bytes(p.protocol, images)
+    seeds = len(p.cells) * p.budget.final_count
+    per_seed = model + embeddings
+    said = f"{_mb(model)} model" + (f" + {_mb(embeddings)} test embeddings" if images else " + the test embeddings")
+    return (
+        f"kept as MLflow artifacts (final.keep_models; false keeps none): each final seed's model and test "
+        f"embeddings, {said}, {_mb(per_seed * seeds)} for {seeds} final seeds"
+        + ("" if images else " and their embeddings (test set of unknown size)")
+        + " (bench.sweep.kept.load_final reads one back)"
+    )
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.1f} MB" if n >= 1e5 else f"{n / 1e3:,.0f} kB"
+
+
+def _unsearched_lines(p: Plan) -> list[str]:
+    """What the cells that search nothing get: one trial each (``tuning.unsearched: one``), or ``tuning.trials``
+    trials that differ by seed alone, whose best is the luckiest seed's (said, with the key that changes it)."""
+    cells = [c.id for c in p.cells if not c.search_space]
+    if not cells:
+        return []
+    b = p.budget
+    if b.unsearched_one:
+        return ["", f"searching nothing, one tuning trial each (tuning.unsearched: one): {', '.join(cells)}"]
+    if b.trials == 1:
+        return []
+    return [
+        "",
+        f"searching nothing: {', '.join(cells)}: their {b.trials} trials each differ by seed alone, so the "
+        "best is the luckiest seed's validation score (tuning.unsearched: one runs one trial instead)",
+    ]
 
 
 def _draw_budget(b: Any) -> str:
@@ -268,9 +314,10 @@ def format_plan(p: Plan, cpuinfo: str | None = None, stop_given: bool = False) -
     for c in p.cells:
         e = p.estimates[c.id]
         method = p.method_s.get(c.id)
+        cb = b.for_cell(c)
         lines.append(
-            f"  {c.id:<{width}}  {b.trials:>6}  {b.folds:>5}  {b.iterations:>9}  {b.seeds:>5}  "
-            f"{b.total_iterations:>10,}  {b.samples_seen:>12,}  {hms(e.mid_s)}"
+            f"  {c.id:<{width}}  {cb.trials:>6}  {cb.folds:>5}  {cb.iterations:>9}  {cb.seeds:>5}  "
+            f"{cb.total_iterations:>10,}  {cb.samples_seen:>12,}  {hms(e.mid_s)}"
             + (f"  {'-' if method is None else f'{method * 1000:.3g}':>13}" if timed else "")
         )
     lines += [
@@ -278,6 +325,7 @@ def format_plan(p: Plan, cpuinfo: str | None = None, stop_given: bool = False) -
         "search spaces (what each cell's trials tune; [low, high], log: sampled on a log scale, {...}: choices):",
     ]
     lines += [f"  {c.id:<{width}}  {describe_space(c.search_space)}" for c in p.cells]
+    lines += _unsearched_lines(p)
     if p.dropped:
         lines += ["", f"dropped ({len(p.dropped)}):"]
         lines += [f"  {d.cell}: {d.reason}" for d in p.dropped if d.reason != NOT_SELECTED]
@@ -313,15 +361,20 @@ def format_plan(p: Plan, cpuinfo: str | None = None, stop_given: bool = False) -
         if p.check_multiple
         else ""
     )
+    single = [c for c in p.cells if b.trials_for(c) != b.trials]
     lines += [
         "",
-        "budget, the same for every cell: "
+        "budget, the same for every cell"
+        + (f" that searches something ({len(single)} searching nothing: one trial each)" if single else "")
+        + ": "
         + (f"{b.draws} draws x ({_draw_budget(b)}) " if b.draws > 1 else f"{_draw_budget(b)} ")
         + f"= {b.total_iterations:,} iterations "
         f"(at most {b.samples_seen:,} samples)",
-        f"total: {len(p.cells)} cells, {len(p.cells) * b.trial_count} trials, {len(p.cells) * b.tuning_runs} tuning "
+        f"total: {len(p.cells)} cells, {sum(b.trial_count_for(c) for c in p.cells)} trials, "
+        f"{sum(b.for_cell(c).tuning_runs for c in p.cells)} tuning "
         f"runs, {len(p.cells) * b.final_count * b.final_runs} final runs, {p.total_iterations:,} iterations",
         where.format(check=check) + f"{basis})",
+        _kept_line(p),
         _assumptions(p, cost, gpu),
     ]
     if p.stopped is not None:

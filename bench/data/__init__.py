@@ -3,7 +3,8 @@
 ``load("omniglot:background")`` and friends; `load_lake_runs` for Lake's
 20 one-shot runs. A spec's dataset is looked up through `resolve_root`
 (explicit root, ``$DMLBENCH_DATA``, ``../shared/data``, ``./data``);
-``npz:PATH`` and ``folder:PATH`` name their file directly and ignore the
+``npz:PATH``, ``folder:PATH`` and ``csv:PATH#SPLIT`` (open-metric-learning's
+listing, `bench.data.csv_listing`) name their file directly and ignore the
 root: a relative PATH is relative to the current directory here, and to the
 protocol file's folder in a protocol (`resolve_spec`, `bench.protocol.load`).
 """
@@ -20,6 +21,7 @@ from bench.data import cars, cub, inshop, market, sop
 from bench.data._layout import Layout
 from bench.data.augment import normalise
 from bench.data.cache import cache_dir
+from bench.data.csv_listing import csv_index, split_spec
 from bench.data.fashion_mnist import load_fashion_mnist
 from bench.data.files import FileIndex, labeled_from_index
 from bench.data.generic import load_folder, load_npz
@@ -77,8 +79,11 @@ _NAMED.update(
 _PATHS: dict[str, _Loader] = {
     "npz": lambda path, _, size, resize: load_npz(path, size, resize),
     "folder": lambda path, _, size, resize: load_folder(path, size, resize),
+    "csv": lambda path, _, size, resize: labeled_from_index(
+        csv_index(*split_spec(path)), size, resize, scan_channels=True
+    ),
 }
-SPECS = (*_NAMED, *(f"{kind}:PATH" for kind in _PATHS))
+SPECS = (*_NAMED, *(f"{kind}:PATH" if kind != "csv" else "csv:PATH#SPLIT" for kind in _PATHS))
 
 
 def load(
@@ -168,6 +173,8 @@ def check_path(spec: str) -> None:
     kind, sep, path = spec.partition(":")
     if not sep or kind not in _PATHS:
         return
+    if kind == "csv":
+        path, _ = split_spec(path)
     target = Path(path)
     want_dir = kind == "folder"
     if not target.exists():
@@ -175,7 +182,7 @@ def check_path(spec: str) -> None:
     if want_dir != target.is_dir():
         raise BenchError(
             f"{spec}: {target} is {'a file' if want_dir else 'a folder'}, expected "
-            f"{'a folder of class sub-folders' if want_dir else 'an .npz file'}"
+            f"{'a folder of class sub-folders' if want_dir else 'an .npz file' if kind == 'npz' else 'a CSV file'}"
         )
     if not os.access(target, os.R_OK | (os.X_OK if want_dir else 0)):
         raise BenchError(f"{spec}: {target} is not readable")
@@ -192,6 +199,8 @@ def class_keys(spec: str, data: LabeledData) -> dict[int, tuple[str, str]]:
     (Fashion-MNIST's train and test hold the same ten classes).
     """
     kind, _, path = spec.partition(":")
+    if kind == "csv":  # one file's rows: its train and validation classes are one family, known by label
+        path = path.rpartition("#")[0] or path
     origin = f"{kind}:{os.path.realpath(path)}" if kind in _PATHS else kind
-    names = data.meta.get("class_names", {}) if kind == "folder" else {}
+    names = data.meta.get("class_names", {}) if kind in ("folder", "csv") else {}
     return {c: (origin, str(names.get(c, c))) for c in data.classes}

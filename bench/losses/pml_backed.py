@@ -302,7 +302,13 @@ class CircleLoss(_PMLLoss):
 # ---- any other PML loss, by class name (`pml:NTXentLoss`) ---------------------------------------
 
 # What a PML loss consumes where its base class does not say: proxy losses are those built with num_classes
-_TUPLES = {"TripletMarginLoss": "triplets", "MarginLoss": "triplets", "NPairsLoss": "npair", "AngularLoss": "npair"}
+_TUPLES = {
+    "TripletMarginLoss": "triplets",
+    "MarginLoss": "triplets",
+    "NPairsLoss": "npair",
+    "AngularLoss": "npair",
+    "FastAPLoss": "pairs",  # ranks every pair of the batch (the built-in pml:fast_ap says the same)
+}
 # PML constructor arguments that are objects, not numbers a protocol can give
 _OBJECTS = (
     "distance",
@@ -320,15 +326,36 @@ _PLAIN = (int, float, str, bool, type(None))
 
 
 def plain_signature(pml_class: Any) -> inspect.Signature:
-    """A PML constructor's parameters a protocol can set: required ones and those with a plain default."""
-    keep = [
-        p
-        for p in inspect.signature(pml_class).parameters.values()
-        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    """A PML constructor's parameters a protocol can set: required ones and those with a plain default, then
+    those with a plain default of the base classes its ``**kwargs`` reach (PML passes them up: ProxyNCALoss's
+    ``softmax_scale`` is NCALoss's, SignalToNoiseRatioContrastiveLoss's margins ContrastiveLoss's). A base's
+    required parameter is the user's only when ``*args`` reach it (CosFaceLoss's ``num_classes``); otherwise
+    the subclass gives it (GenericPairLoss's ``mat_based_loss``)."""
+    own = list(inspect.signature(pml_class).parameters.values())
+    keep = [p for p in own if _plain(p)]
+    seen = {p.name for p in own}
+    forwards = any(p.kind == p.VAR_KEYWORD for p in own)
+    positional = any(p.kind == p.VAR_POSITIONAL for p in own)
+    for base in pml_class.__mro__[1:]:
+        if not forwards or base is torch.nn.Module or base is object:
+            break
+        if "__init__" not in vars(base):
+            continue
+        params = list(inspect.signature(base.__init__).parameters.values())[1:]  # without self
+        keep += [p for p in params if p.name not in seen and (positional or p.default is not p.empty) and _plain(p)]
+        seen |= {p.name for p in params}
+        forwards = any(p.kind == p.VAR_KEYWORD for p in params)
+        positional = positional and any(p.kind == p.VAR_POSITIONAL for p in params)
+    keep.sort(key=lambda p: p.default is not p.empty)  # required first, as a signature must list them
+    return inspect.Signature([p.replace(kind=p.KEYWORD_ONLY) for p in keep])
+
+
+def _plain(p: inspect.Parameter) -> bool:
+    return (
+        p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
         and p.name not in _OBJECTS
         and (p.default is p.empty or isinstance(p.default, _PLAIN))
-    ]
-    return inspect.Signature([p.replace(kind=p.KEYWORD_ONLY) for p in keep])
+    )
 
 
 def loss_tuples(name: str, pml_class: Any, signature: inspect.Signature) -> str:

@@ -95,6 +95,7 @@ def plan(
         early_stopping=bool(training.get("early_stopping")),
         final_runs=validation["use"] if setting(doc, "final.mode") == "folds" else 1,
         draws=setting(doc, "tuning.repeats"),
+        unsearched_one=setting(doc, "tuning.unsearched") == "one",
     )
     cost, cost_note, precision_note = trunk_cost(protocol, step_s), "", ""
     if measure and step_s is None:
@@ -122,13 +123,18 @@ def plan(
         from bench.plan.method_cost import time_cells  # imports torch: only when timing is asked for
 
         method_s = time_cells(protocol, tuple(cells))
-    estimates = {c.id: estimate_cell(protocol, c, budget, cost, check_multiple, method_s.get(c.id, 0.0)) for c in cells}
+    estimates = {
+        c.id: estimate_cell(protocol, c, budget.for_cell(c), cost, check_multiple, method_s.get(c.id, 0.0))
+        for c in cells
+    }
     stopped = None
     stopping = training.get("early_stopping")
     if stopping:
         at = min(stop_at or stopping["check_every"] * (stopping["patience"] + 1), budget.iterations)
         short = replace(budget, iterations=at)
-        cut = [estimate_cell(protocol, c, short, cost, check_multiple, method_s.get(c.id, 0.0)) for c in cells]
+        cut = [
+            estimate_cell(protocol, c, short.for_cell(c), cost, check_multiple, method_s.get(c.id, 0.0)) for c in cells
+        ]
         overhead = sweep_overhead_s(protocol, budget, cost)
         stopped = (
             at,

@@ -7,7 +7,7 @@ planner or its cost model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bench.protocol import Protocol
@@ -79,6 +79,21 @@ class Budget:
     # tuning draws (tuning.repeats): the tuning stage run this many times with independent seeds, each draw's
     # winner trained on its own final seeds; `trials` and `seeds` are per draw
     draws: int = 1
+    # tuning.unsearched: one: a cell that searches nothing gets one trial (its trials would differ by seed alone)
+    unsearched_one: bool = False
+
+    def trials_for(self, cell: Cell) -> int:
+        """Trials of ``cell`` in each tuning draw: ``trials``, or 1 for a cell with nothing to search under
+        ``tuning.unsearched: one``."""
+        return 1 if self.unsearched_one and not cell.search_space else self.trials
+
+    def trial_count_for(self, cell: Cell) -> int:
+        """Trials ``cell`` records over every draw."""
+        return self.trials_for(cell) * self.draws
+
+    def for_cell(self, cell: Cell) -> Budget:
+        """This budget as ``cell`` receives it: its own number of trials (`trials_for`)."""
+        return replace(self, trials=self.trials_for(cell), unsearched_one=False)
 
     @property
     def final_mode(self) -> str:
@@ -156,7 +171,7 @@ class Plan:
 
     @property
     def total_iterations(self) -> int:
-        return self.budget.total_iterations * len(self.cells)
+        return sum(self.budget.for_cell(c).total_iterations for c in self.cells)
 
     @property
     def estimate(self) -> Estimate:

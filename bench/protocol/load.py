@@ -230,13 +230,23 @@ def protocol_hash(doc: dict[str, Any]) -> str:
     alone, as before plugins existed, so its hash does not change.
     """
     plugins = plugin_fingerprints(doc)
-    if "loader" in doc.get("data", {}):  # how many workers decode the images changes no result
-        doc = {**doc, "data": {k: v for k, v in doc["data"].items() if k != "loader"}}
+    doc = _without_unhashed(doc)
     body = {"protocol": doc, "plugins": plugins} if plugins else doc
     return hashlib.sha256(canonical_json(body).encode()).hexdigest()
 
 
 SHARED_EXCLUDED = ("grid", "description")
+# keys that change no result, so neither hash covers them: how many workers decode the images, whether the
+# final models are kept (bench.sweep.kept)
+HASH_EXCLUDED = (("data", "loader"), ("final", "keep_models"))
+
+
+def _without_unhashed(doc: dict[str, Any]) -> dict[str, Any]:
+    out = dict(doc)
+    for section, key in HASH_EXCLUDED:
+        if isinstance(out.get(section), dict) and key in out[section]:
+            out[section] = {k: v for k, v in out[section].items() if k != key}
+    return out
 
 
 def shared_hash(doc: dict[str, Any]) -> str:
@@ -246,9 +256,7 @@ def shared_hash(doc: dict[str, Any]) -> str:
 
     A change here is a new version of the whole sweep (every cell retrains); adding, removing or editing
     one cell leaves it, and so every other cell's records, as they were."""
-    body = {k: v for k, v in doc.items() if k not in SHARED_EXCLUDED}
-    if "loader" in body.get("data", {}):
-        body["data"] = {k: v for k, v in body["data"].items() if k != "loader"}
+    body = {k: v for k, v in _without_unhashed(doc).items() if k not in SHARED_EXCLUDED}
     trunk = plugin_fingerprints({"model": doc.get("model", {})})
     return hashlib.sha256(canonical_json({"shared": body, "plugins": trunk}).encode()).hexdigest()
 

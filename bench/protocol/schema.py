@@ -272,6 +272,7 @@ SCHEMA: dict[str, Any] = {
             "properties": {
                 "trials": _POS_INT,
                 "repeats": _POS_INT,
+                "unsearched": {"enum": ["all", "one"]},
                 "startup_trials": {"type": "integer", "minimum": 0},
                 "pruner": {
                     "type": "object",
@@ -293,6 +294,7 @@ SCHEMA: dict[str, Any] = {
             "additionalProperties": False,
             "required": ["seeds"],
             "properties": {
+                "keep_models": {"type": "boolean"},
                 "seeds": {
                     "oneOf": [
                         _POS_INT,
@@ -357,6 +359,12 @@ ABSENT_DEFAULTS: dict[str, Any] = {
     "training.early_stopping": None,  # None: every run trains training.iterations
     "final.mode": "retrain",  # the best parameters retrained on all training classes, one model per final seed
     "tuning.repeats": 1,  # tuning draws: the whole tuning stage run once (R > 1: R independent draws, each retrained)
+    # a cell with nothing searched: "all" gives it tuning.trials trials, which differ by seed alone (the best is
+    # the luckiest seed); "one" gives it one trial. Absent is "all", which protocols written before it ran.
+    "tuning.unsearched": "all",
+    # each final seed's model and test embeddings kept as MLflow artifacts (bench.sweep.kept); false for large
+    # trunks. What is kept changes no result, so the key is in no hash (bench.protocol.load.HASH_EXCLUDED)
+    "final.keep_models": True,
 }
 
 

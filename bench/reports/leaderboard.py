@@ -52,6 +52,7 @@ class Row:
     device_s: float = math.nan  # wall seconds of training and evaluation, every trial and final seed summed
     devices: tuple[str, ...] = ()  # the hardware its runs recorded (`bench.devices.describe`); empty: not recorded
     split: variance.Split | None = None  # under tuning.repeats: the primary metric's tuning and seed noise
+    searched: bool = True  # False: the cell searched nothing (its trials differ by seed alone, or it had one)
 
     @property
     def collapsed(self) -> bool:
@@ -79,6 +80,12 @@ class Row:
             reasons = "; ".join(f"seed {s}: {why or 'no reason recorded'}" for s, why in sorted(self.failed.items()))
             out.append(f"{len(self.failed)} final seed(s) failed ({reasons})")
         out += [f"edge: {w}" for w in self.edge_warnings]
+        if not self.searched:
+            out.append(
+                "nothing searched: one tuning trial"
+                if self.trials <= 1
+                else f"nothing searched: its {self.trials} trials differ by seed alone (validation: the best seed's)"
+            )
         return out
 
 
@@ -271,6 +278,7 @@ def build(res: Results) -> Board:
                 device_s=total("wall_time_s"),
                 devices=_devices(t, every),
                 split=variance.cell_split(res, cell, primary) if res.draws and len(rows) else None,
+                searched=_searched(plan, cell),
             )
         )
 
@@ -334,6 +342,16 @@ def _edges(plan: Any, cell: str, params: dict[str, Any]) -> list[str]:
     except KeyError:
         return []
     return edges.warnings(params, space)
+
+
+def _searched(plan: Any, cell: str) -> bool:
+    """Whether the cell's trials searched anything (True when the protocol could not be re-planned)."""
+    if plan is None:
+        return True
+    try:
+        return bool(plan.cell(cell).search_space)
+    except KeyError:
+        return True
 
 
 NOTES = (

@@ -12,6 +12,8 @@
 * `preflight`: every problem of a protocol and its stores, before anything
   is spent (what `validate`, `plan`, `run` and `budget-check` all ask);
 * `tables`: the results tables, rebuilt whole from the records;
+* `kept`: each final seed's model and test embeddings, kept as MLflow
+  artifacts, and `kept.load_final` that reads them back;
 * `artifacts`, `progress`, `result`.
 
 Nothing is imported here, so that reading tables never imports the trainer.
@@ -22,6 +24,7 @@ __all__ = [
     "budget_check",
     "final_run",
     "floor",
+    "kept",
     "precision",
     "preflight",
     "probe",

@@ -113,7 +113,7 @@ def tuned_cells(protocol: Protocol, results: Path, storage_url: str) -> list[Tun
         finals = [r for r in records.finals if r["cell"] == cell.id]
         if not finals:
             trials = [r for r in records.trials if r["cell"] == cell.id]
-            if len(trials) == plan.budget.trials and not any(r["state"] == "COMPLETE" for r in trials):
+            if len(trials) == plan.budget.trials_for(cell) and not any(r["state"] == "COMPLETE" for r in trials):
                 continue  # no trial completed: the finals retrained nothing, nor does the check
             raise BenchError(
                 f"budget-check: the Optuna storage {redact(storage_url)} holds no final seed of "

@@ -144,13 +144,15 @@ def train_final(
     multiple: int = 1,
     artifacts: Path | None = None,
     stop_after: int | None = None,
+    keep: bool = False,
 ) -> FinalRun:
     """Train final seed ``seed`` of ``cell`` with ``params`` (``multiple`` x the budget), score it on the test
     set, write the artifacts into ``artifacts`` (a cell's directory; None: none) when it completed, record
     it (``record``) and log its MLflow run. ``step`` is the training loop's progress callback (it may raise
     KeyboardInterrupt); an interruption ends the MLflow run KILLED, records nothing and is raised again.
     ``stop_after``: under ``training.early_stopping`` the iterations the final trains (`final_iterations`, the
-    cell's best trial's early-stopped length; x ``multiple`` here), the schedule that of the whole budget."""
+    cell's best trial's early-stopped length; x ``multiple`` here), the schedule that of the whole budget.
+    ``keep``: a completed run's model and test embeddings are attached to its MLflow run (`bench.sweep.kept`)."""
     from bench.protocol.schema import setting
 
     run_id = mlflow.run(record.key, record.name, record.parent, tags=record.tags)
@@ -191,6 +193,10 @@ def train_final(
             began = time.perf_counter()
             _artifacts(protocol, prepared, result, artifacts, mlflow, run_id)
             run.artifacts_s = time.perf_counter() - began
+        if keep and result.state == "COMPLETE":
+            began = time.perf_counter()
+            _keep(protocol, prepared, cell, params, seed, result, folds, mlflow, run_id)
+            run.artifacts_s += time.perf_counter() - began
     # MLflow first, the record last: a recorded seed always has its MLflow run (a worker stopped in between
     # trains the seed again, and the run, found by key, keeps the values it logged)
     mlflow.log(
@@ -304,3 +310,25 @@ def _artifacts(
     )
     for path in written:
         mlflow.artifact(run_id, path.name, path=path)
+
+
+def _keep(
+    protocol: Protocol,
+    prepared: Prepared,
+    cell: Cell,
+    params: dict[str, Any],
+    seed: int,
+    result: RunResult,
+    folds: list[RunResult],
+    mlflow: MlflowRecords,
+    run_id: str,
+) -> None:
+    """The run's model and test embeddings (`bench.sweep.kept.write_final`), attached to its MLflow run."""
+    import tempfile
+
+    from bench.sweep.kept import write_final
+
+    losses = [r.loss for r in folds] if folds else [result.loss]
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in write_final(Path(tmp), protocol, prepared, cell, params, seed, result.model, losses):
+            mlflow.artifact(run_id, path.name, path=path)

@@ -82,6 +82,7 @@ from bench.devices import describe
 from bench.errors import BenchError
 from bench.plan import Cell, Plan, cell_key
 from bench.protocol import Protocol, load_protocol
+from bench.protocol.schema import setting
 from bench.stores import provenance, tracking
 from bench.stores.mlflow_runs import MlflowRecords
 from bench.stores.retry import StoreUnavailableError
@@ -287,7 +288,7 @@ class Sweep:
                 SlotStudy(
                     self.storage,
                     study_name(self.protocol, c, draw=r),
-                    self.plan.budget.trials,
+                    self.plan.budget.trials_for(c),
                     pruner=make_pruner(self.protocol),
                 )
                 for r in draws
@@ -452,7 +453,7 @@ class Sweep:
         """Do what can be done for a cell now; True when its trials and finals are all recorded. Under
         tuning.repeats every draw's trials are claimed first, then each finished draw's final seeds, with its
         own draw's seeds (`for_draw`)."""
-        b = self.plan.budget
+        b = self.plan.budget.for_cell(cell)
         studies = self.tuning[cell.id]
         self.progress.cell(
             cell.id,
@@ -542,7 +543,7 @@ class Sweep:
         self.progress.trial(
             cell.id,
             slot.slot,
-            self.plan.budget.trials,
+            self.plan.budget.trials_for(cell),
             outcome.state,
             outcome.value,
             self.primary,
@@ -587,6 +588,7 @@ class Sweep:
             progress=self.progress,
             step=self.step,
             artifacts=tables.cell_dir(self.results, cell.id) if slot.slot == 0 and draw == 0 else None,
+            keep=bool(setting(self.protocol.doc, "final.keep_models")),
             # under final.mode folds each fold model stops on its own fold; a retrained seed has no validation
             stop_after=None
             if self.plan.budget.final_mode == "folds"

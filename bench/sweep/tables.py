@@ -310,8 +310,8 @@ def audit(plan: Plan, records: Records) -> dict[str, str]:
         trials = [r for r in records.trials if r["cell"] == cell.id]
         finals = [r for r in records.finals if r["cell"] == cell.id]
         problems = []
-        if len(trials) != b.trial_count:
-            problems.append(f"{len(trials)} trials recorded, the budget is {b.trial_count}")
+        if len(trials) != b.trial_count_for(cell):
+            problems.append(f"{len(trials)} trials recorded, the budget is {b.trial_count_for(cell)}")
         for r in trials:
             if r["budget_iterations"] != per_trial:
                 problems.append(f"trial {r['trial']} was given {r['budget_iterations']} iterations, not {per_trial}")
@@ -408,7 +408,7 @@ def tables(plan: Plan, records: Records, refused: dict[str, str]) -> dict[str, p
         if cell.id in refused:
             continue
         cell_trials = [r for r in records.trials if r["cell"] == cell.id]
-        no_winner = len(cell_trials) == plan.budget.trial_count and not any(
+        no_winner = len(cell_trials) == plan.budget.trial_count_for(cell) and not any(
             r["state"] == "COMPLETE" for r in cell_trials
         )
         if sum(r["cell"] == cell.id for r in records.finals) != plan.budget.final_count and not no_winner:

@@ -219,3 +219,21 @@ def test_a_cells_own_id_never_ends_like_an_evaluation() -> None:
 
 def test_tables_are_read_back_whole(folds_sweep) -> None:
     tables.read(Path(folds_sweep["results"]))  # no duplicate (cell, seed): two evaluations, two names
+
+
+@pytest.mark.slow
+def test_the_kept_model_is_the_fold_models_joined(folds_sweep, data_root) -> None:
+    """final.keep_models under final.mode folds: the model read back is every fold model concatenated, and
+    its embeddings are the ones the concatenated score was taken on."""
+    from bench.sweep.kept import load_final
+
+    kept = load_final(str(folds_sweep["root"] / "mlruns"), folds_sweep["path"], "triplet+batch_hard", 1)
+    assert isinstance(kept.model, Concatenated) and len(kept.model.parts) == 2 and len(kept.losses) == 2
+    x, y = kept.embeddings["x"], kept.embeddings["y"]
+    assert x.shape[1] == 2 * parse_protocol(folds_sweep["path"].read_text()).doc["model"]["embedding_dim"]
+    finals = pd.read_csv(folds_sweep["results"] / "finals.csv").set_index(["cell", "seed"])
+    recorded = finals.loc[("triplet+batch_hard:concatenated", 1), "map_at_r"]
+    assert retrieval_metrics(x, y, ks=(1, 2))["map_at_r"] == pytest.approx(recorded, abs=1e-6)
+    prepared = prepare(parse_protocol(folds_sweep["path"].read_text()), str(data_root))
+    again = embed(kept.model, prepared.test.x, normalize=True)
+    assert torch.allclose(again, torch.as_tensor(x), atol=1e-4)

@@ -183,6 +183,15 @@ def load_sides(d: Mapping[str, Any], data_root: str | None) -> tuple[Any, Any]:
     if is_query_gallery(d["test"]):
         query, gallery = d["test"]["query"], d["test"]["gallery"]
         folders = query.startswith("folder:") and gallery.startswith("folder:")
+        if (
+            _source(query).startswith("csv:")
+            and _source(query).rpartition("#")[0] == _source(gallery).rpartition("#")[0]
+        ):
+            # one CSV's validation rows: a row both query and gallery is the same sample, paired by its line
+            from bench.data.csv_listing import ROW
+
+            q, g = loaded[query], loaded[gallery]
+            return train_all, QueryGallery(q, g, q.per_sample[ROW], g.per_sample[ROW])
         return train_all, QueryGallery.of(
             loaded[query], loaded[gallery], same_set=_source(query) == _source(gallery), by_name=folders
         )
@@ -194,6 +203,9 @@ def _source(spec: str) -> str:
     import os
 
     kind, sep, path = spec.partition(":")
+    if sep and kind == "csv":
+        file, _, split = path.rpartition("#")
+        return f"csv:{os.path.realpath(file)}#{split}"
     return f"{kind}:{os.path.realpath(path)}" if sep and kind in ("folder", "npz") else spec
 
 

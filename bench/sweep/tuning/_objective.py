@@ -41,6 +41,7 @@ class RunResult:
     train_s: float = 0.0  # the training loop's seconds (`TrainResult.wall_time_s`; all of it on a failure)
     score_s: float = 0.0  # scoring the trained model
     best_iteration: int | None = None  # early stopping: the iteration of the checkpoint scored; None: the last
+    loss: Any = None  # the trained loss module (its own parameters: proxies, a learned metric), COMPLETE runs only
 
 
 @dataclass
@@ -306,6 +307,7 @@ def train_and_score(
         result.wall_time_s,
         time.perf_counter() - scoring,
         result.best_iteration,
+        result.loss_module,
     )
 
 
