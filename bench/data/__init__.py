@@ -53,6 +53,7 @@ _NAMED: dict[str, _Loader] = {
     "fashion-mnist:test": lambda _, root, size, __: load_fashion_mnist("test", root, size),
 }
 _Reader = Callable[[Path, str], FileIndex]
+_PathLoader = Callable[[str, "str | Path | None", int, str, "str | None"], LabeledData]
 
 
 def _published(layout: Layout, read: _Reader, split: str) -> _Loader:
@@ -74,9 +75,9 @@ _NAMED.update(
         for split in splits
     }
 )
-_PATHS: dict[str, _Loader] = {
-    "npz": lambda path, _, size, resize: load_npz(path, size, resize),
-    "folder": lambda path, _, size, resize: load_folder(path, size, resize),
+_PATHS: dict[str, _PathLoader] = {
+    "npz": lambda path, _, size, resize, layout: load_npz(path, size, resize, layout),
+    "folder": lambda path, _, size, resize, layout: load_folder(path, size, resize),
 }
 SPECS = (*_NAMED, *(f"{kind}:PATH" for kind in _PATHS))
 
@@ -89,8 +90,11 @@ def load(
     channels: int | None = None,
     augment: Mapping[str, Any] | None = None,
     loader: Mapping[str, Any] | None = None,
+    layout: str | None = None,
 ) -> LabeledData:
     """The dataset a spec names, images at ``size x size`` made square by `resize`, with `channels` (None: as stored).
+
+    `layout` (``data.layout``) is how an ``npz:`` file's 4-D ``x`` is ordered (`bench.data.generic.check_layout`).
 
     `size` may be [height, width] for image files whose `augment` pipelines (both sides) end there.
 
@@ -99,7 +103,7 @@ def load(
     """
     hw = _size_hw(size)
     if hw[0] != hw[1]:  # (height, width): image files whose pipelines end at that size
-        data = load(spec, root, hw[0], resize, channels, augment, loader)
+        data = load(spec, root, hw[0], resize, channels, augment, loader, layout)
         sides = normalise(augment)
         if not data.lazy or not (sides.get("train") and sides.get("eval")):
             raise BenchError(
@@ -114,7 +118,7 @@ def load(
         kind, sep, path = spec.partition(":")
         if not (sep and kind in _PATHS and path):
             raise BenchError(f"unknown dataset spec {spec!r}: expected one of {', '.join(SPECS)}")
-        data = _PATHS[kind](path, root, size, resize)
+        data = _PATHS[kind](path, root, size, resize, layout)
     return _with_pipeline(with_channels(data, channels), spec, augment, loader)
 
 
