@@ -17,7 +17,7 @@ holds; this says *what* their samples are. Two cases, chosen for cost:
   a new or changed file is read again: the first run reads every file once
   (SOP's 120,053 JPEGs, 3 GB: seconds, less than one epoch of decoding),
   later runs one ``stat`` a file. A digest is not kept while the file's
-  times are within `RACY_NS` of the moment it was read (a rewrite in the
+  times are within `bench.data.cache.RACY_NS` of the moment it was read (a rewrite in the
   same tick of a coarse clock would keep every time). Content, not times,
   is hashed, so two machines with their own copies of the same files agree.
   What the cache can still miss: bytes changed under a file system that
@@ -34,7 +34,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +41,12 @@ import numpy as np
 import torch
 
 from bench.atomic import write_json
-from bench.data.cache import cache_dir
+from bench.data.cache import cache_dir, settled, stat_key
 from bench.data.images import DECODE_RULES, ImageFiles
 
 __all__ = ["content_fingerprint"]
 
 DIGEST_SIZE = 16  # bytes: 32 hex characters
-RACY_NS = 2_000_000_000  # FAT keeps times to 2 s, ext3 and HFS+ to 1 s: a digest is kept once a file is older
 
 
 def content_fingerprint(*parts: Any) -> str:
@@ -140,18 +138,6 @@ def _files(h: Any, files: ImageFiles) -> None:
             write_json(store, known)
         except OSError:  # a read-only or full cache: the fingerprint is still right, only slower next time
             pass
-
-
-def stat_key(st: os.stat_result) -> list[int]:
-    """What a file's cached facts are keyed by: size, modification time, and the change time, inode and device
-    that a rewrite cannot keep (restoring the modification time is itself a change of the change time)."""
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
-
-
-def settled(st: os.stat_result) -> bool:
-    """Whether the file's times are older than `RACY_NS`: a file changed within a coarse file system's clock
-    tick of being read could be changed again in that tick with every time kept (git's racy-clean rule)."""
-    return time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > RACY_NS
 
 
 def _file_digest(path: Path) -> str:

@@ -202,7 +202,7 @@ class open_image:  # noqa: N801 - used as a context manager, like open()
     def __enter__(self) -> Image.Image:
         try:
             self.img = Image.open(self.file)
-            _check_pixels(self.img, self.file)
+            check_pixels(self.img, self.file)
             self.img.load()
             return self.img
         except BenchError:
@@ -224,7 +224,7 @@ class open_image:  # noqa: N801 - used as a context manager, like open()
 def read_image(file: Path) -> np.ndarray:
     """One image as float32 (C, H, W) in [0, 1], C = 1 for grey modes and 3 otherwise; alpha dropped.
 
-    Each Pillow mode is read by its real range (`_scale`): 8-bit modes (1, L, P, LA, PA, RGB, RGBA, RGBX,
+    Each Pillow mode is read by its real range (`scale_wide`): 8-bit modes (1, L, P, LA, PA, RGB, RGBA, RGBX,
     CMYK, YCbCr, LAB, HSV) through Pillow's conversion to L or RGB, over 255; 16-bit grey (I;16 and its
     byte orders) over 65535; 32-bit integers (I) by the depth the file declares; floats (F) as they are,
     in [0, 1]. A value outside its range, or a mode Pillow cannot convert, is refused in one line.
@@ -232,9 +232,9 @@ def read_image(file: Path) -> np.ndarray:
     with open_image(file) as img:
         mode = img.mode
         if mode.startswith(("I", "F")):
-            return _scale(img, file)[None]
+            return scale_wide(img, file)[None]
         target = "L" if mode in GRAY_MODES else "RGB"
-        arr = np.asarray(_convert(img, target, file), dtype=np.float32)
+        arr = np.asarray(convert_mode(img, target, file), dtype=np.float32)
         return (arr[None] if target == "L" else arr.transpose(2, 0, 1)) / 255.0
 
 
@@ -243,12 +243,12 @@ def eight_bit(img: Image.Image, channels: int, file: Path) -> Image.Image:
     16-bit or float image instead of scaling it (16-bit grey came out white, floats in [0, 1] black), so
     those are scaled as `read_image` scales them, refused where it refuses them, then quantised."""
     if img.mode.startswith(("I", "F")):
-        grey = np.rint(_scale(img, file) * 255.0).astype(np.uint8)
+        grey = np.rint(scale_wide(img, file) * 255.0).astype(np.uint8)
         img = Image.fromarray(grey, mode="L")
-    return _convert(img, "RGB" if channels == 3 else "L", file)
+    return convert_mode(img, "RGB" if channels == 3 else "L", file)
 
 
-def _convert(img: Image.Image, mode: str, file: Path) -> Image.Image:
+def convert_mode(img: Image.Image, mode: str, file: Path) -> Image.Image:
     try:
         return img.convert(mode)
     except ValueError:  # Pillow has no conversion from this mode: refused, not guessed
@@ -275,7 +275,7 @@ def integer_top(img: Image.Image) -> tuple[int, str]:
     return 255, "32-bit integers, read as 8-bit since their range is not declared"
 
 
-def _check_pixels(img: Image.Image, file: Path) -> None:
+def check_pixels(img: Image.Image, file: Path) -> None:
     if img.width * img.height > MAX_PIXELS:
         raise BenchError(
             f"image {file} declares {img.width} x {img.height} pixels, more "
@@ -288,7 +288,7 @@ def image_channels(file: Path) -> int:
     header declares a decompression bomb, is named now, before a run records anything."""
     try:
         with Image.open(file) as img:
-            _check_pixels(img, file)
+            check_pixels(img, file)
             return 1 if img.mode in GRAY_MODES else 3
     except FileNotFoundError:
         raise BenchError(f"missing image file {file}") from None
@@ -298,7 +298,7 @@ def image_channels(file: Path) -> int:
         raise BenchError(f"corrupt or unreadable image {file} ({type(err).__name__})") from err
 
 
-def _scale(img: Image.Image, file: Path) -> np.ndarray:
+def scale_wide(img: Image.Image, file: Path) -> np.ndarray:
     """A grey image of a mode wider than 8 bits as float32 in [0, 1], by the range of its mode (I;16: 65535;
     I: `integer_top`; F: as stored), or one line naming the mode and the values outside that range."""
     mode = img.mode
