@@ -225,7 +225,7 @@ def read_image(file: Path) -> np.ndarray:
     """One image as float32 (C, H, W) in [0, 1], C = 1 for grey modes and 3 otherwise; alpha dropped.
 
     Each Pillow mode is read by its real range (`scale_wide`): 8-bit modes (1, L, P, LA, PA, RGB, RGBA, RGBX,
-    CMYK, YCbCr, LAB, HSV) through Pillow's conversion to L or RGB, over 255; 16-bit grey (I;16 and its
+    CMYK, YCbCr, HSV) through Pillow's conversion to L or RGB, over 255 (LAB refused: `convert_mode`); 16-bit grey (I;16 and its
     byte orders) over 65535; 32-bit integers (I) by the depth the file declares; floats (F) as they are,
     in [0, 1]. A value outside its range, or a mode Pillow cannot convert, is refused in one line.
     """
@@ -249,6 +249,12 @@ def eight_bit(img: Image.Image, channels: int, file: Path) -> Image.Image:
 
 
 def convert_mode(img: Image.Image, mode: str, file: Path) -> Image.Image:
+    """An 8-bit image in `mode` ("L" or "RGB") by Pillow's conversion; a mode it has none for, or only an
+    approximate one (CIELAB: off by up to a tenth of the range on dark colours), is refused in one line."""
+    if img.mode == "LAB":
+        raise BenchError(
+            f"{file}: Pillow mode LAB is not read: its conversion to RGB is approximate; save the image as RGB"
+        )
     try:
         return img.convert(mode)
     except ValueError:  # Pillow has no conversion from this mode: refused, not guessed
