@@ -266,3 +266,49 @@ def test_a_value_outside_its_modes_range_is_one_line_naming_the_mode(
     with pytest.raises(BenchError) as err:
         read_image(path)
     assert words in str(err.value) and "\n" not in str(err.value) and str(path) in str(err.value)
+
+
+# --------------------------------------------------------------------------- every file decoded before training
+
+
+def test_every_file_is_decoded_once_and_again_only_when_it_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench.data.decode_check import check_files
+
+    monkeypatch.setattr(cache, "RACY_NS", 0)
+    root = _pgm_folder(tmp_path / "imgs")
+    files = datasets.load(f"folder:{root}", size=8).x
+    assert check_files([files]) == 16
+    assert check_files([files]) == 0  # remembered: one stat a file
+    a, b = root / "c0" / "1.pgm", root / "c3" / "2.pgm"
+    _swap_keeping_times(a, b)
+    assert check_files([files]) == 2  # rewritten with their times restored: decoded again
+    for cut in (a, b):
+        cut.write_bytes(cut.read_bytes()[:-20])
+    with pytest.raises(BenchError) as err:
+        check_files([files])
+    assert str(err.value).startswith(f"corrupt or unreadable image {a} (")
+    assert "truncated" in str(err.value) and f"(and 1 other file(s) of {root})" in str(err.value)
+    assert "\n" not in str(err.value)
+    with pytest.raises(BenchError):  # a file that failed is not remembered as good
+        check_files([files])
+
+
+def test_validate_no_decode_reads_headers_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for side, classes in (("train", 4), ("test", 3)):
+        _pgm_folder(tmp_path / side, classes=classes, seed=classes)
+    cut = tmp_path / "train" / "c2" / "3.pgm"
+    cut.write_bytes(cut.read_bytes()[:-20])
+    (tmp_path / "p.yaml").write_text(
+        "name: cut\ndata: {train: folder:train, test: folder:test, image_size: 8, validation: {folds: 2, use: 1}}\n"
+        "model: {trunk: mlp, embedding_dim: 8, normalize: true}\n"
+        "training: {optimizer: adam, lr: 1.0e-3, P: 2, K: 2, iterations: 2}\n"
+        "evaluation: {metrics: [map_at_r], primary: map_at_r}\ntuning: {trials: 1}\nfinal: {seeds: 1}\n"
+        "grid: {losses: [{name: triplet}]}\n"
+    )
+    capsys.readouterr()
+    assert main(["validate", str(tmp_path / "p.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("dmlbench: error:") == 1 and f"{cut} (" in err and "truncated" in err
+    assert main(["validate", "--no-decode", str(tmp_path / "p.yaml")]) == 0
