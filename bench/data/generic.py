@@ -185,7 +185,7 @@ def check_layout(x: np.ndarray, layout: str | None, file: Path) -> np.ndarray:
         raise BenchError(
             f"{file}: x has shape {x.shape}, which looks channels-last (N, H, W, C); images are read as "
             f"(N, C, H, W) = ({n}, {c}, {h}, {w}): save np.transpose(x, (0, 3, 1, 2)), or set data.layout: "
-            "nhwc (nchw if the second axis really is the channels)"
+            "nhwc (train: --layout nhwc; nchw if the second axis really is the channels)"
         )
     return x
 

@@ -312,3 +312,16 @@ def test_validate_no_decode_reads_headers_only(tmp_path: Path, capsys: pytest.Ca
     err = capsys.readouterr().err
     assert err.count("dmlbench: error:") == 1 and f"{cut} (" in err and "truncated" in err
     assert main(["validate", "--no-decode", str(tmp_path / "p.yaml")]) == 0
+
+
+def test_omniglots_unpacked_folder_is_keyed_by_what_a_rewrite_cannot_keep(tmp_path: Path) -> None:
+    """Omniglot's converted-array cache is keyed by its source's listing: for an unpacked folder, that is each
+    file's `stat_key`, so two drawings swapped with their times restored are converted again."""
+    from bench.data.omniglot import Source
+
+    root = _pgm_folder(tmp_path / "images_background", classes=2, per_class=2)
+    with Source(root, "images_background/", "Omniglot's images_background") as source:
+        before = source.fingerprint()
+    _swap_keeping_times(root / "c0" / "0.pgm", root / "c1" / "1.pgm")
+    with Source(root, "images_background/", "Omniglot's images_background") as source:
+        assert source.fingerprint() != before
