@@ -60,7 +60,8 @@ def _check_one(files: ImageFiles, threads: int | None) -> int:
             todo.append((rel, st))
     if not todo:
         return 0
-    workers = max(1, min(MAX_THREADS, threads or len(os.sched_getaffinity(0)), len(todo)))
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    workers = max(1, min(MAX_THREADS, threads or cpus, len(todo)))
     with ThreadPoolExecutor(workers) as pool:
         errors = list(pool.map(lambda item: _decode(root / item[0]), todo))
     failed = [e for e in errors if e is not None]
