@@ -123,6 +123,7 @@ class DataChoice:
     channels: int | None = None
     augment: dict[str, Any] | None = None  # data.augment, for image files
     loader: dict[str, Any] | None = None  # data.loader
+    layout: str | None = None  # data.layout: how an npz's 4-D x is ordered
 
     def section(self, train_spec: str, test_spec: str, size: int) -> dict[str, Any]:
         """The equivalent ``data`` section, so `train` selects classes exactly as `run` does."""
@@ -148,6 +149,7 @@ class DataChoice:
             "split": split,
             "augment": self.augment,
             "loader": self.loader,
+            "layout": self.layout,
         }
 
 

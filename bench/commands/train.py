@@ -129,6 +129,12 @@ def _score(value: float | None) -> str:
     help="image channels given to the trunk (default: as stored)",
 )
 @click.option(
+    "--layout",
+    type=click.Choice(["nchw", "nhwc"]),
+    default=None,
+    help="how an npz's 4-D x is ordered (data.layout; default: NCHW, a channels-last shape refused)",
+)
+@click.option(
     "--threads", default=None, type=click.IntRange(min=1), help="torch CPU threads (default: torch's, one per core)"
 )
 @click.option("--data-root", default=None, help="folder holding the datasets (default: $DMLBENCH_DATA, ../shared/data)")
@@ -195,6 +201,7 @@ def command(
     split: str | None,
     resize: str,
     channels: str | None,
+    layout: str | None,
     threads: int | None,
     data_root: str | None,
     size: int,
@@ -246,6 +253,7 @@ def command(
         None if channels is None else CHANNELS[channels],
         parse_augment(augment),
         {"workers": workers},
+        layout,
     )
 
     miner_params = parse_params(miner_param, "--miner-param")

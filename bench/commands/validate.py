@@ -17,10 +17,12 @@ if TYPE_CHECKING:
     from bench.protocol import Protocol
 
 
-def data_lines(protocol: Protocol, prepared: Any) -> list[str]:
-    """One line per split of the data the pre-flight loaded and split as `run` does: its class and sample counts."""
+def data_lines(protocol: Protocol, prepared: Any, sampler: dict[str, Any] | None = None) -> list[str]:
+    """One line per split of the data the pre-flight loaded and split as `run` does: its class and sample counts;
+    then the notices `run` gives of them (classes left out, classes below K drawn with replacement)."""
     from bench.data.query_gallery import QueryGallery
     from bench.data.splits import fold_label
+    from bench.sweep.preflight import short_classes_notice
     from bench.sweep.tuning import small_classes_notice
 
     d = protocol.doc["data"]
@@ -45,6 +47,9 @@ def data_lines(protocol: Protocol, prepared: Any) -> list[str]:
     left_out = small_classes_notice(prepared.small_classes)
     if left_out:
         lines.append(f"  {left_out}")
+    short = short_classes_notice(sampler) if sampler else None
+    if short:
+        lines.append(f"  {short}")
     return lines
 
 
@@ -53,6 +58,11 @@ def data_lines(protocol: Protocol, prepared: Any) -> list[str]:
 @click.option("--data-root", default=None, help="folder holding the datasets (default: $DMLBENCH_DATA, ../shared/data)")
 @click.option(
     "--no-data", is_flag=True, help="check the files only: do not load the data nor look for the weights file"
+)
+@click.option(
+    "--no-decode",
+    is_flag=True,
+    help="read image files' headers only: do not decode every file once (what run does before training)",
 )
 @click.option(
     "--storage", default=None, metavar="URL", help="check this Optuna storage as `run --storage` would use it"
@@ -69,6 +79,7 @@ def command(
     files: tuple[str, ...],
     data_root: str | None,
     no_data: bool,
+    no_decode: bool,
     storage: str | None,
     tracking_uri: str | None,
     results_dir: str | None,
@@ -77,8 +88,10 @@ def command(
     """Check protocol FILES against the schema and the registry, then load and split their data; print each one's hash
     and the class and sample counts of every split.
 
-    Every check `run` makes before training is made here (bench.sweep.preflight): the data, `evaluation.ks`
-    against the test set, the pretrained weights file, the device; the stores too when --storage,
+    Every check `run` makes before training is made here (bench.sweep.preflight): the data (every image file
+    decoded once, remembered per file so that a later check decodes only what changed; --no-decode reads
+    headers only), the trunk on the data's inputs, `evaluation.ks` against the test set, the pretrained
+    weights file, the device; the stores too when --storage,
     --tracking-uri or --results-dir is given (run's defaults for the others). A device this machine lacks
     is a note: the file is valid, `run` refuses it here. With the data checked, a fixed training.precision
     3x or more slower here than another (fp32/bf16, with or without channels-last, timed a few seconds) is
@@ -108,6 +121,7 @@ def command(
             storage=storage,
             tracking_uri=tracking_uri,
             results_dir=results_dir,
+            decode=not no_decode,
         )
         if found.errors:
             problems += [p.message for p in found.errors]
@@ -118,7 +132,7 @@ def command(
         slow = None if no_data or found.problems else _slow_precision(protocol)
         if slow:
             click.echo(f"dmlbench: warning: {path}: {slow}", err=True)
-        for line in [] if found.prepared is None else data_lines(protocol, found.prepared):
+        for line in [] if found.prepared is None else data_lines(protocol, found.prepared, found.sampler):
             click.echo(line)
     if problems:
         for line in problems[:-1]:

@@ -55,6 +55,7 @@ _NAMED: dict[str, _Loader] = {
     "fashion-mnist:test": lambda _, root, size, __: load_fashion_mnist("test", root, size),
 }
 _Reader = Callable[[Path, str], FileIndex]
+_PathLoader = Callable[[str, "str | Path | None", int, str, "str | None"], LabeledData]
 
 
 def _published(layout: Layout, read: _Reader, split: str) -> _Loader:
@@ -76,10 +77,10 @@ _NAMED.update(
         for split in splits
     }
 )
-_PATHS: dict[str, _Loader] = {
-    "npz": lambda path, _, size, resize: load_npz(path, size, resize),
-    "folder": lambda path, _, size, resize: load_folder(path, size, resize),
-    "csv": lambda path, _, size, resize: labeled_from_index(
+_PATHS: dict[str, _PathLoader] = {
+    "npz": lambda path, _, size, resize, layout: load_npz(path, size, resize, layout),
+    "folder": lambda path, _, size, resize, layout: load_folder(path, size, resize),
+    "csv": lambda path, _, size, resize, layout: labeled_from_index(
         csv_index(*split_spec(path)), size, resize, scan_channels=True
     ),
 }
@@ -94,8 +95,11 @@ def load(
     channels: int | None = None,
     augment: Mapping[str, Any] | None = None,
     loader: Mapping[str, Any] | None = None,
+    layout: str | None = None,
 ) -> LabeledData:
     """The dataset a spec names, images at ``size x size`` made square by `resize`, with `channels` (None: as stored).
+
+    `layout` (``data.layout``) is how an ``npz:`` file's 4-D ``x`` is ordered (`bench.data.generic.check_layout`).
 
     `size` may be [height, width] for image files whose `augment` pipelines (both sides) end there.
 
@@ -104,7 +108,7 @@ def load(
     """
     hw = _size_hw(size)
     if hw[0] != hw[1]:  # (height, width): image files whose pipelines end at that size
-        data = load(spec, root, hw[0], resize, channels, augment, loader)
+        data = load(spec, root, hw[0], resize, channels, augment, loader, layout)
         sides = normalise(augment)
         if not data.lazy or not (sides.get("train") and sides.get("eval")):
             raise BenchError(
@@ -119,7 +123,7 @@ def load(
         kind, sep, path = spec.partition(":")
         if not (sep and kind in _PATHS and path):
             raise BenchError(f"unknown dataset spec {spec!r}: expected one of {', '.join(SPECS)}")
-        data = _PATHS[kind](path, root, size, resize)
+        data = _PATHS[kind](path, root, size, resize, layout)
     return _with_pipeline(with_channels(data, channels), spec, augment, loader)
 
 

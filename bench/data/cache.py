@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -43,6 +44,20 @@ def check_sha256(path: Path, expected: str) -> str:
 
 
 # --------------------------------------------------------------------------- cache
+
+RACY_NS = 2_000_000_000  # FAT keeps times to 2 s, ext3 and HFS+ to 1 s: a file's facts are kept once it is older
+
+
+def stat_key(st: os.stat_result) -> list[int]:
+    """What a file's cached facts are keyed by: size, modification time, and the change time, inode and device
+    that a rewrite cannot keep (restoring the modification time is itself a change of the change time)."""
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
+def settled(st: os.stat_result) -> bool:
+    """Whether the file's times are older than `RACY_NS`: a file changed within a coarse file system's clock
+    tick of being read could be changed again in that tick with every time kept (git's racy-clean rule)."""
+    return time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > RACY_NS
 
 
 def cache_dir() -> Path:

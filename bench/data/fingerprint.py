@@ -9,14 +9,20 @@ holds; this says *what* their samples are. Two cases, chosen for cost:
   0.1 s.
 * **Image files read on demand** (`ImageFiles`: folders, CUB, Cars, SOP,
   In-shop, Market): each file's relative path and the BLAKE2b of its bytes,
-  plus the decode options. The per-file digests are kept in the cache
-  (``$DMLBENCH_CACHE/fingerprints/``) keyed by path, size and modification
-  time, so only a new or changed file is read again: the first run reads
-  every file once (SOP's 120,053 JPEGs, 3 GB: seconds, less than one
-  epoch of decoding), later runs one ``stat`` a file (about half a second).
-  Content, not times, is hashed, so two machines with their own copies of
-  the same files agree, and a file rewritten in place with its old size and
-  time restored is still seen.
+  plus the decode options and `DECODE_RULES`. The per-file digests are kept
+  in the cache (``$DMLBENCH_CACHE/fingerprints/``) keyed by path and by what
+  ``stat`` says of the file: size, modification time, and the change time,
+  inode and device, which no rewrite can keep (``touch -r``, ``cp -p`` and
+  ``rsync -a`` restore the modification time, never the change time). Only
+  a new or changed file is read again: the first run reads every file once
+  (SOP's 120,053 JPEGs, 3 GB: seconds, less than one epoch of decoding),
+  later runs one ``stat`` a file. A digest is not kept while the file's
+  times are within `bench.data.cache.RACY_NS` of the moment it was read (a rewrite in the
+  same tick of a coarse clock would keep every time). Content, not times,
+  is hashed, so two machines with their own copies of the same files agree.
+  What the cache can still miss: bytes changed under a file system that
+  does not keep change times or inode numbers (some network and FUSE
+  mounts), or written to the disk below the file system.
 
 Labels and per-sample facts are hashed in both cases. The digest is stable
 across machines and checkouts: paths are taken relative to the dataset's
@@ -35,8 +41,8 @@ import numpy as np
 import torch
 
 from bench.atomic import write_json
-from bench.data.cache import cache_dir
-from bench.data.images import ImageFiles
+from bench.data.cache import cache_dir, settled, stat_key
+from bench.data.images import DECODE_RULES, ImageFiles
 
 __all__ = ["content_fingerprint"]
 
@@ -95,7 +101,10 @@ def _update(h: Any, value: Any) -> None:
 
 def _files(h: Any, files: ImageFiles) -> None:
     """Relative path and content digest of every file, and how it is decoded (digests cached by stat)."""
-    h.update(f"files {len(files)} size={files.size} resize={files.resize} channels={files.channels};".encode())
+    h.update(
+        f"files {len(files)} size={files.size} resize={files.resize} channels={files.channels} "
+        f"decode={DECODE_RULES};".encode()
+    )
     root = Path(files.root)
     store = (
         cache_dir()
@@ -113,12 +122,16 @@ def _files(h: Any, files: ImageFiles) -> None:
         except OSError:
             h.update(f"{rel}\0missing\n".encode())
             continue
+        key = stat_key(st)
         entry = known.get(rel)
-        if not (isinstance(entry, list) and len(entry) == 3 and entry[:2] == [st.st_size, st.st_mtime_ns]):
-            entry = [st.st_size, st.st_mtime_ns, _file_digest(root / rel)]
-            known[rel] = entry
-            changed = True
-        h.update(f"{rel}\0{entry[2]}\n".encode())
+        if not (isinstance(entry, list) and len(entry) == len(key) + 1 and entry[:-1] == key):
+            entry = [*key, _file_digest(root / rel)]
+            if settled(st):
+                known[rel] = entry
+                changed = True
+            else:  # written moments ago: a rewrite within the clock's tick could keep every time, so not kept
+                changed = known.pop(rel, None) is not None or changed
+        h.update(f"{rel}\0{entry[-1]}\n".encode())
     if changed:
         try:
             store.parent.mkdir(parents=True, exist_ok=True)

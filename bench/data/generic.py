@@ -118,12 +118,14 @@ def _check_links(folder: Path) -> None:
             raise BenchError(f"{entry}: a symbolic link that loops or points nowhere: remove or fix it") from None
 
 
-def load_npz(path: str | Path, size: int = 28, resize: str = "stretch") -> LabeledData:
+def load_npz(path: str | Path, size: int = 28, resize: str = "stretch", layout: str | None = None) -> LabeledData:
     """``x`` of shape (N, H, W), (N, C, H, W) or (N, D) and ``y`` of shape (N,), optionally ``camera`` (N,).
 
     Images (3-D or 4-D ``x``) are uint8 (0..255), bool, or floats in [0, 1],
     and are resized to ``size``; vectors (2-D ``x``) are kept as given, since
-    features have no natural range.
+    features have no natural range. `layout` (``data.layout``) says how a 4-D
+    ``x`` is ordered: ``nhwc`` is transposed to (N, C, H, W); None reads
+    (N, C, H, W) and refuses a shape that looks channels-last (`check_layout`).
     """
     file = Path(path)
     if not file.is_file():
@@ -149,6 +151,8 @@ def load_npz(path: str | Path, size: int = 28, resize: str = "stretch") -> Label
         raise BenchError(f"{file}: x has zero size {x.shape}: no samples or empty images")
     if len(np.unique(y)) < 2:
         raise BenchError(f"{file}: y has {len(np.unique(y))} class(es); at least 2 are needed")
+    if x.ndim == 4:
+        x = check_layout(x, layout, file)
     if x.ndim == 2:
         if not np.issubdtype(x.dtype, np.number) or not np.all(np.isfinite(x)):
             raise BenchError(f"{file}: vectors x must be finite numbers, got {x.dtype}")
@@ -165,6 +169,25 @@ def load_npz(path: str | Path, size: int = 28, resize: str = "stretch") -> Label
             )
         per_sample["camera"] = torch.from_numpy(camera.astype(np.int64))
     return LabeledData(torch.from_numpy(xs), torch.from_numpy(y.astype(np.int64)), f"npz:{file}", meta, per_sample)
+
+
+CHANNEL_COUNTS = (1, 3, 4)  # grey, RGB, RGBA: what a channel axis of an image array holds
+
+
+def check_layout(x: np.ndarray, layout: str | None, file: Path) -> np.ndarray:
+    """A 4-D ``x`` as (N, C, H, W). ``nhwc``: transposed (a view). ``nchw``: as it is. None: as it is, unless
+    its last axis holds 1, 3 or 4 and its second does not (an (N, 32, 32, 3) array): read as NCHW that is
+    32 channels of 32 x 3 pixels, trained on without a word, so it is refused and the way out named."""
+    if layout == "nhwc":
+        return x.transpose(0, 3, 1, 2)
+    if layout is None and x.shape[3] in CHANNEL_COUNTS and x.shape[1] not in CHANNEL_COUNTS:
+        n, h, w, c = x.shape
+        raise BenchError(
+            f"{file}: x has shape {x.shape}, which looks channels-last (N, H, W, C); images are read as "
+            f"(N, C, H, W) = ({n}, {c}, {h}, {w}): save np.transpose(x, (0, 3, 1, 2)), or set data.layout: "
+            "nhwc (train: --layout nhwc; nchw if the second axis really is the channels)"
+        )
+    return x
 
 
 def _check_label_range(y: np.ndarray, file: Path) -> None:

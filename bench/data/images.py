@@ -30,7 +30,9 @@ from bench.errors import BenchError
 from bench.protocol.schema import image_hw
 
 MAX_PIXELS = 40_000_000  # a 6,000 x 6,000 photo; more is decoded into gigabytes of floats before resizing
-GRAY_MODES = {"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "F", "La"}
+GRAY_MODES = {"1", "L", "LA", "La", "I", "I;16", "I;16B", "I;16L", "I;16N", "F"}
+SIXTEEN_BIT = {"I;16", "I;16B", "I;16L", "I;16N"}
+DECODE_RULES = 2  # the value rules of `read_image` (in the data fingerprint): changed when a mode is read otherwise
 _LUMA = (0.299, 0.587, 0.114)  # ITU-R 601, as `bench.data.labeled.with_channels`
 
 
@@ -200,7 +202,7 @@ class open_image:  # noqa: N801 - used as a context manager, like open()
     def __enter__(self) -> Image.Image:
         try:
             self.img = Image.open(self.file)
-            _check_pixels(self.img, self.file)
+            check_pixels(self.img, self.file)
             self.img.load()
             return self.img
         except BenchError:
@@ -220,13 +222,20 @@ class open_image:  # noqa: N801 - used as a context manager, like open()
 
 
 def read_image(file: Path) -> np.ndarray:
-    """One image as float32 (C, H, W) in [0, 1], C = 1 for grey modes and 3 otherwise; alpha dropped."""
+    """One image as float32 (C, H, W) in [0, 1], C = 1 for grey modes and 3 otherwise; alpha dropped.
+
+    Each Pillow mode is read by its real range (`scale_wide`): 8-bit modes (1, L, P, LA, PA, RGB, RGBA, RGBX,
+    CMYK, YCbCr, HSV) through Pillow's conversion to L or RGB, over 255 (LAB refused: `convert_mode`); 16-bit grey (I;16 and its
+    byte orders) over 65535; 32-bit integers (I) by the depth the file declares; floats (F) as they are,
+    in [0, 1]. A value outside its range, or a mode Pillow cannot convert, is refused in one line.
+    """
     with open_image(file) as img:
         mode = img.mode
-        if mode in GRAY_MODES:
-            arr = np.asarray(img if mode.startswith(("I", "F")) else img.convert("L"))
-            return _scale(arr, mode, file)[None]
-        return np.asarray(img.convert("RGB"), dtype=np.float32).transpose(2, 0, 1) / 255.0
+        if mode.startswith(("I", "F")):
+            return scale_wide(img, file)[None]
+        target = "L" if mode in GRAY_MODES else "RGB"
+        arr = np.asarray(convert_mode(img, target, file), dtype=np.float32)
+        return (arr[None] if target == "L" else arr.transpose(2, 0, 1)) / 255.0
 
 
 def eight_bit(img: Image.Image, channels: int, file: Path) -> Image.Image:
@@ -234,12 +243,45 @@ def eight_bit(img: Image.Image, channels: int, file: Path) -> Image.Image:
     16-bit or float image instead of scaling it (16-bit grey came out white, floats in [0, 1] black), so
     those are scaled as `read_image` scales them, refused where it refuses them, then quantised."""
     if img.mode.startswith(("I", "F")):
-        grey = np.rint(_scale(np.asarray(img), img.mode, file) * 255.0).astype(np.uint8)
+        grey = np.rint(scale_wide(img, file) * 255.0).astype(np.uint8)
         img = Image.fromarray(grey, mode="L")
-    return img.convert("RGB" if channels == 3 else "L")
+    return convert_mode(img, "RGB" if channels == 3 else "L", file)
 
 
-def _check_pixels(img: Image.Image, file: Path) -> None:
+def convert_mode(img: Image.Image, mode: str, file: Path) -> Image.Image:
+    """An 8-bit image in `mode` ("L" or "RGB") by Pillow's conversion; a mode it has none for, or only an
+    approximate one (CIELAB: off by up to a tenth of the range on dark colours), is refused in one line."""
+    if img.mode == "LAB":
+        raise BenchError(
+            f"{file}: Pillow mode LAB is not read: its conversion to RGB is approximate; save the image as RGB"
+        )
+    try:
+        return img.convert(mode)
+    except ValueError:  # Pillow has no conversion from this mode: refused, not guessed
+        raise BenchError(
+            f"{file}: Pillow mode {img.mode} cannot be converted to {mode}: save the image as 8-bit grey or RGB"
+        ) from None
+
+
+def integer_top(img: Image.Image) -> tuple[int, str]:
+    """The largest value of a mode-I image's samples and where that comes from.
+
+    Pillow holds every integer image of more than 8 bits as 32-bit ``I`` whatever the file stored, so
+    the container's range says nothing; the file's declared depth does. A PGM/PPM of maxval above 255
+    is scaled by Pillow to 0..65535; a TIFF declares its bits per sample (8 or 16: 255 or 65535). A
+    32-bit sample, or a format that declares nothing, has no range a reader can know: its values are
+    read as 8-bit (0..255, the common case of 8-bit data stored wide), and a larger one is refused."""
+    if img.format == "PPM":
+        return 65535, "16-bit PGM"
+    if img.format == "TIFF":
+        bits = getattr(img, "tag_v2", {}).get(258)
+        bits = bits[0] if isinstance(bits, tuple) and bits else bits
+        if isinstance(bits, int) and 1 <= bits <= 16:
+            return 2**bits - 1, f"{bits}-bit TIFF"
+    return 255, "32-bit integers, read as 8-bit since their range is not declared"
+
+
+def check_pixels(img: Image.Image, file: Path) -> None:
     if img.width * img.height > MAX_PIXELS:
         raise BenchError(
             f"image {file} declares {img.width} x {img.height} pixels, more "
@@ -252,7 +294,7 @@ def image_channels(file: Path) -> int:
     header declares a decompression bomb, is named now, before a run records anything."""
     try:
         with Image.open(file) as img:
-            _check_pixels(img, file)
+            check_pixels(img, file)
             return 1 if img.mode in GRAY_MODES else 3
     except FileNotFoundError:
         raise BenchError(f"missing image file {file}") from None
@@ -262,14 +304,29 @@ def image_channels(file: Path) -> int:
         raise BenchError(f"corrupt or unreadable image {file} ({type(err).__name__})") from err
 
 
-def _scale(arr: np.ndarray, mode: str, file: Path) -> np.ndarray:
-    if mode.startswith("I"):  # 16-bit PGM/PNG
-        return arr.astype(np.float32) / 65535.0
+def scale_wide(img: Image.Image, file: Path) -> np.ndarray:
+    """A grey image of a mode wider than 8 bits as float32 in [0, 1], by the range of its mode (I;16: 65535;
+    I: `integer_top`; F: as stored), or one line naming the mode and the values outside that range."""
+    mode = img.mode
+    arr = np.asarray(img)
     if mode == "F":
-        if arr.min() < 0 or arr.max() > 1:
+        if not np.isfinite(arr).all():
+            raise BenchError(f"{file}: float image (mode F) holds NaN or infinity: images must be finite")
+        if arr.size and (arr.min() < 0 or arr.max() > 1):
             raise BenchError(f"{file}: float image values must lie in [0, 1], found {arr.min()}..{arr.max()}")
         return arr.astype(np.float32)
-    return arr.astype(np.float32) / 255.0
+    if mode in SIXTEEN_BIT:
+        return arr.astype(np.float32) / 65535.0
+    if mode != "I":
+        raise BenchError(f"{file}: Pillow mode {mode} is not read: save the image as 8-bit grey, 16-bit grey or RGB")
+    top, why = integer_top(img)
+    lo, hi = (int(arr.min()), int(arr.max())) if arr.size else (0, 0)
+    if lo < 0 or hi > top:
+        raise BenchError(
+            f"{file}: mode I image holds values {lo}..{hi}, outside 0..{top} ({why}): save it as 8-bit (L) "
+            "or 16-bit (I;16) grey"
+        )
+    return arr.astype(np.float32) / np.float32(top)  # float32 division, as for 8-bit images: equal values agree
 
 
 def _square(image: np.ndarray, channels: int, resize: str, size: int) -> torch.Tensor:

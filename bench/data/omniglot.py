@@ -53,7 +53,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from bench.data.cache import cached_arrays, check_sha256
+from bench.data.cache import cached_arrays, check_sha256, stat_key
 from bench.data.labeled import LabeledData
 from bench.data.resize import resize_area
 from bench.data.roots import candidate_roots
@@ -122,15 +122,14 @@ class Source:
     def __init__(self, path: Path, top: str, what: str) -> None:
         self.path, self.what = path, what
         self._zip: zipfile.ZipFile | None = None
-        self._entries: dict[str, tuple[int, int]] = {}  # name -> (size, CRC32 for a zip, mtime_ns for a folder)
+        self._entries: dict[str, tuple[int, ...]] = {}  # name -> (size, CRC32) for a zip, `stat_key` for a folder
         if path.is_dir():
             for folder, _, files in os.walk(path):
                 for f in files:
                     full = os.path.join(folder, f)
                     name = os.path.relpath(full, path).replace(os.sep, "/")
                     if not _junk(name):
-                        st = os.stat(full)
-                        self._entries[name] = (st.st_size, st.st_mtime_ns)
+                        self._entries[name] = tuple(stat_key(os.stat(full)))
             return
         try:
             self._zip = zipfile.ZipFile(path)
@@ -178,7 +177,9 @@ class Source:
         CRC32 of its uncompressed bytes, so reading it (milliseconds) gives a
         content fingerprint without decompressing anything; a changed image
         changes its CRC. A folder costs one stat per file (a fraction of a
-        second for 19,280 files): a rewritten image changes its mtime.
+        second for 19,280 files): a rewritten image changes its change time
+        and inode even when its size and modification time are restored
+        (`bench.data.fingerprint.stat_key`).
         """
         kind = "zip" if self._zip is not None else "folder"
         blob = json.dumps([kind, sorted(self._entries.items())]).encode()
@@ -352,7 +353,7 @@ def load_omniglot(split: str, root: str | Path | None = None, size: int = 28) ->
 
     The converted tensors are cached (`cached_arrays`) under a key of the
     source's `Source.fingerprint` (member names, sizes and CRC32s of a zip,
-    names, sizes and mtimes of a folder), `size` and `PREPROCESS_VERSION`.
+    names and `stat_key`s of a folder), `size` and `PREPROCESS_VERSION`.
     The layout is checked on every load (names only, milliseconds); the
     images are decoded and checked on a cache miss.
     """

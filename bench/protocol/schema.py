@@ -186,6 +186,7 @@ SCHEMA: dict[str, Any] = {
                 "split": SPLIT,
                 "resize": {"enum": list(RESIZE_MODES)},
                 "channels": {"enum": [None, 1, 3, "grey", "gray", "rgb"]},
+                "layout": {"enum": ["nchw", "nhwc"]},  # how an npz's 4-D x is ordered (absent: NCHW, checked)
                 "train_classes": CLASSES,
                 "test_classes": CLASSES,
                 # a side, or [height, width] for image files whose data.augment pipelines end there
@@ -354,6 +355,7 @@ ABSENT_DEFAULTS: dict[str, Any] = {
     "model.pretrained": None,  # None: random initialisation
     "model.freeze_bn": False,
     "training.trunk_lr": None,  # None: training.lr for the whole trunk
+    "data.layout": None,  # None: an npz's 4-D x is (N, C, H, W), and one that looks channels-last is refused
     "data.small_classes": "refuse",  # a class below data.min_samples_per_class: refused (drop: left out, counted)
     "training.short_classes": "repeat",  # a class with fewer than K images: drawn with replacement (PML's way)
     "training.early_stopping": None,  # None: every run trains training.iterations

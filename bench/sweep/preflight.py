@@ -16,7 +16,11 @@ passes is one `run` accepts, and each refusal has one wording. In order:
   database or swapped, and an emptied storage beside finished results
   (`bench.stores.checks`);
 * the data (``data``): the paths, then loading and splitting as a sweep does
-  (class and sample counts, P x K on every fold); the pretrained weights file
+  (class and sample counts, P x K on every fold); the trunk built for the
+  data's inputs and run on two of them (``model.trunk``); every image file
+  decoded once (a file cut short, values outside their mode's range),
+  remembered per file in the cache so that a later check decodes only what
+  changed (`check_decodes`); the pretrained weights file
   (``model.pretrained``) is there, then fits the trunk; ``evaluation.ks``
   below the test set's size; training classes with fewer than K images
   (``training.short_classes``: refused under ``refuse``, counted in
@@ -82,12 +86,14 @@ def inspect(
     tracking_uri: str | None = None,
     results_dir: str | Path | None = None,
     first: bool = False,
+    decode: bool = True,
 ) -> Preflight:
     """Run the checks (module docstring) and return every problem found.
 
     ``data=False``: no data loaded and no weights file asked for (`plan`, ``validate --no-data``: the file
     alone). ``stores=True``: check the stores as `run` would open them (``None`` options are run's
-    defaults). ``first=True``: stop at the first problem, note or not (what a refusing command wants)."""
+    defaults). ``first=True``: stop at the first problem, note or not (what a refusing command wants). ``decode=False``:
+    image files are not all decoded (`check_decodes`), only their headers read."""
     found = Preflight()
 
     def check(key: str, what: Callable[[], Any], note: bool = False) -> bool:
@@ -138,7 +144,7 @@ def inspect(
     if stores and not stop():
         _check_stores(protocol, found, check, stop, storage, tracking_uri, results_dir)
     if data and not stop():
-        _check_data(protocol, found, check, stop, data_root)
+        _check_data(protocol, found, check, stop, data_root, decode)
     return found
 
 
@@ -290,8 +296,47 @@ def check_ks(protocol: Protocol, test_samples: int) -> None:
         )
 
 
+def trunk_problem(protocol: Protocol, in_shape: tuple[int, ...]) -> str | None:
+    """The trunk built for the training inputs (no weights: `check_weights` loads those) and run on two zero
+    inputs, in eval mode: inputs it cannot take (flat vectors for a convolutional trunk, images too small
+    for its strides) fail now, not in the first trial after its records are opened. The build's random
+    draws are forked off, so the sweep's RNG is as it was."""
+    import torch
+
+    from bench.trunks import trunk_from
+
+    m = protocol.doc["model"]
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            trunk = trunk_from(m["trunk"], in_shape, m["embedding_dim"], dict(m["trunk_params"])).eval()
+            trunk(torch.zeros((2, *in_shape)))
+    except BenchError as err:
+        return str(err)
+    except Exception as err:  # noqa: BLE001 - whatever the trunk raises on these inputs, in one line
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        return f"trunk {m['trunk']!r} cannot take the data's inputs of shape {in_shape}: {type(err).__name__}: {first}"
+    return None
+
+
+def check_decodes(prepared: Any) -> None:
+    """Every image file the sweep reads (training and test sides) decoded once (`bench.data.decode_check`):
+    a file cut short or holding values outside its mode's range is named now, not mid-run."""
+    from bench.data.decode_check import check_files
+    from bench.data.images import ImageFiles
+    from bench.data.query_gallery import QueryGallery
+
+    test = prepared.test
+    sides = [prepared.train, *((test.query, test.gallery) if isinstance(test, QueryGallery) else (test,))]
+    check_files(side.x for side in sides if isinstance(side.x, ImageFiles))
+
+
 def _check_data(
-    protocol: Protocol, found: Preflight, check: Callable[..., bool], stop: Callable[[], bool], data_root: str | None
+    protocol: Protocol,
+    found: Preflight,
+    check: Callable[..., bool],
+    stop: Callable[[], bool],
+    data_root: str | None,
+    decode: bool = True,
 ) -> None:
     from bench.data import check_path
     from bench.data.query_gallery import test_specs
@@ -310,8 +355,13 @@ def _check_data(
     if not check("data", load) or stop():
         return
     prepared = found.prepared
+    in_shape = tuple(prepared.train.x.shape[1:])
+    if not check("model.trunk", lambda: _prefixed(protocol, "model.trunk", trunk_problem(protocol, in_shape))):
+        return
     if weights:
-        check("model.pretrained", lambda: check_weights(protocol, tuple(prepared.train.x.shape[1:])))  # damaged
+        check("model.pretrained", lambda: check_weights(protocol, in_shape))  # damaged
+    if not stop() and decode:
+        check("data", lambda: check_decodes(prepared))
     if not stop():
         check("evaluation.ks", lambda: check_ks(protocol, len(prepared.test)))  # query/gallery: its gallery's size
     if not stop():

@@ -67,6 +67,66 @@ def _swapped(tmp: Path) -> list[str]:
     return ["--storage", f"sqlite:///{tmp / 'mlflow-made.db'}"]
 
 
+OWN_DATA = "  train: 'SPEC:{tmp}/tr'\n  test: 'SPEC:{tmp}/te'\n"
+
+
+def _own(spec: str, text: str = TINY) -> str:
+    """TINY on data of one's own: ``folder:`` or ``npz:`` files the case's setup writes (8 + 6 classes)."""
+    old = "  train: omniglot:background\n  test: omniglot:evaluation\n"
+    assert old in text
+    return text.replace(old, OWN_DATA.replace("SPEC", spec))
+
+
+def _folders(tmp: Path) -> None:
+    """8 training and 6 test classes of five 12 x 12 JPEGs each."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for side, classes in (("tr", 8), ("te", 6)):
+        for c in range(classes):
+            (tmp / side / f"c{c}").mkdir(parents=True)
+            for i in range(5):
+                pixels = rng.integers(0, 256, (12, 12, 3)).astype(np.uint8)
+                Image.fromarray(pixels).save(tmp / side / f"c{c}" / f"{i}.jpg", quality=90)
+
+
+def _truncated(tmp: Path) -> list[str]:
+    """A JPEG cut short after its header (an interrupted copy): its header reads, its pixels do not."""
+    _folders(tmp)
+    file = tmp / "tr" / "c3" / "2.jpg"
+    file.write_bytes(file.read_bytes()[:-40])
+    return []
+
+
+def _wide_values(tmp: Path) -> list[str]:
+    """A 32-bit integer TIFF holding 12-bit values beside the JPEGs."""
+    import numpy as np
+    from PIL import Image
+
+    _folders(tmp)
+    Image.fromarray(np.full((12, 12), 4095, np.int32)).save(tmp / "tr" / "c2" / "5.tif")
+    return []
+
+
+def _arrays(shape: tuple[int, ...]):  # noqa: ANN202
+    def write(tmp: Path) -> list[str]:
+        import numpy as np
+
+        rng = np.random.default_rng(0)
+        for side, classes in (("tr", 8), ("te", 6)):
+            x = rng.integers(0, 256, (classes * 5, *shape)).astype(np.uint8)
+            np.savez(tmp / side, x=x if len(shape) > 1 else x.astype(np.float32), y=np.repeat(np.arange(classes), 5))
+            (tmp / f"{side}.npz").rename(tmp / side)
+        return []
+
+    return write
+
+
+CONV4 = TINY.replace("{trunk: mlp, trunk_params: {hidden: [16]},", "{trunk: conv4,").replace(
+    "image_size: 12", "image_size: 16"
+)
+
 # name: (protocol text, what sets the case up and returns the store options it needs, a word of the refusal)
 CASES = {
     "weights-file-missing": (
@@ -115,6 +175,10 @@ CASES = {
         None,
         "training.short_classes: 8 of 8 training classes have fewer than K=24 images (the smallest 20)",
     ),
+    "truncated-image-in-a-folder": (_own("folder"), _truncated, "image file is truncated"),
+    "mode-I-values-beyond-8-bit": (_own("folder"), _wide_values, "mode I image holds values 4095..4095"),
+    "flat-vectors-for-conv4": (_own("npz", CONV4), _arrays((1024,)), "model.trunk: trunk 'conv4' needs images"),
+    "channels-last-npz": (_own("npz"), _arrays((12, 12, 3)), "looks channels-last"),
     "results-dir-a-file": (
         TINY,
         lambda tmp: (tmp / "afile").write_text("x") and ["--results-dir", str(tmp / "afile" / "results")],
@@ -330,3 +394,20 @@ def test_classes_below_K_are_drawn_with_replacement_said_once_and_recorded(
     ]
     manifest = json.loads((tmp_path / "results" / "tiny" / "manifest.json").read_text())
     assert manifest["sampler"] == found.sampler
+
+
+def test_validate_says_what_run_says_of_K_above_every_class(
+    tmp_path: Path, data_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """K = 24 above each class's 20 images: `run` draws them with replacement and says so; `validate` says the
+    same line, so it is known before anything trains (under `refuse` both refuse: the case above)."""
+    (tmp_path / "p.yaml").write_text(_edit("P: 4, K: 4", "P: 4, K: 24"))
+    capsys.readouterr()
+    assert main(["validate", str(tmp_path / "p.yaml"), "--data-root", str(data_root)]) == 0
+    assert (
+        "  8 of 8 training classes have fewer than K=24 images (the smallest 20): drawn with replacement "
+        "(training.short_classes: repeat)"
+    ) in capsys.readouterr().out.splitlines()
+    (tmp_path / "p.yaml").write_text(TINY)
+    assert main(["validate", str(tmp_path / "p.yaml"), "--data-root", str(data_root)]) == 0
+    assert "drawn with replacement" not in capsys.readouterr().out

@@ -160,6 +160,7 @@ def load_sides(d: Mapping[str, Any], data_root: str | None) -> tuple[Any, Any]:
         "channels": d.get("channels"),
         "augment": d.get("augment"),
         "loader": d.get("loader"),
+        "layout": d.get("layout"),
     }
     train_all = datasets.load(d["train"], data_root, **options)
     loaded = {d["train"]: train_all}
