@@ -373,7 +373,7 @@ def _query_gallery_scores(
         query_gallery_metrics,
         reid_metrics,
     )
-    from bench.protocol.schema import REID_METRICS
+    from bench.spec.schema import REID_METRICS
 
     ev = protocol.doc["evaluation"]
     ids = {"query_ids": data.query_ids, "gallery_ids": data.gallery_ids}

@@ -107,7 +107,7 @@ def split_fingerprints(train_classes: tuple[int, ...], test_classes: tuple[int, 
 
 @dataclass(frozen=True)
 class DataChoice:
-    """Which classes of which data, as a protocol's data section says it (`bench.protocol.schema`).
+    """Which classes of which data, as a protocol's data section says it (`bench.spec.schema`).
 
     `train_classes`/`test_classes`: None (all), a count (a seeded sample) or
     a list of ids or folder names; `split`: a count or fraction of test

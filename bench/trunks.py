@@ -21,7 +21,7 @@ from bench.errors import BenchError
 from bench.models import check_embedding_dim, freeze_batchnorm, head_parameters
 from bench.models.backbones import published_weights
 from bench.models.weights import HUB, load_pretrained, resolve
-from bench.protocol.schema import setting
+from bench.spec.schema import setting
 
 __all__ = ["MAX_EMBEDDING_DIM", "MAX_PARAMETERS", "check_size", "option_problems", "protocol_trunk", "trunk_from"]
 

@@ -21,7 +21,7 @@ from bench.errors import BenchError
 from bench.plan import NOT_SELECTED
 from bench.plan.cost import DATASET_SIZES, STEP_FIXED_S, SWEEP_FIXED_S, sized_test, trunk_cost
 from bench.plan.space import describe_space
-from bench.protocol.schema import image_hw
+from bench.spec.schema import image_hw
 
 if TYPE_CHECKING:
     from bench.plan import Plan

@@ -233,8 +233,8 @@ def command(
     2 on bad input; 3 when a test class is also a training class (compared
     by dataset and class name, so two folders that both number from 0 are fine).
     """
-    from bench.protocol.schema import CHANNELS
     from bench.single_run import DataChoice, check_config, train_and_evaluate
+    from bench.spec.schema import CHANNELS
     from bench.training import TrainConfig
 
     choice = DataChoice(

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from bench import registry
 from bench.plan.types import Budget, Cell, Estimate, TrunkCost
 from bench.protocol import Protocol
-from bench.protocol.schema import image_hw
+from bench.spec.schema import image_hw
 
 if TYPE_CHECKING:
     from bench.plan.measure import Measured

@@ -30,7 +30,7 @@ from bench.plan.cost import (
 from bench.plan.types import Budget, Cell, Dropped, Estimate, Plan
 from bench.protocol import NO_MINER, Protocol
 from bench.protocol.load import canonical_json, method_params
-from bench.protocol.schema import setting
+from bench.spec.schema import setting
 
 NOT_SELECTED = "not selected by the protocol (the loss's `miners` list)"
 

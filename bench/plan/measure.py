@@ -35,7 +35,7 @@ import torch
 
 from bench.evaluation import embed
 from bench.protocol import Protocol
-from bench.protocol.schema import image_hw
+from bench.spec.schema import image_hw
 from bench.training import OPTIMIZERS, TrainConfig, use_channels_last
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Protocols: a YAML file that fixes every choice of a fair comparison.
 
 `load_protocol(path) -> Protocol` validates the file against the schema
-(`bench.protocol.schema`) and the registry, fills in defaults and hashes
+(`bench.spec.schema`) and the registry, fills in defaults and hashes
 the result; `bench.plan` expands it into cells.
 """
 

@@ -18,7 +18,7 @@ import hashlib
 import json
 import math
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,9 @@ import yaml
 
 from bench.devices import AUTO, precision_problem
 from bench.errors import BenchError
-from bench.protocol.safe_yaml import YamlRefused, load_yaml, read_text
-from bench.protocol.schema import (
+from bench.spec import Spec
+from bench.spec.safe_yaml import YamlRefused, load_yaml, read_text
+from bench.spec.schema import (
     DEFAULTS,
     METRICS,
     PRUNER_DEFAULTS,
@@ -74,6 +75,10 @@ class Protocol:
     text: str
     data: str = ""
     shared_hash: str = ""  # sha256 of the shared settings: everything but the grid (`shared_hash`)
+    spec: Spec = field(init=False, repr=False, compare=False)  # `doc` as typed sections: what code reads
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "spec", Spec.from_doc(self.doc))
 
     def with_data(self, fingerprint: str) -> Protocol:
         """This protocol bound to the data it runs on (its records' key then names both)."""
@@ -87,10 +92,17 @@ class Protocol:
         doc["training"]["precision"], doc["training"]["channels_last"] = precision, channels_last
         return replace(self, doc=doc)
 
+    def with_seed(self, seed: int) -> Protocol:
+        """This protocol with another top-level ``seed`` (a tuning draw's, `bench.sweep.tuning`): the same
+        hash, text and records; every seed derived from ``seed`` changes."""
+        doc = copy.deepcopy(self.doc)
+        doc["seed"] = seed
+        return replace(self, doc=doc)
+
     @property
     def precision_auto(self) -> bool:
         """Whether the file says ``precision: auto`` (and no sweep has resolved it in this object yet)."""
-        return self.doc["training"]["precision"] == AUTO
+        return self.spec.training.precision == AUTO
 
     @property
     def key12(self) -> str:
@@ -105,7 +117,7 @@ class Protocol:
 
     @property
     def name(self) -> str:
-        return self.doc["name"]
+        return self.spec.name
 
     @property
     def hash12(self) -> str:
@@ -113,19 +125,15 @@ class Protocol:
 
     @property
     def seed(self) -> int:
-        return self.doc["seed"]
+        return self.spec.seed
 
     @property
     def final_seeds(self) -> list[int]:
-        return list(self.doc["final"]["seeds"])
+        return list(self.spec.final.seeds)
 
     @property
     def primary(self) -> str:
-        return self.doc["evaluation"]["primary"]
-
-    def section(self, name: str) -> dict[str, Any]:
-        """A deep copy of one top-level section, so callers cannot alter what the hash covers."""
-        return copy.deepcopy(self.doc[name])
+        return self.spec.evaluation.primary
 
 
 # --------------------------------------------------------------------------- YAML
@@ -485,7 +493,7 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
 def _check_final_mode(doc: dict[str, Any], report: _Reporter) -> None:
     """``final.mode: folds`` trains one final model per validation fold the trials use, and concatenates them:
     it needs two folds at least (one fold model concatenated is that model)."""
-    from bench.protocol.schema import setting
+    from bench.spec.schema import setting
 
     use = doc["data"]["validation"]["use"]
     if setting(doc, "final.mode") == "folds" and use < 2:
@@ -545,7 +553,7 @@ def _normalise_data(data: dict[str, Any], seed: int) -> None:
     """One canonical form, so equal meanings hash equal: a pool is train = test = pool with a split;
     the split's seed defaults to the protocol seed; channel names become 1 or 3; defaults of the
     image options are dropped (their absence is the default, and old protocols keep their hash)."""
-    from bench.protocol.schema import CHANNELS
+    from bench.spec.schema import CHANNELS
 
     if "pool" in data:
         data["train"] = data["test"] = data.pop("pool")
@@ -580,7 +588,7 @@ def _normalise_data(data: dict[str, Any], seed: int) -> None:
 
 def _check_trunk_options(doc: dict[str, Any], report: _Reporter) -> None:
     """model.pretrained, model.freeze_bn and training.trunk_lr against the trunk (bench.models.trunk)."""
-    from bench.protocol.schema import setting
+    from bench.spec.schema import setting
     from bench.trunks import option_problems
 
     model, (h, w) = doc["model"], image_hw(doc["data"]["image_size"])
@@ -600,7 +608,7 @@ def _check_trunk_options(doc: dict[str, Any], report: _Reporter) -> None:
 def _drop_absent_defaults(doc: dict[str, Any]) -> None:
     """Keys of ABSENT_DEFAULTS written at their default are removed (and trunk_lr equal to lr), so writing
     a default out keeps the hash of the protocol that leaves it out."""
-    from bench.protocol.schema import ABSENT_DEFAULTS
+    from bench.spec.schema import ABSENT_DEFAULTS
 
     for dotted, default in ABSENT_DEFAULTS.items():
         section, key = dotted.split(".")

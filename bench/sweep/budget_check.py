@@ -51,7 +51,7 @@ from bench.errors import BenchError
 from bench.plan import Cell, cell_key
 from bench.plan import plan as make_plan
 from bench.protocol import Protocol
-from bench.protocol.schema import setting
+from bench.spec.schema import setting
 from bench.stores import provenance, tracking
 from bench.stores.urls import redact, sqlite_path
 from bench.sweep import tables

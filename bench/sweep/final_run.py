@@ -151,7 +151,7 @@ def train_final(
     KeyboardInterrupt); an interruption ends the MLflow run KILLED, records nothing and is raised again.
     ``stop_after``: under ``training.early_stopping`` the iterations the final trains (`final_iterations`, the
     cell's best trial's early-stopped length; x ``multiple`` here), the schedule that of the whole budget."""
-    from bench.protocol.schema import setting
+    from bench.spec.schema import setting
 
     run_id = mlflow.run(record.key, record.name, record.parent, tags=record.tags)
     config = final_run_config(protocol, cell, params, seed, multiple)
@@ -228,7 +228,7 @@ def train_fold_models(
     concatenated (`Concatenated`), scored the same way. Returns the concatenation's run (its iterations and
     samples those of every fold model; a FAIL naming the fold when one fails) and the fold models' runs.
     ``step`` sees one count over the fold models, fold ``f`` starting at ``f`` x the budget."""
-    from bench.protocol.schema import setting
+    from bench.spec.schema import setting
 
     stopping = setting(protocol.doc, "training.early_stopping")
     clustering = clusters_on_test(protocol)

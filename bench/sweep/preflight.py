@@ -263,7 +263,7 @@ def check_weights(protocol: Protocol, in_shape: tuple[int, ...] | None = None) -
     import torch
 
     from bench.models.weights import resolve
-    from bench.protocol.schema import setting
+    from bench.spec.schema import setting
     from bench.trunks import protocol_trunk
 
     pretrained = setting(protocol.doc, "model.pretrained")
@@ -324,7 +324,7 @@ def short_classes(protocol: Protocol, labels: Any) -> dict[str, Any]:
     images, the smallest count among them: what the manifest records under ``sampler``."""
     import torch
 
-    from bench.protocol.schema import setting
+    from bench.spec.schema import setting
 
     k = int(protocol.doc["training"]["K"])
     _, counts = torch.unique(torch.as_tensor(labels), return_counts=True)

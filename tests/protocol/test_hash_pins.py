@@ -63,3 +63,38 @@ def test_committed_result_keeps_its_hashes(manifest):
 
 def test_results_are_there():
     assert len(MANIFESTS) >= 4  # the test above is not vacuous
+
+
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_typed_sections_say_what_the_document_says(name):
+    """`Protocol.spec` is the normalised document, section by section, the absent defaults filled in."""
+    protocol = load_protocol(ROOT / "protocols" / name)
+    doc, spec = protocol.doc, protocol.spec
+    assert spec.name == doc["name"] and spec.seed == doc["seed"]
+    assert spec.data.train == doc["data"]["train"] and spec.data.test == doc["data"]["test"]
+    assert spec.data.validation.use == doc["data"]["validation"]["use"]
+    assert spec.data.small_classes == doc["data"].get("small_classes", "refuse")
+    assert spec.model.pretrained == doc["model"].get("pretrained")
+    assert spec.model.freeze_bn == doc["model"].get("freeze_bn", False)
+    assert spec.training.iterations == doc["training"]["iterations"]
+    assert spec.training.batch_size == doc["training"]["P"] * doc["training"]["K"]
+    assert spec.training.trunk_lr == doc["training"].get("trunk_lr")
+    stopping = doc["training"].get("early_stopping")
+    assert (spec.training.early_stopping is None) == (not stopping)
+    assert list(spec.evaluation.metrics) == doc["evaluation"]["metrics"]
+    assert spec.tuning.pruner.type == doc["tuning"]["pruner"]["type"]
+    assert spec.tuning.repeats == doc["tuning"].get("repeats", 1)
+    assert list(spec.final.seeds) == doc["final"]["seeds"]
+    assert spec.final.mode == doc["final"].get("mode", "retrain")
+    assert [m.label for m in spec.grid.losses] == [m["label"] for m in doc["grid"]["losses"]]
+    assert [m.search_space for m in spec.grid.miners] == [m["search_space"] for m in doc["grid"]["miners"]]
+
+
+def test_typed_sections_cannot_alter_the_hash():
+    protocol = load_protocol(ROOT / "protocols" / "omniglot-quick.yaml")
+    protocol.spec.grid.losses[0].params["margin"] = 123.0
+    protocol.spec.model.trunk_params["x"] = 1
+    assert "margin" not in protocol.doc["grid"]["losses"][0]["params"]
+    assert protocol.hash12 == PINNED["omniglot-quick.yaml"][0]
+    with pytest.raises(AttributeError):
+        protocol.spec.training.iterations = 1  # type: ignore[misc]

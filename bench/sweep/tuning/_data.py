@@ -16,7 +16,7 @@ from typing import Any
 from bench.data.splits import ClassSplit, class_folds, fold_label, split_pool
 from bench.errors import BenchError
 from bench.protocol import Protocol
-from bench.protocol.schema import setting
+from bench.spec.schema import setting
 
 
 class TestLeakError(BenchError):
@@ -226,7 +226,7 @@ def make_guard(d: Mapping[str, Any], train_all: Any, test_all: Any, test_split: 
 def _check_query_gallery(protocol: Protocol, test: Any) -> None:
     """Refuse, before any training, a query/gallery test that cannot be scored: no query with a match in
     the gallery, or re-ID metrics on data without per-sample cameras."""
-    from bench.protocol.schema import REID_METRICS
+    from bench.spec.schema import REID_METRICS
 
     if test.matched_queries() == 0:
         raise BenchError(

@@ -96,7 +96,7 @@ def train_config(
     protocol: Protocol, cell: Cell, loss_params: dict[str, Any], miner_params: dict[str, Any], seed: int
 ) -> TrainConfig:
     """The protocol's training settings for one run of a cell with these parameter values and seed."""
-    from bench.protocol.schema import setting
+    from bench.spec.schema import setting
     from bench.training import TrainConfig
 
     m, t = protocol.doc["model"], protocol.doc["training"]
@@ -148,7 +148,7 @@ def final_iterations(protocol: Protocol, best_iterations: list[int]) -> int | No
     rounded to a multiple of ``check_every`` (at least one check, at most the budget), the learning-rate
     schedule still that of the whole budget. Without early stopping, or no fold iterations recorded: None.
     """
-    from bench.protocol.schema import setting
+    from bench.spec.schema import setting
 
     stopping = setting(protocol.doc, "training.early_stopping")
     if not stopping or not best_iterations:
@@ -213,7 +213,7 @@ def train_and_score(
     import optuna
 
     from bench.evaluation import pair_scorer_of, score_model
-    from bench.protocol.schema import setting
+    from bench.spec.schema import setting
     from bench.training import EarlyStopping, train
 
     start = time.perf_counter()
@@ -325,7 +325,7 @@ def run_trial(
     """
     import optuna
 
-    from bench.protocol.schema import setting
+    from bench.spec.schema import setting
 
     hooks = hooks or Hooks()
     primary = protocol.primary
