@@ -21,7 +21,7 @@ from bench.errors import BenchError
 from bench.models import check_embedding_dim, freeze_batchnorm, head_parameters
 from bench.models.backbones import published_weights
 from bench.models.weights import HUB, load_pretrained, resolve
-from bench.spec.schema import setting
+from bench.spec import ModelSpec
 
 __all__ = ["MAX_EMBEDDING_DIM", "MAX_PARAMETERS", "check_size", "option_problems", "protocol_trunk", "trunk_from"]
 
@@ -51,17 +51,11 @@ def trunk_from(
     return trunk
 
 
-def protocol_trunk(doc: dict[str, Any], in_shape: tuple[int, ...]) -> nn.Module:
+def protocol_trunk(model: ModelSpec, in_shape: tuple[int, ...]) -> nn.Module:
     """The trunk a protocol's ``model`` section names, as `trunk_from` builds it (the floor's trunk, and the
     check of a sweep's weights file before its first trial)."""
-    m = doc["model"]
     return trunk_from(
-        m["trunk"],
-        in_shape,
-        m["embedding_dim"],
-        dict(m["trunk_params"]),
-        setting(doc, "model.pretrained"),
-        setting(doc, "model.freeze_bn"),
+        model.trunk, in_shape, model.embedding_dim, dict(model.trunk_params), model.pretrained, model.freeze_bn
     )
 
 

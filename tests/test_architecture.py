@@ -34,7 +34,7 @@ LAYERS: list[list[str]] = [
     ["bench.distances", "bench.reducers", "bench.metrics", "bench.data"],
     ["bench.losses", "bench.miners", "bench.models"],
     ["bench.plugins", "bench.registry"],
-    ["bench.trunks"],
+    ["bench.trunks", "bench.cell"],
     ["bench.training", "bench.evaluation"],
     ["bench.protocol"],
     ["bench.plan"],

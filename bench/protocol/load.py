@@ -808,13 +808,23 @@ def _try_build(
 
 def _build_problem(kind: str, entry: Any, fixed: dict[str, Any], doc: dict[str, Any]) -> tuple[str, str] | None:
     """Where and what, if the method cannot be built with ``fixed``."""
-    from bench import registry
+    import torch
 
-    params = method_params(entry, fixed, doc["model"])
-    context = {"num_classes": doc["training"]["P"], "embedding_size": doc["model"]["embedding_dim"]}
+    from bench.cell import build_methods, planned_classes
+
+    model = doc["model"]
+    params = method_params(entry, fixed, model)
+    loss, miner = (entry.name, None) if kind == "loss" else (None, entry.name)
     try:
-        build = registry.build_loss if kind == "loss" else registry.build_miner
-        build(entry.name, context, **params)
+        with torch.random.fork_rng(devices=[]):  # a learned metric draws its weights: leave the RNG as it was
+            build_methods(
+                loss,
+                params if loss else {},
+                miner,
+                params if miner else {},
+                num_classes=planned_classes(doc["training"]["P"]),
+                embedding_dim=model["embedding_dim"],
+            )
     except BenchError as e:
         return "params", str(e)
     except ImportError as e:
@@ -897,17 +907,7 @@ def _check_supplied(doc: dict[str, Any], written: dict[int, list[str]], report: 
 
 
 def method_params(entry: Any, fixed: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
-    """The protocol-wide choices a method accepts (normalisation, distance), then its own fixed values.
+    """`bench.cell.method_params` with the ``model`` section of a protocol document."""
+    from bench.cell import method_params as with_choices
 
-    Normalisation and distance belong to the protocol, not to a method
-    (METHODS.md, fair comparison); a method that has no such parameter
-    (a proxy loss) keeps its own behaviour.
-    """
-    accepted = entry.parameters()
-    params: dict[str, Any] = {}
-    if "normalize" in accepted:
-        params["normalize"] = model["normalize"]
-    if model.get("distance") is not None and "distance" in accepted:
-        params["distance"] = model["distance"]
-    params.update(fixed)
-    return params
+    return with_choices(entry, fixed, model["normalize"], model.get("distance"))

@@ -67,8 +67,8 @@ class DataSpec:
     as written (a side, or [height, width]); `hw` is (height, width)."""
 
     train: str
-    test: str | dict[str, str]
-    image_size: int | list[int]
+    test: Any  # a dataset spec, or {"query": spec, "gallery": spec}
+    image_size: Any  # a side (int), or [height, width]
     validation: ValidationSpec
     train_classes: Classes = None
     test_classes: Classes = None

@@ -217,7 +217,7 @@ class Sweep:
         self.results = tables.protocol_dir(options.results_dir, protocol.name)
         self.storage = open_storage(self.storage_url)
         self.primary = protocol.primary
-        self.metrics = tables.metric_names(protocol.doc)
+        self.metrics = tables.metric_names(protocol.spec.evaluation)
 
     # ---- setup
 
@@ -255,14 +255,14 @@ class Sweep:
             "metrics": self.metrics,
             "fingerprints": self.fingerprints,
             "data_fingerprint": self.protocol.data,
-            "geometry": geometry(self.protocol.doc["model"]["normalize"]),
+            "geometry": geometry(self.protocol.spec.model.normalize),
             "precision": self.precision,
             "package_versions": provenance.package_versions(),
             **self.code,
             "tracking_uri": redact(self.tracking_uri),
             "storage": redact(self.storage_url),
             "experiment": f"dmlbench/{self.protocol.name}",
-            "datasets": {"train": self.protocol.doc["data"]["train"], "test": self.protocol.doc["data"]["test"]},
+            "datasets": {"train": self.protocol.spec.data.train, "test": self.protocol.spec.data.test},
             **_query_counts(self.prepared.test),
             "budget": vars(self.plan.budget),
             "cells": [c.id for c in self.plan.cells],
