@@ -45,7 +45,7 @@ SYNC_EVERY = 25  # iterations between reads of the loss buffer (progress, diverg
 FINAL_LOSS_WINDOW = 50  # final_loss is the mean of the last this-many losses
 AUGMENTATIONS = ("shift", "affine")
 OPTIMIZERS = ("adam", "sgd", "rmsprop")  # rmsprop: the Reality Check's
-PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # bench.devices.PRECISIONS
 SCHEDULES = ("constant", "cosine", "step", "exponential")
 
 
@@ -279,7 +279,7 @@ def _autocast(precision: str, device: torch.device) -> contextlib.AbstractContex
     """The trunk's forward in ``precision``; fp32 is no context at all, so its results stay bit for bit."""
     if precision == "fp32":
         return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=PRECISIONS[precision])
+    return torch.autocast(device.type, dtype=DTYPES[precision])
 
 
 def use_channels_last(config: TrainConfig, x: torch.Tensor) -> bool:

@@ -36,7 +36,7 @@ import torch
 from bench.evaluation import embed
 from bench.protocol import Protocol
 from bench.spec import DataSpec, ModelSpec, TrainingSpec
-from bench.training import OPTIMIZERS, TrainConfig, use_channels_last
+from bench.training import DTYPES, OPTIMIZERS, TrainConfig, use_channels_last
 
 __all__ = [
     "EMBED_BATCH",
@@ -187,11 +187,7 @@ def _stepper(
         trunk = trunk.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # the stubs lack memory_format
         x = x.contiguous(memory_format=torch.channels_last)
     optimizer = _optimizer(training.optimizer, trunk.parameters(), float(training.lr))
-    autocast = (
-        torch.autocast(device.type, dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[config.precision])
-        if config.precision != "fp32"
-        else None
-    )
+    autocast = torch.autocast(device.type, dtype=DTYPES[config.precision]) if config.precision != "fp32" else None
     trunk.train()
 
     def step() -> float:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from bench.devices import AUTO, PRECISIONS
+
 _NUM = {"type": "number"}
 _POS_INT = {"type": "integer", "minimum": 1}
 # \Z, not $: Python's $ also matches before a final newline, and "tiny\n" would pass as a name;
@@ -249,7 +251,7 @@ SCHEMA: dict[str, Any] = {
                 "short_classes": {"enum": ["repeat", "refuse"]},
                 "iterations": _POS_INT,
                 "device": {"type": "string"},
-                "precision": {"enum": ["fp32", "bf16", "fp16", "auto"]},
+                "precision": {"enum": [*PRECISIONS, AUTO]},
                 "channels_last": {"type": ["boolean", "null"]},
                 "schedule": SCHEDULE,
                 "early_stopping": EARLY_STOPPING,
