@@ -10,6 +10,7 @@ from bench.cell.build import (
     method_params,
     optimizer,
     planned_classes,
+    protocol_trunk,
 )
 
 __all__ = [
@@ -22,4 +23,5 @@ __all__ = [
     "method_params",
     "optimizer",
     "planned_classes",
+    "protocol_trunk",
 ]

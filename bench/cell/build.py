@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from bench.spec import ModelSpec
+
 HARNESS = "_dmlbench_harness"  # set on an exception the harness raised inside a method's call (an embedding)
 
 
@@ -134,6 +136,17 @@ def build_methods(
     if miner_fn is not None and loss_fn is not None and hasattr(miner_fn, "bind_loss"):
         method_call("miner", str(miner), 0, miner_fn.bind_loss, loss_fn, where="bind_loss")
     return loss_fn, miner_fn
+
+
+def protocol_trunk(model: ModelSpec, in_shape: tuple[int, ...]) -> nn.Module:
+    """The trunk a protocol's ``model`` section names, as `build_cell` builds it (the floor's trunk, and the
+    check of a sweep's weights file before its first trial); seeded alike, it is the trunk a run starts from,
+    since `build_cell` draws the trunk's numbers before the loss's."""
+    from bench.trunks import trunk_from
+
+    return trunk_from(
+        model.trunk, in_shape, model.embedding_dim, dict(model.trunk_params), model.pretrained, model.freeze_bn
+    )
 
 
 def build_cell(recipe: Recipe, in_shape: tuple[int, ...], num_classes: int, device: torch.device) -> tuple[Any, ...]:

@@ -37,8 +37,8 @@ from bench.sweep.tuning import Prepared, final_seed
 
 def initial_trunk(protocol: Protocol, seed: int, in_shape: tuple[int, ...]) -> Any:
     """The trunk final seed ``seed`` starts from: seeded and built exactly as bench.training.train does."""
+    from bench.cell import protocol_trunk
     from bench.training import seed_everything  # the training loop's own seeding, so the two cannot drift
-    from bench.trunks import protocol_trunk
 
     seed_everything(final_seed(protocol.seed, seed))
     return protocol_trunk(protocol.spec.model, in_shape).to(protocol.spec.training.device).eval()

@@ -258,8 +258,8 @@ def check_weights(protocol: Protocol, in_shape: tuple[int, ...] | None = None) -
     file's presence is checked; with it the trunk is built and the weights loaded, then dropped."""
     import torch
 
+    from bench.cell import protocol_trunk
     from bench.models.weights import resolve
-    from bench.trunks import protocol_trunk
 
     pretrained = protocol.spec.model.pretrained
     if pretrained is None:
