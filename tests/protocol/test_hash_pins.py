@@ -98,3 +98,18 @@ def test_typed_sections_cannot_alter_the_hash():
     assert protocol.hash12 == PINNED["omniglot-quick.yaml"][0]
     with pytest.raises(AttributeError):
         protocol.spec.training.iterations = 1  # type: ignore[misc]
+
+
+def test_only_the_protocol_package_reads_the_raw_document():
+    """Outside bench/protocol the package reads `Protocol.spec`, never `.doc` (what the hash covers)."""
+    import ast
+
+    bench = ROOT / "bench"
+    reads = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in bench.rglob("*.py")
+        if path.parent.name != "protocol"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr == "doc"
+    ]
+    assert reads == []
