@@ -2,7 +2,8 @@
 
 `load_protocol(path) -> Protocol` validates the file against the schema
 (`bench.spec.schema`) and the registry, fills in defaults and hashes
-the result; `bench.plan` expands it into cells.
+the result; `Protocol.spec` holds it as typed sections (`bench.spec`);
+`bench.plan` expands it into cells.
 """
 
 from bench.devices import device_problem

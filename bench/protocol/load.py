@@ -57,9 +57,11 @@ class Protocol:
     """A validated protocol: the normalised document, its hash and where it came from.
 
     `doc` is the canonical form (defaults filled, registry search spaces
-    merged); code reads it, never the raw YAML, so every consumer sees the
-    same values the hash covers, except that its paths are absolute
-    (`resolve_paths`) where the hash took them as written. `text` is the
+    merged), what the hash covers, read only inside this package; `spec`
+    is the same as typed sections (`bench.spec.Spec`), what the rest of the
+    package reads, so every consumer sees the values the hash covers, except
+    that paths are absolute (`resolve_paths`) where the hash took them as
+    written. `text` is the
     file as written, kept as the artifact of every record. `data` is the
     fingerprint of the data a sweep read (`bench.data.fingerprint`), set
     once the data are loaded. `shared_hash` covers what every cell shares
