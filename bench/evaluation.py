@@ -35,7 +35,7 @@ from bench.errors import BenchError
 
 if TYPE_CHECKING:
     from bench.losses.learned_metric import PairScorer
-    from bench.protocol import Protocol
+    from bench.spec import Spec
 
 EMBEDDING_PREFIX = "embedding_"  # the embedding-distance ranking of a learned-metric cell, beside its g ranking
 
@@ -303,13 +303,13 @@ def evaluate(
 # --------------------------------------------------------------------------- a protocol's evaluation
 
 
-def clusters_on_test(protocol: Protocol) -> bool:
+def clusters_on_test(spec: Spec) -> bool:
     """Whether the test evaluation clusters the embeddings (NMI or AMI asked for): k-means is its dearest part."""
-    return bool({"nmi", "ami"} & set(protocol.doc["evaluation"]["metrics"]))
+    return bool({"nmi", "ami"} & set(spec.evaluation.metrics))
 
 
 def score_model(
-    protocol: Protocol,
+    spec: Spec,
     model: Any,
     data: Any,
     *,
@@ -323,24 +323,23 @@ def score_model(
     ``metric``: the cell's learned metric, which then ranks (module docstring)."""
     from bench.data.query_gallery import QueryGallery
 
-    ev = protocol.doc["evaluation"]
     if isinstance(data, QueryGallery):
-        return score_query_gallery(protocol, model, data, device=device, metric=metric)
+        return score_query_gallery(spec, model, data, device=device, metric=metric)
     return evaluate(
         model,
         data,
-        ks=tuple(ev["ks"]),
+        ks=spec.evaluation.ks,
         lake_runs=lake_runs,
         clustering=clustering,
         device=device,
         seed=seed,
-        normalize=protocol.doc["model"]["normalize"],
+        normalize=spec.model.normalize,
         metric=metric,
     )
 
 
 def score_query_gallery(
-    protocol: Protocol, model: Any, data: Any, *, device: str = "cpu", metric: PairScorer | None = None
+    spec: Spec, model: Any, data: Any, *, device: str = "cpu", metric: PairScorer | None = None
 ) -> dict[str, float]:
     """The protocol's metrics of a query set ranked against its gallery, in the protocol's geometry.
 
@@ -354,17 +353,17 @@ def score_query_gallery(
 
     raw_q = embed(model, data.query.x, device=device)
     raw_g = raw_q if data.query is data.gallery else embed(model, data.gallery.x, device=device)
-    shape = geometry(protocol.doc["model"]["normalize"])
-    out = _query_gallery_scores(protocol, data, to_geometry(raw_q, shape), to_geometry(raw_g, shape), {})
+    shape = geometry(spec.model.normalize)
+    out = _query_gallery_scores(spec, data, to_geometry(raw_q, shape), to_geometry(raw_g, shape), {})
     if metric is None:
         return out
     pq, pg = metric.prepare(raw_q), metric.prepare(raw_g)
-    by_g = _query_gallery_scores(protocol, data, pq, pg, {"pair_score": metric, "pair_cost": metric.cost(pq.shape[1])})
+    by_g = _query_gallery_scores(spec, data, pq, pg, {"pair_score": metric, "pair_cost": metric.cost(pq.shape[1])})
     return {**by_g, **{EMBEDDING_PREFIX + k: v for k, v in out.items()}}
 
 
 def _query_gallery_scores(
-    protocol: Protocol, data: Any, query: torch.Tensor, gallery: torch.Tensor, ranking: dict[str, Any]
+    spec: Spec, data: Any, query: torch.Tensor, gallery: torch.Tensor, ranking: dict[str, Any]
 ) -> dict[str, float]:
     """The protocol's query/gallery and re-ID metrics of these embeddings; ``ranking``: a learned metric's
     ``pair_score`` and ``pair_cost``, or nothing (the Euclidean ranking)."""
@@ -373,25 +372,21 @@ def _query_gallery_scores(
         query_gallery_metrics,
         reid_metrics,
     )
-    from bench.protocol.schema import REID_METRICS
+    from bench.spec.schema import REID_METRICS
 
-    ev = protocol.doc["evaluation"]
+    ev = spec.evaluation
     ids = {"query_ids": data.query_ids, "gallery_ids": data.gallery_ids}
     out: dict[str, float] = {}
-    wanted = [m for m in ev["metrics"] if m in RANKING_METRICS]
+    wanted = [m for m in ev.metrics if m in RANKING_METRICS]
     if wanted:
         out.update(
             query_gallery_metrics(
-                query, data.query.y, gallery, data.gallery.y, ks=tuple(ev["ks"]), metrics=wanted, **ids, **ranking
+                query, data.query.y, gallery, data.gallery.y, ks=ev.ks, metrics=wanted, **ids, **ranking
             )
         )
-    if set(REID_METRICS) & set(ev["metrics"]):
+    if set(REID_METRICS) & set(ev.metrics):
         q_cam, g_cam = data.cameras()
-        out.update(
-            reid_metrics(
-                query, data.query.y, q_cam, gallery, data.gallery.y, g_cam, ks=tuple(ev["ks"]), **ids, **ranking
-            )
-        )
+        out.update(reid_metrics(query, data.query.y, q_cam, gallery, data.gallery.y, g_cam, ks=ev.ks, **ids, **ranking))
     out.pop("num_queries", None)
     out.pop("skipped_queries", None)
     return out

@@ -12,11 +12,14 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.errors import BenchError
 from bench.sweep.progress import is_terminal
 from bench.training import TrainConfig
+
+if TYPE_CHECKING:
+    from bench.spec import DataSpec
 
 DEFAULT_TRAIN = "omniglot:background"
 DEFAULT_TEST = "omniglot:evaluation"
@@ -32,35 +35,21 @@ class SingleRun:
     floor: dict[str, float] = field(default_factory=dict)  # metric -> the untrained trunk's score
 
 
-def initial_trunk(config: TrainConfig, in_shape: tuple[int, ...]) -> Any:
-    """The trunk `bench.training.train` starts from with this config's seed (its own seeding, then the same
-    build), in eval mode: what the run's floor scores, as `bench.sweep.floor` does for a protocol."""
-    from bench.training import seed_everything
-    from bench.trunks import trunk_from
-
-    seed_everything(config.seed)
-    trunk = trunk_from(
-        config.trunk, in_shape, config.embedding_dim, config.trunk_params, config.pretrained, config.freeze_bn
-    )
-    return trunk.to(config.device).eval()
-
-
 def initial_models(config: TrainConfig, train_data: Any) -> tuple[Any, Any]:
     """The trunk and the learned metric (`bench.evaluation.pair_scorer_of`; None for a distance-based loss)
-    `bench.training.train` starts from with this config's seed: its own seeding, then its own build."""
+    `bench.training.train` starts from with this config's seed: its own seeding, then its own build
+    (`bench.cell.build_cell`), in eval mode: what the run's floor scores."""
     import torch
 
-    from bench import registry
+    from bench.cell import build_cell, classes_of
     from bench.evaluation import pair_scorer_of
-    from bench.training import build, seed_everything
+    from bench.training import seed_everything
 
-    in_shape, classes = tuple(train_data.x.shape[1:]), len(torch.unique(train_data.y))
-    context = {"num_classes": classes, "embedding_size": config.embedding_dim}
-    if pair_scorer_of(registry.build_loss(config.loss, context, **config.loss_params)) is None:
-        return initial_trunk(config, in_shape), None  # a distance-based loss: the trunk alone
     seed_everything(config.seed)
-    trunk, loss, _ = build(config, in_shape, classes, torch.device(config.device))
-    return trunk.eval(), pair_scorer_of(loss)
+    in_shape, classes = tuple(train_data.x.shape[1:]), classes_of(train_data.y)
+    trunk, loss, _ = build_cell(config, in_shape, classes, torch.device(config.device))
+    metric = pair_scorer_of(loss)
+    return trunk.to(config.device).eval(), metric
 
 
 def check_config(config: TrainConfig, size: int | None = None) -> None:
@@ -107,7 +96,7 @@ def split_fingerprints(train_classes: tuple[int, ...], test_classes: tuple[int, 
 
 @dataclass(frozen=True)
 class DataChoice:
-    """Which classes of which data, as a protocol's data section says it (`bench.protocol.schema`).
+    """Which classes of which data, as a protocol's data section says it (`bench.spec.schema`).
 
     `train_classes`/`test_classes`: None (all), a count (a seeded sample) or
     a list of ids or folder names; `split`: a count or fraction of test
@@ -125,9 +114,11 @@ class DataChoice:
     loader: dict[str, Any] | None = None  # data.loader
     layout: str | None = None  # data.layout: how an npz's 4-D x is ordered
 
-    def section(self, train_spec: str, test_spec: str, size: int) -> dict[str, Any]:
+    def section(self, train_spec: str, test_spec: str, size: int) -> DataSpec:
         """The equivalent ``data`` section, so `train` selects classes exactly as `run` does."""
-        split = None if self.split is None else {"test_classes": self.split, "seed": self.split_seed}
+        from bench.spec import DataSpec, LoaderSpec, SplitSpec, ValidationSpec
+
+        split = None if self.split is None else SplitSpec(self.split, self.split_seed)
         test = train_spec if split is not None else test_spec
         if (
             split is None
@@ -138,19 +129,20 @@ class DataChoice:
                 "train and test name the same dataset: give disjoint --train-classes and "
                 "--test-classes lists, or --split"
             )
-        return {
-            "train": train_spec,
-            "test": test,
-            "image_size": size,
-            "resize": self.resize,
-            "channels": self.channels,
-            "train_classes": self.train_classes,
-            "test_classes": self.test_classes,
-            "split": split,
-            "augment": self.augment,
-            "loader": self.loader,
-            "layout": self.layout,
-        }
+        return DataSpec(
+            train=train_spec,
+            test=test,
+            image_size=size,
+            validation=ValidationSpec(folds=1, use=1),  # one run: no validation folds, the field unused
+            resize=self.resize,
+            channels=self.channels,
+            train_classes=self.train_classes,
+            test_classes=self.test_classes,
+            split=split,
+            augment=self.augment,
+            loader=LoaderSpec(**(self.loader or {})),
+            layout=self.layout,
+        )
 
 
 def train_and_evaluate(
@@ -187,12 +179,12 @@ def train_and_evaluate(
 
     check_config(config)
     d = (choice or DataChoice()).section(train_spec, test_spec, size)
-    test_spec = d["test"]
+    test_spec = d.test
     train_all, test_all = load_sides(d, data_root)
     train_split, test_split = select_sides(d, train_all, test_all, config.seed)
     make_guard(d, train_all, test_all, test_split).check(train_split.classes, "train")
     train_data, test_data = train_all.subset(train_split.classes), test_all.subset(test_split.classes)
-    lake_runs = datasets.load_lake_runs(data_root, size) if d["split"] is None and test_spec == DEFAULT_TEST else None
+    lake_runs = datasets.load_lake_runs(data_root, size) if d.split is None and test_spec == DEFAULT_TEST else None
 
     uri = tracking.resolve_tracking_uri(tracking_uri)
     prints = split_fingerprints(train_data.classes, test_data.classes)
@@ -207,11 +199,18 @@ def train_and_evaluate(
     run_name = f"{config.loss}+{config.miner or 'none'}/{config.trunk}/seed{config.seed}"
     writer = MlflowWriter(uri, experiment, tags)
     with writer.recording(run_name) as run_id:
-        chosen = {k: d[k] for k in ("train_classes", "test_classes", "split", "channels") if d[k] is not None}
-        if d["augment"]:  # recorded as the protocol records it (bare names written out)
+        split = None if d.split is None else {"test_classes": d.split.test_classes, "seed": d.split.seed}
+        given: dict[str, Any] = {
+            "train_classes": d.train_classes,
+            "test_classes": d.test_classes,
+            "split": split,
+            "channels": d.channels,
+        }
+        chosen = {k: v for k, v in given.items() if v is not None}
+        if d.augment:  # recorded as the protocol records it (bare names written out)
             from bench.data.augment import normalise
 
-            chosen["augment"] = json.dumps(normalise(d["augment"]), sort_keys=True)
+            chosen["augment"] = json.dumps(normalise(d.augment), sort_keys=True)
         writer.log(
             run_id,
             params={
@@ -219,7 +218,7 @@ def train_and_evaluate(
                 "train_data": train_spec,
                 "test_data": test_spec,
                 "size": size,
-                "resize": d["resize"],
+                "resize": d.resize,
                 **{k: str(v) for k, v in chosen.items()},
             },
         )

@@ -35,7 +35,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from bench import registry
+from bench.cell import HARNESS, build_cell, classes_of, method_call
+from bench.cell import optimizer as make_optimizer
 from bench.devices import AUTO, device_problem, precision_problem
 from bench.errors import BenchError, DivergedError, MethodError
 from bench.evaluation import embed
@@ -44,7 +45,7 @@ SYNC_EVERY = 25  # iterations between reads of the loss buffer (progress, diverg
 FINAL_LOSS_WINDOW = 50  # final_loss is the mean of the last this-many losses
 AUGMENTATIONS = ("shift", "affine")
 OPTIMIZERS = ("adam", "sgd", "rmsprop")  # rmsprop: the Reality Check's
-PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # bench.devices.PRECISIONS
 SCHEDULES = ("constant", "cosine", "step", "exponential")
 
 
@@ -195,86 +196,12 @@ def _snapshot(*modules: Any) -> list[dict[str, torch.Tensor] | None]:
     ]
 
 
-def build(config: TrainConfig, in_shape: tuple[int, ...], num_classes: int, device: torch.device):
-    """Trunk (pretrained, BN frozen, as configured), loss and miner from the registry; proxy losses get the
-    class count and embedding size."""
-    from bench.trunks import trunk_from
-
-    trunk = trunk_from(
-        config.trunk, in_shape, config.embedding_dim, config.trunk_params, config.pretrained, config.freeze_bn
-    ).to(device)
-    context = {"num_classes": num_classes, "embedding_size": config.embedding_dim}
-    loss = registry.build_loss(config.loss, context, **config.loss_params)
-    if isinstance(loss, nn.Module):
-        loss = loss.to(device)
-    if callable(getattr(loss, "materialize", None)):  # a learned metric's weights now: a function of the seed
-        loss.materialize(config.embedding_dim)
-    miner = registry.build_miner(config.miner, context, **config.miner_params) if config.miner else None
-    if miner is not None and hasattr(miner, "bind_loss"):
-        method_call("miner", str(config.miner), 0, miner.bind_loss, loss, where="bind_loss")
-    return trunk, loss, miner
-
-
-HARNESS = "_dmlbench_harness"  # set on an exception the harness raised inside a method's call (an embedding)
-
-
-def _out_of_memory(error: BaseException) -> bool:
-    oom = getattr(torch, "OutOfMemoryError", None)
-    return (
-        isinstance(error, MemoryError)
-        or (oom is not None and isinstance(error, oom))
-        or (isinstance(error, RuntimeError) and "out of memory" in str(error))
-    )
-
-
-def method_call(role: str, name: str, iteration: int, fn: Callable[..., Any], *args: Any, where: str = "") -> Any:
-    """``fn(*args)``, a loss's or a miner's call, with what it raises made a `MethodError` (the method's failure:
-    a failed trial, not a crash). What is not the method's own failure passes unchanged: a BenchError (a test-class
-    guard's among them), KeyboardInterrupt and the like (not Exceptions), running out of memory, and an exception
-    the harness raised from inside the call (marked ``HARNESS``: a dataset-level miner's embedding of the data)."""
-    try:
-        return fn(*args)
-    except BenchError:
-        raise
-    except Exception as e:
-        if getattr(e, HARNESS, False) or _out_of_memory(e):
-            raise
-        raise MethodError(role, name, iteration, e, where) from e
-
-
 def loss_value(name: str, iteration: int, value: Any) -> torch.Tensor:
     """A loss's result, refused (a `MethodError`) unless it is a tensor of one element, which the loop steps on."""
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         return value
     shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
     raise MethodError("loss", name, iteration, TypeError(f"returned {shape}, expected a tensor of one element"))
-
-
-def _optimizer(config: TrainConfig, trunk: nn.Module, loss: Any) -> torch.optim.Optimizer:
-    """One parameter group at ``lr``; with ``trunk_lr``, the trunk body in its own group (bench.models).
-
-    A loss with a ``param_lr`` (its ``lr`` parameter: a proxy loss's proxies, a learned margin beta) has
-    its own parameters in a last group at that rate, as the Reality Check's separate loss optimiser;
-    without one they train at ``lr`` with the head. Every group has the same optimiser, weight decay
-    and schedule.
-    """
-    from bench.models import param_groups
-
-    others = list(loss.parameters()) if isinstance(loss, nn.Module) else []
-    own_lr = getattr(loss, "param_lr", None)
-    if own_lr is None:
-        groups = param_groups(trunk, others, config.lr, config.trunk_lr)
-    else:
-        groups = param_groups(trunk, [], config.lr, config.trunk_lr)
-        in_trunk = {id(p) for p in trunk.parameters()}
-        own = [p for p in dict.fromkeys(others) if p.requires_grad and id(p) not in in_trunk]
-        if own:
-            groups.append({"params": own, "lr": float(own_lr)})
-    if config.optimizer == "adam":
-        return torch.optim.Adam(groups, lr=config.lr, weight_decay=config.weight_decay)
-    if config.optimizer == "rmsprop":
-        return torch.optim.RMSprop(groups, lr=config.lr, weight_decay=config.weight_decay)
-    return torch.optim.SGD(groups, lr=config.lr, momentum=0.9, weight_decay=config.weight_decay)
 
 
 def schedule_problem(schedule: object, iterations: int) -> str | None:
@@ -352,7 +279,7 @@ def _autocast(precision: str, device: torch.device) -> contextlib.AbstractContex
     """The trunk's forward in ``precision``; fp32 is no context at all, so its results stay bit for bit."""
     if precision == "fp32":
         return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=PRECISIONS[precision])
+    return torch.autocast(device.type, dtype=DTYPES[precision])
 
 
 def use_channels_last(config: TrainConfig, x: torch.Tensor) -> bool:
@@ -450,18 +377,17 @@ def train(
     config.check()
     device = torch.device(config.device)
     generator = seed_everything(config.seed)
-    _, labels = torch.unique(data.y, return_inverse=True)
-    num_classes = int(labels.max()) + 1
+    _, labels = torch.unique(data.y, return_inverse=True)  # ranks 0..C-1: what the loss and miner see
     files = not isinstance(data.x, torch.Tensor)  # image files, decoded by loader workers
     x = data.x if files else data.x.to(device)
     labels_dev = labels.to(device)
-    trunk, loss_fn, miner = build(config, tuple(data.x.shape[1:]), num_classes, device)
+    trunk, loss_fn, miner = build_cell(config, tuple(data.x.shape[1:]), classes_of(labels), device)
     if on_built is not None:
         on_built(trunk, loss_fn)
     channels_last = use_channels_last(config, x)
     if channels_last:
         trunk = trunk.to(memory_format=torch.channels_last)
-    optimizer = _optimizer(config, trunk, loss_fn)
+    optimizer = make_optimizer(config, trunk, loss_fn)
     scheduled = config.schedule["type"] != "constant" or config.schedule.get("warmup", 0) > 0
     base_lrs = [group["lr"] for group in optimizer.param_groups]
     scaler = torch.amp.GradScaler(device.type) if config.precision == "fp16" else None

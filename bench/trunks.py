@@ -21,9 +21,8 @@ from bench.errors import BenchError
 from bench.models import check_embedding_dim, freeze_batchnorm, head_parameters
 from bench.models.backbones import published_weights
 from bench.models.weights import HUB, load_pretrained, resolve
-from bench.protocol.schema import setting
 
-__all__ = ["MAX_EMBEDDING_DIM", "MAX_PARAMETERS", "check_size", "option_problems", "protocol_trunk", "trunk_from"]
+__all__ = ["MAX_EMBEDDING_DIM", "MAX_PARAMETERS", "check_size", "option_problems", "trunk_from"]
 
 
 MAX_EMBEDDING_DIM = 65_536  # far above any embedding in the literature (512-2048); 1e12 is a typo
@@ -49,20 +48,6 @@ def trunk_from(
     if freeze_bn:
         freeze_batchnorm(trunk)
     return trunk
-
-
-def protocol_trunk(doc: dict[str, Any], in_shape: tuple[int, ...]) -> nn.Module:
-    """The trunk a protocol's ``model`` section names, as `trunk_from` builds it (the floor's trunk, and the
-    check of a sweep's weights file before its first trial)."""
-    m = doc["model"]
-    return trunk_from(
-        m["trunk"],
-        in_shape,
-        m["embedding_dim"],
-        dict(m["trunk_params"]),
-        setting(doc, "model.pretrained"),
-        setting(doc, "model.freeze_bn"),
-    )
 
 
 def check_size(name: str, in_shape: Sequence[int], embedding_dim: int, params: dict) -> None:

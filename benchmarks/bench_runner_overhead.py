@@ -54,7 +54,7 @@ def bare_run(protocol, prepared, cell, seed: int) -> float:
     from bench.data.samplers import PKSampler
     from bench.evaluation import evaluate
 
-    t = protocol.doc["training"]
+    t = protocol.spec.training
     start = time.perf_counter()
     torch.manual_seed(seed)
     data = prepared.train
@@ -62,10 +62,10 @@ def bare_run(protocol, prepared, cell, seed: int) -> float:
     model = registry.build_trunk("conv4", in_shape=tuple(data.x.shape[1:]), embedding_dim=64)
     loss_fn = registry.build_loss(cell.loss, **cell.loss_params)
     miner = registry.build_miner(cell.miner, **cell.miner_params)
-    optimizer = torch.optim.Adam(model.parameters(), lr=t["lr"])
-    batches = iter(PKSampler(labels, t["P"], t["K"], seed))
+    optimizer = torch.optim.Adam(model.parameters(), lr=t.lr)
+    batches = iter(PKSampler(labels, t.P, t.K, seed))
     model.train()
-    for _ in range(t["iterations"]):
+    for _ in range(t.iterations):
         idx = torch.as_tensor(next(batches), dtype=torch.long)
         emb = model(data.x[idx])
         loss = loss_fn(emb, labels[idx], miner(emb, labels[idx]))

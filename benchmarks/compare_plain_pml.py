@@ -86,12 +86,12 @@ def harness_config(
 
 def harness_run(config: TrainConfig, protocol: Protocol, lake_runs: list[Any]) -> dict[str, float]:
     """Train on the protocol's training classes and score the test classes as a final seed is scored."""
-    data = protocol.doc["data"]
-    train_data = load(data["train"], None, data["image_size"])
-    test_data = load(data["test"], None, data["image_size"])
+    data = protocol.spec.data
+    train_data = load(data.train, None, data.image_size)
+    test_data = load(data.test, None, data.image_size)
     result = train(config, train_data)
     return evaluate(
-        result.model, test_data, lake_runs=lake_runs, clustering=False, normalize=protocol.doc["model"]["normalize"]
+        result.model, test_data, lake_runs=lake_runs, clustering=False, normalize=protocol.spec.model.normalize
     )
 
 
@@ -119,17 +119,17 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     protocol = as_trained(load_protocol(args.protocol), args.results)
-    training, data = protocol.doc["training"], protocol.doc["data"]
-    if (data.get("train"), data.get("test"), data["image_size"]) != ("omniglot:background", "omniglot:evaluation", 28):
+    training, data = protocol.spec.training, protocol.spec.data
+    if (data.train, data.test, data.image_size) != ("omniglot:background", "omniglot:evaluation", 28):
         raise BenchError(
             f"{args.protocol}: the plain script trains on omniglot:background and tests on "
             "omniglot:evaluation at 28x28; this protocol does not"
         )
     params = tuned_params(args.results, args.cell, parse_params(tuple(args.param), "--param"))
-    iterations = args.iterations or training["iterations"]
-    batch = training["P"] * training["K"]
+    iterations = args.iterations or training.iterations
+    batch = training.batch_size
     print(
-        f"{iterations} iterations of {training['P']} x {training['K']} = {batch}; harness cell {args.cell} "
+        f"{iterations} iterations of {training.P} x {training.K} = {batch}; harness cell {args.cell} "
         f"with {params or 'its defaults'}; {args.threads} thread(s)"
     )
     lake_runs = load_lake_runs(None, 28)
@@ -139,7 +139,7 @@ def main() -> None:
         for arm in ("plain", "harness"):
             start = time.perf_counter()
             if arm == "plain":
-                m = plain_pml_script.main(iterations, seed, batch, training["K"])
+                m = plain_pml_script.main(iterations, seed, batch, training.K)
             else:
                 m = harness_run(harness_config(protocol, args.cell, params, seed, iterations), protocol, lake_runs)
             for name in METRICS:

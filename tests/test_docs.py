@@ -2,7 +2,7 @@
 
 The schema grows with the code (a pruner option, a data field); a reference
 that silently lacks the new key is how users end up reading the source. The
-test walks `bench.protocol.schema.SCHEMA` and compares.
+test walks `bench.spec.schema.SCHEMA` and compares.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bench.protocol import schema
+from bench.spec import schema
 
 DOC = (Path(__file__).resolve().parents[1] / "docs" / "PROTOCOL.md").read_text()
 

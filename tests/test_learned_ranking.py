@@ -227,23 +227,23 @@ def test_cell_floor_is_the_cells_untrained_trunk_and_metric_scored_the_same_way(
     cell = learned[0]
     row = floor.cell_floor_row(protocol, prepared, cell, 0)
     built = []
-    real = training.build
+    real = training.build_cell
 
     def caught(*args, **kwargs):
         out = real(*args, **kwargs)
         built.append(copy.deepcopy(out[:2]))
         return out
 
-    monkeypatch.setattr(training, "build", caught)
+    monkeypatch.setattr(training, "build_cell", caught)
     config = final_config(protocol, cell, {}, 0)
     training.train(config, prepared.train)
     monkeypatch.undo()
     trunk, loss = built[0]
     want = score_model(
-        protocol, trunk.eval(), prepared.test, clustering=False, lake_runs=prepared.lake_runs,
+        protocol.spec, trunk.eval(), prepared.test, clustering=False, lake_runs=prepared.lake_runs,
         metric=pair_scorer_of(loss),
     )  # fmt: skip
-    metrics = metric_names(protocol.doc)
+    metrics = metric_names(protocol.spec.evaluation)
     want_row = {"protocol_hash": protocol.hash, "cell_key": cell_key(protocol, cell), "cell": cell.id, "seed": 0}
     assert row == {**want_row, **{m: want[m] for m in metrics}}
     trunk_floor = floor.floor_row(protocol, prepared, 0)
@@ -267,7 +267,7 @@ def test_cell_floor_is_the_cells_untrained_trunk_and_metric_scored_the_same_way(
     )  # fmt: skip
     assert len(seen) == 3 and all(isinstance(m, PairScorer) for m in seen)
     assert all(m.metric is result.metric.metric for m in seen)
-    got = score_model(protocol, result.model, prepared.test, clustering=False, metric=result.metric)
+    got = score_model(protocol.spec, result.model, prepared.test, clustering=False, metric=result.metric)
     assert got == result.metrics and "map_at_r" in got
     assert "embedding_map_at_r" in result.metrics
     triplet = next(c for c in plan(protocol).cells if c.loss == "triplet")

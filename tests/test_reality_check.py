@@ -16,6 +16,8 @@ import torch
 import yaml
 from PIL import Image
 
+from bench.cell import build_cell as build_run
+from bench.cell import optimizer as _optimizer
 from bench.data import LabeledData
 from bench.data.augment import build, check
 from bench.errors import BenchError
@@ -24,8 +26,7 @@ from bench.models.weights import hub_checkpoints
 from bench.plan import plan
 from bench.protocol import load_protocol, parse_protocol
 from bench.sweep.probe import dead_parameters
-from bench.training import TrainConfig, _optimizer, train
-from bench.training import build as build_run
+from bench.training import TrainConfig, train
 from bench.trunks import trunk_from
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,11 +9,13 @@ import pytest
 import torch
 from torch import nn
 
+from bench.cell import build_cell as build
+from bench.cell import optimizer as _optimizer
 from bench.data import LabeledData
 from bench.errors import BenchError
 from bench.models.weights import hub_checkpoints
 from bench.protocol import ProtocolError, load_protocol, parse_protocol
-from bench.training import TrainConfig, _optimizer, _set_lr, build, lr_factor, train
+from bench.training import TrainConfig, _set_lr, lr_factor, train
 from bench.trunks import trunk_from
 from bench.vision import torchvision
 

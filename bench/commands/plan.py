@@ -21,7 +21,7 @@ from bench.errors import BenchError
 from bench.plan import NOT_SELECTED
 from bench.plan.cost import DATASET_SIZES, STEP_FIXED_S, SWEEP_FIXED_S, sized_test, trunk_cost
 from bench.plan.space import describe_space
-from bench.protocol.schema import image_hw
+from bench.spec import TrainingSpec
 
 if TYPE_CHECKING:
     from bench.plan import Plan
@@ -57,15 +57,13 @@ def rows(p: Plan) -> list[dict[str, Any]]:
 def _kept_line(p: Plan) -> str:
     """What the sweep keeps of its final seeds (`bench.sweep.kept`): each one's model and test embeddings, their
     size, and the key that turns it off."""
-    from bench.protocol.schema import setting
-
-    if not setting(p.protocol.doc, "final.keep_models"):
+    if not p.protocol.spec.final.keep_models:
         return "kept: no final model or embeddings (final.keep_models: false)"
     from bench.plan.cost import dataset_size, sized_test
     from bench.sweep.kept import kept_bytes
 
-    data = p.protocol.doc["data"]
-    _, images = dataset_size(sized_test(data["test"]), data["test_classes"])
+    data = p.protocol.spec.data
+    _, images = dataset_size(sized_test(data.test_spec), data.test_classes)
     model, embeddings = kept_bytes(p.protocol, images)
     seeds = len(p.cells) * p.budget.final_count
     per_seed = model + embeddings
@@ -203,8 +201,8 @@ def command(
     from bench.sweep.preflight import inspect
 
     protocol = load_protocol(file)
-    d = protocol.doc["data"]
-    for spec in (d["train"], *test_specs(d["test"])):
+    d = protocol.spec.data
+    for spec in (d.train, *test_specs(d.test_spec)):
         check_path(spec)  # no class count for data that does not exist
     # what `validate --no-data` refuses (bench.sweep.preflight), a dead search parameter among it: it would
     # waste the budget. A device this machine lacks matters only to --time-methods, which times on it.
@@ -258,8 +256,8 @@ def format_plan(p: Plan, cpuinfo: str | None = None, stop_given: bool = False) -
     the early-stopping length of ``Plan.stopped`` was the user's (`--stop-at`), not the earliest stop."""
     from bench.data.query_gallery import describe
 
-    doc, b = p.protocol.doc, p.budget
-    data, model, training, val = doc["data"], doc["model"], doc["training"], doc["data"]["validation"]
+    spec, b = p.protocol.spec, p.budget
+    data, model, training, val = spec.data, spec.model, spec.training, spec.data.validation
 
     def classes(spec: str, given: Any) -> str:
         if isinstance(given, list):
@@ -269,25 +267,25 @@ def format_plan(p: Plan, cpuinfo: str | None = None, stop_given: bool = False) -
         known = DATASET_SIZES.get(spec)
         return f"all {known[0]} classes" if known else "all classes"
 
-    split = data.get("split")
+    split = data.split
     sides = (
-        f"train {data['train']} ({classes(data['train'], data['train_classes'])}), "
-        f"test {describe(data['test'])} ({classes(sized_test(data['test']), data['test_classes'])}), "
+        f"train {data.train} ({classes(data.train, data.train_classes)}), "
+        f"test {describe(data.test_spec)} ({classes(sized_test(data.test_spec), data.test_classes)}), "
         if split is None
-        else f"pool {data['train']} split {split['test_classes']} of the classes for test (seed {split['seed']}), "
+        else f"pool {data.train} split {split.test_classes} of the classes for test (seed {split.seed}), "
     )
     lines = [
         f"protocol {p.protocol.name} (hash {p.protocol.hash12}) from {p.protocol.source}",
         f"data: {sides}"
-        f"{'x'.join(map(str, image_hw(data['image_size'])))}, augmentation {data['augmentation'] or 'none'}"
-        f"{_augment_text(data.get('augment'))}",
-        f"validation: {val['folds']} class-disjoint folds of the training classes"
-        f"{' by ' + val['group_by'] if val['group_by'] else ''}, {val['use']} used per trial",
-        f"model: {model['trunk']}, {model['embedding_dim']}-d embedding, "
-        f"{'L2-normalised' if model['normalize'] else 'not normalised'}, distance {model['distance'] or 'per method'}",
-        f"training: {training['optimizer']} lr {training['lr']:g}, batch P x K = {training['P']} x {training['K']} = "
+        f"{'x'.join(map(str, data.hw))}, augmentation {data.augmentation or 'none'}"
+        f"{_augment_text(data.augment)}",
+        f"validation: {val.folds} class-disjoint folds of the training classes"
+        f"{' by ' + val.group_by if val.group_by else ''}, {val.use} used per trial",
+        f"model: {model.trunk}, {model.embedding_dim}-d embedding, "
+        f"{'L2-normalised' if model.normalize else 'not normalised'}, distance {model.distance or 'per method'}",
+        f"training: {training.optimizer} lr {training.lr:g}, batch P x K = {training.P} x {training.K} = "
         f"{b.batch_size}, {b.iterations} iterations a run",
-        f"tuning: {b.trials} Optuna trials per cell (seeded TPE), pruner {doc['tuning']['pruner']['type']}"
+        f"tuning: {b.trials} Optuna trials per cell (seeded TPE), pruner {spec.tuning.pruner.type}"
         + (
             f", repeated in {b.draws} independent draws (tuning.repeats), each draw's winner tested on the final "
             "seeds; intervals and tests over the draws' means"
@@ -295,13 +293,13 @@ def format_plan(p: Plan, cpuinfo: str | None = None, stop_given: bool = False) -
             else ""
         )
         + "; "
-        f"final: seeds {', '.join(map(str, doc['final']['seeds']))}"
+        f"final: seeds {', '.join(map(str, spec.final.seeds))}"
         + (
             f", each {b.final_runs} fold models scored alone (separate) and concatenated"
             if b.final_runs > 1
             else ", each retrained on every training class"
         )
-        + f"; primary metric {doc['evaluation']['primary']}",
+        + f"; primary metric {spec.evaluation.primary}",
         "",
         f"cells ({len(p.cells)}):",
     ]
@@ -336,7 +334,7 @@ def format_plan(p: Plan, cpuinfo: str | None = None, stop_given: bool = False) -
                 unselected.setdefault(loss, []).append(miner)
         lines += [f"  {loss}+{{{', '.join(miners)}}}: {NOT_SELECTED}" for loss, miners in unselected.items()]
     e = p.estimate
-    trunk = doc["model"]["trunk"]
+    trunk = spec.model.trunk
     cost = p.cost or trunk_cost(p.protocol)
     note = cost.source or ("" if cost.measured else "not measured: scaled from conv4")
     if p.cost_note:
@@ -346,7 +344,7 @@ def format_plan(p: Plan, cpuinfo: str | None = None, stop_given: bool = False) -
     )
     h, w = cost.ref_hw or (math.isqrt(cost.ref_pixels),) * 2
     basis = f"{trunk} step {step} ms at {h}x{w}, batch {cost.ref_batch}" + (f", {note}" if note else "")
-    gpu = str(training["device"]).startswith("cuda")
+    gpu = str(training.device).startswith("cuda")
     span = e.high_s > e.low_s * 1.001
     where = (
         f"estimated GPU time{{check}}: {e.mid_s / 3600:,.1f} GPU-hours on one GPU ("
@@ -396,7 +394,7 @@ def format_plan(p: Plan, cpuinfo: str | None = None, stop_given: bool = False) -
             f"loss+miner: timed here on one thread, random {b.batch_size}-sample batches (early training, "
             f"an upper bound where mining shrinks), added to every step of the cell"
         )
-        ph, pw = image_hw(data["image_size"])  # the trunk's step at the protocol's batch and image size
+        ph, pw = data.hw  # the trunk's step at the protocol's batch and image size
         step_s = cost.step_s[0] * (b.batch_size / cost.ref_batch) * (ph * pw / cost.ref_pixels)
         slow = [(c, s) for c, s in p.method_s.items() if s > step_s]
         lines += [
@@ -408,7 +406,7 @@ def format_plan(p: Plan, cpuinfo: str | None = None, stop_given: bool = False) -
         lines.append(f"note: {p.precision_note}")
     if p.loader_note:
         lines.append(f"note: {p.loader_note}")
-    if not gpu and training["precision"] == "bf16" and cost.source != "--step-ms" and cost.threads is None:
+    if not gpu and training.precision == "bf16" and cost.source != "--step-ms" and cost.threads is None:
         amx = "has no AMX" if lacks_amx(_cpuinfo() if cpuinfo is None else cpuinfo) else "has AMX or is not x86"
         lines.append(
             f"note: the step time above is fp32's; bf16 + channels-last measured 2.1-2.5x faster on a "
@@ -420,13 +418,13 @@ def format_plan(p: Plan, cpuinfo: str | None = None, stop_given: bool = False) -
 
 def _assumptions(p: Plan, cost: Any, gpu: bool) -> str:
     """What the estimate rests on: where the trunk's step comes from, and what was not timed."""
-    training = p.protocol.doc["training"]
+    training = p.protocol.spec.training
     if cost.threads is not None:
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
         step = (
-            f"the trunk's training step ({training['precision']}"
+            f"the trunk's training step ({training.precision}"
             f"{', channels-last' if _channels_last(training) else ''}, forward + backward + "
-            f"{training['optimizer']} step) and its embedding (no gradient) as timed here just now on random "
+            f"{training.optimizer} step) and its embedding (no gradient) as timed here just now on random "
             + (
                 "inputs; "
                 if gpu
@@ -457,9 +455,9 @@ def _assumptions(p: Plan, cost: Any, gpu: bool) -> str:
     )
 
 
-def _channels_last(training: dict[str, Any]) -> bool:
-    setting = training.get("channels_last")
-    return training["precision"] != "fp32" if setting is None else bool(setting)
+def _channels_last(training: TrainingSpec) -> bool:
+    setting = training.channels_last
+    return training.precision != "fp32" if setting is None else bool(setting)
 
 
 def _augment_text(augment: dict[str, Any] | None) -> str:

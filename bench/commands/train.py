@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from bench.commands._output import emit, format_option, log, quiet_option
+from bench.devices import PRECISIONS
 from bench.errors import BenchError
 from bench.single_run import DEFAULT_TEST, DEFAULT_TRAIN
 
@@ -173,7 +174,7 @@ def _score(value: float | None) -> str:
 @click.option("--seed", default=0, show_default=True, help="seed of weights, batches and augmentation")
 @click.option(
     "--precision",
-    type=click.Choice(["fp32", "bf16", "fp16"]),
+    type=click.Choice(list(PRECISIONS)),
     default="fp32",
     show_default=True,
     help="of the trunk's forward pass (fp16 needs a CUDA device; losses always run in fp32)",
@@ -240,8 +241,8 @@ def command(
     2 on bad input; 3 when a test class is also a training class (compared
     by dataset and class name, so two folders that both number from 0 are fine).
     """
-    from bench.protocol.schema import CHANNELS
     from bench.single_run import DataChoice, check_config, train_and_evaluate
+    from bench.spec.schema import CHANNELS
     from bench.training import TrainConfig
 
     choice = DataChoice(

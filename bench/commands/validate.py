@@ -25,22 +25,22 @@ def data_lines(protocol: Protocol, prepared: Any, sampler: dict[str, Any] | None
     from bench.sweep.preflight import short_classes_notice
     from bench.sweep.tuning import small_classes_notice
 
-    d = protocol.doc["data"]
+    d = protocol.spec.data
 
     def counts(data: Any) -> str:
         return f"{len(data.classes)} classes, {len(data)} samples, inputs {'x'.join(map(str, data.x.shape[1:]))}"
 
     test = prepared.test
-    lines = [f"  train {d['train']}: {counts(prepared.train)}"]
+    lines = [f"  train {d.train}: {counts(prepared.train)}"]
     if isinstance(test, QueryGallery):
         skipped = len(test.query) - test.matched_queries()
         lines += [
-            f"  test query {d['test']['query']}: {counts(test.query)}"
+            f"  test query {d.test['query']}: {counts(test.query)}"
             + (f"; {skipped} without a match in the gallery, skipped by the metrics" if skipped else ""),
-            f"  test gallery {d['test']['gallery']}: {counts(test.gallery)}",
+            f"  test gallery {d.test['gallery']}: {counts(test.gallery)}",
         ]
     else:
-        lines.append(f"  test {d['test']}: {counts(test)}")
+        lines.append(f"  test {d.test}: {counts(test)}")
     for i in range(len(prepared.folds)):
         fold_train, fold_val = prepared.fold(i)
         lines.append(f"  {fold_label(i)}: train {counts(fold_train)}; validation {counts(fold_val)}")

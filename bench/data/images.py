@@ -27,7 +27,7 @@ from PIL import Image, UnidentifiedImageError
 
 from bench.data.resize import fit_square, resize_area
 from bench.errors import BenchError
-from bench.protocol.schema import image_hw
+from bench.spec.schema import image_hw
 
 MAX_PIXELS = 40_000_000  # a 6,000 x 6,000 photo; more is decoded into gigabytes of floats before resizing
 GRAY_MODES = {"1", "L", "LA", "La", "I", "I;16", "I;16B", "I;16L", "I;16N", "F"}

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 from bench import registry
 from bench.plan.types import Budget, Cell, Estimate, TrunkCost
 from bench.protocol import Protocol
-from bench.protocol.schema import image_hw
 
 if TYPE_CHECKING:
     from bench.plan.measure import Measured
@@ -154,14 +153,14 @@ def _metrics_s(images: float, classes: float, clustering: bool) -> float:
 
 def trunk_cost(protocol: Protocol, step_s: float | None = None) -> TrunkCost:
     """The cost table entry of the protocol's trunk on its device, or one made of a measured step time."""
-    doc = protocol.doc
-    trunk, gpu = doc["model"]["trunk"], str(doc["training"]["device"]).startswith("cuda")
+    spec = protocol.spec
+    trunk, gpu = spec.model.trunk, str(spec.training.device).startswith("cuda")
     table = (GPU_TRUNK_COSTS, UNKNOWN_GPU_TRUNK) if gpu else (TRUNK_COSTS, UNKNOWN_TRUNK)
     cost = table[0].get(trunk, table[1])
     if step_s is None:
         return cost
-    h, w = image_hw(doc["data"]["image_size"])
-    batch = doc["training"]["P"] * doc["training"]["K"]
+    h, w = spec.data.hw
+    batch = spec.training.batch_size
     embed_s = cost.embed_s * (h * w) / cost.ref_pixels
     return TrunkCost((step_s, step_s), embed_s, ref_batch=batch, ref_pixels=h * w, ref_hw=(h, w), source="--step-ms")
 
@@ -169,9 +168,9 @@ def trunk_cost(protocol: Protocol, step_s: float | None = None) -> TrunkCost:
 def measured_cost(protocol: Protocol, m: Measured) -> TrunkCost:
     """A cost entry made of the trunk timed here (`bench.plan.measure.measure_trunk`), at the protocol's
     batch and image size: no scaling, no range."""
-    doc = protocol.doc
-    h, w = image_hw(doc["data"]["image_size"])
-    batch = doc["training"]["P"] * doc["training"]["K"]
+    spec = protocol.spec
+    h, w = spec.data.hw
+    batch = spec.training.batch_size
     where = "on this machine" if m.device == "cpu" else f"on {m.device} here"
     return TrunkCost(
         (m.step_s, m.step_s),
@@ -197,9 +196,9 @@ def bounded_by_loader(
     longer of the two, not their sum."""
     if images_per_s is None:
         return cost, ""
-    doc = protocol.doc
-    h, w = image_hw(doc["data"]["image_size"])
-    batch = doc["training"]["P"] * doc["training"]["K"]
+    spec = protocol.spec
+    h, w = spec.data.hw
+    batch = spec.training.batch_size
     scale = (batch / cost.ref_batch) * (h * w / cost.ref_pixels)
     load_s = batch / images_per_s
     low, high = (s * scale for s in cost.step_s)
@@ -232,26 +231,26 @@ def estimate_cell(
 
     ``check_multiple`` > 0 adds a budget check: the finals retrained at that multiple of the budget
     with the same seeds, and evaluated again. ``method_s``: the cell's loss and miner, timed, a step."""
-    doc = protocol.doc
+    spec = protocol.spec
     cost = cost or trunk_cost(protocol)
-    h, w = image_hw(doc["data"]["image_size"])
+    h, w = spec.data.hw
     pixels = h * w  # an MLP's first layer and a conv trunk both scale with the pixel count
     scale = (budget.batch_size / cost.ref_batch) * (pixels / cost.ref_pixels)
     embed_one = cost.embed_s * pixels / cost.ref_pixels
-    _, train_images = dataset_size(doc["data"]["train"], doc["data"]["train_classes"])
-    folds = doc["data"]["validation"]["folds"]
+    _, train_images = dataset_size(spec.data.train, spec.data.train_classes)
+    folds = spec.data.validation.folds
     val_images = train_images / folds
     per_step_extra = _miner_step_extra(cell, train_images * (folds - 1) / folds, embed_one) + method_s
     slow = cost.slowdown  # the figures not timed here run on the same busy machine as the timed step
-    pruner = doc["tuning"]["pruner"]
-    stopping = doc["training"].get("early_stopping")
-    every = stopping["check_every"] if stopping else (None if pruner["type"] == "none" else pruner["check_every"])
+    pruner = spec.tuning.pruner
+    stopping = spec.training.early_stopping
+    every = stopping.check_every if stopping else (None if pruner.type == "none" else pruner.check_every)
     checks = 0 if every is None else budget.iterations // every
     one_val = val_images * embed_one + slow * _metrics_s(val_images, 0, clustering=False)
     test_eval = _test_eval_s(protocol, cost)
     learned = bool(cell.loss_params.get("learned_metric"))  # ranked by g on validation and test (`LEARNED_S_PER_PAIR`)
     if learned:
-        _, test_images = dataset_size(sized_test(doc["data"]["test"]), doc["data"]["test_classes"])
+        _, test_images = dataset_size(sized_test(spec.data.test), spec.data.test_classes)
         one_val += slow * LEARNED_S_PER_PAIR * val_images**2
         test_eval += slow * LEARNED_S_PER_PAIR * test_images**2
     tuning_eval = budget.tuning_runs * (1 + checks) * one_val
@@ -288,11 +287,11 @@ def sweep_overhead_s(protocol: Protocol, budget: Budget, cost: TrunkCost | None 
 
 def _test_eval_s(protocol: Protocol, cost: TrunkCost) -> float:
     """One evaluation on the test side: embedding it (and Lake's runs) and its metrics."""
-    doc = protocol.doc
-    h, w = image_hw(doc["data"]["image_size"])
+    spec = protocol.spec
+    h, w = spec.data.hw
     embed_one = cost.embed_s * h * w / cost.ref_pixels
-    test_classes, test_images = dataset_size(sized_test(doc["data"]["test"]), doc["data"]["test_classes"])
-    metrics = doc["evaluation"]["metrics"]
+    test_classes, test_images = dataset_size(sized_test(spec.data.test), spec.data.test_classes)
+    metrics = spec.evaluation.metrics
     lake = LAKE_IMAGES if "lake_accuracy" in metrics else 0
     clustering = "nmi" in metrics or "ami" in metrics
     return (test_images + lake) * embed_one + cost.slowdown * _metrics_s(test_images, test_classes, clustering)

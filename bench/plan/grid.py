@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from bench import registry
+from bench.cell import method_params
 from bench.errors import BenchError
 from bench.plan.cost import (
     bounded_by_loader,
@@ -29,8 +30,8 @@ from bench.plan.cost import (
 )
 from bench.plan.types import Budget, Cell, Dropped, Estimate, Plan
 from bench.protocol import NO_MINER, Protocol
-from bench.protocol.load import canonical_json, method_params
-from bench.protocol.schema import setting
+from bench.protocol.load import canonical_json
+from bench.spec import MethodSpec, ModelSpec
 
 NOT_SELECTED = "not selected by the protocol (the loss's `miners` list)"
 
@@ -60,24 +61,24 @@ def plan(
     ``training.early_stopping`` the estimates are the maximum (every run trains the whole budget) and
     ``Plan.stopped`` the time when every run stops at ``stop_at`` iterations (default: the earliest a run
     can stop, ``check_every`` x (``patience`` + 1))."""
-    doc = protocol.doc
-    grid = doc["grid"]
+    spec = protocol.spec
+    grid = spec.grid
     cells: list[Cell] = []
     dropped: list[Dropped] = []
-    for loss_item in grid["losses"]:
-        loss_entry = registry.get("loss", loss_item["name"])
-        allowed = loss_item.get("miners")
-        for miner_item in grid["miners"]:
-            cell_id = f"{loss_item['label']}+{miner_item['label']}"
-            miner_entry = None if miner_item["name"] == NO_MINER else registry.get("miner", miner_item["name"])
+    for loss_item in grid.losses:
+        loss_entry = registry.get("loss", loss_item.name)
+        allowed = loss_item.miners
+        for miner_item in grid.miners:
+            cell_id = f"{loss_item.label}+{miner_item.label}"
+            miner_entry = None if miner_item.name == NO_MINER else registry.get("miner", miner_item.name)
             reason = registry.incompatibility(loss_entry, miner_entry)
             if reason:
                 dropped.append(Dropped(cell_id, reason))
                 continue
-            if allowed is not None and miner_item["label"] not in allowed:
+            if allowed is not None and miner_item.label not in allowed:
                 dropped.append(Dropped(cell_id, NOT_SELECTED))
                 continue
-            cell = _cell(cell_id, loss_entry, loss_item, miner_entry, miner_item, doc["model"])
+            cell = _cell(cell_id, loss_entry, loss_item, miner_entry, miner_item, spec.model)
             cells.append(replace(cell, digest=cell_digest(protocol, cell)))
     if not cells:  # a sweep of nothing would end "0 cells done", exit 0, with empty tables
         first = dropped[0]
@@ -85,17 +86,17 @@ def plan(
             f"{protocol.name}: the grid has no cell: every loss x miner pair was dropped "
             f"({len(dropped)}; first {first.cell}: {first.reason})"
         )
-    training, validation = doc["training"], doc["data"]["validation"]
+    training, validation = spec.training, spec.data.validation
     budget = Budget(
-        trials=doc["tuning"]["trials"],
-        folds=validation["use"],
-        iterations=training["iterations"],
-        batch_size=training["P"] * training["K"],
-        seeds=len(doc["final"]["seeds"]),
-        early_stopping=bool(training.get("early_stopping")),
-        final_runs=validation["use"] if setting(doc, "final.mode") == "folds" else 1,
-        draws=setting(doc, "tuning.repeats"),
-        unsearched_one=setting(doc, "tuning.unsearched") == "one",
+        trials=spec.tuning.trials,
+        folds=validation.use,
+        iterations=training.iterations,
+        batch_size=training.batch_size,
+        seeds=len(spec.final.seeds),
+        early_stopping=training.early_stopping is not None,
+        final_runs=validation.use if spec.final.mode == "folds" else 1,
+        draws=spec.tuning.repeats,
+        unsearched_one=spec.tuning.unsearched == "one",
     )
     cost, cost_note, precision_note = trunk_cost(protocol, step_s), "", ""
     if measure and step_s is None:
@@ -105,7 +106,7 @@ def plan(
         if why:
             cost_note = f"not measured here: the protocol trains on {why}"
         else:
-            _, test_images = dataset_size(sized_test(doc["data"]["test"]), doc["data"]["test_classes"])
+            _, test_images = dataset_size(sized_test(spec.data.test), spec.data.test_classes)
             batch = min(EMBED_BATCH, int(test_images)) if test_images else EMBED_BATCH  # what the test embeds in
             timed, precision_note = _precision_here(protocol, threads)
             cost = measured_cost(protocol, measure_trunk(timed, threads=threads, embed_batch=batch))
@@ -128,9 +129,9 @@ def plan(
         for c in cells
     }
     stopped = None
-    stopping = training.get("early_stopping")
+    stopping = training.early_stopping
     if stopping:
-        at = min(stop_at or stopping["check_every"] * (stopping["patience"] + 1), budget.iterations)
+        at = min(stop_at or stopping.check_every * (stopping.patience + 1), budget.iterations)
         short = replace(budget, iterations=at)
         cut = [
             estimate_cell(protocol, c, short.for_cell(c), cost, check_multiple, method_s.get(c.id, 0.0)) for c in cells
@@ -203,25 +204,25 @@ def cell_digest(protocol: Protocol, cell: Cell) -> str:
 def _cell(
     cell_id: str,
     loss_entry: registry.Entry,
-    loss_item: dict[str, Any],
+    loss_item: MethodSpec,
     miner_entry: registry.Entry | None,
-    miner_item: dict[str, Any],
-    model: dict[str, Any],
+    miner_item: MethodSpec,
+    model: ModelSpec,
 ) -> Cell:
     """One cell: fixed parameters, and the searched ones less those the miner's tuples supply (dead there)."""
     supplied = miner_entry.supplies if miner_entry is not None else ()
-    space = {f"loss.{k}": v for k, v in loss_item["search_space"].items() if k not in supplied}
+    space = {f"loss.{k}": v for k, v in loss_item.search_space.items() if k not in supplied}
     miner_params: dict[str, Any] = {}
     dataset_level = False
     if miner_entry is not None:
-        space.update({f"miner.{k}": v for k, v in miner_item["search_space"].items()})
-        miner_params = method_params(miner_entry, miner_item["params"], model)
+        space.update({f"miner.{k}": v for k, v in miner_item.search_space.items()})
+        miner_params = method_params(miner_entry, miner_item.params, model.normalize, model.distance)
         dataset_level = miner_entry.dataset_level(miner_params)
     return Cell(
         cell_id,
         loss_entry.name,
         miner_entry.name if miner_entry else None,
-        method_params(loss_entry, loss_item["params"], model),
+        method_params(loss_entry, loss_item.params, model.normalize, model.distance),
         miner_params,
         space,
         dataset_level,

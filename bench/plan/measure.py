@@ -35,8 +35,8 @@ import torch
 
 from bench.evaluation import embed
 from bench.protocol import Protocol
-from bench.protocol.schema import image_hw
-from bench.training import OPTIMIZERS, TrainConfig, use_channels_last
+from bench.spec import DataSpec, ModelSpec, TrainingSpec
+from bench.training import DTYPES, OPTIMIZERS, TrainConfig, use_channels_last
 
 __all__ = [
     "EMBED_BATCH",
@@ -75,12 +75,12 @@ class Measured:
     slowdown: float = 1.0  # wall time x threads / CPU time of the timed steps, at least 1 (CPU only)
 
 
-def channels_of(doc: dict[str, Any]) -> int:
+def channels_of(data: DataSpec) -> int:
     """The channels the trunk sees: ``data.channels``, else 1 for the grey named datasets, else 3 (RGB)."""
-    channels = doc["data"].get("channels")
+    channels = data.channels
     if channels is not None:
         return int(channels)
-    name = str(doc["data"]["train"]).split(":", 1)[0]
+    name = str(data.train).split(":", 1)[0]
     return 1 if name in GREY_DATASETS else 3
 
 
@@ -88,7 +88,7 @@ def unavailable(protocol: Protocol) -> str | None:
     """Why the protocol's device cannot be timed on here (None: it can)."""
     from bench.devices import device_problem
 
-    return device_problem(str(protocol.doc["training"]["device"]))
+    return device_problem(str(protocol.spec.training.device))
 
 
 def _sync(device: torch.device) -> None:
@@ -114,14 +114,14 @@ def measure_trunk(
     for up to about half that (each at least once after a warm-up). ``threads``: torch CPU threads while
     timing (None: as set now, what `run` uses without ``--threads``); ``embed_batch``: the batch evaluation
     embeds in (`EMBED_BATCH`, or the whole test set when it is smaller)."""
-    doc = protocol.doc
-    model, training = doc["model"], doc["training"]
-    assert training["optimizer"] in OPTIMIZERS
-    device = torch.device(str(training["device"]))
-    h, w = image_hw(doc["data"]["image_size"])
-    in_shape = (channels_of(doc), h, w)
-    batch = training["P"] * training["K"]
-    config = TrainConfig(precision=training["precision"], channels_last=training["channels_last"], device=str(device))
+    spec = protocol.spec
+    model, training = spec.model, spec.training
+    assert training.optimizer in OPTIMIZERS
+    device = torch.device(str(training.device))
+    h, w = spec.data.hw
+    in_shape = (channels_of(spec.data), h, w)
+    batch = training.batch_size
+    config = TrainConfig(precision=training.precision, channels_last=training.channels_last, device=str(device))
     before = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
@@ -142,8 +142,8 @@ def measure_trunk(
 
 
 def _time_steps(
-    model: dict[str, Any],
-    training: dict[str, Any],
+    model: ModelSpec,
+    training: TrainingSpec,
     config: TrainConfig,
     in_shape: tuple[int, ...],
     batch: int,
@@ -162,8 +162,8 @@ def _time_steps(
 
 
 def _stepper(
-    model: dict[str, Any],
-    training: dict[str, Any],
+    model: ModelSpec,
+    training: TrainingSpec,
     config: TrainConfig,
     in_shape: tuple[int, ...],
     batch: int,
@@ -174,24 +174,20 @@ def _stepper(
     from bench.trunks import trunk_from
 
     trunk = trunk_from(
-        model["trunk"],
+        model.trunk,
         in_shape,
-        model["embedding_dim"],
-        dict(model["trunk_params"]),
+        model.embedding_dim,
+        dict(model.trunk_params),
         None,
-        bool(model.get("freeze_bn", False)),
+        model.freeze_bn,
     ).to(device)
     x = torch.randn(batch, *in_shape, device=device)
     channels_last = use_channels_last(config, x)
     if channels_last:
         trunk = trunk.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # the stubs lack memory_format
         x = x.contiguous(memory_format=torch.channels_last)
-    optimizer = _optimizer(training["optimizer"], trunk.parameters(), float(training["lr"]))
-    autocast = (
-        torch.autocast(device.type, dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[config.precision])
-        if config.precision != "fp32"
-        else None
-    )
+    optimizer = _optimizer(training.optimizer, trunk.parameters(), float(training.lr))
+    autocast = torch.autocast(device.type, dtype=DTYPES[config.precision]) if config.precision != "fp32" else None
     trunk.train()
 
     def step() -> float:
@@ -258,20 +254,20 @@ def variant_name(precision: str, channels_last: bool) -> str:
 def protocol_variant(protocol: Protocol) -> str | None:
     """The variant a protocol's fixed precision trains in (channels-last by `use_channels_last`'s default for
     images), or None for ``precision: auto`` (or fp16, which is not timed here)."""
-    training = protocol.doc["training"]
-    if training["precision"] not in ("fp32", "bf16"):
+    training = protocol.spec.training
+    if training.precision not in ("fp32", "bf16"):
         return None
-    image = protocol.doc["model"]["trunk"] != "mlp"
-    config = TrainConfig(precision=training["precision"], channels_last=training["channels_last"])
-    return variant_name(training["precision"], image and use_channels_last(config, torch.empty(1, 1, 1, 1)))
+    image = protocol.spec.model.trunk != "mlp"
+    config = TrainConfig(precision=training.precision, channels_last=training.channels_last)
+    return variant_name(training.precision, image and use_channels_last(config, torch.empty(1, 1, 1, 1)))
 
 
 def candidate_variants(protocol: Protocol) -> list[str]:
     """What ``precision: auto`` chooses among on the protocol's device: fp32 and bf16, each with and without
     channels-last (image trunks only); bf16 only where the device has it (every CPU; a CUDA GPU that says so)."""
-    device = torch.device(str(protocol.doc["training"]["device"]))
+    device = torch.device(str(protocol.spec.training.device))
     bf16 = device.type != "cuda" or torch.cuda.is_bf16_supported()
-    image = protocol.doc["model"]["trunk"] != "mlp"
+    image = protocol.spec.model.trunk != "mlp"
     return [
         name
         for name, (precision, channels_last) in VARIANTS.items()
@@ -317,12 +313,12 @@ def time_variants(
     the number of timed rounds and the threads used. Each variant gets its own trunk (same seed), optimiser
     and input; after a warm-up step each, the variants alternate step by step, round after round (at least
     ``min_rounds``, at most `MAX_STEPS`, while ``budget_s`` lasts), so a busy machine slows them alike."""
-    doc = protocol.doc
-    model, training = doc["model"], doc["training"]
-    device = torch.device(str(training["device"]))
-    h, w = image_hw(doc["data"]["image_size"])
-    in_shape = (channels_of(doc), h, w)
-    batch = training["P"] * training["K"]
+    spec = protocol.spec
+    model, training = spec.model, spec.training
+    device = torch.device(str(training.device))
+    h, w = spec.data.hw
+    in_shape = (channels_of(spec.data), h, w)
+    batch = training.batch_size
     names = variants or candidate_variants(protocol)
     before = torch.get_num_threads()
     if threads is not None:
@@ -360,7 +356,7 @@ def choose_precision(
     name = next(n for n in VARIANTS if n in medians and medians[n] <= fastest * 1.02)
     precision, channels_last = VARIANTS[name]
     step_ms = {n: s * 1000 for n, s in medians.items()}
-    return PrecisionChoice(precision, channels_last, step_ms, rounds, used, str(protocol.doc["training"]["device"]))
+    return PrecisionChoice(precision, channels_last, step_ms, rounds, used, str(protocol.spec.training.device))
 
 
 def slow_precision(protocol: Protocol, budget_s: float = 4.0, threads: int | None = None) -> str | None:
@@ -411,23 +407,23 @@ def measure_loader(protocol: Protocol, data_root: str | None = None) -> tuple[fl
     from bench.data.samplers import PKBatchSampler, PKSampler
     from bench.errors import BenchError
 
-    d, training = protocol.doc["data"], protocol.doc["training"]
-    if str(d["train"]).split(":", 1)[0] in IN_MEMORY:
+    d, training = protocol.spec.data, protocol.spec.training
+    if str(d.train).split(":", 1)[0] in IN_MEMORY:
         return None, ""
     try:
         data = load(
-            d["train"],
+            d.train,
             data_root,
-            size=d["image_size"],
-            resize=d.get("resize", "stretch"),
-            channels=d.get("channels"),
-            augment=d.get("augment"),
-            loader={**(d.get("loader") or {}), "cache": False},
+            size=d.image_size,
+            resize=d.resize,
+            channels=d.channels,
+            augment=d.augment,
+            loader={**d.loader.as_dict(), "cache": False},
         )
         if not data.lazy:
             return None, ""
         _, labels = torch.unique(data.y, return_inverse=True)
-        sampler = PKBatchSampler(PKSampler(labels, training["P"], training["K"], seed=0), 0, LOADER_BATCHES + 1)
+        sampler = PKBatchSampler(PKSampler(labels, training.P, training.K, seed=0), 0, LOADER_BATCHES + 1)
         device = torch.device("cpu")
         workers = loader_options(data.x, device)["num_workers"]
         batches = stream(train_loader(data.x, sampler, seed=0, device=device), device)

@@ -31,7 +31,6 @@ from typing import Any
 
 import torch
 
-from bench import registry
 from bench.plan.cost import dataset_size
 from bench.plan.types import Cell
 from bench.protocol import Protocol
@@ -43,24 +42,26 @@ def _built(
     """The cell's loss and miner as training builds them (the miner bound to the loss, `method_call` naming a
     ``bind_loss`` that raises), the labels of a P x K batch and a maker of random embeddings of its shape (on the
     unit sphere when the protocol normalises, requiring grad). Call it under `_rng_kept`."""
-    from bench.training import method_call
+    from bench.cell import build_methods, planned_classes
 
-    doc = protocol.doc
-    p, k, dim = doc["training"]["P"], doc["training"]["K"], doc["model"]["embedding_dim"]
+    spec = protocol.spec
+    p, k, dim = spec.training.P, spec.training.K, spec.model.embedding_dim
     labels = torch.arange(p, device=device).repeat_interleave(k)
-    classes, _ = dataset_size(doc["data"]["train"], doc["data"]["train_classes"])  # proxies: one per training class
-    context = {"num_classes": max(p, int(classes)), "embedding_size": dim}
+    classes, _ = dataset_size(spec.data.train, spec.data.train_classes)  # proxies: one per training class
     torch.manual_seed(0)
-    loss_fn = registry.build_loss(cell.loss, context, **cell.loss_params)
-    if isinstance(loss_fn, torch.nn.Module):
-        loss_fn = loss_fn.to(device)
-    miner = registry.build_miner(cell.miner, context, **cell.miner_params) if cell.miner else None
-    if miner is not None and hasattr(miner, "bind_loss"):
-        method_call("miner", str(cell.miner), 0, miner.bind_loss, loss_fn, where="bind_loss")
+    loss_fn, miner = build_methods(
+        cell.loss,
+        cell.loss_params,
+        cell.miner,
+        cell.miner_params,
+        num_classes=planned_classes(p, classes),
+        embedding_dim=dim,
+        device=device,
+    )
 
     def batch() -> torch.Tensor:
         x = torch.randn(len(labels), dim, device=device)
-        if doc["model"]["normalize"]:
+        if spec.model.normalize:
             x = torch.nn.functional.normalize(x, dim=1)
         return x.requires_grad_(True)
 
@@ -80,8 +81,9 @@ def check_cell(protocol: Protocol, cell: Cell) -> str | None:
     the data and a trunk: it is built and bound to the loss, not called, and the loss runs on the batch without it
     (``indices_tuple`` None). The message names the method and its exception (`bench.errors.MethodError`); an
     exception out of the harness itself (a BenchError aside) is not caught here."""
+    from bench.cell import method_call
     from bench.errors import BenchError
-    from bench.training import loss_value, method_call
+    from bench.training import loss_value
 
     device = torch.device("cpu")
     try:
@@ -103,7 +105,7 @@ def time_cell(protocol: Protocol, cell: Cell, repeats: int = 3) -> float | None:
     """Median seconds of one step's mining, loss and backward for ``cell`` (None: dataset-level miner)."""
     if cell.dataset_level:
         return None
-    device = torch.device(str(protocol.doc["training"]["device"]))
+    device = torch.device(str(protocol.spec.training.device))
     with _rng_kept(device):
         loss_fn, miner, labels, batch = _built(protocol, cell, device)
         times = []

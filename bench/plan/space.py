@@ -1,6 +1,6 @@
 """A search space in one line: what a cell's trials tune, as `plan` and `list` print it.
 
-A distribution is the protocol's (`bench.protocol.schema`): ``{type: float | int,
+A distribution is the protocol's (`bench.spec.schema`): ``{type: float | int,
 low, high, log?, step?}`` or ``{type: categorical, choices}``; a cell's space
 names ``loss.<param>`` and ``miner.<param>`` (`bench.plan.Cell.search_space`),
 a registry entry's default space its bare parameter names.

@@ -1,8 +1,9 @@
 """Protocols: a YAML file that fixes every choice of a fair comparison.
 
 `load_protocol(path) -> Protocol` validates the file against the schema
-(`bench.protocol.schema`) and the registry, fills in defaults and hashes
-the result; `bench.plan` expands it into cells.
+(`bench.spec.schema`) and the registry, fills in defaults and hashes
+the result; `Protocol.spec` holds it as typed sections (`bench.spec`);
+`bench.plan` expands it into cells.
 """
 
 from bench.devices import device_problem

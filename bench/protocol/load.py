@@ -18,7 +18,7 @@ import hashlib
 import json
 import math
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,9 @@ import yaml
 
 from bench.devices import AUTO, precision_problem
 from bench.errors import BenchError
-from bench.protocol.safe_yaml import YamlRefused, load_yaml, read_text
-from bench.protocol.schema import (
+from bench.spec import Spec
+from bench.spec.safe_yaml import YamlRefused, load_yaml, read_text
+from bench.spec.schema import (
     DEFAULTS,
     METRICS,
     PRUNER_DEFAULTS,
@@ -56,9 +57,11 @@ class Protocol:
     """A validated protocol: the normalised document, its hash and where it came from.
 
     `doc` is the canonical form (defaults filled, registry search spaces
-    merged); code reads it, never the raw YAML, so every consumer sees the
-    same values the hash covers, except that its paths are absolute
-    (`resolve_paths`) where the hash took them as written. `text` is the
+    merged), what the hash covers, read only inside this package; `spec`
+    is the same as typed sections (`bench.spec.Spec`), what the rest of the
+    package reads, so every consumer sees the values the hash covers, except
+    that paths are absolute (`resolve_paths`) where the hash took them as
+    written. `text` is the
     file as written, kept as the artifact of every record. `data` is the
     fingerprint of the data a sweep read (`bench.data.fingerprint`), set
     once the data are loaded. `shared_hash` covers what every cell shares
@@ -74,6 +77,10 @@ class Protocol:
     text: str
     data: str = ""
     shared_hash: str = ""  # sha256 of the shared settings: everything but the grid (`shared_hash`)
+    spec: Spec = field(init=False, repr=False, compare=False)  # `doc` as typed sections: what code reads
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "spec", Spec.from_doc(self.doc))
 
     def with_data(self, fingerprint: str) -> Protocol:
         """This protocol bound to the data it runs on (its records' key then names both)."""
@@ -87,10 +94,17 @@ class Protocol:
         doc["training"]["precision"], doc["training"]["channels_last"] = precision, channels_last
         return replace(self, doc=doc)
 
+    def with_seed(self, seed: int) -> Protocol:
+        """This protocol with another top-level ``seed`` (a tuning draw's, `bench.sweep.tuning`): the same
+        hash, text and records; every seed derived from ``seed`` changes."""
+        doc = copy.deepcopy(self.doc)
+        doc["seed"] = seed
+        return replace(self, doc=doc)
+
     @property
     def precision_auto(self) -> bool:
         """Whether the file says ``precision: auto`` (and no sweep has resolved it in this object yet)."""
-        return self.doc["training"]["precision"] == AUTO
+        return self.spec.training.precision == AUTO
 
     @property
     def key12(self) -> str:
@@ -105,7 +119,7 @@ class Protocol:
 
     @property
     def name(self) -> str:
-        return self.doc["name"]
+        return self.spec.name
 
     @property
     def hash12(self) -> str:
@@ -113,19 +127,15 @@ class Protocol:
 
     @property
     def seed(self) -> int:
-        return self.doc["seed"]
+        return self.spec.seed
 
     @property
     def final_seeds(self) -> list[int]:
-        return list(self.doc["final"]["seeds"])
+        return list(self.spec.final.seeds)
 
     @property
     def primary(self) -> str:
-        return self.doc["evaluation"]["primary"]
-
-    def section(self, name: str) -> dict[str, Any]:
-        """A deep copy of one top-level section, so callers cannot alter what the hash covers."""
-        return copy.deepcopy(self.doc[name])
+        return self.spec.evaluation.primary
 
 
 # --------------------------------------------------------------------------- YAML
@@ -493,7 +503,7 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
 def _check_final_mode(doc: dict[str, Any], report: _Reporter) -> None:
     """``final.mode: folds`` trains one final model per validation fold the trials use, and concatenates them:
     it needs two folds at least (one fold model concatenated is that model)."""
-    from bench.protocol.schema import setting
+    from bench.spec.schema import setting
 
     use = doc["data"]["validation"]["use"]
     if setting(doc, "final.mode") == "folds" and use < 2:
@@ -553,7 +563,7 @@ def _normalise_data(data: dict[str, Any], seed: int) -> None:
     """One canonical form, so equal meanings hash equal: a pool is train = test = pool with a split;
     the split's seed defaults to the protocol seed; channel names become 1 or 3; defaults of the
     image options are dropped (their absence is the default, and old protocols keep their hash)."""
-    from bench.protocol.schema import CHANNELS
+    from bench.spec.schema import CHANNELS
 
     if "pool" in data:
         data["train"] = data["test"] = data.pop("pool")
@@ -588,7 +598,7 @@ def _normalise_data(data: dict[str, Any], seed: int) -> None:
 
 def _check_trunk_options(doc: dict[str, Any], report: _Reporter) -> None:
     """model.pretrained, model.freeze_bn and training.trunk_lr against the trunk (bench.models.trunk)."""
-    from bench.protocol.schema import setting
+    from bench.spec.schema import setting
     from bench.trunks import option_problems
 
     model, (h, w) = doc["model"], image_hw(doc["data"]["image_size"])
@@ -608,7 +618,7 @@ def _check_trunk_options(doc: dict[str, Any], report: _Reporter) -> None:
 def _drop_absent_defaults(doc: dict[str, Any]) -> None:
     """Keys of ABSENT_DEFAULTS written at their default are removed (and trunk_lr equal to lr), so writing
     a default out keeps the hash of the protocol that leaves it out."""
-    from bench.protocol.schema import ABSENT_DEFAULTS
+    from bench.spec.schema import ABSENT_DEFAULTS
 
     for dotted, default in ABSENT_DEFAULTS.items():
         section, key = dotted.split(".")
@@ -808,13 +818,23 @@ def _try_build(
 
 def _build_problem(kind: str, entry: Any, fixed: dict[str, Any], doc: dict[str, Any]) -> tuple[str, str] | None:
     """Where and what, if the method cannot be built with ``fixed``."""
-    from bench import registry
+    import torch
 
-    params = method_params(entry, fixed, doc["model"])
-    context = {"num_classes": doc["training"]["P"], "embedding_size": doc["model"]["embedding_dim"]}
+    from bench.cell import build_methods, planned_classes
+
+    model = doc["model"]
+    params = method_params(entry, fixed, model)
+    loss, miner = (entry.name, None) if kind == "loss" else (None, entry.name)
     try:
-        build = registry.build_loss if kind == "loss" else registry.build_miner
-        build(entry.name, context, **params)
+        with torch.random.fork_rng(devices=[]):  # a learned metric draws its weights: leave the RNG as it was
+            build_methods(
+                loss,
+                params if loss else {},
+                miner,
+                params if miner else {},
+                num_classes=planned_classes(doc["training"]["P"]),
+                embedding_dim=model["embedding_dim"],
+            )
     except BenchError as e:
         return "params", str(e)
     except ImportError as e:
@@ -897,17 +917,7 @@ def _check_supplied(doc: dict[str, Any], written: dict[int, list[str]], report: 
 
 
 def method_params(entry: Any, fixed: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
-    """The protocol-wide choices a method accepts (normalisation, distance), then its own fixed values.
+    """`bench.cell.method_params` with the ``model`` section of a protocol document."""
+    from bench.cell import method_params as with_choices
 
-    Normalisation and distance belong to the protocol, not to a method
-    (METHODS.md, fair comparison); a method that has no such parameter
-    (a proxy loss) keeps its own behaviour.
-    """
-    accepted = entry.parameters()
-    params: dict[str, Any] = {}
-    if "normalize" in accepted:
-        params["normalize"] = model["normalize"]
-    if model.get("distance") is not None and "distance" in accepted:
-        params["distance"] = model["distance"]
-    params.update(fixed)
-    return params
+    return with_choices(entry, fixed, model["normalize"], model.get("distance"))

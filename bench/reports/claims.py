@@ -190,7 +190,7 @@ def _where(error: jsonschema.ValidationError) -> str:
 
 def parse(path: str | Path) -> ClaimsFile:
     """Read and validate a claims file; every problem names the file and the key."""
-    from bench.protocol.safe_yaml import YamlRefused, load_yaml, read_text
+    from bench.spec.safe_yaml import YamlRefused, load_yaml, read_text
 
     path = Path(path)
     try:

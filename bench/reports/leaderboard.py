@@ -197,7 +197,7 @@ def _compute(res: Results) -> Compute:
     wall = timing.get("wall_s") if isinstance(timing, dict) else None
     devices = _devices(trials, finals)
     if not devices and res.plan is not None:  # tables without the column: the protocol's device, model unknown
-        devices = (f"{res.plan.protocol.doc['training']['device']} (model not recorded)",)
+        devices = (f"{res.plan.protocol.spec.training.device} (model not recorded)",)
     return Compute(
         total("iterations"),
         total("wall_time_s"),

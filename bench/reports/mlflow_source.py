@@ -152,7 +152,7 @@ def records(runs: list[Any], plan: Any) -> Any:
 
     protocol = plan.protocol
     primary = protocol.primary
-    metrics = metric_names(protocol.doc)
+    metrics = metric_names(protocol.spec.evaluation)
     per_trial = plan.budget.folds * plan.budget.iterations
     by_kind: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
@@ -303,7 +303,7 @@ def floor_frame(runs: list[Any], plan: Any) -> pd.DataFrame:
     from bench.sweep.tables import metric_names
 
     protocol = plan.protocol
-    metrics = metric_names(protocol.doc)
+    metrics = metric_names(protocol.spec.evaluation)
     rows = {
         int(r.data.tags["seed"]): {
             "protocol_hash": protocol.hash,
@@ -327,7 +327,7 @@ def cell_floor_frame(runs: list[Any], plan: Any) -> pd.DataFrame | None:
     from bench.sweep.tables import metric_names
 
     protocol = plan.protocol
-    metrics = metric_names(protocol.doc)
+    metrics = metric_names(protocol.spec.evaluation)
     planned = {c.id: i for i, c in enumerate(plan.cells)}
     keys = {c.id: cell_key(protocol, c) for c in plan.cells}
     rows = {
@@ -372,7 +372,7 @@ def budget_frame(runs: list[Any], plan: Any) -> pd.DataFrame | None:
                 "iterations": int(_number(d, "iterations", 0)),
                 "samples_seen": int(_number(d, "samples_seen", 0)),
                 "wall_time_s": _number(d, "wall_time_s"),
-                **{m: _number(d, m) for m in metric_names(protocol.doc)},
+                **{m: _number(d, m) for m in metric_names(protocol.spec.evaluation)},
                 "state": tags["state"],
                 "reason": tags.get("reason", ""),
                 "git_commit": tags.get("dmlbench.git_commit"),
@@ -401,7 +401,7 @@ def _manifest(runs: list[Any], plan: Any, refused: dict[str, str], experiment: s
         "protocol": protocol.name,
         "protocol_hash": protocol.hash,
         "primary_metric": protocol.primary,
-        "metrics": metric_names(protocol.doc),
+        "metrics": metric_names(protocol.spec.evaluation),
         "fingerprints": dict(sorted(fingerprints.items())),
         "budget": dict(sorted(vars(plan.budget).items())),
         "cells": [c.id for c in plan.cells],

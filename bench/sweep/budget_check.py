@@ -51,7 +51,6 @@ from bench.errors import BenchError
 from bench.plan import Cell, cell_key
 from bench.plan import plan as make_plan
 from bench.protocol import Protocol
-from bench.protocol.schema import setting
 from bench.stores import provenance, tracking
 from bench.stores.urls import redact, sqlite_path
 from bench.sweep import tables
@@ -66,7 +65,7 @@ TAIL_COLUMNS = ["state", "reason", "params", "git_commit", "git_dirty"]
 
 def columns(protocol: Protocol) -> list[str]:
     """budget_check.csv's columns: the run, the finals' validation score, every test metric, the state."""
-    return [*RUN_COLUMNS, f"val_{protocol.primary}", *tables.metric_names(protocol.doc), *TAIL_COLUMNS]
+    return [*RUN_COLUMNS, f"val_{protocol.primary}", *tables.metric_names(protocol.spec.evaluation), *TAIL_COLUMNS]
 
 
 @dataclass(frozen=True)
@@ -124,7 +123,7 @@ def tuned_cells(protocol: Protocol, results: Path, storage_url: str) -> list[Tun
                 f"budget-check: {cell.id} has {len(finals)} of {plan.budget.seeds} final seeds recorded: {run}"
             )
         # every final seed of a cell trained the same length; a failed one stopped earlier: the longest
-        stop = max(int(r["iterations"]) for r in finals) if setting(protocol.doc, "training.early_stopping") else None
+        stop = max(int(r["iterations"]) for r in finals) if protocol.spec.training.early_stopping else None
         out.append(Tuned(cell, json.loads(finals[0]["params"]), finals[0][f"val_{protocol.primary}"], stop))
     return out
 
@@ -207,15 +206,15 @@ def budget_check(
     k, n = shard
     if not 1 <= k <= n:
         raise BenchError(f"budget-check: --shard must be K/N with 1 <= K <= N, got {k}/{n}")
-    if setting(protocol.doc, "final.mode") == "folds":
+    if protocol.spec.final.mode == "folds":
         raise BenchError(
             f"budget-check: {protocol.name} uses final.mode folds (a model per fold); the check retrains "
             "final.mode retrain's seeds only"
         )
-    if setting(protocol.doc, "tuning.repeats") > 1:
+    if protocol.spec.tuning.repeats > 1:
         raise BenchError(
             f"budget-check: {protocol.name} repeats its tuning (tuning.repeats: "
-            f"{setting(protocol.doc, 'tuning.repeats')}); the check retrains one tuning draw's winners only"
+            f"{protocol.spec.tuning.repeats}); the check retrains one tuning draw's winners only"
         )
     start = time.perf_counter()
     # what `validate` and `run` refuse (bench.sweep.preflight), the data loaded on the way
@@ -276,7 +275,7 @@ class _Check:
         from bench.stores.mlflow_runs import MlflowRecords
 
         self.protocol, self.multiple, self.prepared, self.path, self.keys = protocol, multiple, prepared, path, keys
-        self.iterations = protocol.doc["training"]["iterations"] * multiple
+        self.iterations = protocol.spec.training.iterations * multiple
         self.code = {"git_commit": provenance.git_commit(), "git_dirty": provenance.git_dirty()}
         base_tags = provenance.standard_tags(
             fingerprints["split"],
@@ -363,7 +362,7 @@ class _Row(Record):
 
     def write(self, run: FinalRun) -> None:
         c, p, result = self.check, self.check.protocol, run.result
-        metrics = {m: run.metrics.get(m, math.nan) for m in tables.metric_names(p.doc)}
+        metrics = {m: run.metrics.get(m, math.nan) for m in tables.metric_names(p.spec.evaluation)}
         row = {
             "protocol_hash": p.hash,
             "cell_key": c.keys[self.tuned.cell.id],

@@ -153,11 +153,9 @@ def train_final(
     ``stop_after``: under ``training.early_stopping`` the iterations the final trains (`final_iterations`, the
     cell's best trial's early-stopped length; x ``multiple`` here), the schedule that of the whole budget.
     ``keep``: a completed run's model and test embeddings are attached to its MLflow run (`bench.sweep.kept`)."""
-    from bench.protocol.schema import setting
-
     run_id = mlflow.run(record.key, record.name, record.parent, tags=record.tags)
     config = final_run_config(protocol, cell, params, seed, multiple)
-    by_folds = setting(protocol.doc, "final.mode") == "folds"
+    by_folds = protocol.spec.final.mode == "folds"
     folds: list[RunResult] = []
     allotment = config.iterations * len(prepared.folds) if by_folds else config.iterations
     progress.run_started(allotment if stop_after is None else stop_after * multiple)
@@ -174,7 +172,7 @@ def train_final(
                         config,
                         prepared.train,
                         prepared.test,
-                        clustering=clusters_on_test(protocol),
+                        clustering=clusters_on_test(protocol.spec),
                         lake_runs=prepared.lake_runs,
                         progress=step,
                         stop_after=None if stop_after is None else stop_after * multiple,
@@ -185,7 +183,9 @@ def train_final(
                 mlflow.end(run_id, "KILLED")
             raise
         progress.run_finished()
-        metrics = {m: float(result.metrics[m]) for m in tables.metric_names(protocol.doc) if m in result.metrics}
+        metrics = {
+            m: float(result.metrics[m]) for m in tables.metric_names(protocol.spec.evaluation) if m in result.metrics
+        }
         # a learned-metric cell's embedding-distance ranking: a labelled secondary result, logged beside the table's
         secondary = {m: float(v) for m, v in result.metrics.items() if m.startswith(EMBEDDING_PREFIX)}
         run = FinalRun(seed, config, result, metrics, run_id, folds=folds if result.state == "COMPLETE" else [])
@@ -234,10 +234,8 @@ def train_fold_models(
     concatenated (`Concatenated`), scored the same way. Returns the concatenation's run (its iterations and
     samples those of every fold model; a FAIL naming the fold when one fails) and the fold models' runs.
     ``step`` sees one count over the fold models, fold ``f`` starting at ``f`` x the budget."""
-    from bench.protocol.schema import setting
-
-    stopping = setting(protocol.doc, "training.early_stopping")
-    clustering = clusters_on_test(protocol)
+    stopping = protocol.spec.training.early_stopping
+    clustering = clusters_on_test(protocol.spec)
     began = time.perf_counter()
     # each fold model embeds the test set once, alone, then joined (a query/gallery test set embeds as always)
     with kept_embeddings(getattr(prepared.test, "x", None)):
@@ -262,12 +260,12 @@ def train_fold_models(
         scoring = time.perf_counter()
         concatenated = Concatenated([r.model for r in runs])
         metrics = score_model(
-            protocol,
+            protocol.spec,
             concatenated,
             prepared.test,
             clustering=clustering,
             lake_runs=prepared.lake_runs,
-            device=protocol.doc["training"]["device"],
+            device=protocol.spec.training.device,
             seed=config.seed,
         )
         out = _folds_result(runs, began, "COMPLETE", "", metrics)
@@ -304,8 +302,8 @@ def _artifacts(
         one_set(prepared.test),
         directory,
         protocol_seed=protocol.seed,
-        normalize=protocol.doc["model"]["normalize"],
-        device=protocol.doc["training"]["device"],
+        normalize=protocol.spec.model.normalize,
+        device=protocol.spec.training.device,
         metric=result.metric,
     )
     for path in written:

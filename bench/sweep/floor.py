@@ -14,7 +14,7 @@ resumable and idempotent.
 A cell ranked by its own learned metric (`bench.evaluation.pair_scorer_of`)
 has its own floor, in ``cell_floor.csv``: the same untrained trunk with the
 cell's untrained metric, both built as `bench.training.train` builds them
-for that seed (`bench.training.build`: the metric's weights are drawn right
+for that seed (`bench.cell.build_cell`: the metric's weights are drawn right
 after the trunk's), scored the same way (ranked by ``g``, the embedding
 ranking beside it). Reports compare such a cell with its own floor.
 """
@@ -37,24 +37,24 @@ from bench.sweep.tuning import Prepared, final_seed
 
 def initial_trunk(protocol: Protocol, seed: int, in_shape: tuple[int, ...]) -> Any:
     """The trunk final seed ``seed`` starts from: seeded and built exactly as bench.training.train does."""
+    from bench.cell import protocol_trunk
     from bench.training import seed_everything  # the training loop's own seeding, so the two cannot drift
-    from bench.trunks import protocol_trunk
 
     seed_everything(final_seed(protocol.seed, seed))
-    return protocol_trunk(protocol.doc, in_shape).to(protocol.doc["training"]["device"]).eval()
+    return protocol_trunk(protocol.spec.model, in_shape).to(protocol.spec.training.device).eval()
 
 
 def floor_row(protocol: Protocol, prepared: Prepared, seed: int) -> dict[str, Any]:
     """One row of floor.csv: the protocol version, the seed, every metric of the finals table."""
-    metrics = tables.metric_names(protocol.doc)
+    metrics = tables.metric_names(protocol.spec.evaluation)
     trunk = initial_trunk(protocol, seed, tuple(prepared.train.x.shape[1:]))
     scores = score_model(
-        protocol,
+        protocol.spec,
         trunk,
         prepared.test,
-        clustering=clusters_on_test(protocol),
+        clustering=clusters_on_test(protocol.spec),
         lake_runs=prepared.lake_runs,
-        device=protocol.doc["training"]["device"],
+        device=protocol.spec.training.device,
         seed=final_seed(protocol.seed, seed),
     )
     return {
@@ -67,36 +67,52 @@ def floor_row(protocol: Protocol, prepared: Prepared, seed: int) -> dict[str, An
 
 def learned_metric_cells(protocol: Protocol, cells: Any) -> list[Any]:
     """The cells whose loss ranks by a learned metric (built with the cell's fixed parameters to ask it)."""
-    from bench import registry
+    import torch
+
+    from bench.cell import build_methods, planned_classes
     from bench.evaluation import pair_scorer_of
 
-    context = {"num_classes": 2, "embedding_size": protocol.doc["model"]["embedding_dim"]}
-    return [c for c in cells if pair_scorer_of(registry.build_loss(c.loss, context, **c.loss_params)) is not None]
+    spec = protocol.spec
+
+    def learned(cell: Any) -> bool:
+        with torch.random.fork_rng(devices=[]):  # asking draws the metric's weights: leave the RNG as it was
+            loss, _ = build_methods(
+                cell.loss,
+                cell.loss_params,
+                None,
+                {},
+                num_classes=planned_classes(spec.training.P),
+                embedding_dim=spec.model.embedding_dim,
+            )
+        return pair_scorer_of(loss) is not None
+
+    return [c for c in cells if learned(c)]
 
 
 def cell_floor_row(protocol: Protocol, prepared: Prepared, cell: Any, seed: int) -> dict[str, Any]:
     """One row of cell_floor.csv: the cell's untrained trunk and metric of final seed ``seed``, scored."""
     import torch
 
+    from bench.cell import build_cell, classes_of
     from bench.evaluation import pair_scorer_of
     from bench.sweep.tuning import final_config
-    from bench.training import build, seed_everything
+    from bench.training import seed_everything
 
     config = final_config(protocol, cell, {}, seed)  # the searched values do not touch the initial weights
     seed_everything(config.seed)
-    num_classes = len(torch.unique(prepared.train.y))
-    trunk, loss, _ = build(config, tuple(prepared.train.x.shape[1:]), num_classes, torch.device(config.device))
+    in_shape, num_classes = tuple(prepared.train.x.shape[1:]), classes_of(prepared.train.y)
+    trunk, loss, _ = build_cell(config, in_shape, num_classes, torch.device(config.device))
     scores = score_model(
-        protocol,
+        protocol.spec,
         trunk.eval(),
         prepared.test,
-        clustering=clusters_on_test(protocol),
+        clustering=clusters_on_test(protocol.spec),
         lake_runs=prepared.lake_runs,
         device=config.device,
         seed=config.seed,
         metric=pair_scorer_of(loss),
     )
-    metrics = tables.metric_names(protocol.doc)
+    metrics = tables.metric_names(protocol.spec.evaluation)
     return {
         "protocol_hash": protocol.hash,
         "cell_key": cell_key(protocol, cell),
@@ -119,7 +135,7 @@ def update_cell_floor(
     ``rows`` ((cell, seed): row, as `cell_floor_row` makes them: computed by the sweep's workers, each by one)
     or computed here."""
     given = dict(rows or {})
-    columns = ["protocol_hash", "cell_key", "cell", "seed", *tables.metric_names(protocol.doc)]
+    columns = ["protocol_hash", "cell_key", "cell", "seed", *tables.metric_names(protocol.spec.evaluation)]
     path = results / tables.CELL_FLOOR
     learned = learned_metric_cells(protocol, cells)
     keys = {c.id: cell_key(protocol, c) for c in learned}
@@ -162,7 +178,7 @@ def update_floor(
     missing seeds taken from ``rows`` (seed: row, as `floor_row` makes them: computed by the sweep's workers,
     each seed by one) or computed here."""
     given = dict(rows or {})
-    columns = ["protocol_hash", "shared_key", "seed", *tables.metric_names(protocol.doc)]
+    columns = ["protocol_hash", "shared_key", "seed", *tables.metric_names(protocol.spec.evaluation)]
     path = results / tables.FLOOR
     old = pd.read_csv(path, dtype=tables.KEY_DTYPES) if path.exists() else pd.DataFrame(columns=columns)
     keep = (

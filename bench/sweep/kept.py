@@ -56,7 +56,7 @@ def write_final(
     from bench.data.query_gallery import QueryGallery
     from bench.evaluation import embed
 
-    doc = protocol.doc
+    m = protocol.spec.model
     state = {
         "format": FORMAT,
         "protocol": protocol.name,
@@ -64,9 +64,9 @@ def write_final(
         "cell": cell.id,
         "seed": seed,
         "params": {k: v for k, v in params.items() if isinstance(v, (int, float, str, bool))},
-        "trunk": doc["model"]["trunk"],
-        "trunk_params": dict(doc["model"]["trunk_params"]),
-        "embedding_dim": doc["model"]["embedding_dim"],
+        "trunk": m.trunk,
+        "trunk_params": dict(m.trunk_params),
+        "embedding_dim": m.embedding_dim,
         "in_shape": [int(s) for s in prepared.train.x.shape[1:]],
         "parts": len(losses) if len(losses) > 1 else 0,  # fold models joined; 0: one trunk
         "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
@@ -74,7 +74,7 @@ def write_final(
     }
     written = [directory / MODEL_FILE, directory / EMBEDDINGS_FILE]
     torch.save(state, written[0])
-    device, normalize = doc["training"]["device"], doc["model"]["normalize"]
+    device, normalize = protocol.spec.training.device, m.normalize
     test = prepared.test
     if isinstance(test, QueryGallery):
         arrays = {
@@ -192,15 +192,14 @@ def kept_bytes(protocol: Protocol, test_images: float) -> tuple[int, int]:
     """Bytes one final seed keeps: its model's float32 weights (every fold model under ``final.mode: folds``;
     a loss's own parameters not counted) and its test embeddings (float32, int64 labels) for ``test_images``
     test images. The trunk is built here on one input channel (the first layer's count barely depends on it)."""
-    from bench.protocol.schema import image_hw, setting
     from bench.trunks import trunk_from
 
-    doc = protocol.doc
-    h, w = image_hw(doc["data"]["image_size"])
-    m = doc["model"]
-    channels = doc["data"].get("channels") or 1
-    net = trunk_from(m["trunk"], (channels, h, w), m["embedding_dim"], dict(m["trunk_params"]))
+    spec = protocol.spec
+    h, w = spec.data.hw
+    m = spec.model
+    channels = spec.data.channels or 1
+    net = trunk_from(m.trunk, (channels, h, w), m.embedding_dim, dict(m.trunk_params))
     weights = sum(t.numel() for t in net.state_dict().values()) * 4
-    parts = doc["data"]["validation"]["use"] if setting(doc, "final.mode") == "folds" else 1
-    embeddings = int(test_images) * (m["embedding_dim"] * parts * 4 + 8)
+    parts = spec.data.validation.use if spec.final.mode == "folds" else 1
+    embeddings = int(test_images) * (m.embedding_dim * parts * 4 + 8)
     return weights * parts, embeddings

@@ -37,9 +37,9 @@ def _effective(protocol: Protocol) -> dict[str, Any]:
     from bench.plan.measure import VARIANTS, protocol_variant
 
     variant = protocol_variant(protocol)
-    training = protocol.doc["training"]
-    channels_last = VARIANTS[variant][1] if variant else bool(training["channels_last"])
-    return {"setting": training["precision"], "precision": training["precision"], "channels_last": channels_last}
+    training = protocol.spec.training
+    channels_last = VARIANTS[variant][1] if variant else bool(training.channels_last)
+    return {"setting": training.precision, "precision": training.precision, "channels_last": channels_last}
 
 
 def recorded_choice(protocol: Protocol, storage: Any) -> dict[str, Any] | None:

@@ -124,21 +124,17 @@ def inspect(
         check("grid", plan_live)
     if found.plan is not None and found.plan.budget.final_mode == "folds" and not stop():
         check("final.mode", lambda: _folds_refused(protocol, found.plan))
-    training = protocol.doc["training"]
+    training = protocol.spec.training
     if stop() or not check(
         "training.device",
-        lambda: _prefixed(protocol, "training.device", device_problem(training["device"], availability=False)),
+        lambda: _prefixed(protocol, "training.device", device_problem(training.device, availability=False)),
     ):
         return found
-    check(
-        "training.device", lambda: _prefixed(protocol, "training.device", device_problem(training["device"])), note=True
-    )
+    check("training.device", lambda: _prefixed(protocol, "training.device", device_problem(training.device)), note=True)
     if not stop():
         check(
             "training.precision",
-            lambda: _prefixed(
-                protocol, "training.precision", precision_problem(training["precision"], training["device"])
-            ),
+            lambda: _prefixed(protocol, "training.precision", precision_problem(training.precision, training.device)),
             note=True,
         )
     if stores and not stop():
@@ -268,27 +264,26 @@ def check_weights(protocol: Protocol, in_shape: tuple[int, ...] | None = None) -
     file's presence is checked; with it the trunk is built and the weights loaded, then dropped."""
     import torch
 
+    from bench.cell import protocol_trunk
     from bench.models.weights import resolve
-    from bench.protocol.schema import setting
-    from bench.trunks import protocol_trunk
 
-    pretrained = setting(protocol.doc, "model.pretrained")
+    pretrained = protocol.spec.model.pretrained
     if pretrained is None:
         return
     if in_shape is None:
-        resolve(pretrained, protocol.doc["model"]["trunk"])
+        resolve(pretrained, protocol.spec.model.trunk)
         return
     with torch.random.fork_rng(devices=[]):  # the build draws the head's init: leave the sweep's RNG as it was
-        protocol_trunk(protocol.doc, in_shape)
+        protocol_trunk(protocol.spec.model, in_shape)
 
 
 def check_ks(protocol: Protocol, test_samples: int) -> None:
     """Recall@k looks at the k nearest of the other test samples: at k >= N - 1 it is 1 for every
     method, a column that ranks nothing (found only once the test split's size is known)."""
-    ev = protocol.doc["evaluation"]
-    if "recall_at_k" not in ev["metrics"]:
+    ev = protocol.spec.evaluation
+    if "recall_at_k" not in ev.metrics:
         return
-    absurd = [k for k in ev["ks"] if k >= test_samples - 1]
+    absurd = [k for k in ev.ks if k >= test_samples - 1]
     if absurd:
         raise BenchError(
             f"{protocol.name}: evaluation.ks: k={absurd[0]} is not below the {test_samples - 1} "
@@ -305,16 +300,16 @@ def trunk_problem(protocol: Protocol, in_shape: tuple[int, ...]) -> str | None:
 
     from bench.trunks import trunk_from
 
-    m = protocol.doc["model"]
+    m = protocol.spec.model
     try:
         with torch.random.fork_rng(devices=[]), torch.no_grad():
-            trunk = trunk_from(m["trunk"], in_shape, m["embedding_dim"], dict(m["trunk_params"])).eval()
+            trunk = trunk_from(m.trunk, in_shape, m.embedding_dim, dict(m.trunk_params)).eval()
             trunk(torch.zeros((2, *in_shape)))
     except BenchError as err:
         return str(err)
     except Exception as err:  # noqa: BLE001 - whatever the trunk raises on these inputs, in one line
         first = (str(err).strip().splitlines() or [""])[0][:200]
-        return f"trunk {m['trunk']!r} cannot take the data's inputs of shape {in_shape}: {type(err).__name__}: {first}"
+        return f"trunk {m.trunk!r} cannot take the data's inputs of shape {in_shape}: {type(err).__name__}: {first}"
     return None
 
 
@@ -342,13 +337,13 @@ def _check_data(
     from bench.data.query_gallery import test_specs
     from bench.sweep.tuning import prepare
 
-    d = protocol.doc["data"]
+    d = protocol.spec.data
     weights = check("model.pretrained", lambda: check_weights(protocol))  # would fail every trial: say where it goes
     if stop():
         return
 
     def load() -> None:
-        for spec in (d["train"], *test_specs(d["test"])):
+        for spec in (d.train, *test_specs(d.test)):
             check_path(spec)  # a missing path is one line, before any loading
         found.prepared = prepare(protocol, data_root)
 
@@ -374,14 +369,12 @@ def short_classes(protocol: Protocol, labels: Any) -> dict[str, Any]:
     images, the smallest count among them: what the manifest records under ``sampler``."""
     import torch
 
-    from bench.protocol.schema import setting
-
-    k = int(protocol.doc["training"]["K"])
+    k = int(protocol.spec.training.K)
     _, counts = torch.unique(torch.as_tensor(labels), return_counts=True)
     short = counts[counts < k]
     return {
         "K": k,
-        "policy": setting(protocol.doc, "training.short_classes"),
+        "policy": protocol.spec.training.short_classes,
         "classes": len(counts),
         "short_classes": len(short),
         "smallest": int(short.min()) if len(short) else int(counts.min()),

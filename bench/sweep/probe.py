@@ -71,12 +71,12 @@ class DeadParameter:
 
 def dead_parameters(plan: Plan) -> list[DeadParameter]:
     """Every dead (cell, searched parameter) of the plan, in grid and search-space order."""
-    doc = plan.protocol.doc
+    spec = plan.protocol.spec
     batches = probe_batches(
-        min(doc["training"]["P"], MAX_CLASSES),
-        doc["training"]["K"],
-        doc["model"]["embedding_dim"],
-        doc["model"]["normalize"],
+        min(spec.training.P, MAX_CLASSES),
+        spec.training.K,
+        spec.model.embedding_dim,
+        spec.model.normalize,
     )
     dead: list[DeadParameter] = []
     for cell in plan.cells:
@@ -222,14 +222,19 @@ def _gradient(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """d loss / d embeddings and d loss / d the loss's own parameters (flattened, empty without any) for
     these parameters; every random draw seeded the same."""
-    context = {"num_classes": int(labels.max()) + 1, "embedding_size": x.shape[1]}
+    from bench.cell import build_methods, classes_of
+
     emb = x.clone().requires_grad_(True)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        loss_fn = registry.build_loss(cell.loss, context, **loss_params)
-        miner = registry.build_miner(cell.miner, context, **miner_params) if cell.miner else None
-        if miner is not None and hasattr(miner, "bind_loss"):
-            miner.bind_loss(loss_fn)
+        loss_fn, miner = build_methods(
+            cell.loss,
+            loss_params,
+            cell.miner,
+            miner_params,
+            num_classes=classes_of(labels),  # the probe batch's labels are 0..P-1
+            embedding_dim=x.shape[1],
+        )
         tuples = miner(emb, labels) if miner is not None else None
         loss = loss_fn(emb, labels, tuples)
     own = [p for p in loss_fn.parameters() if p.requires_grad] if isinstance(loss_fn, torch.nn.Module) else []

@@ -82,7 +82,6 @@ from bench.devices import describe
 from bench.errors import BenchError
 from bench.plan import Cell, Plan, cell_key
 from bench.protocol import Protocol, load_protocol
-from bench.protocol.schema import setting
 from bench.stores import provenance, tracking
 from bench.stores.mlflow_runs import MlflowRecords
 from bench.stores.retry import StoreUnavailableError
@@ -219,7 +218,7 @@ class Sweep:
         self.results = tables.protocol_dir(options.results_dir, protocol.name)
         self.storage = open_storage(self.storage_url)
         self.primary = protocol.primary
-        self.metrics = tables.metric_names(protocol.doc)
+        self.metrics = tables.metric_names(protocol.spec.evaluation)
 
     # ---- setup
 
@@ -234,7 +233,7 @@ class Sweep:
         self.code = {
             "git_commit": provenance.git_commit(),
             "git_dirty": provenance.git_dirty(),
-            "device": describe(self.protocol.doc["training"]["device"]),
+            "device": describe(self.protocol.spec.training.device),
         }  # the device also tags every MLflow run (`dmlbench.device`), so a leaderboard read from MLflow shows it
         self.plan = replace(self.plan, protocol=self.protocol)
         moved = tables.claim_dir(self.results, self.protocol.shared_hash, self.protocol.data)
@@ -263,14 +262,14 @@ class Sweep:
             "metrics": self.metrics,
             "fingerprints": self.fingerprints,
             "data_fingerprint": self.protocol.data,
-            "geometry": geometry(self.protocol.doc["model"]["normalize"]),
+            "geometry": geometry(self.protocol.spec.model.normalize),
             "precision": self.precision,
             "package_versions": provenance.package_versions(),
             **self.code,
             "tracking_uri": redact(self.tracking_uri),
             "storage": redact(self.storage_url),
             "experiment": f"dmlbench/{self.protocol.name}",
-            "datasets": {"train": self.protocol.doc["data"]["train"], "test": self.protocol.doc["data"]["test"]},
+            "datasets": {"train": self.protocol.spec.data.train, "test": self.protocol.spec.data.test},
             **_query_counts(self.prepared.test),
             "budget": vars(self.plan.budget),
             "cells": [c.id for c in self.plan.cells],
@@ -588,7 +587,7 @@ class Sweep:
             progress=self.progress,
             step=self.step,
             artifacts=tables.cell_dir(self.results, cell.id) if slot.slot == 0 and draw == 0 else None,
-            keep=bool(setting(self.protocol.doc, "final.keep_models")),
+            keep=self.protocol.spec.final.keep_models,
             # under final.mode folds each fold model stops on its own fold; a retrained seed has no validation
             stop_after=None
             if self.plan.budget.final_mode == "folds"

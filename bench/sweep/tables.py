@@ -28,6 +28,7 @@ import pandas as pd
 from bench.atomic import locked, write_with
 from bench.errors import BenchError
 from bench.plan import Plan, cell_key, trained_cell
+from bench.spec import EvaluationSpec
 
 MANIFEST = "manifest.json"
 TRIALS = "trials.csv"
@@ -70,12 +71,11 @@ KEY_DTYPES = {
 }  # the only columns allowed to differ between reruns of the same protocol
 
 
-def metric_names(protocol_doc: dict[str, Any]) -> list[str]:
+def metric_names(evaluation: EvaluationSpec) -> list[str]:
     """The metric columns, in order: ``recall_at_k`` and ``cmc_at_k`` expand to one column per k."""
-    ev = protocol_doc["evaluation"]
     out: list[str] = []
-    for m in ev["metrics"]:
-        out += [f"{m[:-1]}{k}" for k in ev["ks"]] if m in ("recall_at_k", "cmc_at_k") else [m]
+    for m in evaluation.metrics:
+        out += [f"{m[:-1]}{k}" for k in evaluation.ks] if m in ("recall_at_k", "cmc_at_k") else [m]
     return out
 
 
@@ -147,7 +147,7 @@ def collect(plan: Plan, storage: Any) -> Records:
     from bench.sweep.tuning import study_name
 
     protocol = plan.protocol
-    metrics = metric_names(protocol.doc)
+    metrics = metric_names(protocol.spec.evaluation)
     primary = protocol.primary
     records = Records()
     draws = plan.budget.draws
@@ -218,7 +218,7 @@ def expand_evaluations(plan: Plan, finals: list[dict[str, Any]]) -> list[dict[st
     seed that failed)."""
     if plan.budget.final_mode != "folds":
         return finals
-    metrics = metric_names(plan.protocol.doc)
+    metrics = metric_names(plan.protocol.spec.evaluation)
     out = []
     for row in finals:
         concatenated, separate = plan.reported_ids(row["cell"])
@@ -273,7 +273,7 @@ def collapse_evaluations(plan: Plan, rows: list[dict[str, Any]]) -> list[dict[st
     the tables from the jobs' rows)."""
     if plan.budget.final_mode != "folds":
         return rows
-    metrics = metric_names(plan.protocol.doc)
+    metrics = metric_names(plan.protocol.spec.evaluation)
 
     def key(r: dict[str, Any]) -> tuple[str, int, int]:
         draw = r.get("draw")
@@ -375,7 +375,7 @@ def draw_means(rows: Iterable[dict[str, Any]], metric: str) -> list[float]:
 def tables(plan: Plan, records: Records, refused: dict[str, str]) -> dict[str, pd.DataFrame]:
     """trials, finals and summary as DataFrames; the summary has a row only for complete, unrefused cells."""
     protocol = plan.protocol
-    metrics = metric_names(protocol.doc)
+    metrics = metric_names(protocol.spec.evaluation)
     primary = protocol.primary
     draws = plan.budget.draws > 1  # tuning.repeats: a ``draw`` column, intervals over the draws' means
     trials = pd.DataFrame(records.trials, columns=_with_draw(TRIAL_COLUMNS, "trial") if draws else TRIAL_COLUMNS)

@@ -430,7 +430,7 @@ def test_one_set_as_query_and_gallery_never_retrieves_itself(tmp_path) -> None:
     )
     prepared = prepare(protocol)
     model = initial_trunk(protocol, 0, tuple(prepared.train.x.shape[1:]))
-    got = score_model(protocol, model, prepared.test, clustering=False)
+    got = score_model(protocol.spec, model, prepared.test, clustering=False)
     emb = embed(model, prepared.test.query.x, normalize=True)
     whole = retrieval_metrics(emb, prepared.test.query.y, ks=(1, 2))
     for key in ("precision_at_1", "map_at_r", "recall_at_1", "recall_at_2"):

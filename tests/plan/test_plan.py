@@ -282,7 +282,7 @@ def test_the_trunk_is_timed_here_at_the_protocols_shape(grid_plan):
     from bench.plan.measure import channels_of, measure_trunk
 
     protocol = grid_plan.protocol
-    assert channels_of(protocol.doc) == 1  # Omniglot is stored grey
+    assert channels_of(protocol.spec.data) == 1  # Omniglot is stored grey
     m = measure_trunk(protocol, budget_s=0.5, threads=1, embed_batch=64)
     assert m.step_s > 0 and 1 <= m.steps <= 7 and m.threads == 1 and m.device == "cpu"
     assert m.embed_s > 0 and 16 <= m.embed_batch <= 64

@@ -201,7 +201,7 @@ def test_budget_check_refuses_folds_in_one_line(tmp_path) -> None:
 
 def test_collapse_inverts_expand() -> None:
     the_plan = plan(parse_protocol(_folds()))
-    metrics = tables.metric_names(the_plan.protocol.doc)
+    metrics = tables.metric_names(the_plan.protocol.spec.evaluation)
     row = {"cell": "triplet+batch_hard", "seed": 0, "state": "COMPLETE", **{m: 0.5 for m in metrics}}
     row["separate"] = {m: 0.25 for m in metrics}
     wide = tables.expand_evaluations(the_plan, [row])

@@ -16,7 +16,7 @@ from typing import Any
 from bench.data.splits import ClassSplit, class_folds, fold_label, split_pool
 from bench.errors import BenchError
 from bench.protocol import Protocol
-from bench.protocol.schema import setting
+from bench.spec import DataSpec
 
 
 class TestLeakError(BenchError):
@@ -145,7 +145,7 @@ def class_ids(
     return out
 
 
-def load_sides(d: Mapping[str, Any], data_root: str | None) -> tuple[Any, Any]:
+def load_sides(d: DataSpec, data_root: str | None) -> tuple[Any, Any]:
     """The train and test datasets of a protocol's data section, as the trunk will see them.
 
     A channel mismatch is refused here, before any training: the trunk is
@@ -154,20 +154,18 @@ def load_sides(d: Mapping[str, Any], data_root: str | None) -> tuple[Any, Any]:
     from bench import data as datasets
     from bench.data.query_gallery import QueryGallery, is_query_gallery
 
-    options = {
-        "size": d["image_size"],
-        "resize": d.get("resize", "stretch"),
-        "channels": d.get("channels"),
-        "augment": d.get("augment"),
-        "loader": d.get("loader"),
-        "layout": d.get("layout"),
+    options: dict[str, Any] = {
+        "size": d.image_size,
+        "resize": d.resize,
+        "channels": d.channels,
+        "augment": d.augment,
+        "loader": d.loader.as_dict() or None,
+        "layout": d.layout,
     }
-    train_all = datasets.load(d["train"], data_root, **options)
-    loaded = {d["train"]: train_all}
+    train_all = datasets.load(d.train, data_root, **options)
+    loaded = {d.train: train_all}
     sides = (
-        [("query", d["test"]["query"]), ("gallery", d["test"]["gallery"])]
-        if is_query_gallery(d["test"])
-        else [("test", d["test"])]
+        [("query", d.test["query"]), ("gallery", d.test["gallery"])] if is_query_gallery(d.test) else [("test", d.test)]
     )
     for role, spec in sides:
         if spec not in loaded:
@@ -178,11 +176,11 @@ def load_sides(d: Mapping[str, Any], data_root: str | None) -> tuple[Any, Any]:
                 "set data.channels: 1 or 3" if train_all.x.dim() == test_all.x.dim() == 4 else "use one kind of input"
             )
             raise BenchError(
-                f"data: train {d['train']} gives inputs of shape {tuple(train_all.x.shape[1:])}, "
+                f"data: train {d.train} gives inputs of shape {tuple(train_all.x.shape[1:])}, "
                 f"{role} {spec} {tuple(test_all.x.shape[1:])}: {hint}"
             )
-    if is_query_gallery(d["test"]):
-        query, gallery = d["test"]["query"], d["test"]["gallery"]
+    if is_query_gallery(d.test):
+        query, gallery = d.test["query"], d.test["gallery"]
         folders = query.startswith("folder:") and gallery.startswith("folder:")
         if (
             _source(query).startswith("csv:")
@@ -196,7 +194,7 @@ def load_sides(d: Mapping[str, Any], data_root: str | None) -> tuple[Any, Any]:
         return train_all, QueryGallery.of(
             loaded[query], loaded[gallery], same_set=_source(query) == _source(gallery), by_name=folders
         )
-    return train_all, loaded[d["test"]]
+    return train_all, loaded[d.test]
 
 
 def _source(spec: str) -> str:
@@ -210,43 +208,43 @@ def _source(spec: str) -> str:
     return f"{kind}:{os.path.realpath(path)}" if sep and kind in ("folder", "npz") else spec
 
 
-def select_sides(d: Mapping[str, Any], train_all: Any, test_all: Any, seed: int) -> tuple[ClassSplit, ClassSplit]:
+def select_sides(d: DataSpec, train_all: Any, test_all: Any, seed: int) -> tuple[ClassSplit, ClassSplit]:
     """The (train, test) class splits: a seeded split of one pool, or each side's own selection."""
-    split = d.get("split")
+    split = d.split
     if split is not None:
-        return split_pool(train_all.classes, split["test_classes"], split["seed"])
-    train = _select(train_all.classes, d["train_classes"], seed, "train", d["train"], train_all.meta.get("class_names"))
-    test = _select(test_all.classes, d["test_classes"], seed, "test", d["test"], test_all.meta.get("class_names"))
+        return split_pool(train_all.classes, split.test_classes, split.seed)
+    train = _select(train_all.classes, d.train_classes, seed, "train", d.train, train_all.meta.get("class_names"))
+    test = _select(test_all.classes, d.test_classes, seed, "test", d.test, test_all.meta.get("class_names"))
     return ClassSplit("train", train), ClassSplit("test", test)
 
 
-def make_guard(d: Mapping[str, Any], train_all: Any, test_all: Any, test_split: ClassSplit) -> TestClassGuard:
+def make_guard(d: DataSpec, train_all: Any, test_all: Any, test_split: ClassSplit) -> TestClassGuard:
     """The guard for these two datasets: by identity when they differ, by id when they are one."""
-    if d["train"] == d["test"]:
+    if d.train == d.test:
         return TestClassGuard(test_split)
     from bench import data as datasets
     from bench.data.query_gallery import is_query_gallery
 
-    train_keys = datasets.class_keys(d["train"], train_all)
-    if is_query_gallery(d["test"]):  # the query's classes are the test classes; the gallery's are kept out too
-        gallery = datasets.class_keys(d["test"]["gallery"], test_all.gallery)
+    train_keys = datasets.class_keys(d.train, train_all)
+    if is_query_gallery(d.test):  # the query's classes are the test classes; the gallery's are kept out too
+        gallery = datasets.class_keys(d.test["gallery"], test_all.gallery)
         return TestClassGuard(
-            test_split, datasets.class_keys(d["test"]["query"], test_all.query), train_keys, also=gallery.values()
+            test_split, datasets.class_keys(d.test["query"], test_all.query), train_keys, also=gallery.values()
         )
-    return TestClassGuard(test_split, datasets.class_keys(d["test"], test_all), train_keys)
+    return TestClassGuard(test_split, datasets.class_keys(d.test, test_all), train_keys)
 
 
 def _check_query_gallery(protocol: Protocol, test: Any) -> None:
     """Refuse, before any training, a query/gallery test that cannot be scored: no query with a match in
     the gallery, or re-ID metrics on data without per-sample cameras."""
-    from bench.protocol.schema import REID_METRICS
+    from bench.spec.schema import REID_METRICS
 
     if test.matched_queries() == 0:
         raise BenchError(
             f"data.test: none of the {len(test.query)} queries ({test.query.name}) has a sample of "
             f"its class in the gallery ({test.gallery.name}): nothing to retrieve"
         )
-    if set(REID_METRICS) & set(protocol.doc["evaluation"]["metrics"]):
+    if set(REID_METRICS) & set(protocol.spec.evaluation.metrics):
         test.cameras()
 
 
@@ -273,23 +271,23 @@ def prepare(protocol: Protocol, data_root: str | None = None) -> Prepared:
     from bench import data as datasets
     from bench.data.query_gallery import is_query_gallery
 
-    d, t = protocol.doc["data"], protocol.doc["training"]
+    d, t = protocol.spec.data, protocol.spec.training
     train_all, test_all = load_sides(d, data_root)
     selected, test_split = select_sides(d, train_all, test_all, protocol.seed)
     guard = make_guard(d, train_all, test_all, test_split)
     train_split = guard.check(selected.classes, "train")
     train = train_all.subset(train_split.classes)
     small: dict[str, Any] | None = None
-    if setting(protocol.doc, "data.small_classes") == "drop":
-        small = {"min_samples": d["min_samples_per_class"]}
-        train_split, train, small["train"] = _drop_small(train_all, train_split, d["min_samples_per_class"])
+    if protocol.spec.data.small_classes == "drop":
+        small = {"min_samples": d.min_samples_per_class}
+        train_split, train, small["train"] = _drop_small(train_all, train_split, d.min_samples_per_class)
     sides = [(train, "train")]
-    if is_query_gallery(d["test"]):  # used whole: a query needs a match in the gallery, not a class size
+    if is_query_gallery(d.test):  # used whole: a query needs a match in the gallery, not a class size
         test = test_all
         _check_query_gallery(protocol, test)
     else:
         if small is not None:
-            test_split, test, small["test"] = _drop_small(test_all, test_split, d["min_samples_per_class"])
+            test_split, test, small["test"] = _drop_small(test_all, test_split, d.min_samples_per_class)
         else:
             test = test_all.subset(test_split.classes)
         sides.append((test, "test"))
@@ -297,37 +295,37 @@ def prepare(protocol: Protocol, data_root: str | None = None) -> Prepared:
         classes, counts = torch.unique(data.y, return_counts=True)
         if not len(counts):  # everything dropped
             raise BenchError(
-                f"{data.name}: no {side} class has {d['min_samples_per_class']} samples "
+                f"{data.name}: no {side} class has {d.min_samples_per_class} samples "
                 f"(data.min_samples_per_class; data.small_classes: drop left them all out)"
             )
         low = int(counts.argmin())
-        if int(counts[low]) < d["min_samples_per_class"]:
+        if int(counts[low]) < d.min_samples_per_class:
             cls = int(classes[low])
             named = data.meta.get("class_names", {}).get(cls)
             label = f"class {cls}" + (f" ({named})" if named is not None and str(named) != str(cls) else "")
             raise BenchError(
                 f"{data.name}: {label} has {int(counts[low])} sample(s); every {side} class needs "
-                f"at least {d['min_samples_per_class']} (data.min_samples_per_class), or set "
+                f"at least {d.min_samples_per_class} (data.min_samples_per_class), or set "
                 f"data.small_classes: drop to leave such classes out"
             )
-    _try_pipelines(train, *((test.query, test.gallery) if is_query_gallery(d["test"]) else (test,)))
-    validation = d["validation"]
+    _try_pipelines(train, *((test.query, test.gallery) if is_query_gallery(d.test) else (test,)))
+    validation = d.validation
     groups = None
-    if validation["group_by"]:
-        groups = train.meta.get(validation["group_by"])
+    if validation.group_by:
+        groups = train.meta.get(validation.group_by)
         if not isinstance(groups, dict):
-            raise BenchError(f"data.validation.group_by: {d['train']} has no per-class {validation['group_by']!r}")
-    folds = class_folds(train_split.classes, validation["folds"], protocol.seed, groups)[: validation["use"]]
+            raise BenchError(f"data.validation.group_by: {d.train} has no per-class {validation.group_by!r}")
+    folds = class_folds(train_split.classes, validation.folds, protocol.seed, groups)[: validation.use]
     for i, (fold_train, _) in enumerate(folds):
-        if len(fold_train) < t["P"]:
+        if len(fold_train) < t.P:
             raise BenchError(
-                f"training.P: {t['P']} classes per batch, but {fold_label(i)} trains on {len(fold_train)} classes"
+                f"training.P: {t.P} classes per batch, but {fold_label(i)} trains on {len(fold_train)} classes"
             )
     lake = None
-    if "lake_accuracy" in protocol.doc["evaluation"]["metrics"]:
-        if d["test"] != "omniglot:evaluation":
+    if "lake_accuracy" in protocol.spec.evaluation.metrics:
+        if d.test != "omniglot:evaluation":
             raise BenchError("evaluation.metrics: lake_accuracy needs omniglot:evaluation as the test data")
-        lake = datasets.load_lake_runs(data_root, d["image_size"])
+        lake = datasets.load_lake_runs(data_root, d.image_size)
     return Prepared(train, test, train_split, test_split, folds, guard, lake, small)
 
 

@@ -85,10 +85,10 @@ def validation_metrics(protocol: Protocol, model: Any, data: Any, device: Any, m
     return evaluate(
         model,
         data,
-        ks=tuple(protocol.doc["evaluation"]["ks"]),
+        ks=tuple(protocol.spec.evaluation.ks),
         clustering=False,
         device=device,
-        normalize=protocol.doc["model"]["normalize"],
+        normalize=protocol.spec.model.normalize,
         metric=metric,
     )
 
@@ -97,33 +97,32 @@ def train_config(
     protocol: Protocol, cell: Cell, loss_params: dict[str, Any], miner_params: dict[str, Any], seed: int
 ) -> TrainConfig:
     """The protocol's training settings for one run of a cell with these parameter values and seed."""
-    from bench.protocol.schema import setting
     from bench.training import TrainConfig
 
-    m, t = protocol.doc["model"], protocol.doc["training"]
+    m, t = protocol.spec.model, protocol.spec.training
     return TrainConfig(
-        trunk=m["trunk"],
-        trunk_params=dict(m["trunk_params"]),
-        embedding_dim=m["embedding_dim"],
+        trunk=m.trunk,
+        trunk_params=dict(m.trunk_params),
+        embedding_dim=m.embedding_dim,
         loss=cell.loss,
         loss_params=loss_params,
         miner=cell.miner,
         miner_params=miner_params,
-        optimizer=t["optimizer"],
-        lr=t["lr"],
-        weight_decay=t["weight_decay"],
-        P=t["P"],
-        K=t["K"],
-        iterations=t["iterations"],
+        optimizer=t.optimizer,
+        lr=t.lr,
+        weight_decay=t.weight_decay,
+        P=t.P,
+        K=t.K,
+        iterations=t.iterations,
         seed=seed,
-        augmentation=protocol.doc["data"]["augmentation"],
-        device=t["device"],
-        precision=t["precision"],
-        channels_last=t["channels_last"],
-        schedule=dict(t["schedule"]),
-        pretrained=setting(protocol.doc, "model.pretrained"),
-        freeze_bn=setting(protocol.doc, "model.freeze_bn"),
-        trunk_lr=setting(protocol.doc, "training.trunk_lr"),
+        augmentation=protocol.spec.data.augmentation,
+        device=t.device,
+        precision=t.precision,
+        channels_last=t.channels_last,
+        schedule=dict(t.schedule or {}),
+        pretrained=m.pretrained,
+        freeze_bn=m.freeze_bn,
+        trunk_lr=t.trunk_lr,
     )
 
 
@@ -149,14 +148,12 @@ def final_iterations(protocol: Protocol, best_iterations: list[int]) -> int | No
     rounded to a multiple of ``check_every`` (at least one check, at most the budget), the learning-rate
     schedule still that of the whole budget. Without early stopping, or no fold iterations recorded: None.
     """
-    from bench.protocol.schema import setting
-
-    stopping = setting(protocol.doc, "training.early_stopping")
+    stopping = protocol.spec.training.early_stopping
     if not stopping or not best_iterations:
         return None
-    every = stopping["check_every"]
+    every = stopping.check_every
     mean = sum(best_iterations) / len(best_iterations)
-    return int(min(max(every, every * round(mean / every)), protocol.doc["training"]["iterations"]))
+    return int(min(max(every, every * round(mean / every)), protocol.spec.training.iterations))
 
 
 def split_params(cell: Cell, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -214,7 +211,6 @@ def train_and_score(
     import optuna
 
     from bench.evaluation import pair_scorer_of, score_model
-    from bench.protocol.schema import setting
     from bench.training import EarlyStopping, train
 
     start = time.perf_counter()
@@ -228,20 +224,20 @@ def train_and_score(
         assert on_checkpoint is not None  # only passed to train() when given
         on_checkpoint(it, model, pair_scorer_of(built["loss"]))  # a learned-metric cell is ranked by its g
 
-    stopping = setting(protocol.doc, "training.early_stopping")
+    stopping = protocol.spec.training.early_stopping
     early = None
     if stop_on is not None and stopping:
 
         def score(it: int, model: Any) -> float:
             last["it"] = it
             value = validation_metrics(protocol, model, stop_on, config.device, pair_scorer_of(built["loss"]))[
-                stopping["metric"]
+                stopping.metric
             ]
             if on_score is not None:
                 on_score(it, float(value))
             return float(value)
 
-        early = EarlyStopping(stopping["check_every"], stopping["patience"], score)
+        early = EarlyStopping(stopping.check_every, stopping.patience, score)
 
     try:
         result = train(
@@ -285,7 +281,7 @@ def train_and_score(
     metric = pair_scorer_of(result.loss_module)  # a learned-metric cell is ranked by its own g
     scoring = time.perf_counter()
     metrics = score_model(
-        protocol,
+        protocol.spec,
         result.model,
         score_on,
         clustering=clustering,
@@ -327,13 +323,11 @@ def run_trial(
     """
     import optuna
 
-    from bench.protocol.schema import setting
-
     hooks = hooks or Hooks()
     primary = protocol.primary
-    iterations = protocol.doc["training"]["iterations"]
-    pruner = protocol.doc["tuning"]["pruner"]
-    stopping = setting(protocol.doc, "training.early_stopping")
+    iterations = protocol.spec.training.iterations
+    pruner = protocol.spec.tuning.pruner
+    stopping = protocol.spec.training.early_stopping
     best_iterations: list[int] = []
     params = suggest(trial, cell)
     loss_params, miner_params = split_params(cell, params)
@@ -358,7 +352,7 @@ def run_trial(
             if trial.should_prune():
                 raise optuna.TrialPruned()
 
-        use_pruner = pruner["type"] != "none"
+        use_pruner = pruner.type != "none"
         result = train_and_score(
             protocol,
             config,
@@ -366,7 +360,7 @@ def run_trial(
             val,
             clustering=False,
             on_checkpoint=on_checkpoint if use_pruner and not stopping else None,
-            checkpoint_every=pruner.get("check_every", 0) if use_pruner and not stopping else 0,
+            checkpoint_every=(pruner.check_every or 0) if use_pruner and not stopping else 0,
             progress=hooks.iteration,
             stop_on=val if stopping else None,
             on_score=on_score if use_pruner and stopping else None,
@@ -410,14 +404,14 @@ def run_trial(
 def trial_attrs(outcome: TrialOutcome, protocol: Protocol) -> dict[str, Any]:
     """What every trial records besides its value: the budget it used and was given (the maximum under early
     stopping), and under early stopping each fold's best checkpoint (``best_iterations``)."""
-    b = protocol.doc["training"]
-    extra = {"best_iterations": outcome.best_iterations} if b.get("early_stopping") else {}
+    b = protocol.spec.training
+    extra = {"best_iterations": outcome.best_iterations} if b.early_stopping else {}
     return {
         **extra,
         "iterations": outcome.iterations,
         "samples_seen": outcome.samples_seen,
         "wall_time_s": round(outcome.wall_time_s, 3),
         "fold_values": outcome.fold_values,
-        "budget_iterations": b["iterations"] * protocol.doc["data"]["validation"]["use"],
+        "budget_iterations": b.iterations * protocol.spec.data.validation.use,
         "reason": outcome.reason,
     }

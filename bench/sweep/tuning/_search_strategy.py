@@ -23,7 +23,7 @@ def make_sampler(protocol: Protocol, cell: Cell, slot: int) -> Any:
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.TPESampler(
             seed=sampler_seed(protocol.seed, cell.id, slot),
-            n_startup_trials=protocol.doc["tuning"]["startup_trials"],
+            n_startup_trials=protocol.spec.tuning.startup_trials,
             constant_liar=True,
         )
 
@@ -32,11 +32,9 @@ def make_pruner(protocol: Protocol) -> Any:
     """The pruner of ``tuning.pruner``; trials report at step ``fold x iterations + iteration``."""
     import optuna
 
-    p = protocol.doc["tuning"]["pruner"]
-    if p["type"] == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=p["startup_trials"], n_warmup_steps=p["warmup_steps"])
-    if p["type"] == "successive_halving":
-        return optuna.pruners.SuccessiveHalvingPruner(
-            min_resource=p["min_resource"], reduction_factor=p["reduction_factor"]
-        )
+    p = protocol.spec.tuning.pruner
+    if p.type == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=p.startup_trials, n_warmup_steps=p.warmup_steps)
+    if p.type == "successive_halving":
+        return optuna.pruners.SuccessiveHalvingPruner(min_resource=p.min_resource, reduction_factor=p.reduction_factor)
     return optuna.pruners.NopPruner()

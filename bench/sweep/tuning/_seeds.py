@@ -10,9 +10,7 @@ each cell's search space is its own.
 
 from __future__ import annotations
 
-import copy
 import hashlib
-from dataclasses import replace
 from typing import Any
 
 from bench.protocol import Protocol
@@ -53,6 +51,4 @@ def for_draw(protocol: Protocol, draw: int) -> Protocol:
     hash, text and records are the protocol's; only the seed that runs derive theirs from differs."""
     if draw == 0:
         return protocol
-    doc = copy.deepcopy(protocol.doc)
-    doc["seed"] = derive_seed(protocol.seed, "draw", draw)
-    return replace(protocol, doc=doc)
+    return protocol.with_seed(derive_seed(protocol.seed, "draw", draw))
