@@ -260,7 +260,7 @@ def _first_reason(result: SweepResult) -> str:
 
 def _print_table(result: SweepResult, fmt: str) -> None:
     """The ranked cells, so that a finished run answers its question on the terminal."""
-    from bench.commands.leaderboard import document, rows
+    from bench.commands.leaderboard import document, rows, table
     from bench.errors import BenchError
     from bench.reports import leaderboard, source
 
@@ -276,13 +276,4 @@ def _print_table(result: SweepResult, fmt: str) -> None:
     write_text(result.path / "leaderboard.md", leaderboard.markdown(board))  # what `dmlbench leaderboard` writes
     write_text(result.path / "leaderboard.html", html.render(board, html.collect(res, board)))
 
-    def text() -> str:
-        lines = [leaderboard.text(board)]
-        ranked = {r.cell for r in board.rows}
-        for cell, cell_rows in res.finals.groupby(res.finals["cell"].astype(str), sort=True):
-            if cell not in ranked:
-                reasons = sorted({str(r) for r in cell_rows.get("reason", []) if isinstance(r, str) and r})
-                lines.append(f"no completed final seed: {cell}" + (f" ({reasons[0]})" if reasons else ""))
-        return "\n".join(lines)
-
-    emit(fmt, text, lambda: rows(board), lambda: document(board))
+    emit(fmt, lambda: table(board, res), lambda: rows(board), lambda: document(board))
