@@ -172,8 +172,9 @@ def command(
     missing = _cells_without_result(protocol, result)
     if missing:
         shown = "; ".join(f"{cell}: {why}" for cell, why in missing.items())
+        asked = "of the cell(s) asked for (--cells)" if result.manifest.get("planned_cells") else "planned cell(s)"
         log.error(
-            f"dmlbench: {len(missing)} of {result.cells} planned cell(s) have no result ({shown}); the table "
+            f"dmlbench: {len(missing)} of {result.cells} {asked} have no result ({shown}); the table "
             "marks them, and a run that leaves a planned cell without a result is not a finished comparison"
         )
         return 1
