@@ -256,7 +256,8 @@ def _missing(res: Results, trials: pd.DataFrame | None) -> dict[str, str]:
     asked = res.asked_cells  # a job of `run --cells`: the cells it was asked for (`Results.asked_cells`)
     planned = asked if asked is not None else [c.id for c in res.plan.cells] if res.plan is not None else []
     tried = list(dict.fromkeys(trials["cell"].astype(str))) if trials is not None and "cell" in trials else []
-    not_run = res.manifest.get("not_run") if isinstance(res.manifest.get("not_run"), dict) else {}
+    given = res.manifest.get("not_run")
+    not_run: dict[str, Any] = given if isinstance(given, dict) else {}
     out: dict[str, str] = {}
     for cell in dict.fromkeys([*planned, *tried, *res.refused]):
         if cell in reported:
