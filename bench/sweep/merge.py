@@ -178,6 +178,7 @@ def merge(out: str | Path, jobs_given: list[str | Path]) -> dict[str, Any]:
             }
             for j, r in zip(jobs, read)
         ],
+        "hardware": [p for r in read for p in r["manifest"].get("hardware") or []],  # every job's parts
         "storage": None,
         "tracking_uri": None,
         "created": min(str(r["manifest"].get("created")) for r in read),
