@@ -92,7 +92,8 @@ def _set_store_retry(ctx: click.Context, param: click.Parameter, value: float | 
     default="",
     metavar="CELL,CELL",
     help="run only these planned cells (comma-separated): one job of a sweep split without a shared "
-    "database, each with its own --results-dir, --storage and --tracking-uri; `dmlbench merge` joins them",
+    "database, each with its own --results-dir, --storage and --tracking-uri; `dmlbench merge` joins them. "
+    "Exit 1 when one of these has no result; the plan's other cells are other jobs'",
 )
 @format_option
 @quiet_option
