@@ -160,6 +160,26 @@ def test_leaderboard_formats_and_quiet(sweep_copy: Path, capsys: pytest.CaptureF
     assert err.startswith("wrote ")  # without --quiet the notice goes to stderr, never into the table
 
 
+def test_leaderboard_table_is_the_aligned_table_run_prints(
+    sweep_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`leaderboard --format table` prints `run`'s aligned terminal table, not the Markdown it writes to a file."""
+    from bench.commands.leaderboard import table
+    from bench.reports import leaderboard, source
+
+    assert main(["leaderboard", str(sweep_copy), "--format", "table", "--quiet"]) == 0
+    out = capsys.readouterr().out.rstrip("\n")
+    res = source.load(sweep_copy)
+    assert out == table(leaderboard.build(res), res)
+    assert "|" not in out and not out.startswith("## ")  # no Markdown
+    head = next(line for line in out.splitlines() if line.lstrip().startswith("rank"))
+    rule = out.splitlines()[out.splitlines().index(head) + 1]
+    assert set(rule.replace(" ", "")) == {"-"} and len(rule) == len(head)  # aligned columns under a rule
+    assert all(cell in out for cell in CELLS)
+    md = (sweep_copy / "leaderboard.md").read_text()
+    assert md.startswith("## dmlbench leaderboard") and "| rank |" in md  # the file keeps the Markdown
+
+
 def test_regress_json_is_the_report_and_exit_code_comes_back(
     sweep: Path, sweep_copy: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

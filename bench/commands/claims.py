@@ -25,7 +25,8 @@ def _rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
-    help="folder for claims.md and claims.json [default: the results directory]",
+    help="folder for the verdicts [default: the results directory]: claims.md and claims.json for the "
+    "protocol's own claims file (named after the protocol), claims-<file name>.md and .json for any other",
 )
 @format_option
 @quiet_option
@@ -43,13 +44,14 @@ def command(claims_file: Path, results: Path | None, out: Path | None, fmt: str,
     verdicts = claims.evaluate(cf, res)
     doc = claims.to_json(cf, res, verdicts)
     folder = out or res.root
-    write_text(folder / "claims.md", claims.markdown(cf, res, verdicts))
-    write_json(folder / "claims.json", doc)
+    md_name, json_name = claims.output_names(cf)  # keyed by the claims file: another one's verdicts are kept
+    write_text(folder / md_name, claims.markdown(cf, res, verdicts))
+    write_json(folder / json_name, doc)
     emit(
         fmt,
         lambda: "\n".join([claims.text_table(verdicts), *claims.version_lines(res)]),
         lambda: _rows(doc),
         lambda: doc,
     )
-    log.info(f"wrote {folder / 'claims.md'} and {folder / 'claims.json'}")
+    log.info(f"wrote {folder / md_name} and {folder / json_name}")
     return 0

@@ -13,6 +13,21 @@ from bench.errors import BenchError
 
 if TYPE_CHECKING:
     from bench.reports.leaderboard import Board
+    from bench.reports.source import Results
+
+
+def table(board: Board, res: Results) -> str:
+    """The aligned terminal table (`leaderboard.text`), with a line for each cell whose final seeds all failed:
+    what `dmlbench run` prints when it finishes and `dmlbench leaderboard --format table` prints."""
+    from bench.reports import leaderboard
+
+    lines = [leaderboard.text(board)]
+    ranked = {r.cell for r in board.rows}
+    for cell, cell_rows in res.finals.groupby(res.finals["cell"].astype(str), sort=True):
+        if cell not in ranked:
+            reasons = sorted({str(r) for r in cell_rows.get("reason", []) if isinstance(r, str) and r})
+            lines.append(f"no completed final seed: {cell}" + (f" ({reasons[0]})" if reasons else ""))
+    return "\n".join(lines)
 
 
 def rows(board: Board) -> list[dict[str, Any]]:
@@ -157,8 +172,9 @@ def command(
 ) -> int:
     """Rank the cells of RESULTS (results/<protocol>/), or of an MLflow experiment, by the primary metric.
 
-    Writes the Markdown table and the HTML page, and prints the table
-    (Markdown with --format table).
+    Writes the Markdown table and the HTML page, and prints the table: with
+    --format table the aligned one `dmlbench run` prints (the Markdown is in
+    the file written).
     """
     from bench.atomic import write_text
     from bench.reports import html, leaderboard, source
@@ -181,6 +197,6 @@ def command(
     html_path = html_path or res.root / "leaderboard.html"
     write_text(md_path, md)
     write_text(html_path, page)
-    emit(fmt, lambda: md.rstrip("\n"), lambda: rows(board), lambda: document(board))
+    emit(fmt, lambda: table(board, res), lambda: rows(board), lambda: document(board))
     log.info(f"wrote {md_path} and {html_path}")
     return 0

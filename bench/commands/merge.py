@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from bench.commands._output import log, quiet_option
+from bench.errors import BenchError
 
 
 @click.command("merge")
@@ -18,18 +19,25 @@ def command(out: Path, jobs: tuple[Path, ...], quiet: bool) -> int:
     into OUT, a new folder: the tables, manifest and artifacts of one sweep of those cells (bench/sweep/merge.py).
 
     Refused (one line, exit 2, nothing written): jobs of other shared settings, data, protocol version, budget or
-    seeds, a cell run by two jobs, a job not finished. Exit 1: a planned cell no job ran (named, and listed in
-    the manifest's `not_run`); 0: every planned cell is there.
+    seeds, a cell run by two jobs, a job not finished. Exit 1: a planned cell without a result, whether no job ran
+    it (listed in the manifest's `not_run`) or every trial or final seed of it failed, each named with its reason
+    and a row of the merged leaderboard; 0: every planned cell has a result (the rule of `run`).
     """
+    from bench.reports import leaderboard, source
     from bench.sweep.merge import merge
 
     manifest = merge(out, list(jobs))
-    cells, not_run = manifest["cells"], manifest["not_run"]
+    cells = manifest["cells"]
     log.info(f"merged {len(jobs)} jobs: {len(cells)} cells of {manifest['protocol']} in {out}")
-    if not_run:
+    try:
+        missing = leaderboard.build(source.load(out)).missing
+    except BenchError:  # no final seed completed in any job: every planned cell is without a result
+        missing = {c: manifest["not_run"].get(c, "no final seed completed") for c in manifest["planned_cells"]}
+    if missing:
+        shown = "; ".join(f"{cell}: {why}" for cell, why in missing.items())
         log.error(
-            f"dmlbench: {len(not_run)} planned cell(s) were run by no job ({', '.join(not_run)}); the manifest "
-            "lists them under not_run, and a merge without them is not a finished comparison"
+            f"dmlbench: {len(missing)} of {len(manifest['planned_cells'])} planned cell(s) have no result "
+            f"({shown}); the leaderboard marks them, and a merge without them is not a finished comparison"
         )
         return 1
     return 0

@@ -92,7 +92,8 @@ def _set_store_retry(ctx: click.Context, param: click.Parameter, value: float | 
     default="",
     metavar="CELL,CELL",
     help="run only these planned cells (comma-separated): one job of a sweep split without a shared "
-    "database, each with its own --results-dir, --storage and --tracking-uri; `dmlbench merge` joins them",
+    "database, each with its own --results-dir, --storage and --tracking-uri; `dmlbench merge` joins them. "
+    "Exit 1 when one of these has no result; the plan's other cells are other jobs'",
 )
 @format_option
 @quiet_option
@@ -172,8 +173,9 @@ def command(
     missing = _cells_without_result(protocol, result)
     if missing:
         shown = "; ".join(f"{cell}: {why}" for cell, why in missing.items())
+        asked = "of the cell(s) asked for (--cells)" if result.manifest.get("planned_cells") else "planned cell(s)"
         log.error(
-            f"dmlbench: {len(missing)} of {result.cells} planned cell(s) have no result ({shown}); the table "
+            f"dmlbench: {len(missing)} of {result.cells} {asked} have no result ({shown}); the table "
             "marks them, and a run that leaves a planned cell without a result is not a finished comparison"
         )
         return 1
@@ -260,7 +262,7 @@ def _first_reason(result: SweepResult) -> str:
 
 def _print_table(result: SweepResult, fmt: str) -> None:
     """The ranked cells, so that a finished run answers its question on the terminal."""
-    from bench.commands.leaderboard import document, rows
+    from bench.commands.leaderboard import document, rows, table
     from bench.errors import BenchError
     from bench.reports import leaderboard, source
 
@@ -276,13 +278,4 @@ def _print_table(result: SweepResult, fmt: str) -> None:
     write_text(result.path / "leaderboard.md", leaderboard.markdown(board))  # what `dmlbench leaderboard` writes
     write_text(result.path / "leaderboard.html", html.render(board, html.collect(res, board)))
 
-    def text() -> str:
-        lines = [leaderboard.text(board)]
-        ranked = {r.cell for r in board.rows}
-        for cell, cell_rows in res.finals.groupby(res.finals["cell"].astype(str), sort=True):
-            if cell not in ranked:
-                reasons = sorted({str(r) for r in cell_rows.get("reason", []) if isinstance(r, str) and r})
-                lines.append(f"no completed final seed: {cell}" + (f" ({reasons[0]})" if reasons else ""))
-        return "\n".join(lines)
-
-    emit(fmt, text, lambda: rows(board), lambda: document(board))
+    emit(fmt, lambda: table(board, res), lambda: rows(board), lambda: document(board))

@@ -74,6 +74,13 @@ def data_lines(protocol: Protocol, prepared: Any, sampler: dict[str, Any] | None
     type=click.Path(file_okay=False),
     help="check this results folder as `run --results-dir` would use it",
 )
+@click.option(
+    "--threads",
+    default=None,
+    type=click.IntRange(min=1),
+    help="torch CPU threads the precision check times a step with, as `run --threads` would train "
+    "(default: torch's, one per core)",
+)
 @quiet_option
 def command(
     files: tuple[str, ...],
@@ -83,6 +90,7 @@ def command(
     storage: str | None,
     tracking_uri: str | None,
     results_dir: str | None,
+    threads: int | None,
     quiet: bool,
 ) -> int:
     """Check protocol FILES against the schema and the registry, then load and split their data; print each one's hash
@@ -94,8 +102,8 @@ def command(
     weights file, the device; the stores too when --storage,
     --tracking-uri or --results-dir is given (run's defaults for the others). A device this machine lacks
     is a note: the file is valid, `run` refuses it here. With the data checked, a fixed training.precision
-    3x or more slower here than another (fp32/bf16, with or without channels-last, timed a few seconds) is
-    a one-line warning; `precision: auto` picks the fastest at a sweep's start.
+    3x or more slower here than another (fp32/bf16, with or without channels-last, timed a few seconds with
+    --threads, as `run --threads` trains) is a one-line warning; `precision: auto` picks the fastest at a sweep's start.
 
     Exit 0 when every file is valid, 2 when any has a problem (all are listed).
     """
@@ -129,7 +137,7 @@ def command(
         click.echo(f"{path}: ok, protocol {protocol.name}, hash {protocol.hash12}")
         for note in found.problems:
             click.echo(f"dmlbench: note: {path}: {note.message}: `dmlbench run` refuses it here", err=True)
-        slow = None if no_data or found.problems else _slow_precision(protocol)
+        slow = None if no_data or found.problems else _slow_precision(protocol, threads)
         if slow:
             click.echo(f"dmlbench: warning: {path}: {slow}", err=True)
         for line in [] if found.prepared is None else data_lines(protocol, found.prepared, found.sampler):
@@ -141,9 +149,10 @@ def command(
     return 0
 
 
-def _slow_precision(protocol: Any) -> str | None:
+def _slow_precision(protocol: Any, threads: int | None) -> str | None:
     """A fixed precision several times slower here than another (`bench.plan.measure.slow_precision`, a few
-    seconds of timing): a warning, not a problem (the file is valid, and fair on any machine)."""
+    seconds of timing with ``threads``, the count `run --threads` would train with: the ratio between the
+    variants depends on it): a warning, not a problem (the file is valid, and fair on any machine)."""
     from bench.plan.measure import slow_precision
 
-    return slow_precision(protocol)
+    return slow_precision(protocol, threads=threads)

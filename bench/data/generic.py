@@ -154,8 +154,11 @@ def load_npz(path: str | Path, size: int = 28, resize: str = "stretch", layout: 
     if x.ndim == 4:
         x = check_layout(x, layout, file)
     if x.ndim == 2:
-        if not np.issubdtype(x.dtype, np.number) or not np.all(np.isfinite(x)):
+        if not np.issubdtype(x.dtype, np.number):
             raise BenchError(f"{file}: vectors x must be finite numbers, got {x.dtype}")
+        problem = _non_finite(x)
+        if problem:
+            raise BenchError(f"{file}: vectors x hold {problem}: replace those values or drop those samples")
         xs = x.astype(np.float32)
     else:
         images = x[:, None] if x.ndim == 3 else x
@@ -206,13 +209,29 @@ def _check_label_range(y: np.ndarray, file: Path) -> None:
         raise BenchError(f"{file}: class id {int(y.max())} in y does not fit in int64: renumber the classes")
 
 
+def _non_finite(values: np.ndarray) -> str | None:
+    """What a float array holds that no image or vector may: NaN or infinities, named and counted; None if
+    every value is finite."""
+    if values.dtype.kind != "f" or not values.size:
+        return None
+    nan, inf = int(np.isnan(values).sum()), int(np.isinf(values).sum())
+    parts = [f"{nan} NaN value(s)" if nan else "", f"{inf} infinite value(s)" if inf else ""]
+    return " and ".join(p for p in parts if p) or None
+
+
 def _image_values(block: np.ndarray, file: Path) -> np.ndarray:
     if block.dtype == np.uint8:
         return block.astype(np.float32) / 255.0
     if block.dtype == np.bool_:
         return block.astype(np.float32)
     if block.dtype.kind == "f":
-        if block.size and not (np.all(np.isfinite(block)) and block.min() >= 0 and block.max() <= 1):
-            raise BenchError(f"{file}: float images must lie in [0, 1]; scale them first")
+        problem = _non_finite(block)
+        if problem:
+            raise BenchError(f"{file}: float images hold {problem}: replace those values or drop those samples")
+        if block.size and not (block.min() >= 0 and block.max() <= 1):
+            raise BenchError(
+                f"{file}: float images must lie in [0, 1], these lie in [{block.min():g}, {block.max():g}]; "
+                "scale them first"
+            )
         return block.astype(np.float32)
     raise BenchError(f"{file}: images must be uint8, bool or float in [0, 1], got {block.dtype}")

@@ -454,8 +454,9 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
             if kind == "loss":
                 written[i] = [k for k, v in item["search_space"].items() if v is not None]
             merged = _merge_search_space(entry, item, path, report)
-            if merged is not None:
-                item["search_space"] = merged
+            if merged is None:  # a parameter name it lacks, said once: building it would only say it again
+                continue
+            item["search_space"] = merged
             _try_build(kind, entry, item, doc, path, report)
             _check_batch_needs(entry, doc["training"], path, report)
             if kind == "miner":

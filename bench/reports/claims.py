@@ -181,6 +181,16 @@ class ClaimsFile:
     claims: list[dict[str, Any]]
 
 
+def output_names(cf: ClaimsFile) -> tuple[str, str]:
+    """The Markdown and JSON files a claims file's verdicts are written to, keyed by the claims file so that a
+    second claims file on the same results never erases the first's: ``claims.md`` and ``claims.json`` for the
+    protocol's own claims file (named after the protocol, ``protocols/claims/<protocol>.yaml``), else
+    ``claims-<file stem>.md`` and ``.json``."""
+    stem = cf.path.stem
+    tail = "" if stem == cf.protocol else f"-{stem}"
+    return f"claims{tail}.md", f"claims{tail}.json"
+
+
 def _where(error: jsonschema.ValidationError) -> str:
     parts: list[str] = []
     for p in error.absolute_path:
@@ -293,10 +303,26 @@ def best_cell(res: Results) -> str:
     return min(res.cells, key=key)
 
 
-def _ci(d: Difference) -> str:
+def unit_of(claim: dict[str, Any]) -> tuple[float, int, str]:
+    """How a claim's numbers are shown: in its own unit, so that a claim written in percent reads its effect,
+    interval and thresholds in percentage points. (scale from the metric's fraction, decimals, suffix)."""
+    return (100.0, 2, " pp") if claim.get("unit") == "percent" else (1.0, 4, "")
+
+
+def _ci(d: Difference, claim: dict[str, Any]) -> str:
+    scale, places, suffix = unit_of(claim)
     if not d.testable:
-        return f"{d.diff:+.4f} (no interval: fewer than 2 seeds)"
-    return f"{d.diff:+.4f} [{d.low:+.4f}, {d.high:+.4f}] ({d.test})"
+        return f"{d.diff * scale:+.{places}f}{suffix} (no interval: fewer than 2 seeds)"
+    return (
+        f"{d.diff * scale:+.{places}f} [{d.low * scale:+.{places}f}, {d.high * scale:+.{places}f}]{suffix} ({d.test})"
+    )
+
+
+def _g(x: float, claim: dict[str, Any], level: bool = False) -> str:
+    """A threshold (a difference: percentage points) or, with ``level``, a reported value (percent) of a claim
+    in the claim's unit."""
+    scale, _, suffix = unit_of(claim)
+    return f"{x * scale:g}{'%' if level and suffix else suffix}"
 
 
 def _finding(p_support: float, p_contradict: float, support_first: bool = True) -> tuple[str, float]:
@@ -443,6 +469,12 @@ def judge(claim: dict[str, Any], res: Results, cf: ClaimsFile) -> Verdict:
     cells = [best_cell(res) if n == "best" else n for n in names]
     if len(set(cells)) < len(cells):
         raise BenchError(f"{cf.path}: claim {cid}: a cell is named twice ({', '.join(cells)})")
+    grid = set(res.reported_cells) | set(res.refused) | ({c.id for c in res.plan.cells} if res.plan else set())
+    for cell in cells:  # a name the grid does not hold is a typo in the claims file, as `run --cells` treats it
+        if cell not in grid:
+            raise BenchError(
+                f"{cf.path}: claim {cid}: no cell {cell!r} in {res.protocol}; cells: {', '.join(sorted(grid))}"
+            )
     for name, cell in zip(names, cells):
         why = _untestable(res, cell, name, claim)
         if why:
@@ -456,25 +488,25 @@ def judge(claim: dict[str, Any], res: Results, cf: ClaimsFile) -> Verdict:
         d = diff(a, b)
         if kind == "beats":
             finding = _finding(d.p_greater, d.shifted(delta)[1])
-            why = f"{a} - {b} = {_ci(d)}; supported if it lies above 0, contradicted if it lies below +{delta:g}"
+            why = f"{a} - {b} = {_ci(d, claim)}; supported if it lies above 0, contradicted if it lies below +{_g(delta, claim)}"
         elif kind == "no_better":
             finding = _finding(d.shifted(delta)[1], d.p_greater, support_first=False)
-            why = f"{a} - {b} = {_ci(d)}; supported if it lies below +{delta:g}, contradicted if it lies above 0"
+            why = f"{a} - {b} = {_ci(d, claim)}; supported if it lies below +{_g(delta, claim)}, contradicted if it lies above 0"
         else:
             x = _scaled(cf, claim, "points", metric)
             finding = _finding(*_tost(d, x))
-            why = f"{a} - {b} = {_ci(d)}; supported if it lies inside (-{x:g}, +{x:g})"
+            why = f"{a} - {b} = {_ci(d, claim)}; supported if it lies inside (-{_g(x, claim)}, +{_g(x, claim)})"
     elif kind in ("reaches", "against_reference"):
         a = cells[0]
         value = _scaled(cf, claim, "value", metric)
         d = one_sample(res.values(a, metric), value)
         if kind == "reaches":
             finding = _finding(*d.shifted(-delta))
-            why = f"{a} - reported {value:g} = {_ci(d)}; supported if it lies above -{delta:g}"
+            why = f"{a} - reported {_g(value, claim, level=True)} = {_ci(d, claim)}; supported if it lies above -{_g(delta, claim)}"
         else:
             above = claim["expect"] == "above"
             finding = _finding(d.p_greater, d.p_less) if above else _finding(d.p_less, d.p_greater)
-            why = f"{a} - {claim['reference']} ({value:g}) = {_ci(d)}; expected {claim['expect']} the reference"
+            why = f"{a} - {claim['reference']} ({_g(value, claim, level=True)}) = {_ci(d, claim)}; expected {claim['expect']} the reference"
     else:  # spread
         x = _scaled(cf, claim, "below", metric)
         pairs = list(itertools.combinations(cells, 2))
@@ -484,8 +516,8 @@ def judge(claim: dict[str, Any], res: Results, cf: ClaimsFile) -> Verdict:
         d = diff(hi_c, lo_c)
         finding = _finding(max(t[0] for t in tests), min(1.0, len(pairs) * min(t[1] for t in tests)))
         why = (
-            f"largest gap {hi_c} - {lo_c} = {_ci(d)}; supported if every pairwise interval lies inside "
-            f"(-{x:g}, +{x:g}), contradicted if a Bonferroni-widened one lies outside"
+            f"largest gap {hi_c} - {lo_c} = {_ci(d, claim)}; supported if every pairwise interval lies inside "
+            f"(-{_g(x, claim)}, +{_g(x, claim)}), contradicted if a Bonferroni-widened one lies outside"
         )
     name, p = finding
     verdict = name if p < 1 - LEVEL else "inconclusive"
@@ -526,9 +558,13 @@ def adjust(verdicts: list[Verdict], caveat: str = TUNING_CAVEAT) -> list[Verdict
             out.append(v)
             continue
         verdict = v.finding if p < 1 - LEVEL else "inconclusive"
+        n = sum(x.testable for x in verdicts)
+        # the words follow the verdict: the nearer finding is named as such, never as the verdict
         reason = (
-            f"{v.reason}; p = {v.p_raw:.3g} ({v.finding}), Holm-adjusted {p:.3g} over "
-            f"{sum(x.testable for x in verdicts)} claims; {caveat}"
+            f"{v.reason}; {v.finding}: p = {v.p_raw:.3g}, Holm-adjusted {p:.3g} over {n} claims; {caveat}"
+            if verdict == v.finding
+            else f"{v.reason}; inconclusive: the nearer finding, {v.finding}, has p = {v.p_raw:.3g}, Holm-adjusted "
+            f"{p:.3g} over {n} claims, not below {1 - LEVEL:g}; {caveat}"
         )
         out.append(replace(v, verdict=verdict, p_adjusted=p, reason=reason))
     return out
@@ -595,6 +631,8 @@ def to_json(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> dict[str, 
         "results_file": str(res.finals_file),
         "fingerprints": res.fingerprints,
         "equivalence": cf.equivalence,
+        "scale": "effect, ci_low and ci_high on the metric's own scale (a fraction); the reasons and the tables "
+        "show each claim's unit (percentage points for unit: percent)",
         "interval": f"{LEVEL:.0%} (paired t where both cells ran the same final seeds, else Welch; one-sample t "
         "against published values)",
         "correction": "Holm across the file's testable claims; verdicts use the adjusted p",
@@ -705,8 +743,17 @@ def _p(x: float) -> str:
     return f"{x:.3g}" if x is not None and math.isfinite(x) else "-"
 
 
-def _f(x: float) -> str:
-    return f"{x:+.4f}" if x is not None and math.isfinite(x) else "-"
+def _effect(v: Verdict) -> str:
+    """The effect and its interval in the claim's unit (`unit_of`): ``-11.58 [-16.60, -6.56] pp`` for a claim
+    in percent, ``-0.1158 [-0.1660, -0.0656]`` for one on the metric's scale."""
+    scale, places, suffix = unit_of(v.claim)
+
+    def f(x: float) -> str:
+        return f"{x * scale:+.{places}f}" if x is not None and math.isfinite(x) else "-"
+
+    if v.effect is None or not math.isfinite(v.effect):
+        return "-"
+    return f"{f(v.effect)} [{f(v.low)}, {f(v.high)}]{suffix}"
 
 
 def markdown(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> str:
@@ -729,7 +776,7 @@ def markdown(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> str:
     ]
     for v in verdicts:
         seeds = ", ".join(str(len(s)) for s in v.values.values())
-        ci = f"{_f(v.effect)} [{_f(v.low)}, {_f(v.high)}]"
+        ci = _effect(v)
         cells = ", ".join(md_code(c) for c in v.cells)
         src = md_text(v.claim["source"])
         out.append(
@@ -764,7 +811,7 @@ def text_table(verdicts: list[Verdict]) -> str:
             (
                 v.claim["id"],
                 v.verdict,
-                f"{_f(v.effect)} [{_f(v.low)}, {_f(v.high)}]",
+                _effect(v),
                 _p(v.p_adjusted),
                 "/".join(str(len(s)) for s in v.values.values()) or "-",
                 " vs ".join(v.cells),

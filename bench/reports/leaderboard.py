@@ -117,6 +117,18 @@ class Board:
         return spearman([r.validation for r in self.rows], [r.metrics[self.primary].mean for r in self.rows])
 
     @property
+    def job(self) -> str | None:
+        """For a job of a split sweep (`run --cells`), which part of the plan it holds; None otherwise."""
+        m = self.manifest
+        planned = m.get("planned_cells")
+        if not isinstance(planned, list) or "merged_from" in m or not isinstance(m.get("cells"), list):
+            return None
+        return (
+            f"a job of {len(m['cells'])} of the {len(planned)} planned cells (run --cells); the others are other "
+            "jobs', and `dmlbench merge` joins them"
+        )
+
+    @property
     def warnings(self) -> list[str]:
         """What makes the table mean less than it seems; shown above it (Markdown, HTML and terminal).
 
@@ -307,11 +319,17 @@ def build(res: Results) -> Board:
 def _missing(res: Results, trials: pd.DataFrame | None) -> dict[str, str]:
     """Cells the plan holds (or the trials name) with no final row, each with why: a cell never vanishes."""
     reported = {trained_cell(c) for c in res.reported_cells}  # final.mode folds: two rows of one cell
-    planned = [c.id for c in res.plan.cells] if res.plan is not None else []
+    asked = res.asked_cells  # a job of `run --cells`: the cells it was asked for (`Results.asked_cells`)
+    planned = asked if asked is not None else [c.id for c in res.plan.cells] if res.plan is not None else []
     tried = list(dict.fromkeys(trials["cell"].astype(str))) if trials is not None and "cell" in trials else []
+    given = res.manifest.get("not_run")
+    not_run: dict[str, Any] = given if isinstance(given, dict) else {}
     out: dict[str, str] = {}
     for cell in dict.fromkeys([*planned, *tried, *res.refused]):
         if cell in reported:
+            continue
+        if cell in not_run:  # a merged folder's planned cell that no job ran
+            out[cell] = f"not run: {not_run[cell]}"
             continue
         if cell in res.refused:
             out[cell] = f"left out by the budget audit: {res.refused[cell]}"
@@ -489,6 +507,8 @@ def footer_lines(board: Board) -> list[str]:
     ]
     for name, digest in board.fingerprints.items():
         lines.append(f"{md_text(name)} fingerprint {md_code(digest)}")
+    if board.job:
+        lines.append(md_text(board.job))
     b = m.get("budget")
     if isinstance(b, dict) and b:
         lines.append("budget per cell: " + ", ".join(f"{k} {v}" for k, v in b.items()))
@@ -763,5 +783,7 @@ def text(board: Board, columns: tuple[str, ...] = ("precision_at_1", "lake_accur
         out.append(f"budget check: {board.budget.summary()}")
     out += [f"{r.cell}: {note}" for r in board.rows for note in r.notes]
     out += [f"{cell}: no result: {why}" for cell, why in board.missing.items()]
+    if board.job:
+        out.append(board.job)
     out.append(compute_line(board).replace("`", ""))
     return "\n".join(out)

@@ -162,6 +162,11 @@ def check_comparable(baseline: Results, current: Results) -> None:
     """Refuse to compare tables of two experiments (other shared settings, or another protocol hash where
     either predates cell keys) or two data splits: one line, exit 2."""
     sb, sc = baseline.manifest.get("shared_hash"), current.manifest.get("shared_hash")
+    if baseline.protocol != current.protocol and (sb != sc or not sb):  # not versions of one protocol
+        raise BenchError(
+            f"cannot compare: {baseline.root} holds protocol {baseline.protocol} and {current.root} protocol "
+            f"{current.protocol}: two different protocols, not versions of one (compare results of one protocol)"
+        )
     if sb and sc:
         if sb != sc:
             raise BenchError(

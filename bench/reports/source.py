@@ -98,6 +98,20 @@ class Results:
         return out
 
     @property
+    def asked_cells(self) -> list[str] | None:
+        """The planned cells these results must hold, or None for every cell of the plan.
+
+        One rule for `run`, `run --cells` and `merge`: a job of a split sweep (``run --cells``: its manifest
+        lists ``planned_cells`` beside the ``cells`` it ran) answers for the cells it was asked for only, the
+        others being other jobs'; a merged folder (``merged_from``) and a whole sweep answer for every planned
+        cell. A cell these results must hold and do not is a cell without a result (exit 1).
+        """
+        m = self.manifest
+        if isinstance(m.get("planned_cells"), list) and "merged_from" not in m and isinstance(m.get("cells"), list):
+            return [str(c) for c in m["cells"]]
+        return None
+
+    @property
     def refused(self) -> dict[str, str]:
         """Cells the runner's budget audit refused: never reported beside the others."""
         r = self.manifest.get("refused") or {}

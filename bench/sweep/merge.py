@@ -11,7 +11,8 @@ sweep. `merge` checks what one sweep guarantees by construction, then writes one
   fingerprint and the split fingerprints), with the same budget and final seeds, and finished;
 * no cell was run by two jobs (two records of one cell: which one is the result?);
 * every planned cell was run by a job; one that was not is named in the manifest (``not_run``) and on the
-  command line, and the command exits 1, as `run` does for a planned cell without a result.
+  command line, and the command exits 1, as it does for a cell a job ran without a result: the rule of `run`
+  (`bench.reports.source.Results.asked_cells`: a job answers for the cells it was asked for, a merge for all).
 
 Any other difference is a refusal, one line, exit 2, and nothing is written. The tables are then rebuilt from
 the jobs' rows by the functions a sweep uses (`bench.sweep.tables`: the budget audit and the summary), so the
@@ -177,6 +178,7 @@ def merge(out: str | Path, jobs_given: list[str | Path]) -> dict[str, Any]:
             }
             for j, r in zip(jobs, read)
         ],
+        "hardware": [p for r in read for p in r["manifest"].get("hardware") or []],  # every job's parts
         "storage": None,
         "tracking_uri": None,
         "created": min(str(r["manifest"].get("created")) for r in read),

@@ -237,6 +237,9 @@ class Sweep:
         }  # the device also tags every MLflow run (`dmlbench.device`), so a leaderboard read from MLflow shows it
         self.plan = replace(self.plan, protocol=self.protocol)
         moved = tables.claim_dir(self.results, self.protocol.shared_hash, self.protocol.data)
+        self.part = provenance.hardware()  # this worker's CPU and threads; the manifest lists every part's
+        earlier = (tables.read_manifest(self.results) or {}).get("hardware") or []
+        self._warn_threads(earlier)
         self.fingerprints = self.prepared.fingerprints()
         base_tags = provenance.standard_tags(
             self.fingerprints["split"],
@@ -264,6 +267,8 @@ class Sweep:
             "data_fingerprint": self.protocol.data,
             "geometry": geometry(self.protocol.spec.model.normalize),
             "precision": self.precision,
+            "threads": self.part["threads"],
+            "hardware": [*earlier, self.part],  # one entry per worker start: a resumed sweep says where each part ran
             "package_versions": provenance.package_versions(),
             **self.code,
             "tracking_uri": redact(self.tracking_uri),
@@ -317,6 +322,18 @@ class Sweep:
         left_out = small_classes_notice(self.prepared.small_classes)
         if left_out:
             log.warning(left_out)  # said even when quiet: the table is over fewer classes than selected
+
+    def _warn_threads(self, earlier: list[dict[str, Any]]) -> None:
+        """One warning line when the records so far were made with another torch thread count: the order of
+        float additions, so every number, depends on it (a resumed or grown sweep mixes both otherwise)."""
+        counts = sorted({int(p["threads"]) for p in earlier if isinstance(p, dict) and p.get("threads")})
+        now = self.part["threads"]
+        if counts and counts != [now]:
+            log.warning(
+                f"--threads: this worker trains with {now} thread(s), the records of {self.protocol.name} so far "
+                f"with {', '.join(map(str, counts))}: the numbers depend on the thread count, so cells trained "
+                "now may differ from a sweep run with one (the manifest's `hardware` lists each part's)"
+            )
 
     def line(self, text: str) -> None:
         """A status line through the progress bars when running; before them, a record of the `dmlbench`

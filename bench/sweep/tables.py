@@ -499,8 +499,10 @@ def write(plan: Plan, records: Records, results: Path, manifest: dict[str, Any],
     write_histories(results, records.history)
     keep_rows(results, plan)
     previous = read_manifest(results) or {}
+    parts = [*(previous.get("hardware") or []), *(manifest.get("hardware") or [])]  # every worker's, once each
     manifest = {
         **manifest,
+        **({"hardware": [p for i, p in enumerate(parts) if p not in parts[:i]]} if parts else {}),
         "created": previous.get("created", manifest.get("created")),
         "refused": refused,
         "cell_commits": commits(records),

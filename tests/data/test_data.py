@@ -374,6 +374,13 @@ def test_npz_shapes(tmp_path: Path) -> None:
     assert vectors.y.tolist() == y.tolist() and vectors.y.dtype == torch.int64
 
 
+def _with(x: np.ndarray, value: float, count: int) -> np.ndarray:
+    """``x`` (float32) with its first ``count`` values set to ``value``."""
+    x = x.astype(np.float32)
+    x.reshape(-1)[:count] = value
+    return x
+
+
 @pytest.mark.parametrize(
     "x, y, message",
     [
@@ -384,7 +391,11 @@ def test_npz_shapes(tmp_path: Path) -> None:
         ),
         (np.zeros((4, 5)), np.array([[0, 1], [1, 0]]), r"y must have shape \(N,\) = \(4,\), got \(2, 2\)"),
         (np.zeros((4, 5)), np.zeros(4, int), r"y has 1 class\(es\); at least 2"),
-        (np.full((4, 5, 5), 2.0), np.array([0, 0, 1, 1]), r"float images must lie in \[0, 1\]"),
+        (np.full((4, 5, 5), 2.0), np.array([0, 0, 1, 1]), r"float images must lie in \[0, 1\], these lie in \[2, 2\]"),
+        # a NaN is named as NaN, not as a value outside [0, 1]
+        (_with(np.full((4, 5, 5), 0.5), np.nan, 3), np.array([0, 0, 1, 1]), r"float images hold 3 NaN value\(s\):"),
+        (_with(np.full((4, 5, 5), 0.5), np.inf, 1), np.array([0, 0, 1, 1]), r"hold 1 infinite value\(s\):"),
+        (_with(np.full((4, 6), 0.5), np.nan, 2), np.array([0, 0, 1, 1]), r"vectors x hold 2 NaN value\(s\):"),
     ],
 )
 def test_npz_bad_input(tmp_path: Path, x: np.ndarray, y: np.ndarray, message: str) -> None:

@@ -14,6 +14,7 @@ from _sweeps import CELLS, sweep, sweep_base, sweep_copy  # noqa: F401  (fixture
 from scipy import stats as st
 
 from bench.cli import main
+from bench.errors import BenchError
 from bench.reports import claims
 from bench.reports.source import Results
 
@@ -148,8 +149,8 @@ def test_verdicts_on_a_real_sweep(sweep_copy: Path, tmp_path: Path, capsys: pyte
     manifest = json.loads((sweep_copy / "manifest.json").read_text())
     cf = _claims_file(tmp_path / "c.yaml", manifest["protocol"])
     assert main(["claims", str(cf), "--results", str(sweep_copy)]) == 0
-    out = json.loads((sweep_copy / "claims.json").read_text())
-    md = (sweep_copy / "claims.md").read_text()
+    out = json.loads((sweep_copy / "claims-c.json").read_text())
+    md = (sweep_copy / "claims-c.md").read_text()
     assert "| **" in md and manifest["protocol_hash"] in md
     finals = pd.read_csv(sweep_copy / "finals.csv")
     per = {c: finals.loc[finals["cell"] == c].sort_values("seed") for c in CELLS}
@@ -189,7 +190,7 @@ def test_results_dir_from_the_claims_file(sweep_copy: Path, tmp_path: Path) -> N
     manifest = json.loads((sweep_copy / "manifest.json").read_text())
     cf = _claims_file(tmp_path / "c.yaml", manifest["protocol"], results=sweep_copy)
     assert main(["claims", str(cf), "--out", str(tmp_path / "o")]) == 0
-    assert len(json.loads((tmp_path / "o" / "claims.json").read_text())["verdicts"]) == 5
+    assert len(json.loads((tmp_path / "o" / "claims-c.json").read_text())["verdicts"]) == 5
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "protocols" / "claims").glob("*.yaml")), ids=lambda p: p.stem)
@@ -214,14 +215,13 @@ def test_bad_claims_are_one_line_errors(sweep: Path, tmp_path: Path, capsys: pyt
     good = yaml.safe_load(_claims_file(tmp_path / "g.yaml", manifest["protocol"]).read_text())
     out = ["--results", str(sweep), "--out", str(tmp_path / "o")]
 
-    # A cell the grid does not hold: that claim is refused (not testable), the others still judged.
+    # A cell the grid does not hold is a typo, as `run --cells` treats it: one line, exit 2, nothing written.
     bad = {**good, "claims": [{**good["claims"][0], "a": "triplet+nothing"}, good["claims"][1]]}
     (tmp_path / "b1.yaml").write_text(yaml.safe_dump(bad))
-    assert main(["claims", str(tmp_path / "b1.yaml"), "--results", str(sweep), "--out", str(tmp_path / "o1")]) == 0
-    assert "wrote" in capsys.readouterr().err  # a success says where it wrote, on stderr
-    refused, judged = json.loads((tmp_path / "o1" / "claims.json").read_text())["verdicts"]
-    assert refused["verdict"] == "not testable" and "no cell 'triplet+nothing'" in refused["reason"]
-    assert refused["p"] is None and judged["verdict"] != "not testable" and judged["p_holm"] == judged["p"]
+    assert main(["claims", str(tmp_path / "b1.yaml"), "--results", str(sweep), "--out", str(tmp_path / "o1")]) == 2
+    line = _error_line(capsys)
+    assert "claim bh-beats-ba: no cell 'triplet+nothing' in reports-tiny; cells: contrastive+none" in line, line
+    assert not (tmp_path / "o1").exists()
 
     bad = {**good, "claims": [{k: v for k, v in good["claims"][0].items() if k != "b"}]}
     (tmp_path / "b2.yaml").write_text(yaml.safe_dump(bad))
@@ -256,8 +256,8 @@ def test_collapsed_missing_or_thin_cells_make_a_claim_not_testable() -> None:
     assert _judge("reaches", values, res, cell="A", value=0.31).verdict != "not testable"
     one = _judge("beats", values, res, a="A", b="C")
     assert one.verdict == "not testable" and "C has 1 completed final seed" in one.reason
-    gone = _judge("beats", values, res, a="A", b="D")
-    assert gone.verdict == "not testable" and "the grid has no cell 'D'" in gone.reason
+    with pytest.raises(BenchError, match="claim x: no cell 'D' in p; cells: A, B, C"):  # a typo: exit 2
+        _judge("beats", values, res, a="A", b="D")
     # Without a floor table nothing is collapsed.
     assert _judge("beats", values, a="A", b="B").verdict == "supported"
 
@@ -366,7 +366,7 @@ def test_a_claim_about_another_method_is_refused(sweep_copy: Path, tmp_path: Pat
     doc = {"protocol": manifest["protocol"], "claims": [{**base, "id": k, "requires": r} for k, r in cases.items()]}
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(doc))
     assert main(["claims", str(tmp_path / "c.yaml"), "--results", str(sweep_copy)]) == 0
-    got = {v["id"]: v for v in json.loads((sweep_copy / "claims.json").read_text())["verdicts"]}
+    got = {v["id"]: v for v in json.loads((sweep_copy / "claims-c.json").read_text())["verdicts"]}
     assert got["ok"]["verdict"] != "not testable"
     assert got["miner"]["verdict"] == "not testable"
     assert "triplet+batch_hard runs miner batch_hard, the claim is about miner semihard" in got["miner"]["reason"]
@@ -377,7 +377,7 @@ def test_a_claim_about_another_method_is_refused(sweep_copy: Path, tmp_path: Pat
     manifest.pop("protocol_text", None)  # results from before the manifest kept the protocol's text
     (sweep_copy / "manifest.json").write_text(json.dumps(manifest))
     assert main(["claims", str(tmp_path / "c.yaml"), "--results", str(sweep_copy)]) == 0
-    got = {v["id"]: v for v in json.loads((sweep_copy / "claims.json").read_text())["verdicts"]}
+    got = {v["id"]: v for v in json.loads((sweep_copy / "claims-c.json").read_text())["verdicts"]}
     assert all(v["verdict"] == "not testable" and "was not found" in v["reason"] for v in got.values())
 
 
@@ -424,7 +424,9 @@ def test_unit_percent_scales_every_number_of_a_claim() -> None:
     as_points = _judge("within", close, a="A", b="B", points=3, unit="percent")
     as_fraction = _judge("within", close, a="A", b="B", points=0.03)
     assert as_points.verdict == as_fraction.verdict == "supported"
-    assert as_points.reason == as_fraction.reason  # the same bound, (-0.03, +0.03), whichever way it was written
+    # the same bound, (-0.03, +0.03), whichever way it was written; each reason shows it in the claim's unit
+    assert (as_points.effect, as_points.low, as_points.high) == (as_fraction.effect, as_fraction.low, as_fraction.high)
+    assert "inside (-3 pp, +3 pp)" in as_points.reason and "inside (-0.03, +0.03)" in as_fraction.reason
     narrow = _judge("within", close, a="A", b="B", points=0.1, unit="percent")  # 0.001: far narrower
     assert narrow.verdict != "supported"
     assert (
@@ -447,3 +449,93 @@ def test_collapsed_is_for_a_cell_the_data_show_at_the_floor_not_one_too_few_seed
     # a claim rests on neither
     for cell in ("flat", "noisy"):
         assert _judge("beats", values, res, a="best", b=cell).verdict == "not testable"
+
+
+def test_a_reason_never_names_a_finding_its_verdict_is_not() -> None:
+    """Holm turns a raw finding into "inconclusive": the reason then says inconclusive and calls the raw one the
+    nearer finding, never "p = ... (supported)" beside "inconclusive"."""
+    values = {
+        "A": [0.60, 0.61, 0.62],
+        "B": [0.50, 0.51, 0.52],
+        "C": [0.565, 0.55, 0.60],
+        "D": [0.50, 0.52, 0.55],
+    }
+    items = [
+        {"id": "ab", "kind": "beats", "a": "A", "b": "B", "source": "s"},
+        {"id": "cd", "kind": "beats", "a": "C", "b": "D", "source": "s"},
+        {"id": "dc", "kind": "beats", "a": "D", "b": "C", "source": "s"},
+    ]
+    cf = claims.ClaimsFile(Path("c.yaml"), "p", None, None, 0.01, items)
+    got = {v.claim["id"]: v for v in claims.evaluate(cf, _results(values))}
+    assert got["ab"].verdict == "supported" and "; supported: p = " in got["ab"].reason
+    shown = [v for v in got.values() if v.verdict == "inconclusive"]
+    assert shown, {k: v.verdict for k, v in got.items()}
+    for v in shown:
+        assert v.finding in ("supported", "contradicted")
+        assert f"({v.finding})" not in v.reason and f"; {v.finding}:" not in v.reason, v.reason
+        assert f"; inconclusive: the nearer finding, {v.finding}, has p = {v.p_raw:.3g}" in v.reason, v.reason
+    for v in got.values():  # the other finding's name never appears as a finding in the reason
+        other = {"supported": "contradicted", "contradicted": "supported"}[v.finding]
+        assert f"; {other}:" not in v.reason and f"finding, {other}" not in v.reason
+
+
+def test_a_claim_in_percent_shows_its_effect_in_percentage_points() -> None:
+    """``unit: percent``: the effect, interval and thresholds read in the claim's unit on the terminal, in the
+    Markdown and in the reason; the JSON keeps the metric's own scale (its `scale` says so)."""
+    values = {"A": [0.60, 0.62, 0.61], "B": [0.50, 0.51, 0.52]}
+    items = [
+        {
+            "id": "ref",
+            "kind": "against_reference",
+            "cell": "A",
+            "value": 55,
+            "unit": "percent",
+            "reference": "r",
+            "expect": "above",
+            "source": "s",
+        },
+        {"id": "within", "kind": "within", "a": "A", "b": "B", "points": 15, "unit": "percent", "source": "s"},
+        {"id": "raw", "kind": "reaches", "cell": "A", "value": 0.55, "source": "s"},
+    ]
+    cf = claims.ClaimsFile(Path("c.yaml"), "p", None, None, 0.01, items)
+    res = _results(values)
+    got = {v.claim["id"]: v for v in claims.evaluate(cf, res)}
+    ref, within, raw = got["ref"], got["within"], got["raw"]
+    assert ref.effect == pytest.approx(0.61 - 0.55)  # computed on the metric's scale
+    shown = f"{100 * ref.effect:+.2f} [{100 * ref.low:+.2f}, {100 * ref.high:+.2f}] pp"
+    assert shown == "+6.00 [+3.52, +8.48] pp"
+    assert "A - r (55%) = " + shown in ref.reason, ref.reason
+    assert f"{100 * within.effect:+.2f} [" in within.reason and "inside (-15 pp, +15 pp)" in within.reason
+    assert f"{raw.effect:+.4f} [{raw.low:+.4f}, {raw.high:+.4f}] (one-sample)" in raw.reason  # its own scale
+    table = claims.text_table(list(got.values()))
+    rows = {line.split()[0]: line for line in table.splitlines()}
+    assert shown in rows["ref"] and "+0.0600" not in rows["ref"] and f"{raw.effect:+.4f} [" in rows["raw"]
+    md = claims.markdown(cf, res, list(got.values()))
+    assert f"| {shown} |" in md
+    doc = claims.to_json(cf, res, list(got.values()))
+    assert doc["verdicts"][0]["effect"] == pytest.approx(0.06) and "metric's own scale" in doc["scale"]
+
+
+def test_a_second_claims_file_keeps_the_first_files_verdicts(
+    sweep_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Verdicts are written under the claims file's name: a second file on the same results adds its own files."""
+    manifest = json.loads((sweep_copy / "manifest.json").read_text())
+    first = _claims_file(tmp_path / "c.yaml", manifest["protocol"])
+    doc = yaml.safe_load(first.read_text())
+    (tmp_path / "other.yaml").write_text(yaml.safe_dump({**doc, "claims": doc["claims"][:1]}))
+    own = tmp_path / f"{manifest['protocol']}.yaml"  # the protocol's own claims file: claims.md, claims.json
+    own.write_text(yaml.safe_dump({**doc, "claims": doc["claims"][1:2]}))
+    for path in (first, tmp_path / "other.yaml", own):
+        assert main(["claims", str(path), "--results", str(sweep_copy), "--quiet"]) == 0
+    capsys.readouterr()
+    ids = {
+        name: [v["id"] for v in json.loads((sweep_copy / name).read_text())["verdicts"]]
+        for name in ("claims-c.json", "claims-other.json", "claims.json")
+    }
+    assert ids == {
+        "claims-c.json": [c["id"] for c in doc["claims"]],
+        "claims-other.json": [doc["claims"][0]["id"]],
+        "claims.json": [doc["claims"][1]["id"]],
+    }
+    assert all((sweep_copy / n).is_file() for n in ("claims-c.md", "claims-other.md", "claims.md"))

@@ -183,3 +183,14 @@ def test_unusable_inputs(sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixt
     assert "--alpha" in _error_line(capsys)
     assert main(["regress", "--baseline", str(sweep), "--current", str(sweep), "--metric", "accuracy"]) == 2
     assert "no metric 'accuracy'" in _error_line(capsys)
+
+
+def test_two_different_protocols_are_named_as_such(capsys: pytest.CaptureFixture[str]) -> None:
+    """Results of two protocols (other names, other shared settings) are refused as two protocols, not as versions
+    of the baseline's protocol with other shared settings."""
+    repo = Path(__file__).resolve().parents[2]
+    quick, standard = repo / "results" / "omniglot-quick", repo / "results" / "omniglot-standard"
+    assert main(["regress", "--baseline", str(quick), "--current", str(standard)]) == 2
+    line = _error_line(capsys)
+    assert f"{quick} holds protocol omniglot-quick and {standard} protocol omniglot-standard" in line, line
+    assert "two different protocols" in line and "versions of" not in line.replace("not versions of one", "")

@@ -288,7 +288,7 @@ def test_claims_say_whether_the_table_is_stable(checked: Path, tmp_path: Path) -
     run = _copy(checked, tmp_path / "run")
     results = run / "results" / "reports-tiny"
     finals, table = _finals(run), _table(run)
-    cf = _claims(tmp_path / "claims.json")
+    cf = _claims(tmp_path / "reports-tiny.json")  # the protocol's own claims file: claims.md, claims.json
     # Stable by construction: at 2x every seed scores its final + 0.01 (ranking and differences unchanged).
     shifted = table[table["multiple"] == 1].copy()
     shifted["multiple"] = 2

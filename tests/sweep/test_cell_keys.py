@@ -230,7 +230,7 @@ def test_claims_check_requires_against_a_version_that_shares_the_cell(story, tmp
     assert res.plan is not None and res.plan.protocol.hash == parse_protocol(s["e"]["path"].read_text()).hash
     assert res.same_cell(res.plan, "triplet+batch_hard") and not res.same_cell(res.plan, "contrastive+none")
     assert claims.versions(res)["added"] == claims.versions(res)["dropped"] == ["contrastive+none"]
-    claims_file = tmp_path / "claims.yaml"
+    claims_file = tmp_path / "grow.yaml"  # the protocol's own claims file: claims.md and claims.json
     claims_file.write_text(
         "protocol: grow\nclaims:\n"
         "  - {id: c, kind: reaches, cell: contrastive+none, value: 0.1, source: s,"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import optuna
@@ -217,8 +218,28 @@ def test_a_cells_own_id_never_ends_like_an_evaluation() -> None:
         parse_protocol(_folds().replace("{name: triplet,", "{name: triplet, label: 'x:separate',"))
 
 
-def test_tables_are_read_back_whole(folds_sweep) -> None:
-    tables.read(Path(folds_sweep["results"]))  # no duplicate (cell, seed): two evaluations, two names
+def test_tables_are_read_back_whole(folds_sweep, tmp_path) -> None:
+    """Each final seed's two evaluations are two rows under two names (`<cell>:concatenated`, `<cell>:separate`):
+    read back whole, with no duplicate (cell, seed); were they one name, the reader would refuse the table."""
+    import shutil
+
+    results = Path(folds_sweep["results"])
+    read = tables.read(results)
+    on_disk = pd.read_csv(results / "finals.csv")
+    assert len(read["finals"]) == len(on_disk) and list(read["finals"]["cell"]) == list(on_disk["cell"])
+    finals = read["finals"]
+    cell = "triplet+batch_hard"
+    for evaluation in ("concatenated", "separate"):
+        assert sorted(finals.loc[finals["cell"] == f"{cell}:{evaluation}", "seed"]) == [0, 1], evaluation
+    assert not finals.duplicated(["cell", "seed"]).any()
+    assert len(read["trials"]) == len(pd.read_csv(results / "trials.csv"))
+    # the same rows under one name: two values for one (cell, seed), refused in one line
+    copy = tmp_path / "tiny"
+    shutil.copytree(results, copy)
+    on_disk["cell"] = on_disk["cell"].str.replace(":separate", ":concatenated")
+    on_disk.to_csv(copy / "finals.csv", index=False)
+    with pytest.raises(BenchError, match=re.escape(f"duplicate rows for cell {cell}:concatenated, seed 0")):
+        tables.read(copy)
 
 
 @pytest.mark.slow

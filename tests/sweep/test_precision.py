@@ -133,3 +133,23 @@ def test_a_sweep_trains_every_run_in_the_recorded_choice_and_keeps_it_on_resume(
         params = db.execute("select key, value from params where key in ('precision', 'channels_last')").fetchall()
     finals = 2 * 2  # cells x seeds log their config
     assert sorted(params) == sorted([("precision", "bf16")] * finals + [("channels_last", "False")] * finals)
+
+
+def test_validate_times_the_precision_with_the_threads_it_is_given(tmp_path, data_root, capsys):
+    """`validate --threads N` times the fixed precision's step with N threads, as `run --threads N` trains (the
+    ratio between the variants depends on it); the process's own thread count is left as it was."""
+    import torch
+
+    from bench.cli import main
+    from bench.commands.validate import _slow_precision
+
+    path = tmp_path / "p.yaml"
+    path.write_text(TINY.replace("PRECISION", "fp32"))
+    before = torch.get_num_threads()
+    assert main(["validate", str(path), "--threads", "1", "--data-root", str(data_root)]) == 0
+    assert torch.get_num_threads() == before
+    warning = [line for line in capsys.readouterr().err.splitlines() if "training.precision" in line]
+    assert all("(1 thread(s))" in line for line in warning), warning
+    line = _slow_precision(_protocol("fp32"), 1)  # the warning, when this machine makes one, says 1 thread
+    assert line is None or "(1 thread(s))" in line, line
+    assert main(["validate", str(path), "--threads", "0"]) == 2  # as run's --threads: at least 1
