@@ -27,6 +27,7 @@ from bench.plan.cost import (
     sweep_overhead_s,
     trunk_cost,
 )
+from bench.plan.rungs import rung_schedule
 from bench.plan.types import Budget, Cell, Dropped, Estimate, Plan
 from bench.protocol import NO_MINER, Protocol
 from bench.protocol.load import canonical_json, method_params
@@ -91,10 +92,12 @@ def plan(
         folds=validation["use"],
         iterations=training["iterations"],
         batch_size=training["P"] * training["K"],
-        seeds=len(doc["final"]["seeds"]),
+        seeds=len(protocol.final_seeds),
         early_stopping=bool(training.get("early_stopping")),
         final_runs=validation["use"] if setting(doc, "final.mode") == "folds" else 1,
         draws=setting(doc, "tuning.repeats"),
+        rungs=rung_schedule(doc),
+        **seed_range(doc),
     )
     cost, cost_note, precision_note = trunk_cost(protocol, step_s), "", ""
     if measure and step_s is None:
@@ -134,6 +137,12 @@ def plan(
             at,
             Estimate(overhead + sum(e.low_s for e in cut), overhead + sum(e.high_s for e in cut), cost.measured),
         )
+    at_min = None
+    if budget.adaptive_seeds:
+        least = replace(budget, seeds=budget.seeds_min, seeds_min=0)
+        few = [estimate_cell(protocol, c, least, cost, check_multiple, method_s.get(c.id, 0.0)) for c in cells]
+        overhead = sweep_overhead_s(protocol, budget, cost)
+        at_min = Estimate(overhead + sum(e.low_s for e in few), overhead + sum(e.high_s for e in few), cost.measured)
     return Plan(
         protocol,
         tuple(cells),
@@ -148,7 +157,16 @@ def plan(
         precision_note,
         loader_note,
         stopped,
+        at_min,
     )
+
+
+def seed_range(doc: dict[str, Any]) -> dict[str, Any]:
+    """``final.seeds`` as a range: the budget's ``seeds_min`` and ``half_width`` (nothing for a fixed number)."""
+    seeds = doc["final"]["seeds"]
+    if not isinstance(seeds, dict):
+        return {}
+    return {"seeds_min": seeds["min"], "half_width": float(seeds["half_width"])}
 
 
 def _precision_here(protocol: Protocol, threads: int | None) -> tuple[Protocol, str]:

@@ -401,7 +401,7 @@ def _manifest(runs: list[Any], plan: Any, refused: dict[str, str], experiment: s
         "primary_metric": protocol.primary,
         "metrics": metric_names(protocol.doc),
         "fingerprints": dict(sorted(fingerprints.items())),
-        "budget": dict(sorted(vars(plan.budget).items())),
+        "budget": dict(sorted(plan.budget.record().items())),
         "cells": [c.id for c in plan.cells],
         "refused": refused,
         "git_commit": tags.get("dmlbench.git_commit"),
