@@ -190,7 +190,10 @@ def records(runs: list[Any], plan: Any) -> Any:
                 "samples_seen": int(_number(d, "samples_seen", 0)),
                 "wall_time_s": _number(d, "wall_time_s"),
                 "reason": d.tags.get("reason", ""),
-                "budget_iterations": per_trial,
+                # successive halving: each slot its rung's iterations (`Budget.slot_iterations`), as the runner gives
+                "budget_iterations": plan.budget.folds * plan.budget.slot_iterations(slot)
+                if plan.budget.rungs and slot < plan.budget.slots
+                else per_trial,
             }
             out.trials.append(trials[key])
         out.history[cell.id] = history(list(trials.values()))

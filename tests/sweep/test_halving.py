@@ -186,3 +186,100 @@ def test_the_audit_refuses_a_rung_or_a_seed_count_that_differs(sweeps) -> None:
 
 def _data(sweeps: dict) -> str:
     return json.loads((sweeps["clean"] / "results" / "tiny" / "manifest.json").read_text())["data_fingerprint"]
+
+
+@pytest.mark.slow
+def test_two_workers_share_the_rungs_and_the_seeds(sweeps, data_root, tmp_path) -> None:
+    """Two processes on one storage: each rung slot and each seed trained once, a rung started only after the
+    one before it, and the tables those of one worker."""
+    shared = [
+        "--storage",
+        f"sqlite:///{tmp_path / 'optuna.db'}",
+        "--tracking-uri",
+        str(tmp_path / "mlruns"),
+        "--data-root",
+        str(data_root),
+        "--quiet",
+    ]
+    path = sweeps["path"]
+    workers = [cli(["run", str(path), "--results-dir", str(tmp_path / f"results-{w}"), *shared]) for w in "ab"]
+    outputs = [w.communicate(timeout=900)[0] for w in workers]
+    assert [w.returncode for w in workers] == [1, 1] and all(NO_RESULT in o for o in outputs), outputs
+    one = read(sweeps["clean"] / "results" / "tiny")
+    for w in "ab":
+        both = read(tmp_path / f"results-{w}" / "tiny")
+        assert both["manifest"]["refused"] == {}
+        # TPE's proposals in a multi-worker sweep depend on which trials finished first (bench.sweep.runner):
+        # the slots, their rungs and budgets and the seeds are the same; the values may differ
+        for name, columns in (("trials", ["cell", "trial", "budget_iterations"]), ("finals", ["cell", "seed"])):
+            mine = both[name][columns].sort_values(columns).reset_index(drop=True)
+            pd.testing.assert_frame_equal(mine, one[name][columns].sort_values(columns).reset_index(drop=True))
+    with sqlite3.connect(tmp_path / "optuna.db") as db:
+        done = db.execute(
+            "select s.study_name, a.value_json, count(*) from trials t join studies s using (study_id) "
+            "join trial_user_attributes a on a.trial_id = t.trial_id and a.key = 'slot' "
+            "where t.state in ('COMPLETE', 'FAIL') and t.trial_id not in "
+            "(select trial_id from trial_user_attributes where key = 'replaces') and t.trial_id not in "
+            "(select trial_id from trial_system_attributes where key = 'dmlbench:surplus') "
+            "group by s.study_name, a.value_json"
+        ).fetchall()
+        starts = db.execute(
+            "select s.study_name, a.value_json, t.datetime_start, t.datetime_complete from trials t "
+            "join studies s using (study_id) join trial_user_attributes a on a.trial_id = t.trial_id "
+            "and a.key = 'slot' where t.state = 'COMPLETE' and s.study_name not like '%final%' "
+            "and s.study_name not like '%floor%'"
+        ).fetchall()
+    assert all(n == 1 for _, _, n in done), [d for d in done if d[2] != 1]
+    by_study: dict[str, dict[int, tuple[str, str]]] = {}
+    for study, slot, start, end in starts:
+        by_study.setdefault(study, {})[int(slot)] = (start, end)
+    for study, slots in by_study.items():  # every rung-1 slot started after every rung-0 slot completed
+        if len(slots) == 7:
+            assert min(slots[s][0] for s in (4, 5)) >= max(slots[s][1] for s in range(4)), study
+            assert slots[6][0] >= max(slots[s][1] for s in (4, 5)), study
+
+
+@pytest.mark.slow
+def test_the_leaderboard_from_mlflow_is_the_results_leaderboard(sweeps, tmp_path) -> None:
+    """Rebuilt from the MLflow records alone, the rung budgets pass the same audit and the table is the same."""
+    import shutil
+
+    from bench.cli import main
+
+    copy = tmp_path / "tiny"
+    shutil.copytree(sweeps["clean"] / "results" / "tiny", copy)
+    out = tmp_path / "from-mlflow"
+    assert main(["leaderboard", str(copy), "--quiet"]) == 0
+    store = sweeps["clean"] / "mlruns"
+    args = ["leaderboard", "--mlflow-experiment", "dmlbench/tiny", "--tracking-uri", str(store), "--out", str(out)]
+    assert main([*args, "--quiet"]) == 0
+
+    def kept(md: str) -> str:
+        skip = ("- created", "- finished", "- read from")
+        return "\n".join(line for line in md.splitlines() if not line.startswith(skip))
+
+    mine = kept((copy / "leaderboard.md").read_text())
+    assert kept((out / "leaderboard.md").read_text()) == mine
+    assert "rungs [[4, 4], [2, 8], [1, 12]]" in mine and "seeds_min 2" in mine  # the footer's budget
+
+
+def test_a_rungs_run_is_early_stopped_within_its_rung_and_scored_at_its_end(data_root) -> None:
+    """Early stopping composes with the rungs: a run of a rung (``stop_after``) checks every ``check_every`` and
+    at the rung's end, and keeps its best checkpoint among those."""
+    from bench.data import load
+    from bench.training import EarlyStopping, TrainConfig, train
+
+    background = load("omniglot:background", data_root, 14)
+    data = background.subset(background.classes[:12])
+    config = TrainConfig(
+        trunk="mlp", embedding_dim=16, loss="triplet", miner="batch_hard", P=4, K=4, iterations=30, seed=0
+    )
+    checked: list[int] = []
+    scores = {5: 0.2, 10: 0.1, 12: 0.3}
+
+    def score(it: int, model) -> float:
+        checked.append(it)
+        return scores[it]
+
+    result = train(config, data, early_stopping=EarlyStopping(5, 10, score), stop_after=12)
+    assert checked == [5, 10, 12] and result.iterations == 12 and result.best_iteration == 12
