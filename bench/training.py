@@ -467,7 +467,7 @@ def train(
             read_back(it)
             on_checkpoint(it, trunk)
             trunk.train()
-        if early_stopping is not None and (it % early_stopping.check_every == 0 or it == total):
+        if early_stopping is not None and (it % early_stopping.check_every == 0 or it in (total, stop_after)):
             read_back(it)
             value = float(early_stopping.score(it, trunk))
             trunk.train()

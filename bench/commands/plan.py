@@ -21,7 +21,7 @@ from bench.errors import BenchError
 from bench.plan import NOT_SELECTED
 from bench.plan.cost import DATASET_SIZES, STEP_FIXED_S, SWEEP_FIXED_S, sized_test, trunk_cost
 from bench.plan.space import describe_space
-from bench.spec import TrainingSpec
+from bench.spec import Spec, TrainingSpec
 
 if TYPE_CHECKING:
     from bench.plan import Plan
@@ -37,10 +37,12 @@ def rows(p: Plan) -> list[dict[str, Any]]:
             {
                 "cell": c.id,
                 "status": "planned",
-                "trials": b.trials,
+                "trials": b.trial_count // b.draws,
                 "folds": b.folds,
                 "iterations_per_run": b.iterations,
                 "seeds": b.seeds,
+                **({"seeds_min": b.seeds_min, "iterations_min": b.min_total_iterations} if b.adaptive_seeds else {}),
+                **({"rungs": [list(r) for r in b.rungs]} if b.rungs else {}),
                 "draws": b.draws,
                 "iterations": b.total_iterations,
                 "samples_max": b.samples_seen,
@@ -99,10 +101,37 @@ def _unsearched_lines(p: Plan) -> list[str]:
 
 
 def _draw_budget(b: Any) -> str:
-    """One tuning draw's budget of a cell, in words: its trials, then its final seeds."""
-    finals = f"{b.seeds} seeds x {b.final_runs} fold models" if b.final_runs > 1 else f"{b.seeds} seeds"
+    """One tuning draw's budget of a cell, in words: its trials (or rungs), then its final seeds (or range)."""
+    count = f"{b.seeds_min} to {b.seeds}" if b.adaptive_seeds else f"{b.seeds}"
+    finals = f"{count} seeds x {b.final_runs} fold models" if b.final_runs > 1 else f"{count} seeds"
+    if b.rungs:
+        tuning = "(" + " + ".join(f"{n} x {it:,}" for n, it in b.rungs) + f") x {b.folds} fold(s)"
+    else:
+        tuning = f"{b.trials} trials x {b.folds} fold(s) x {b.iterations:,} iterations"
+    return f"{tuning} + {finals} x {b.iterations:,} iterations"
+
+
+def _tuning_text(spec: Spec, b: Any) -> str:
+    """The tuning line's start: the trials, or successive halving's rungs (`bench.plan.rungs`)."""
+    strategy = spec.tuning.strategy
+    if strategy is None:
+        return f"tuning: {b.trials} Optuna trials per cell (seeded TPE), pruner {spec.tuning.pruner.type}"
+    rungs = ", ".join(f"{n} x {it:,}" for n, it in b.rungs)
+    eta = strategy.eta
     return (
-        f"{b.trials} trials x {b.folds} fold(s) x {b.iterations:,} iterations + {finals} x {b.iterations:,} iterations"
+        f"tuning: synchronous successive halving (eta {eta}), {b.trials} configurations (seeded TPE) at rung 0; "
+        f"rungs (configurations x iterations): {rungs}; the same rungs and {b.tuning_iterations:,} tuning "
+        "iterations in every cell; a promoted configuration retrained from its start (its shorter run repeated)"
+    )
+
+
+def _final_text(spec: Spec, b: Any) -> str:
+    """The final seeds in words: the list, or a range with its stopping precision (`bench.plan.seeds`)."""
+    if not b.adaptive_seeds:
+        return f"final: seeds {', '.join(map(str, spec.final.seeds))}"
+    return (
+        f"final: seeds 0, 1, ... in order, at least {b.seeds_min} and at most {b.seeds}, stopping once the 95% "
+        f"interval of {spec.evaluation.primary} has a half-width of at most {b.half_width:g}"
     )
 
 
@@ -285,7 +314,7 @@ def format_plan(p: Plan, cpuinfo: str | None = None, stop_given: bool = False) -
         f"{'L2-normalised' if model.normalize else 'not normalised'}, distance {model.distance or 'per method'}",
         f"training: {training.optimizer} lr {training.lr:g}, batch P x K = {training.P} x {training.K} = "
         f"{b.batch_size}, {b.iterations} iterations a run",
-        f"tuning: {b.trials} Optuna trials per cell (seeded TPE), pruner {spec.tuning.pruner.type}"
+        _tuning_text(spec, b)
         + (
             f", repeated in {b.draws} independent draws (tuning.repeats), each draw's winner tested on the final "
             "seeds; intervals and tests over the draws' means"
@@ -293,7 +322,7 @@ def format_plan(p: Plan, cpuinfo: str | None = None, stop_given: bool = False) -
             else ""
         )
         + "; "
-        f"final: seeds {', '.join(map(str, spec.final.seeds))}"
+        + _final_text(spec, b)
         + (
             f", each {b.final_runs} fold models scored alone (separate) and concatenated"
             if b.final_runs > 1
@@ -314,7 +343,7 @@ def format_plan(p: Plan, cpuinfo: str | None = None, stop_given: bool = False) -
         method = p.method_s.get(c.id)
         cb = b.for_cell(c)
         lines.append(
-            f"  {c.id:<{width}}  {cb.trials:>6}  {cb.folds:>5}  {cb.iterations:>9}  {cb.seeds:>5}  "
+            f"  {c.id:<{width}}  {cb.slots:>6}  {cb.folds:>5}  {cb.iterations:>9}  {cb.seeds:>5}  "
             f"{cb.total_iterations:>10,}  {cb.samples_seen:>12,}  {hms(e.mid_s)}"
             + (f"  {'-' if method is None else f'{method * 1000:.3g}':>13}" if timed else "")
         )
@@ -366,15 +395,32 @@ def format_plan(p: Plan, cpuinfo: str | None = None, stop_given: bool = False) -
         + (f" that searches something ({len(single)} searching nothing: one trial each)" if single else "")
         + ": "
         + (f"{b.draws} draws x ({_draw_budget(b)}) " if b.draws > 1 else f"{_draw_budget(b)} ")
-        + f"= {b.total_iterations:,} iterations "
-        f"(at most {b.samples_seen:,} samples)",
-        f"total: {len(p.cells)} cells, {sum(b.trial_count_for(c) for c in p.cells)} trials, "
-        f"{sum(b.for_cell(c).tuning_runs for c in p.cells)} tuning "
-        f"runs, {len(p.cells) * b.final_count * b.final_runs} final runs, {p.total_iterations:,} iterations",
+        + (
+            f"= {b.min_total_iterations:,} to {b.total_iterations:,} iterations (a seed range: its minimum to its "
+            f"maximum) "
+            if b.adaptive_seeds
+            else f"= {b.total_iterations:,} iterations "
+        )
+        + f"(at most {b.samples_seen:,} samples)",
+        f"total: {len(p.cells)} cells, {sum(b.trial_count_for(c) for c in p.cells)} trials, {sum(b.for_cell(c).tuning_runs for c in p.cells)} tuning "
+        f"runs, {len(p.cells) * b.final_count * b.final_runs} final runs"
+        + (
+            f" at most ({len(p.cells) * b.min_final_count * b.final_runs} at least), "
+            f"{len(p.cells) * b.min_total_iterations:,} to {p.total_iterations:,} iterations"
+            if b.adaptive_seeds
+            else f", {p.total_iterations:,} iterations"
+        ),
         where.format(check=check) + f"{basis})",
         _kept_line(p),
         _assumptions(p, cost, gpu),
     ]
+    if p.at_min is not None:
+        least = p.at_min
+        took = f"{least.mid_s / 3600:,.1f} GPU-hours" if gpu else hms(least.mid_s)
+        lines.append(
+            f"seed range: the estimate above is the maximum, every cell to {b.seeds} seeds; if every cell stops at "
+            f"{b.seeds_min}: {took}"
+        )
     if p.stopped is not None:
         at, short = p.stopped
         when = "(--stop-at)" if stop_given else "(the earliest a run can stop: check_every x (patience + 1))"

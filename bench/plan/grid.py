@@ -28,10 +28,11 @@ from bench.plan.cost import (
     sweep_overhead_s,
     trunk_cost,
 )
+from bench.plan.rungs import rung_schedule
 from bench.plan.types import Budget, Cell, Dropped, Estimate, Plan
 from bench.protocol import NO_MINER, Protocol
 from bench.protocol.load import canonical_json
-from bench.spec import MethodSpec, ModelSpec
+from bench.spec import FinalSpec, MethodSpec, ModelSpec
 
 NOT_SELECTED = "not selected by the protocol (the loss's `miners` list)"
 
@@ -97,6 +98,8 @@ def plan(
         final_runs=validation.use if spec.final.mode == "folds" else 1,
         draws=spec.tuning.repeats,
         unsearched_one=spec.tuning.unsearched == "one",
+        rungs=rung_schedule(spec.tuning),
+        **seed_range(spec.final),
     )
     cost, cost_note, precision_note = trunk_cost(protocol, step_s), "", ""
     if measure and step_s is None:
@@ -141,6 +144,12 @@ def plan(
             at,
             Estimate(overhead + sum(e.low_s for e in cut), overhead + sum(e.high_s for e in cut), cost.measured),
         )
+    at_min = None
+    if budget.adaptive_seeds:
+        least = replace(budget, seeds=budget.seeds_min, seeds_min=0)
+        few = [estimate_cell(protocol, c, least, cost, check_multiple, method_s.get(c.id, 0.0)) for c in cells]
+        overhead = sweep_overhead_s(protocol, budget, cost)
+        at_min = Estimate(overhead + sum(e.low_s for e in few), overhead + sum(e.high_s for e in few), cost.measured)
     return Plan(
         protocol,
         tuple(cells),
@@ -155,7 +164,14 @@ def plan(
         precision_note,
         loader_note,
         stopped,
+        at_min,
     )
+
+
+def seed_range(final: FinalSpec) -> dict[str, Any]:
+    """``final.seeds`` as a range: the budget's ``seeds_min`` and ``half_width`` (nothing for a fixed number)."""
+    r = final.seed_range
+    return {} if r is None else {"seeds_min": r.min, "half_width": r.half_width}
 
 
 def _precision_here(protocol: Protocol, threads: int | None) -> tuple[Protocol, str]:

@@ -79,6 +79,13 @@ class Budget:
     # tuning draws (tuning.repeats): the tuning stage run this many times with independent seeds, each draw's
     # winner trained on its own final seeds; `trials` and `seeds` are per draw
     draws: int = 1
+    # tuning.strategy successive_halving: (configurations, iterations each) per rung (`bench.plan.rungs`); each
+    # (configuration, rung) is a trial slot, rung 0's first. (): every trial trains ``iterations``
+    rungs: tuple[tuple[int, int], ...] = ()
+    # final.seeds as a range (`bench.plan.seeds`): at least seeds_min, at most ``seeds``, stopping at half_width.
+    # 0: a fixed number, ``seeds``
+    seeds_min: int = 0
+    half_width: float = 0.0
     # tuning.unsearched: one: a cell that searches nothing gets one trial (its trials would differ by seed alone)
     unsearched_one: bool = False
 
@@ -88,8 +95,8 @@ class Budget:
         return 1 if self.unsearched_one and not cell.search_space else self.trials
 
     def trial_count_for(self, cell: Cell) -> int:
-        """Trials ``cell`` records over every draw."""
-        return self.trials_for(cell) * self.draws
+        """Trials ``cell`` records over every draw (its slots in each)."""
+        return self.for_cell(cell).trial_count
 
     def for_cell(self, cell: Cell) -> Budget:
         """This budget as ``cell`` receives it: its own number of trials (`trials_for`)."""
@@ -100,9 +107,26 @@ class Budget:
         return "folds" if self.final_runs > 1 else "retrain"
 
     @property
+    def slots(self) -> int:
+        """Trial slots of one tuning draw: ``trials``, or under successive halving every rung's configurations."""
+        return sum(n for n, _ in self.rungs) if self.rungs else self.trials
+
+    def slot_iterations(self, slot: int) -> int:
+        """The iterations one fold of trial slot ``slot`` trains (at most, under early stopping)."""
+        if not self.rungs:
+            return self.iterations
+        from bench.plan.rungs import rung_of
+
+        return self.rungs[rung_of(self.rungs, slot)][1]
+
+    @property
+    def adaptive_seeds(self) -> bool:
+        return self.seeds_min > 0
+
+    @property
     def trial_count(self) -> int:
-        """Trials a cell records: ``trials`` in each tuning draw."""
-        return self.trials * self.draws
+        """Trials a cell records: ``slots`` in each tuning draw."""
+        return self.slots * self.draws
 
     @property
     def final_count(self) -> int:
@@ -115,7 +139,30 @@ class Budget:
 
     @property
     def tuning_iterations(self) -> int:
+        if self.rungs:
+            return self.draws * self.folds * sum(n * b for n, b in self.rungs)
         return self.tuning_runs * self.iterations
+
+    @property
+    def min_final_count(self) -> int:
+        """Final seeds a cell records at the least: ``seeds_min`` (a range) or ``seeds``, in each tuning draw."""
+        return (self.seeds_min or self.seeds) * self.draws
+
+    @property
+    def min_total_iterations(self) -> int:
+        """The budget when every cell stops at its range's minimum of seeds (``total_iterations`` otherwise)."""
+        return self.tuning_iterations + self.min_final_count * self.per_final
+
+    def record(self) -> dict[str, object]:
+        """The budget as the manifest keeps it: the keys of a strategy, a seed range or one trial for unsearched
+        cells only where they are set, so a protocol without them records what it always did."""
+        out = dict(vars(self))
+        for key, default in (("rungs", ()), ("seeds_min", 0), ("half_width", 0.0), ("unsearched_one", False)):
+            if out[key] == default:
+                del out[key]
+            elif key == "rungs":
+                out[key] = [list(r) for r in self.rungs]
+        return out
 
     @property
     def final_iterations(self) -> int:
@@ -168,6 +215,8 @@ class Plan:
     loader_note: str = ""  # with a loader rate given: whether the loader or the trunk bounds a step
     # under early stopping: (iterations, estimate) when every run stops there; `estimate` is the maximum
     stopped: tuple[int, Estimate] | None = None
+    # final.seeds as a range: the estimate when every cell stops at the range's minimum (`estimate` is the maximum)
+    at_min: Estimate | None = None
 
     @property
     def total_iterations(self) -> int:

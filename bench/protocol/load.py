@@ -131,6 +131,7 @@ class Protocol:
 
     @property
     def final_seeds(self) -> list[int]:
+        """Every final seed a cell may train, in order: the list, or a range's 0 .. max - 1 (`bench.plan.seeds`)."""
         return list(self.spec.final.seeds)
 
     @property
@@ -376,7 +377,14 @@ def _with_defaults(raw: dict[str, Any]) -> dict[str, Any]:
     if validation["use"] is None:
         validation["use"] = validation["folds"]
     seeds = doc["final"]["seeds"]
-    doc["final"]["seeds"] = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    if isinstance(seeds, dict):  # a range (bench.plan.seeds): kept as written, the seeds are 0 .. max - 1
+        doc["final"]["seeds"] = {"min": seeds["min"], "max": seeds["max"], "half_width": seeds["half_width"]}
+    else:
+        doc["final"]["seeds"] = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    strategy = doc["tuning"].get("strategy")
+    if strategy:
+        strategy.setdefault("eta", 3)
+        strategy.setdefault("max_iterations", doc["training"]["iterations"])
     for kind in ("losses", "miners"):
         for entry in doc["grid"][kind]:
             entry.setdefault("label", entry["name"].replace(":", "-"))
@@ -499,6 +507,43 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
         )
     _check_early_stopping(doc, report)
     _check_final_mode(doc, report)
+    _check_strategy(doc, report)
+
+
+def _check_strategy(doc: dict[str, Any], report: _Reporter) -> None:
+    """``tuning.strategy`` decides which trials go on by itself (no pruner beside it), its rungs lie within the
+    training budget, and under early stopping every rung has a check; ``final.seeds`` as a range runs from
+    ``min`` to ``max``."""
+    seeds = doc["final"]["seeds"]
+    if isinstance(seeds, dict) and seeds["min"] > seeds["max"]:
+        report.add(("final", "seeds", "min"), f"expected at most max={seeds['max']}, got {seeds['min']}")
+    strategy = doc["tuning"].get("strategy")
+    if not strategy:
+        return
+    if doc["tuning"].get("unsearched") == "one":
+        # the rungs are one schedule for every cell; a cell with one trial would have another budget
+        report.add(("tuning", "unsearched"), "successive_halving gives every cell the same rungs: leave it out")
+    iterations = doc["training"]["iterations"]
+    if doc["tuning"]["pruner"]["type"] != "none":
+        report.add(("tuning", "pruner"), "successive_halving stops trials by its rungs: use pruner {type: none}")
+    top = strategy["max_iterations"]
+    if top > iterations:
+        report.add(
+            ("tuning", "strategy", "max_iterations"),
+            f"expected at most training.iterations={iterations}, got {top}",
+        )
+    if strategy["min_iterations"] >= top:
+        report.add(
+            ("tuning", "strategy", "min_iterations"),
+            f"expected less than the top rung's {top} iterations, got {strategy['min_iterations']}",
+        )
+    stopping = doc["training"].get("early_stopping")
+    if stopping and stopping["check_every"] > strategy["min_iterations"]:
+        report.add(
+            ("tuning", "strategy", "min_iterations"),
+            f"expected at least training.early_stopping.check_every={stopping['check_every']} (a rung's run is "
+            f"scored at its best check), got {strategy['min_iterations']}",
+        )
 
 
 def _check_final_mode(doc: dict[str, Any], report: _Reporter) -> None:

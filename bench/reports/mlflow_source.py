@@ -190,7 +190,10 @@ def records(runs: list[Any], plan: Any) -> Any:
                 "samples_seen": int(_number(d, "samples_seen", 0)),
                 "wall_time_s": _number(d, "wall_time_s"),
                 "reason": d.tags.get("reason", ""),
-                "budget_iterations": per_trial,
+                # successive halving: each slot its rung's iterations (`Budget.slot_iterations`), as the runner gives
+                "budget_iterations": plan.budget.folds * plan.budget.slot_iterations(slot)
+                if plan.budget.rungs and slot < plan.budget.slots
+                else per_trial,
                 "device": d.tags.get("dmlbench.device"),
             }
             out.trials.append(trials[key])
@@ -403,7 +406,7 @@ def _manifest(runs: list[Any], plan: Any, refused: dict[str, str], experiment: s
         "primary_metric": protocol.primary,
         "metrics": metric_names(protocol.spec.evaluation),
         "fingerprints": dict(sorted(fingerprints.items())),
-        "budget": dict(sorted(vars(plan.budget).items())),
+        "budget": dict(sorted(plan.budget.record().items())),
         "cells": [c.id for c in plan.cells],
         "refused": refused,
         "git_commit": tags.get("dmlbench.git_commit"),

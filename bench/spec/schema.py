@@ -277,6 +277,20 @@ SCHEMA: dict[str, Any] = {
                 "repeats": _POS_INT,
                 "unsearched": {"enum": ["all", "one"]},
                 "startup_trials": {"type": "integer", "minimum": 0},
+                # multi-fidelity tuning, one rung schedule for every cell (bench.plan.rungs): trials configurations
+                # trained min_iterations each, the best 1/eta of them eta times longer, ... up to
+                # training.iterations; synchronous, so every cell trains exactly the same iterations
+                "strategy": {
+                    "type": ["object", "null"],  # null: absent (every trial trains the whole budget)
+                    "additionalProperties": False,
+                    "required": ["type", "min_iterations"],
+                    "properties": {
+                        "type": {"enum": ["successive_halving"]},
+                        "min_iterations": _POS_INT,
+                        "max_iterations": _POS_INT,
+                        "eta": {"type": "integer", "minimum": 2},
+                    },
+                },
                 "pruner": {
                     "type": "object",
                     "additionalProperties": False,
@@ -306,6 +320,18 @@ SCHEMA: dict[str, Any] = {
                             "items": {"type": "integer", "minimum": 0},
                             "minItems": 1,
                             "uniqueItems": True,
+                        },
+                        # a range: seeds 0, 1, ... added in order until the 95% t-interval of the primary metric
+                        # has a half-width <= half_width, at least min and at most max (bench.sweep.seed_rule)
+                        {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "required": ["min", "max", "half_width"],
+                            "properties": {
+                                "min": {"type": "integer", "minimum": 2},
+                                "max": _POS_INT,
+                                "half_width": {"type": "number", "exclusiveMinimum": 0},
+                            },
                         },
                     ]
                 },
@@ -362,6 +388,7 @@ ABSENT_DEFAULTS: dict[str, Any] = {
     "training.short_classes": "repeat",  # a class with fewer than K images: drawn with replacement (PML's way)
     "training.early_stopping": None,  # None: every run trains training.iterations
     "final.mode": "retrain",  # the best parameters retrained on all training classes, one model per final seed
+    "tuning.strategy": None,  # None: every trial trains the whole budget (successive_halving: bench.plan.rungs)
     "tuning.repeats": 1,  # tuning draws: the whole tuning stage run once (R > 1: R independent draws, each retrained)
     # a cell with nothing searched: "all" gives it tuning.trials trials, which differ by seed alone (the best is
     # the luckiest seed); "one" gives it one trial. Absent is "all", which protocols written before it ran.

@@ -183,6 +183,26 @@ class PrunerSpec:
 
 
 @dataclass(frozen=True)
+class StrategySpec:
+    """``tuning.strategy``: synchronous successive halving's rungs (`bench.plan.rungs`), defaults filled."""
+
+    type: str
+    min_iterations: int
+    eta: int
+    max_iterations: int
+
+
+@dataclass(frozen=True)
+class SeedRangeSpec:
+    """``final.seeds`` as a range: seeds 0, 1, ... until the primary metric's 95% half-width is at most
+    ``half_width``, at least ``min`` and at most ``max`` (`bench.plan.seeds`)."""
+
+    min: int
+    max: int
+    half_width: float
+
+
+@dataclass(frozen=True)
 class TuningSpec:
     """``tuning``: trials per cell, TPE's random start, the pruner, and how many independent draws."""
 
@@ -191,6 +211,7 @@ class TuningSpec:
     pruner: PrunerSpec = PrunerSpec()
     repeats: int = 1
     unsearched: str = "all"  # a cell with nothing searched: "all" runs every trial, "one" runs one
+    strategy: StrategySpec | None = None  # None: every trial trains the whole budget
 
 
 @dataclass(frozen=True)
@@ -200,6 +221,7 @@ class FinalSpec:
     seeds: tuple[int, ...]
     mode: str = "retrain"
     keep_models: bool = True  # each final seed's model and test embeddings kept as MLflow artifacts
+    seed_range: SeedRangeSpec | None = None  # a range: ``seeds`` is every seed it may train, 0 .. max - 1
 
 
 @dataclass(frozen=True)
@@ -253,6 +275,7 @@ class Spec:
         training.pop("trunk_lr", None)
         training.pop("short_classes", None)
         pruner = tuning.get("pruner") or {"type": "none"}
+        seeds = doc["final"]["seeds"]
         return cls(
             name=doc["name"],
             description=doc.get("description", ""),
@@ -284,9 +307,13 @@ class Spec:
                 pruner=PrunerSpec(**pruner),
                 repeats=_absent(doc, "tuning.repeats"),
                 unsearched=_absent(doc, "tuning.unsearched"),
+                strategy=StrategySpec(**tuning["strategy"]) if tuning.get("strategy") else None,
             ),
             final=FinalSpec(
-                seeds=tuple(doc["final"]["seeds"]),
+                seeds=tuple(range(seeds["max"])) if isinstance(seeds, dict) else tuple(seeds),
+                seed_range=SeedRangeSpec(seeds["min"], seeds["max"], float(seeds["half_width"]))
+                if isinstance(seeds, dict)
+                else None,
                 mode=_absent(doc, "final.mode"),
                 keep_models=_absent(doc, "final.keep_models"),
             ),

@@ -106,13 +106,18 @@ def tuned_cells(protocol: Protocol, results: Path, storage_url: str) -> list[Tun
             "database (manifest.json names it)"
         )
     plan = make_plan(protocol)
+    if plan.budget.adaptive_seeds:
+        raise BenchError(
+            f"budget-check: {protocol.name}'s final.seeds is a range (a cell's seeds depend on its values): the "
+            "budget check retrains a fixed number of seeds; check a copy of the protocol with a fixed final.seeds"
+        )
     records = tables.collect(plan, open_storage(storage_url))
     out = []
     for cell in plan.cells:
         finals = [r for r in records.finals if r["cell"] == cell.id]
         if not finals:
             trials = [r for r in records.trials if r["cell"] == cell.id]
-            if len(trials) == plan.budget.trials_for(cell) and not any(r["state"] == "COMPLETE" for r in trials):
+            if len(trials) == plan.budget.trial_count_for(cell) and not any(r["state"] == "COMPLETE" for r in trials):
                 continue  # no trial completed: the finals retrained nothing, nor does the check
             raise BenchError(
                 f"budget-check: the Optuna storage {redact(storage_url)} holds no final seed of "

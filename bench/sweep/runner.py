@@ -100,15 +100,23 @@ from bench.sweep.tuning import (
     RunResult,
     Slot,
     SlotStudy,
+    TrialOutcome,
     best_trial,
+    extra_seed_study,
     final_iterations,
+    fixed_sampler,
     for_draw,
+    held,
     make_pruner,
     make_sampler,
     open_storage,
+    promoted,
+    ready,
     run_trial,
+    rung_for,
     small_classes_notice,
     study_name,
+    top_slots,
     trial_attrs,
 )
 
@@ -276,7 +284,7 @@ class Sweep:
             "experiment": f"dmlbench/{self.protocol.name}",
             "datasets": {"train": self.protocol.spec.data.train, "test": self.protocol.spec.data.test},
             **_query_counts(self.prepared.test),
-            "budget": vars(self.plan.budget),
+            "budget": self.plan.budget.record(),
             "cells": [c.id for c in self.plan.cells],
             **({"planned_cells": self.planned} if self.options.cells else {}),
             **({"sampler": self.sampler} if self.sampler else {}),
@@ -292,7 +300,7 @@ class Sweep:
                 SlotStudy(
                     self.storage,
                     study_name(self.protocol, c, draw=r),
-                    self.plan.budget.trials_for(c),
+                    self.plan.budget.for_cell(c).slots,
                     pruner=make_pruner(self.protocol),
                 )
                 for r in draws
@@ -301,12 +309,17 @@ class Sweep:
         }
         self.finals = {
             c.id: [
-                SlotStudy(self.storage, study_name(self.protocol, c, finals=True, draw=r), self.plan.budget.seeds)
+                SlotStudy(
+                    self.storage,
+                    study_name(self.protocol, c, finals=True, draw=r),
+                    self.plan.budget.seeds_min or self.plan.budget.seeds,  # a seed range: its minimum here
+                )
                 for r in draws
             ]
             for c in self.plan.cells
         }
         self.cell_runs: dict[str, str] = {}
+        self.extra_seeds: dict[tuple[str, int], dict[int, SlotStudy]] = {}  # a seed range's studies past its min
         if self.precision["setting"] == "auto":
             timed = ", ".join(f"{k} {v:.0f} ms" for k, v in self.precision["step_ms"].items())
             self.line(
@@ -382,15 +395,55 @@ class Sweep:
         done, finished = 0, set()
         for cell in self.plan.cells:
             over = 0  # the cell's draws that are over: finals all recorded, or no trial completed
-            for r, (tuning, finals) in enumerate(zip(self.tuning[cell.id], self.finals[cell.id])):
-                trials = [t for t in tuning.counted().values() if t.state.is_finished()]
-                ran = [t for t in finals.counted().values() if t.state.is_finished()]
+            for r, tuning in enumerate(self.tuning[cell.id]):
+                trials = [s for s, t in tuning.counted().items() if t.state.is_finished()]
+                values, stopped = self._seed_values(cell, r)
                 no_winner = self._no_winner(cell, r)
-                done += len(trials) * b.folds * b.iterations + (b.seeds if no_winner else len(ran)) * b.per_final
-                over += no_winner or finals.finished()
+                # a seed range that stopped early counts the seeds it did not need as done, as a cell with no
+                # winner counts all its seeds
+                done += sum(b.slot_iterations(s) for s in trials) * b.folds
+                done += (b.seeds if no_winner or stopped else len(values)) * b.per_final
+                over += no_winner or stopped
             if over == b.draws:
                 finished.add(cell.id)
         return done, finished
+
+    def _seed_studies(self, cell: Cell, draw: int, upto: int | None = None) -> list[SlotStudy]:
+        """The studies of a cell's final seeds in one draw: its finals study, then under a seed range one a seed
+        past the minimum (`extra_seed_study`), those up to seed ``upto`` (all without it) that exist or are
+        asked for; each is opened once."""
+        b = self.plan.budget
+        studies = [self.finals[cell.id][draw]]
+        if not b.adaptive_seeds:
+            return studies
+        cache = self.extra_seeds.setdefault((cell.id, draw), {})
+        for k in range(b.seeds_min, b.seeds if upto is None else upto + 1):
+            if k not in cache:
+                name = extra_seed_study(self.protocol, cell, draw, k)
+                if upto is None and not _exists(self.storage, name):
+                    break  # seeds are asked for in order: none past the first that was never asked for
+                cache[k] = SlotStudy(self.storage, name, 1)
+            studies.append(cache[k])
+        return studies
+
+    def _seed_values(self, cell: Cell, draw: int) -> tuple[list[float | None], bool]:
+        """The primary metric of the draw's finished final seeds in seed order, up to the first unfinished one
+        (None: a failed seed), and whether the cell's seeds are done: all of them, or a seed range's rule
+        stopped (`bench.plan.seeds`)."""
+        from bench.plan.seeds import stops_at
+
+        b = self.plan.budget
+        values: list[float | None] = []
+        for study in self._seed_studies(cell, draw):
+            trials = study.counted()
+            for s in range(study.n):
+                t = trials.get(s)
+                if t is None or not t.state.is_finished():
+                    return values, False
+                values.append(t.value if t.state.name == "COMPLETE" else None)
+        if not b.adaptive_seeds:
+            return values, len(values) == b.seeds
+        return values, stops_at(values, b.seeds_min, b.seeds, b.half_width) is not None
 
     def _no_winner(self, cell: Cell, draw: int) -> bool:
         return self.tuning[cell.id][draw].finished() and self._best(cell, draw) is None
@@ -478,7 +531,12 @@ class Sweep:
         )
         for r, tuning in enumerate(studies):
             drawn = for_draw(self.protocol, r)
-            while (slot := self._claim(tuning, lambda s, drawn=drawn: make_sampler(drawn, cell, s))) is not None:
+            while (
+                not (b.rungs and self._rung_waits(tuning))
+                and (slot := self._claim(tuning, lambda s, drawn=drawn: make_sampler(drawn, cell, s))) is not None
+            ):
+                if b.rungs and not self._rung_ready(tuning, slot):
+                    break  # its rung waits for the one before it, which other workers hold
                 self._trial(cell, tuning, slot, r)
         winners = 0
         for r, tuning in enumerate(studies):
@@ -492,20 +550,68 @@ class Sweep:
             winners += 1
             finals = self.finals[cell.id][r]
             while (slot := self._claim(finals)) is not None:
-                self._final(cell, finals, slot, best, r)
+                self._final(cell, finals, slot, best, r, slot.slot)
             with self.ledger.timing("records"):
                 if not finals.finished():
                     return False
+            if b.adaptive_seeds and not self._more_seeds(cell, r, best):
+                return False
         self.mlflow.end(self._cell_run(cell), "COMPLETE" if winners else "FAIL")
         self.cell_runs.pop(cell.id)
         return True
+
+    def _more_seeds(self, cell: Cell, draw: int, best: Any) -> bool:
+        """A seed range's seeds past the minimum, one at a time in seed order while the rule asks for another
+        (`bench.plan.seeds`); True once the rule stopped, False while another worker trains the next seed."""
+        from bench.plan.seeds import seeds_wanted
+
+        b = self.plan.budget
+        while True:
+            with self.ledger.timing("records"):
+                values, stopped = self._seed_values(cell, draw)
+            if stopped:
+                return True
+            k = len(values)
+            if seeds_wanted(values, b.seeds_min, b.seeds, b.half_width) <= k:
+                return True
+            study = self._seed_studies(cell, draw, upto=k)[-1]
+            while (slot := self._claim(study)) is not None:
+                self._final(cell, study, slot, best, draw, k)
+            with self.ledger.timing("records"):
+                if not study.finished():
+                    return False
+
+    def _rung_waits(self, study: SlotStudy) -> bool:
+        """Whether the slot a claim would get now (the oldest waiting trial's, else the next fresh one) belongs to
+        a rung whose predecessor is still training: then no claim is made (`_rung_ready` covers the race)."""
+        from optuna.trial import TrialState
+
+        with self.ledger.timing("records"):
+            trials = study.trials()
+            waiting = sorted((t for t in trials if t.state == TrialState.WAITING), key=lambda t: t.number)
+            fresh = [t for t in trials if "replaces" not in t.user_attrs]
+            slot = waiting[0].user_attrs.get("slot") if waiting else len(fresh)
+            if slot is None or slot >= study.n:
+                return False
+            return not ready(self.plan.budget.rungs, held(trials, study.n), slot)
+
+    def _rung_ready(self, study: SlotStudy, slot: Slot) -> bool:
+        """Whether a claimed successive-halving slot may train now (its rung's predecessor finished); if not,
+        it is given back at once, waiting for whoever comes next (`bench.sweep.tuning.ready`)."""
+        with self.ledger.timing("records"):
+            if ready(self.plan.budget.rungs, study.counted(), slot.slot):
+                return True
+            study.abandon(slot, "its rung waits for the rung before it")
+            return False
 
     def _claim(self, study: SlotStudy, *sampler: Any) -> Slot | None:
         with self.ledger.timing("records"):
             return study.claim(*sampler)
 
     def _best(self, cell: Cell, draw: int) -> Any:
-        return best_trial(self.tuning[cell.id][draw].counted())
+        """The draw's best trial by validation value; under successive halving the best of the top rung."""
+        counted = self.tuning[cell.id][draw].counted()
+        return best_trial(top_slots(self.plan.budget.rungs, counted) if self.plan.budget.rungs else counted)
 
     # ---- one trial
 
@@ -522,9 +628,33 @@ class Sweep:
             tags={"cell": cell.id, "kind": "trial", "trial": slot.slot, **({"draw": draw} if draw else {})},
         )
         hooks = _TrialHooks(self, cell, run_id, draw)
+        rungs = self.plan.budget.rungs
+        rung, source = None, None
+        if rungs:  # successive halving: the rung's iterations, and a promoted slot its configuration's values
+            with self.ledger.timing("records"):
+                counted = study.counted()
+                source = promoted(rungs, counted, slot.slot) if slot.slot >= rungs[0][0] else None
+            rung = rung_for(rungs, slot.slot, source)
+            if source is not None:
+                study.study.sampler = fixed_sampler(dict(source.params))
         try:
             with Heartbeat(self.storage, slot.trial_id):
-                outcome = run_trial(for_draw(self.protocol, draw), self.prepared, cell, slot.trial, slot.slot, hooks)
+                if rung is not None and rung.index > 0 and source is None:
+                    outcome = TrialOutcome(
+                        "FAIL",
+                        None,
+                        [],
+                        {},
+                        0,
+                        0,
+                        0.0,
+                        f"nothing to promote: fewer configurations completed "
+                        f"rung {rung.index - 1} than rung {rung.index} has slots",
+                    )
+                else:
+                    outcome = run_trial(
+                        for_draw(self.protocol, draw), self.prepared, cell, slot.trial, slot.slot, hooks, rung
+                    )
         except BaseException:
             with suppress(StoreUnavailableError):  # a store that is gone gets nothing back; the original is raised
                 study.abandon(slot, "interrupted")
@@ -532,7 +662,7 @@ class Sweep:
                 hooks.interrupted()
                 self.mlflow.end(run_id, "KILLED")
             raise
-        self.progress.skip((self.plan.budget.folds - hooks.folds_run) * self.plan.budget.iterations)
+        self.progress.skip((self.plan.budget.folds - hooks.folds_run) * self.plan.budget.slot_iterations(slot.slot))
         # MLflow first, Optuna last: a trial Optuna holds as finished always has its MLflow record (a worker
         # stopped in between trains the trial again, and its MLflow run, found by key, keeps the values)
         self.mlflow.log(
@@ -549,7 +679,7 @@ class Sweep:
         self.mlflow.end(run_id, outcome.state)
         state = TrialState[outcome.state]
         try:
-            for key, value in {**trial_attrs(outcome, self.protocol), **self.code}.items():
+            for key, value in {**trial_attrs(outcome, self.protocol, rung), **self.code}.items():
                 slot.trial.set_user_attr(key, value)
             study.study.tell(slot.trial, outcome.value if state == TrialState.COMPLETE else None, state=state)
         except optuna.exceptions.UpdateFinishedTrialError:
@@ -559,7 +689,7 @@ class Sweep:
         self.progress.trial(
             cell.id,
             slot.slot,
-            self.plan.budget.trials_for(cell),
+            self.plan.budget.for_cell(cell).slots,
             outcome.state,
             outcome.value,
             self.primary,
@@ -576,13 +706,13 @@ class Sweep:
 
     # ---- one final seed
 
-    def _final(self, cell: Cell, study: SlotStudy, slot: Slot, best: Any, draw: int) -> None:
-        """Final seed ``slot`` of a cell with the best trial's parameters (bench.sweep.final_run), recorded in
-        its slot of the finals study (of tuning draw ``draw``: its winner, its seeds); the first seed of the
-        first draw also writes the cell's artifacts."""
+    def _final(self, cell: Cell, study: SlotStudy, slot: Slot, best: Any, draw: int, index: int) -> None:
+        """Final seed ``index`` (its place in ``final.seeds``) of a cell with the best trial's parameters
+        (bench.sweep.final_run), recorded in ``slot`` of its study (of tuning draw ``draw``: its winner, its
+        seeds); the first seed of the first draw also writes the cell's artifacts."""
         began = time.perf_counter()
-        seed = self.protocol.final_seeds[slot.slot]
-        if slot.slot == 0:
+        seed = self.protocol.final_seeds[index]
+        if index == 0:
             self.mlflow.artifact(
                 self._cell_run(cell),
                 f"best_params_draw{draw}.json" if draw else "best_params.json",
@@ -603,7 +733,7 @@ class Sweep:
             mlflow=self.mlflow,
             progress=self.progress,
             step=self.step,
-            artifacts=tables.cell_dir(self.results, cell.id) if slot.slot == 0 and draw == 0 else None,
+            artifacts=tables.cell_dir(self.results, cell.id) if index == 0 and draw == 0 else None,
             keep=self.protocol.spec.final.keep_models,
             # under final.mode folds each fold model stops on its own fold; a retrained seed has no validation
             stop_after=None
@@ -789,7 +919,7 @@ class _TrialHooks(Hooks):
             },
         )
         s.mlflow.log(self.fold_run, params={"seed": seed})
-        s.progress.run_started(s.plan.budget.iterations)
+        s.progress.run_started(s.plan.budget.slot_iterations(slot))
 
     def iteration(self, it: int, total: int, loss: float) -> None:
         self.sweep.step(it, total, loss)
@@ -820,6 +950,15 @@ class _TrialHooks(Hooks):
     def interrupted(self) -> None:
         if self.fold_run is not None:
             self.sweep.mlflow.end(self.fold_run, "KILLED")
+
+
+def _exists(storage: Any, name: str) -> bool:
+    """Whether the storage holds a study of this name."""
+    try:
+        storage.get_study_id_from_name(name)
+    except KeyError:
+        return False
+    return True
 
 
 def _draw_prefix(draw: int, sep: str = "-") -> str:

@@ -144,7 +144,7 @@ def collect(plan: Plan, storage: Any) -> Records:
     """Every finished trial and final run of the plan's cells, from the Optuna storage (each cell's studies,
     found by its key: a cell trained under an earlier version with the same cell key is read as it was);
     ``protocol_hash`` names the version the tables are of, ``cell_key`` what the row's records are keyed by."""
-    from bench.sweep.tuning import study_name
+    from bench.sweep.tuning import extra_seed_study, study_name
 
     protocol = plan.protocol
     metrics = metric_names(protocol.spec.evaluation)
@@ -165,7 +165,10 @@ def collect(plan: Plan, storage: Any) -> Records:
         records.trials += trial_rows
         records.history[cell.id] = history(trial_rows)
         for r in range(draws):
-            for t in _counted(_study(storage, study_name(protocol, cell, finals=True, draw=r))):
+            studies = [study_name(protocol, cell, finals=True, draw=r)] + [
+                extra_seed_study(protocol, cell, r, k) for k in range(plan.budget.seeds_min, plan.budget.seeds)
+            ] * plan.budget.adaptive_seeds
+            for t in (t for name in studies for t in _counted(_study(storage, name))):
                 a = t.user_attrs
                 row = {
                     **base,
@@ -303,7 +306,6 @@ def audit(plan: Plan, records: Records) -> dict[str, str]:
     x P x K (dataset-level miners serve smaller batches) but never higher.
     """
     b = plan.budget
-    per_trial = b.folds * b.iterations
     per_final = b.per_final  # under final.mode folds a final seed trains one model per fold
     refused: dict[str, str] = {}
     for cell in plan.cells:
@@ -313,6 +315,8 @@ def audit(plan: Plan, records: Records) -> dict[str, str]:
         if len(trials) != b.trial_count_for(cell):
             problems.append(f"{len(trials)} trials recorded, the budget is {b.trial_count_for(cell)}")
         for r in trials:
+            # successive halving: each rung's slots their own iterations, the same rungs in every cell
+            per_trial = b.folds * b.slot_iterations(r["trial"]) if r["trial"] < b.slots else -1
             if r["budget_iterations"] != per_trial:
                 problems.append(f"trial {r['trial']} was given {r['budget_iterations']} iterations, not {per_trial}")
             elif r["iterations"] > per_trial or (
@@ -323,7 +327,14 @@ def audit(plan: Plan, records: Records) -> dict[str, str]:
                 )
             if r["samples_seen"] > r["iterations"] * b.batch_size:
                 problems.append(f"trial {r['trial']} saw {r['samples_seen']} samples, more than its iterations allow")
-        if finals and len(finals) != b.final_count:
+        if finals and b.adaptive_seeds:
+            wanted = seeds_expected(plan, finals)
+            if len(finals) != wanted:
+                problems.append(
+                    f"{len(finals)} final runs recorded, the seed rule (final.seeds: {b.seeds_min} to {b.seeds}, "
+                    f"half-width {b.half_width:g}) stops at {wanted} over their values"
+                )
+        elif finals and len(finals) != b.final_count:
             problems.append(
                 f"{len(finals)} final runs recorded, the budget is {b.seeds} seeds"
                 + (f" x {b.draws} tuning draws" if b.draws > 1 else "")
@@ -341,6 +352,28 @@ def audit(plan: Plan, records: Records) -> dict[str, str]:
         if problems:
             refused[cell.id] = "; ".join(problems[:3]) + (f" (+{len(problems) - 3} more)" if len(problems) > 3 else "")
     return refused
+
+
+def seed_values(plan: Plan, finals: list[dict[str, Any]], draw: int | None) -> list[float | None]:
+    """One cell's (and tuning draw's) primary metric by final seed, in seed order: None for a failed seed."""
+    order = plan.protocol.final_seeds
+    rows = sorted((r for r in finals if draw is None or r.get("draw", 0) == draw), key=lambda r: order.index(r["seed"]))
+    primary = plan.protocol.primary
+    return [r[primary] if r["state"] == "COMPLETE" else None for r in rows]
+
+
+def seeds_expected(plan: Plan, finals: list[dict[str, Any]]) -> int:
+    """The final runs a cell's records should hold once its seeds are done: ``final_count``, or under a seed
+    range (`bench.plan.seeds`) what the rule asks for over the values recorded, tuning draw by draw."""
+    from bench.plan.seeds import seeds_wanted
+
+    b = plan.budget
+    if not b.adaptive_seeds:
+        return b.final_count
+    return sum(
+        seeds_wanted(seed_values(plan, finals, r if b.draws > 1 else None), b.seeds_min, b.seeds, b.half_width)
+        for r in range(b.draws)
+    )
 
 
 # --------------------------------------------------------------------------- tables
@@ -411,7 +444,8 @@ def tables(plan: Plan, records: Records, refused: dict[str, str]) -> dict[str, p
         no_winner = len(cell_trials) == plan.budget.trial_count_for(cell) and not any(
             r["state"] == "COMPLETE" for r in cell_trials
         )
-        if sum(r["cell"] == cell.id for r in records.finals) != plan.budget.final_count and not no_winner:
+        cell_records = [r for r in records.finals if r["cell"] == cell.id]
+        if len(cell_records) != seeds_expected(plan, cell_records) and not no_winner:
             continue  # not finished: nothing to summarise yet
         for row_id in plan.reported_ids(cell.id):
             cell_finals = [r for r in reported if r["cell"] == row_id]
@@ -556,7 +590,9 @@ def audit_finished(plan: Plan, records: Records) -> dict[str, str]:
     """The audit of cells whose final runs are all recorded (a cell still running is not refused yet)."""
     refused = audit(plan, records)
     finished = {r["cell"] for r in records.finals}
-    complete = {c for c in finished if sum(r["cell"] == c for r in records.finals) >= plan.budget.final_count}
+    complete = {
+        c for c in finished if len(rows := [r for r in records.finals if r["cell"] == c]) >= seeds_expected(plan, rows)
+    }
     return {c: why for c, why in refused.items() if c in complete or c in finished}
 
 
@@ -638,6 +674,8 @@ def check_complete(results: Path, manifest: dict[str, Any], finals: pd.DataFrame
     if not summary.empty and {"cell", "n_seeds"} <= set(summary.columns):
         no_winner = {trained_cell(c) for c in summary.loc[summary["n_seeds"] == 0, "cell"].astype(str)} - set(counts)
     missing = [c for c in cells if c not in counts and c not in no_winner and c not in refused]
+    if isinstance(budget.get("seeds_min"), int) and isinstance(seeds, int):  # a seed range: at least its minimum
+        seeds = seeds // budget["seeds"] * budget["seeds_min"]
     short = [c for c in cells if isinstance(seeds, int) and 0 < counts.get(c, 0) < seeds and c not in refused]
     if missing or short:
         what = (

@@ -12,7 +12,7 @@ The rooms: ``_data`` (prepare, Prepared, TestClassGuard), ``_objective``
 (suggest, split_params, train_and_score, run_trial; the scoring is
 bench.evaluation's), ``_slots`` (SlotStudy, Heartbeat, owner records,
 storage), ``_search_strategy`` (Optuna's TPE sampler and pruner),
-``_seeds``. Import from ``bench.sweep.tuning``; the private
+``_seeds``, ``_halving`` (synchronous successive halving's rungs over the slots). Import from ``bench.sweep.tuning``; the private
 modules may move.
 """
 
@@ -26,8 +26,10 @@ from bench.sweep.tuning._data import (
     select_sides,
     small_classes_notice,
 )
+from bench.sweep.tuning._halving import fixed_sampler, promoted, ready, rung_for, top_slots
 from bench.sweep.tuning._objective import (
     Hooks,
+    Rung,
     RunResult,
     TrialOutcome,
     final_config,
@@ -45,6 +47,7 @@ from bench.sweep.tuning._slots import (
     Slot,
     SlotStudy,
     best_trial,
+    extra_seed_study,
     held,
     open_storage,
     study_name,
@@ -57,6 +60,7 @@ __all__ = [
     "Hooks",
     "Prepared",
     "RunResult",
+    "Rung",
     "Slot",
     "SlotStudy",
     "TestClassGuard",
@@ -64,10 +68,12 @@ __all__ = [
     "TrialOutcome",
     "best_trial",
     "derive_seed",
+    "extra_seed_study",
     "final_config",
     "final_fold_config",
     "final_iterations",
     "final_seed",
+    "fixed_sampler",
     "for_draw",
     "held",
     "load_sides",
@@ -76,10 +82,14 @@ __all__ = [
     "make_sampler",
     "open_storage",
     "prepare",
+    "promoted",
+    "ready",
+    "rung_for",
     "run_trial",
     "select_sides",
     "small_classes_notice",
     "study_name",
+    "top_slots",
     "train_and_score",
     "trial_attrs",
 ]

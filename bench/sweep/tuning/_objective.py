@@ -61,6 +61,16 @@ class TrialOutcome:
     best_iterations: list[int] = field(default_factory=list)  # early stopping: each fold's best checkpoint
 
 
+@dataclass(frozen=True)
+class Rung:
+    """A successive-halving trial's rung (`bench.plan.rungs`): its index, the iterations a fold trains, and the
+    rung-0 slot of its configuration, whose training seed it reuses."""
+
+    index: int
+    iterations: int
+    seed_slot: int
+
+
 class Hooks:
     """What the runner observes of a trial: fold starts and ends (MLflow records, progress)."""
 
@@ -308,7 +318,13 @@ def train_and_score(
 
 
 def run_trial(
-    protocol: Protocol, prepared: Prepared, cell: Cell, trial: Any, slot: int, hooks: Hooks | None = None
+    protocol: Protocol,
+    prepared: Prepared,
+    cell: Cell,
+    trial: Any,
+    slot: int,
+    hooks: Hooks | None = None,
+    rung: Rung | None = None,
 ) -> TrialOutcome:
     """Train on each fold's training classes, score the primary metric on its validation classes; mean over folds.
 
@@ -320,6 +336,11 @@ def run_trial(
     (the same steps), and each fold's best checkpoint is what the trial is
     scored on; the iterations are those trained, ``best_iterations`` the
     checkpoints'.
+
+    ``rung`` (successive halving, `bench.plan.rungs`): each fold trains ``rung.iterations`` of the whole
+    budget's schedule (`train`'s ``stop_after``), and the trial reports its value at that step (the rung's
+    intermediate value). Its training seed is that of the configuration's rung-0 slot (``rung.seed_slot``), so
+    a promoted configuration repeats its shorter run exactly and goes on.
     """
     import optuna
 
@@ -337,7 +358,7 @@ def run_trial(
     start = time.perf_counter()
     for f, (tr_split, val_split) in enumerate(prepared.folds):
         tr, val = prepared.fold(f)
-        seed = trial_seed(protocol.seed, slot, f)
+        seed = trial_seed(protocol.seed, slot if rung is None else rung.seed_slot, f)
         hooks.fold_started(slot, f, seed, tr_split, val_split)
         config = train_config(protocol, cell, loss_params, miner_params, seed)
 
@@ -364,6 +385,7 @@ def run_trial(
             progress=hooks.iteration,
             stop_on=val if stopping else None,
             on_score=on_score if use_pruner and stopping else None,
+            stop_after=rung.iterations if rung is not None else None,
         )
         if result.best_iteration is not None:
             best_iterations.append(result.best_iteration)
@@ -387,9 +409,12 @@ def run_trial(
                 best_iterations,
             )
         values.append(float(result.metrics[primary]))
+    value = float(sum(values) / len(values))
+    if rung is not None:
+        trial.report(value, rung.iterations)  # the rung's validation score, as Optuna records intermediate values
     return TrialOutcome(
         "COMPLETE",
-        float(sum(values) / len(values)),
+        value,
         values,
         params,
         total_it,
@@ -401,17 +426,20 @@ def run_trial(
     )
 
 
-def trial_attrs(outcome: TrialOutcome, protocol: Protocol) -> dict[str, Any]:
+def trial_attrs(outcome: TrialOutcome, protocol: Protocol, rung: Rung | None = None) -> dict[str, Any]:
     """What every trial records besides its value: the budget it used and was given (the maximum under early
-    stopping), and under early stopping each fold's best checkpoint (``best_iterations``)."""
+    stopping; a rung's iterations under successive halving, with its ``rung``), and under early stopping each
+    fold's best checkpoint (``best_iterations``)."""
     b = protocol.spec.training
-    extra = {"best_iterations": outcome.best_iterations} if b.early_stopping else {}
+    extra: dict[str, Any] = {"best_iterations": outcome.best_iterations} if b.early_stopping else {}
+    if rung is not None:
+        extra.update(rung=rung.index, seed_slot=rung.seed_slot)
     return {
         **extra,
         "iterations": outcome.iterations,
         "samples_seen": outcome.samples_seen,
         "wall_time_s": round(outcome.wall_time_s, 3),
         "fold_values": outcome.fold_values,
-        "budget_iterations": b.iterations * protocol.spec.data.validation.use,
+        "budget_iterations": (b.iterations if rung is None else rung.iterations) * protocol.spec.data.validation.use,
         "reason": outcome.reason,
     }

@@ -280,3 +280,10 @@ def study_name(protocol: Protocol, cell: Cell, finals: bool = False, draw: int =
     tuning draw r > 0 (``tuning.repeats``) has its own, ``...:draw<r>``."""
     name = f"{protocol.name}:{cell_key(protocol, cell)}:{cell.id}" + (":final" if finals else "")
     return name + (f":draw{draw}" if draw else "")
+
+
+def extra_seed_study(protocol: Protocol, cell: Cell, draw: int, index: int) -> str:
+    """The study of final seed ``index`` (0-based, at or past a seed range's ``min``, `bench.plan.seeds`): one
+    slot, so whichever worker claims it first trains it, and it is claimed only once the rule over the seeds
+    before it asks for it; the first ``min`` seeds share the cell's finals study."""
+    return f"{study_name(protocol, cell, finals=True, draw=draw)}:seed{index}"
