@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format typecheck crosscheck bench sysdeps clean
+.PHONY: demo test test-fast lint format typecheck crosscheck bench sysdeps clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -31,6 +31,11 @@ test: $(STAMP) sysdeps
 	$(BIN)/ruff format --check bench tests benchmarks scripts
 	$(BIN)/mypy bench
 	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider
+
+# the fast lane: every test but the `slow` ones (real training, sweeps, PostgreSQL and MLflow servers;
+# tests/conftest.py marks them); `make test` stays the whole suite
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider -m "not slow and not faults"
 
 lint: $(STAMP)
 	$(BIN)/ruff check bench tests benchmarks scripts
