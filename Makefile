@@ -34,7 +34,7 @@ test: $(STAMP) sysdeps
 
 # the fast lane: every test but the `slow` ones (real training, sweeps, PostgreSQL and MLflow servers;
 # tests/conftest.py marks them); `make test` stays the whole suite
-test-fast: $(STAMP)
+test-fast: $(STAMP) sysdeps
 	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider -m "not slow and not faults"
 
 lint: $(STAMP)
