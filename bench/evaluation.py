@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from bench.errors import BenchError
 
@@ -194,6 +193,7 @@ def _folded(model: nn.Module, x: Any, device: torch.device) -> nn.Module:
         foldable(seq, i) for seq in model.modules() if isinstance(seq, nn.Sequential) for i in range(len(seq) - 1)
     ):
         return model
+    from torch.nn.utils.fusion import fuse_conv_bn_eval
 
     copy = copy_module(model)
     for seq in [m for m in copy.modules() if isinstance(m, nn.Sequential)]:

@@ -24,7 +24,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from bench import plugins
 from bench.errors import BenchError
 
 
@@ -470,6 +469,8 @@ def register(
         raise BenchError(f"register: {kind} {name!r} must declare tuples= ({', '.join(TUPLE_KINDS)})")
 
     def decorate(obj: Any) -> Any:
+        from bench import plugins
+
         origin = plugins.current_origin(obj.__module__)
         entry = Entry(
             name,
@@ -523,6 +524,8 @@ def _check_search_space(entry: Entry, obj: Any) -> None:
 
 def names(kind: str) -> list[str]:
     """The known names of one kind: built-ins in table order, then registered and installed plugins."""
+    from bench import plugins
+
     out = [e.name for e in ENTRIES if e.kind == kind]
     out += [n for k, n in _REGISTERED if k == kind and n not in out]
     return out + sorted(n for n in plugins.entry_points(kind) if n not in out)
@@ -530,6 +533,8 @@ def names(kind: str) -> list[str]:
 
 def entries(kind: str | None = None) -> list[Entry]:
     """Every entry (of ``kind``), installed plugins imported: for listing and cross-checking."""
+    from bench import plugins
+
     for k in [kind] if kind else KINDS:
         for name in plugins.entry_points(k):
             if (k, name) not in _BY_KEY:
@@ -556,6 +561,7 @@ def get(kind: str, name: str) -> Entry:
         return _pml_entry(kind, name)
     if name.startswith("timm:") and kind == "trunk":
         return _timm_entry(name)
+    from bench import plugins
 
     ep = plugins.entry_points(kind).get(name) if kind in plugins.GROUPS else None
     if ep is not None:
@@ -583,6 +589,8 @@ def _entry_point_entry(kind: str, name: str, ep: Any, obj: Any) -> Entry:
     line saying what to add, when absent); a search space, tuples' sizes and
     the rest stay with `register`.
     """
+    from bench import plugins
+
     where = f"plugin {ep.value!r} ({plugins.GROUPS[kind]} entry point {name!r})"
     if not _PLUGIN_NAME.match(name):
         raise BenchError(f"{where}: the name {name!r} must be a letter then letters, digits, '_', '.' or '-'")

@@ -14,14 +14,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
-from bench import registry
 from bench.errors import BenchError
-from bench.evaluation import evaluate, pair_scorer_of
-from bench.stores import provenance, tracking
 from bench.sweep.progress import is_terminal
-from bench.training import TrainConfig, build, seed_everything, train
+from bench.training import TrainConfig
 
 DEFAULT_TRAIN = "omniglot:background"
 DEFAULT_TEST = "omniglot:evaluation"
@@ -40,6 +35,7 @@ class SingleRun:
 def initial_trunk(config: TrainConfig, in_shape: tuple[int, ...]) -> Any:
     """The trunk `bench.training.train` starts from with this config's seed (its own seeding, then the same
     build), in eval mode: what the run's floor scores, as `bench.sweep.floor` does for a protocol."""
+    from bench.training import seed_everything
     from bench.trunks import trunk_from
 
     seed_everything(config.seed)
@@ -52,6 +48,12 @@ def initial_trunk(config: TrainConfig, in_shape: tuple[int, ...]) -> Any:
 def initial_models(config: TrainConfig, train_data: Any) -> tuple[Any, Any]:
     """The trunk and the learned metric (`bench.evaluation.pair_scorer_of`; None for a distance-based loss)
     `bench.training.train` starts from with this config's seed: its own seeding, then its own build."""
+    import torch
+
+    from bench import registry
+    from bench.evaluation import pair_scorer_of
+    from bench.training import build, seed_everything
+
     in_shape, classes = tuple(train_data.x.shape[1:]), len(torch.unique(train_data.y))
     context = {"num_classes": classes, "embedding_size": config.embedding_dim}
     if pair_scorer_of(registry.build_loss(config.loss, context, **config.loss_params)) is None:
@@ -63,6 +65,8 @@ def initial_models(config: TrainConfig, train_data: Any) -> tuple[Any, Any]:
 
 def check_config(config: TrainConfig, size: int | None = None) -> None:
     """Unknown names and parameters fail in a second, before data, models and MLflow are loaded."""
+    from bench import registry
+
     for kind, name, params in (
         ("trunk", config.trunk, config.trunk_params),
         ("loss", config.loss, config.loss_params),
@@ -87,6 +91,8 @@ def trained_normalized(config: TrainConfig) -> bool:
     (PML-backed) normalises, as PML's default distances do. A protocol run
     takes the same from ``model.normalize`` (`bench.evaluation.score_model`).
     """
+    from bench import registry
+
     default = registry.get("loss", config.loss).parameters().get("normalize", True)
     return bool(config.loss_params.get("normalize", default))
 
@@ -170,9 +176,12 @@ def train_and_evaluate(
     from tqdm import tqdm
 
     from bench import data as datasets
+    from bench.evaluation import evaluate, pair_scorer_of
     from bench.metrics import geometry
+    from bench.stores import provenance, tracking
     from bench.stores.mlflow_runs import MlflowWriter
     from bench.sweep.tuning import load_sides, make_guard, select_sides
+    from bench.training import train
 
     check_config(config)
     d = (choice or DataChoice()).section(train_spec, test_spec, size)

@@ -39,8 +39,6 @@ from bench import registry
 from bench.devices import AUTO, device_problem, precision_problem
 from bench.errors import BenchError, DivergedError, MethodError
 from bench.evaluation import embed
-from bench.models import param_groups
-from bench.models.weights import resolve
 
 SYNC_EVERY = 25  # iterations between reads of the loss buffer (progress, divergence check)
 FINAL_LOSS_WINDOW = 50  # final_loss is the mean of the last this-many losses
@@ -153,6 +151,8 @@ class TrainConfig:
         if not isinstance(self.freeze_bn, bool):
             raise BenchError(f"freeze_bn must be true or false, got {self.freeze_bn!r}")
         if self.pretrained is not None:
+            from bench.models.weights import resolve
+
             resolve(self.pretrained, self.trunk)
 
 
@@ -258,6 +258,8 @@ def _optimizer(config: TrainConfig, trunk: nn.Module, loss: Any) -> torch.optim.
     without one they train at ``lr`` with the head. Every group has the same optimiser, weight decay
     and schedule.
     """
+    from bench.models import param_groups
+
     others = list(loss.parameters()) if isinstance(loss, nn.Module) else []
     own_lr = getattr(loss, "param_lr", None)
     if own_lr is None:

@@ -8,8 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from bench.atomic import write_text
-from bench.cli import quiet_libraries
 from bench.commands._output import emit, format_option, log, quiet_option
 from bench.errors import BenchError
 
@@ -136,6 +134,7 @@ def command(
     Writes the Markdown table and the HTML page, and prints the table
     (Markdown with --format table).
     """
+    from bench.atomic import write_text
     from bench.reports import html, leaderboard, source
 
     if (results is None) == (experiment is None):
@@ -143,6 +142,7 @@ def command(
     if results is not None:
         res = source.load(results)
     elif experiment is not None:
+        from bench.cli import quiet_libraries
         from bench.reports import mlflow_source
 
         quiet_libraries()

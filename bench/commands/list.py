@@ -12,12 +12,13 @@ from typing import Any
 
 import click
 
-from bench import registry
 from bench.commands._output import emit, format_option, quiet_option
 
 
 def rows(kind: str | None = None) -> list[dict[str, Any]]:
     """One row per registry entry (of `kind`, if given), in registry order."""
+    from bench import registry
+
     out = []
     for entry in registry.entries(kind):
         params = {n: None if d is inspect.Parameter.empty else d for n, d in entry.parameters().items()}

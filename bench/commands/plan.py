@@ -18,12 +18,10 @@ import click
 from bench.clock import hms
 from bench.commands._output import emit, format_option, quiet_option
 from bench.errors import BenchError
-from bench.plan import NOT_SELECTED, plan
+from bench.plan import NOT_SELECTED
 from bench.plan.cost import DATASET_SIZES, STEP_FIXED_S, SWEEP_FIXED_S, sized_test, trunk_cost
 from bench.plan.space import describe_space
-from bench.protocol import load_protocol
 from bench.protocol.schema import image_hw
-from bench.sweep.preflight import inspect
 
 if TYPE_CHECKING:
     from bench.plan import Plan
@@ -154,6 +152,9 @@ def command(
     protocol's trunk timed here (a few seconds; --no-measure: a built-in table)."""
     from bench.data import check_path
     from bench.data.query_gallery import test_specs
+    from bench.plan import plan
+    from bench.protocol import load_protocol
+    from bench.sweep.preflight import inspect
 
     protocol = load_protocol(file)
     d = protocol.doc["data"]

@@ -7,21 +7,12 @@ once. See bench/sweep/runner.py for what is recorded where and how workers share
 
 from __future__ import annotations
 
-import os
-import signal
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from bench.atomic import write_text
-from bench.cli import quiet_libraries
-from bench.clock import summary
 from bench.commands._output import emit, format_option, log, quiet_option
-from bench.commands.leaderboard import document, rows
-from bench.errors import BenchError
-from bench.stores.retry import WINDOW_ENV
 
 if TYPE_CHECKING:
     from bench.sweep.result import SweepResult
@@ -78,6 +69,10 @@ def sweep_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 def _set_store_retry(ctx: click.Context, param: click.Parameter, value: float | None) -> None:
     """``--store-retry`` sets the process's retry window (`bench.stores.retry`), as its variable would."""
+    import os
+
+    from bench.stores.retry import WINDOW_ENV
+
     if value is not None:
         os.environ[WINDOW_ENV] = f"{value:g}"
 
@@ -123,8 +118,12 @@ def command(
     (exit 130; the same command resumes). With --quiet the progress bars give
     way to one line per finished trial.
     """
+    import signal
+    import threading
+
     import torch
 
+    from bench.cli import quiet_libraries
     from bench.protocol import load_protocol
     from bench.sweep.runner import Options, request_stop, run_protocol
 
@@ -163,6 +162,8 @@ def command(
         log.info(resumed)
     accounted = result.manifest.get("time")
     if accounted:  # where this worker's wall time went (bench.clock.Ledger; the manifest's `time`)
+        from bench.clock import summary
+
         log.info(f"time: {summary(accounted)}")
     _where_to_look(result)
     if completed == 0:
@@ -259,6 +260,8 @@ def _first_reason(result: SweepResult) -> str:
 
 def _print_table(result: SweepResult, fmt: str) -> None:
     """The ranked cells, so that a finished run answers its question on the terminal."""
+    from bench.commands.leaderboard import document, rows
+    from bench.errors import BenchError
     from bench.reports import leaderboard, source
 
     try:
@@ -267,6 +270,7 @@ def _print_table(result: SweepResult, fmt: str) -> None:
         log.warning(f"no table to print: {e}")
         return
     board = leaderboard.build(res)
+    from bench.atomic import write_text
     from bench.reports import html
 
     write_text(result.path / "leaderboard.md", leaderboard.markdown(board))  # what `dmlbench leaderboard` writes

@@ -9,13 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 import click
-import torch
 
-from bench.cli import quiet_libraries
 from bench.commands._output import emit, format_option, log, quiet_option
 from bench.errors import BenchError
-from bench.single_run import DEFAULT_TEST, DEFAULT_TRAIN, DataChoice, check_config, train_and_evaluate
-from bench.training import TrainConfig
+from bench.single_run import DEFAULT_TEST, DEFAULT_TRAIN
 
 
 def parse_params(pairs: tuple[str, ...], option: str) -> dict[str, Any]:
@@ -237,6 +234,8 @@ def command(
     by dataset and class name, so two folders that both number from 0 are fine).
     """
     from bench.protocol.schema import CHANNELS
+    from bench.single_run import DataChoice, check_config, train_and_evaluate
+    from bench.training import TrainConfig
 
     choice = DataChoice(
         parse_classes(train_classes, "--train-classes"),
@@ -273,9 +272,12 @@ def command(
         schedule={"type": schedule, "warmup": warmup},
     )
     check_config(config, size)  # before MLflow and the data are loaded
+    from bench.cli import quiet_libraries
 
     quiet_libraries()
     if threads is not None:
+        import torch
+
         torch.set_num_threads(threads)
     run = train_and_evaluate(
         config, train_spec, test_spec, data_root, size, tracking_uri, experiment, progress_bar=not quiet, choice=choice

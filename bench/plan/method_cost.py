@@ -32,7 +32,6 @@ from typing import Any
 import torch
 
 from bench import registry
-from bench.errors import BenchError
 from bench.plan.cost import dataset_size
 from bench.plan.types import Cell
 from bench.protocol import Protocol
@@ -81,6 +80,7 @@ def check_cell(protocol: Protocol, cell: Cell) -> str | None:
     the data and a trunk: it is built and bound to the loss, not called, and the loss runs on the batch without it
     (``indices_tuple`` None). The message names the method and its exception (`bench.errors.MethodError`); an
     exception out of the harness itself (a BenchError aside) is not caught here."""
+    from bench.errors import BenchError
     from bench.training import loss_value, method_call
 
     device = torch.device("cpu")

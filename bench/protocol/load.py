@@ -24,13 +24,10 @@ from typing import Any
 
 import yaml
 
-from bench import registry
 from bench.devices import AUTO, precision_problem
 from bench.errors import BenchError
 from bench.protocol.safe_yaml import YamlRefused, load_yaml, read_text
 from bench.protocol.schema import (
-    ABSENT_DEFAULTS,
-    CHANNELS,
     DEFAULTS,
     METRICS,
     PRUNER_DEFAULTS,
@@ -40,7 +37,6 @@ from bench.protocol.schema import (
     describe_error,
     error_path,
     image_hw,
-    setting,
 )
 
 NO_MINER = "none"
@@ -259,6 +255,8 @@ def shared_hash(doc: dict[str, Any]) -> str:
 
 def plugin_fingerprints(doc: dict[str, Any]) -> dict[str, dict[str, str]]:
     """``kind:name`` -> version and source sha256 of every plugin entry the document names."""
+    from bench import registry
+
     used = [("trunk", doc.get("model", {}).get("trunk"))]
     used += [
         (kind, item.get("name"))
@@ -389,6 +387,7 @@ def _check_training(training: dict[str, Any], report: _Reporter) -> None:
 
 def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
     """What a schema cannot say: registry names and parameters, ranges, cross-references."""
+    from bench import registry
 
     def entry_or_report(kind: str, name: str, path: tuple) -> Any:
         try:
@@ -486,6 +485,8 @@ def _check_semantics(doc: dict[str, Any], report: _Reporter) -> None:
 def _check_final_mode(doc: dict[str, Any], report: _Reporter) -> None:
     """``final.mode: folds`` trains one final model per validation fold the trials use, and concatenates them:
     it needs two folds at least (one fold model concatenated is that model)."""
+    from bench.protocol.schema import setting
+
     use = doc["data"]["validation"]["use"]
     if setting(doc, "final.mode") == "folds" and use < 2:
         report.add(
@@ -544,6 +545,8 @@ def _normalise_data(data: dict[str, Any], seed: int) -> None:
     """One canonical form, so equal meanings hash equal: a pool is train = test = pool with a split;
     the split's seed defaults to the protocol seed; channel names become 1 or 3; defaults of the
     image options are dropped (their absence is the default, and old protocols keep their hash)."""
+    from bench.protocol.schema import CHANNELS
+
     if "pool" in data:
         data["train"] = data["test"] = data.pop("pool")
     if "split" in data:
@@ -577,6 +580,7 @@ def _normalise_data(data: dict[str, Any], seed: int) -> None:
 
 def _check_trunk_options(doc: dict[str, Any], report: _Reporter) -> None:
     """model.pretrained, model.freeze_bn and training.trunk_lr against the trunk (bench.models.trunk)."""
+    from bench.protocol.schema import setting
     from bench.trunks import option_problems
 
     model, (h, w) = doc["model"], image_hw(doc["data"]["image_size"])
@@ -596,6 +600,8 @@ def _check_trunk_options(doc: dict[str, Any], report: _Reporter) -> None:
 def _drop_absent_defaults(doc: dict[str, Any]) -> None:
     """Keys of ABSENT_DEFAULTS written at their default are removed (and trunk_lr equal to lr), so writing
     a default out keeps the hash of the protocol that leaves it out."""
+    from bench.protocol.schema import ABSENT_DEFAULTS
+
     for dotted, default in ABSENT_DEFAULTS.items():
         section, key = dotted.split(".")
         if key in doc[section] and doc[section][key] == default and type(doc[section][key]) is type(default):
@@ -678,6 +684,8 @@ MIN_IMAGE_SIZE = 4  # below this an image has no shape to learn from; a 1x1 run 
 def _check_image_size(doc: dict[str, Any], trunk: Any, report: _Reporter) -> None:
     """An image side every trunk can take: too small for the trunk is found now (built on the meta device,
     so nothing is allocated), not as a failure of every trial."""
+    from bench import registry
+
     size = doc["data"]["image_size"]
     h, w = image_hw(size)
     if min(h, w) < MIN_IMAGE_SIZE:
@@ -792,6 +800,8 @@ def _try_build(
 
 def _build_problem(kind: str, entry: Any, fixed: dict[str, Any], doc: dict[str, Any]) -> tuple[str, str] | None:
     """Where and what, if the method cannot be built with ``fixed``."""
+    from bench import registry
+
     params = method_params(entry, fixed, doc["model"])
     context = {"num_classes": doc["training"]["P"], "embedding_size": doc["model"]["embedding_dim"]}
     try:
@@ -851,6 +861,8 @@ def _check_batch_needs(entry: Any, training: dict[str, Any], path: tuple, report
 def _check_supplied(doc: dict[str, Any], written: dict[int, list[str]], report: _Reporter) -> None:
     """A loss parameter searched in the protocol but supplied by every miner it is paired with is dead:
     the miner's tuples override it, so its search would only add noise. Refused, naming the miners."""
+    from bench import registry
+
     miners = {m["label"]: m for m in doc["grid"]["miners"]}
     for i, item in enumerate(doc["grid"]["losses"]):
         explicit = written.get(i, [])

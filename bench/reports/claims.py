@@ -89,10 +89,8 @@ from typing import Any
 
 import jsonschema
 
-from bench import registry
 from bench.errors import BenchError
 from bench.plan import Plan
-from bench.protocol.safe_yaml import YamlRefused, load_yaml, read_text
 from bench.reports import budget, floor
 from bench.reports.leaderboard import md_code, md_text
 from bench.reports.source import Results
@@ -192,6 +190,8 @@ def _where(error: jsonschema.ValidationError) -> str:
 
 def parse(path: str | Path) -> ClaimsFile:
     """Read and validate a claims file; every problem names the file and the key."""
+    from bench.protocol.safe_yaml import YamlRefused, load_yaml, read_text
+
     path = Path(path)
     try:
         exists = path.exists()
@@ -356,6 +356,8 @@ def mismatch(plan: Plan, cell: str, spec: dict[str, Any]) -> str | None:
     else the method's default, and a parameter the cell tunes is never the
     fixed value a claim is about.
     """
+    from bench import registry
+
     try:
         c = plan.cell(cell)
     except KeyError:

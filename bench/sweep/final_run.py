@@ -41,12 +41,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.data.query_gallery import one_set
 from bench.data.splits import fold_label
 from bench.evaluation import EMBEDDING_PREFIX, Concatenated, clusters_on_test, kept_embeddings, score_model
 from bench.plan import Cell
 from bench.protocol import Protocol
-from bench.protocol.schema import setting
 from bench.stores.retry import StoreUnavailableError
 from bench.sweep import tables
 from bench.sweep.artifacts import write_cell_artifacts
@@ -153,6 +151,8 @@ def train_final(
     KeyboardInterrupt); an interruption ends the MLflow run KILLED, records nothing and is raised again.
     ``stop_after``: under ``training.early_stopping`` the iterations the final trains (`final_iterations`, the
     cell's best trial's early-stopped length; x ``multiple`` here), the schedule that of the whole budget."""
+    from bench.protocol.schema import setting
+
     run_id = mlflow.run(record.key, record.name, record.parent, tags=record.tags)
     config = final_run_config(protocol, cell, params, seed, multiple)
     by_folds = setting(protocol.doc, "final.mode") == "folds"
@@ -228,6 +228,8 @@ def train_fold_models(
     concatenated (`Concatenated`), scored the same way. Returns the concatenation's run (its iterations and
     samples those of every fold model; a FAIL naming the fold when one fails) and the fold models' runs.
     ``step`` sees one count over the fold models, fold ``f`` starting at ``f`` x the budget."""
+    from bench.protocol.schema import setting
+
     stopping = setting(protocol.doc, "training.early_stopping")
     clustering = clusters_on_test(protocol)
     began = time.perf_counter()
@@ -289,6 +291,8 @@ def _artifacts(
     protocol: Protocol, prepared: Prepared, result: RunResult, directory: Path, mlflow: MlflowRecords, run_id: str
 ) -> None:
     """Test pair distances (and the 2-D embedding) of the run, for reports, attached to its MLflow run."""
+    from bench.data.query_gallery import one_set
+
     written = write_cell_artifacts(
         result.model,
         one_set(prepared.test),

@@ -26,21 +26,20 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import torch
 
-from bench import registry
 from bench.atomic import write_with
-from bench.evaluation import clusters_on_test, pair_scorer_of, score_model
+from bench.evaluation import clusters_on_test, score_model
 from bench.plan import cell_key
 from bench.protocol import Protocol
 from bench.sweep import tables
-from bench.sweep.tuning import Prepared, final_config, final_seed
-from bench.training import build, seed_everything
-from bench.trunks import protocol_trunk
+from bench.sweep.tuning import Prepared, final_seed
 
 
 def initial_trunk(protocol: Protocol, seed: int, in_shape: tuple[int, ...]) -> Any:
     """The trunk final seed ``seed`` starts from: seeded and built exactly as bench.training.train does."""
+    from bench.training import seed_everything  # the training loop's own seeding, so the two cannot drift
+    from bench.trunks import protocol_trunk
+
     seed_everything(final_seed(protocol.seed, seed))
     return protocol_trunk(protocol.doc, in_shape).to(protocol.doc["training"]["device"]).eval()
 
@@ -68,12 +67,21 @@ def floor_row(protocol: Protocol, prepared: Prepared, seed: int) -> dict[str, An
 
 def learned_metric_cells(protocol: Protocol, cells: Any) -> list[Any]:
     """The cells whose loss ranks by a learned metric (built with the cell's fixed parameters to ask it)."""
+    from bench import registry
+    from bench.evaluation import pair_scorer_of
+
     context = {"num_classes": 2, "embedding_size": protocol.doc["model"]["embedding_dim"]}
     return [c for c in cells if pair_scorer_of(registry.build_loss(c.loss, context, **c.loss_params)) is not None]
 
 
 def cell_floor_row(protocol: Protocol, prepared: Prepared, cell: Any, seed: int) -> dict[str, Any]:
     """One row of cell_floor.csv: the cell's untrained trunk and metric of final seed ``seed``, scored."""
+    import torch
+
+    from bench.evaluation import pair_scorer_of
+    from bench.sweep.tuning import final_config
+    from bench.training import build, seed_everything
+
     config = final_config(protocol, cell, {}, seed)  # the searched values do not touch the initial weights
     seed_everything(config.seed)
     num_classes = len(torch.unique(prepared.train.y))

@@ -32,7 +32,6 @@ the default stores are named, not created.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,9 +42,6 @@ from bench.errors import BenchError
 from bench.plan import Plan
 from bench.plan import plan as make_plan
 from bench.protocol import Protocol, device_problem
-from bench.protocol.schema import setting
-from bench.stores import checks, tracking
-from bench.stores.urls import default_url, redact
 
 
 @dataclass(frozen=True)
@@ -199,6 +195,8 @@ def _prefixed(protocol: Protocol, key: str, problem: str | None) -> str | None:
 def check_writable(folder: Path) -> None:
     """The results folder can be made where it is asked for; created only once there is something to write,
     so a run refused for bad data or a bad store leaves nothing behind."""
+    import os
+
     existing = folder
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -217,6 +215,8 @@ def _check_stores(
     tracking_uri: str | None,
     results_dir: str | Path | None,
 ) -> None:
+    from bench.stores import checks, tracking
+    from bench.stores.urls import default_url, redact
     from bench.sweep import tables
 
     results_dir = "results" if results_dir is None else results_dir
@@ -263,6 +263,7 @@ def check_weights(protocol: Protocol, in_shape: tuple[int, ...] | None = None) -
     import torch
 
     from bench.models.weights import resolve
+    from bench.protocol.schema import setting
     from bench.trunks import protocol_trunk
 
     pretrained = setting(protocol.doc, "model.pretrained")
@@ -322,6 +323,8 @@ def short_classes(protocol: Protocol, labels: Any) -> dict[str, Any]:
     """K, ``training.short_classes`` and how many of the training classes (of ``labels``) have fewer than K
     images, the smallest count among them: what the manifest records under ``sampler``."""
     import torch
+
+    from bench.protocol.schema import setting
 
     k = int(protocol.doc["training"]["K"])
     _, counts = torch.unique(torch.as_tensor(labels), return_counts=True)

@@ -68,9 +68,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-import platform
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -80,10 +77,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.clock import Ledger
-from bench.data.query_gallery import QueryGallery
 from bench.data.splits import fold_label
 from bench.errors import BenchError
-from bench.plan import Cell, Plan, cell_key, plan
+from bench.plan import Cell, Plan, cell_key
 from bench.protocol import Protocol, load_protocol
 from bench.stores import provenance, tracking
 from bench.stores.mlflow_runs import MlflowRecords
@@ -91,7 +87,7 @@ from bench.stores.retry import StoreUnavailableError
 from bench.stores.urls import default_url, redact
 from bench.sweep import tables
 from bench.sweep.final_run import FinalRun, Record, train_final
-from bench.sweep.floor import cell_floor_row, floor_row, learned_metric_cells, update_cell_floor, update_floor
+from bench.sweep.floor import update_cell_floor, update_floor
 from bench.sweep.precision import resolve_precision
 from bench.sweep.preflight import refuse, short_classes_notice
 from bench.sweep.progress import Progress
@@ -158,6 +154,8 @@ class SweepOutcome:
 def _query_counts(test: Any) -> dict[str, Any]:
     """A query/gallery test's queries and how many have a match in the gallery: the others are skipped by
     the ranking metrics (as PML skips them), so a table says what its numbers average over."""
+    from bench.data.query_gallery import QueryGallery
+
     if not isinstance(test, QueryGallery):
         return {}
     return {"test_queries": {"total": len(test.query), "with_a_match": test.matched_queries()}}
@@ -178,6 +176,7 @@ def chosen_cells(protocol: Protocol, cells: tuple[str, ...]) -> set[str]:
     """The planned cells ``--cells`` names (empty: all); a name the plan does not hold is refused, one line."""
     if not cells:
         return set()
+    from bench.plan import plan
 
     known = [c.id for c in plan(protocol).cells]
     unknown = [c for c in cells if c not in known]
@@ -335,6 +334,8 @@ class Sweep:
 
         For a fix to one method's code: the protocol (and its hash) is the same, so without this the
         sweep would keep the old records. Run it with no other worker on the same storage."""
+        import shutil
+
         import optuna
 
         studies = 0
@@ -424,6 +425,9 @@ class Sweep:
     def time_table(self, wall_s: float) -> dict[str, Any]:
         """This worker's wall time accounted (`bench.clock.Ledger`), as the manifest's ``time`` holds it: the
         worker it is of (the last worker to finish writes it), its seconds and shares by account."""
+        import os
+        import platform
+
         return {"worker": f"{platform.node()}:{os.getpid()}", **self.ledger.table(wall_s)}
 
     def _write(self, finished: bool) -> dict[str, str]:
@@ -595,6 +599,8 @@ class Sweep:
         ``<protocol>:<shared key>:floor`` (adding a cell scores no seed again), claimed as trials are, the row
         stored on its trial; a worker then waits for the seeds others hold, so no seed is scored twice
         (`benchmarks/bench_sweep_time.py` times the floor's share)."""
+        from bench.sweep.floor import floor_row
+
         seeds = self.protocol.final_seeds
         name = f"{self.protocol.name}:{self.protocol.shared_key}:floor"
         return self._shared_rows(name, lambda slot: floor_row(self.protocol, self.prepared, seeds[slot]))
@@ -602,6 +608,8 @@ class Sweep:
     def _cell_floor_rows(self) -> dict[tuple[str, int], dict[str, Any]]:
         """A learned-metric cell's own floor (its untrained trunk and metric, ranked by g: minutes a seed on a
         CPU), each seed scored by one worker as the floor's are: slots of the study ``<cell's study>:floor``."""
+        from bench.sweep.floor import cell_floor_row, learned_metric_cells
+
         seeds = self.protocol.final_seeds
         out: dict[tuple[str, int], dict[str, Any]] = {}
         for cell in learned_metric_cells(self.protocol, self.plan.cells):

@@ -9,21 +9,14 @@ bug elsewhere says.
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
-from bench import data as datasets
-from bench.data.fingerprint import content_fingerprint
-from bench.data.images import ImageFiles
-from bench.data.query_gallery import QueryGallery, is_query_gallery
-from bench.data.splits import ClassSplit, class_folds, fingerprint, fold_label, split_pool
+from bench.data.splits import ClassSplit, class_folds, fold_label, split_pool
 from bench.errors import BenchError
 from bench.protocol import Protocol
-from bench.protocol.schema import REID_METRICS, setting
+from bench.protocol.schema import setting
 
 
 class TestLeakError(BenchError):
@@ -101,9 +94,13 @@ class Prepared:
 
     def data_fingerprint(self) -> str:
         """The content of what training and testing read (`bench.data.fingerprint`): samples and labels."""
+        from bench.data.fingerprint import content_fingerprint
+
         return content_fingerprint(self.train, self.test, self.lake_runs)
 
     def fingerprints(self) -> dict[str, Any]:
+        from bench.data.splits import fingerprint
+
         return {
             "split": fingerprint(self.train_split, self.test_split),
             "train": self.train_split.fingerprint,
@@ -154,6 +151,9 @@ def load_sides(d: Mapping[str, Any], data_root: str | None) -> tuple[Any, Any]:
     A channel mismatch is refused here, before any training: the trunk is
     built for the training images and would crash on the test images.
     """
+    from bench import data as datasets
+    from bench.data.query_gallery import QueryGallery, is_query_gallery
+
     options = {
         "size": d["image_size"],
         "resize": d.get("resize", "stretch"),
@@ -191,6 +191,8 @@ def load_sides(d: Mapping[str, Any], data_root: str | None) -> tuple[Any, Any]:
 
 def _source(spec: str) -> str:
     """A spec with its path resolved: ``folder:a`` and ``folder:./a`` are one set of samples."""
+    import os
+
     kind, sep, path = spec.partition(":")
     return f"{kind}:{os.path.realpath(path)}" if sep and kind in ("folder", "npz") else spec
 
@@ -209,6 +211,8 @@ def make_guard(d: Mapping[str, Any], train_all: Any, test_all: Any, test_split: 
     """The guard for these two datasets: by identity when they differ, by id when they are one."""
     if d["train"] == d["test"]:
         return TestClassGuard(test_split)
+    from bench import data as datasets
+    from bench.data.query_gallery import is_query_gallery
 
     train_keys = datasets.class_keys(d["train"], train_all)
     if is_query_gallery(d["test"]):  # the query's classes are the test classes; the gallery's are kept out too
@@ -222,6 +226,8 @@ def make_guard(d: Mapping[str, Any], train_all: Any, test_all: Any, test_split: 
 def _check_query_gallery(protocol: Protocol, test: Any) -> None:
     """Refuse, before any training, a query/gallery test that cannot be scored: no query with a match in
     the gallery, or re-ID metrics on data without per-sample cameras."""
+    from bench.protocol.schema import REID_METRICS
+
     if test.matched_queries() == 0:
         raise BenchError(
             f"data.test: none of the {len(test.query)} queries ({test.query.name}) has a sample of "
@@ -236,6 +242,10 @@ def _try_pipelines(*sets: Any) -> None:
     torchvision accepts when built but refuses on an image (a Normalize with more std values than
     channels, a crop larger than the image) or a pipeline that ends at the wrong size is found now,
     by `validate` and before a sweep records anything, not in the first trial."""
+    import torch
+
+    from bench.data.images import ImageFiles
+
     with torch.random.fork_rng(devices=[]):  # random transforms draw from the global RNG: leave it as it was
         for data in sets:
             if isinstance(data.x, ImageFiles) and len(data.x):
@@ -245,6 +255,11 @@ def _try_pipelines(*sets: Any) -> None:
 
 def prepare(protocol: Protocol, data_root: str | None = None) -> Prepared:
     """Load the data, select classes, make the folds and check that training can run on every fold."""
+    import torch
+
+    from bench import data as datasets
+    from bench.data.query_gallery import is_query_gallery
+
     d, t = protocol.doc["data"], protocol.doc["training"]
     train_all, test_all = load_sides(d, data_root)
     selected, test_split = select_sides(d, train_all, test_all, protocol.seed)
@@ -307,6 +322,8 @@ def _drop_small(data: Any, split: ClassSplit, need: int) -> tuple[ClassSplit, An
     """`split`'s classes of `data` with at least `need` samples (the split keeps its name), their data, and
     the count left out: ``{"dropped", "of", "smallest"}`` (smallest: the fewest samples of a class left out,
     0 when none was)."""
+    import torch
+
     chosen = data.subset(split.classes)
     classes, counts = torch.unique(chosen.y, return_counts=True)
     keep = classes[counts >= need].tolist()

@@ -16,13 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from bench.data.splits import ClassSplit, fold_label
 from bench.errors import BenchError, DivergedError, MethodError
-from bench.evaluation import evaluate, pair_scorer_of, score_model
 from bench.plan import Cell
 from bench.protocol import Protocol
-from bench.protocol.schema import setting
 from bench.sweep.tuning._data import Prepared, TestLeakError
 from bench.sweep.tuning._seeds import final_fold_seed, final_seed, trial_seed
-from bench.training import EarlyStopping, TrainConfig, train
 
 if TYPE_CHECKING:
     from bench.training import TrainConfig
@@ -82,6 +79,8 @@ class Hooks:
 def validation_metrics(protocol: Protocol, model: Any, data: Any, device: Any, metric: Any) -> dict[str, float]:
     """A model scored on validation classes as pruning and early stopping both read it: the protocol's ks and
     geometry, no clustering, ranked by the cell's learned `metric` when it has one."""
+    from bench.evaluation import evaluate
+
     return evaluate(
         model,
         data,
@@ -97,6 +96,9 @@ def train_config(
     protocol: Protocol, cell: Cell, loss_params: dict[str, Any], miner_params: dict[str, Any], seed: int
 ) -> TrainConfig:
     """The protocol's training settings for one run of a cell with these parameter values and seed."""
+    from bench.protocol.schema import setting
+    from bench.training import TrainConfig
+
     m, t = protocol.doc["model"], protocol.doc["training"]
     return TrainConfig(
         trunk=m["trunk"],
@@ -146,6 +148,8 @@ def final_iterations(protocol: Protocol, best_iterations: list[int]) -> int | No
     rounded to a multiple of ``check_every`` (at least one check, at most the budget), the learning-rate
     schedule still that of the whole budget. Without early stopping, or no fold iterations recorded: None.
     """
+    from bench.protocol.schema import setting
+
     stopping = setting(protocol.doc, "training.early_stopping")
     if not stopping or not best_iterations:
         return None
@@ -207,6 +211,10 @@ def train_and_score(
     (`bench.training.train`).
     """
     import optuna
+
+    from bench.evaluation import pair_scorer_of, score_model
+    from bench.protocol.schema import setting
+    from bench.training import EarlyStopping, train
 
     start = time.perf_counter()
     batch = config.P * config.K
@@ -316,6 +324,8 @@ def run_trial(
     checkpoints'.
     """
     import optuna
+
+    from bench.protocol.schema import setting
 
     hooks = hooks or Hooks()
     primary = protocol.primary
