@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test docs lint format typecheck crosscheck bench sysdeps clean
+.PHONY: demo test test-fast docs lint format typecheck crosscheck bench sysdeps clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -38,6 +38,11 @@ test: $(STAMP) sysdeps
 # nothing is downloaded while building (no web fonts, no plugin that fetches)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# the fast lane: every test but the `slow` ones (real training, sweeps, PostgreSQL and MLflow servers;
+# tests/conftest.py marks them); `make test` stays the whole suite
+test-fast: $(STAMP) sysdeps
+	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider -m "not slow and not faults"
 
 lint: $(STAMP)
 	$(BIN)/ruff check bench tests benchmarks scripts

@@ -151,9 +151,9 @@ def _raw_embeddings(model: nn.Module, x: Any, batch_size: int, device: torch.dev
 
 
 # On the CPU a model embeds images in batches of at most about this many input values (1 MB), in channels-last
-# order, its BatchNorm folded (`_folded`): Conv-4 over Omniglot's 13,180 test images (28x28, one thread, AMD EPYC,
-# load 3) took 26.2 s in batches of 512 in the default order and 9.3 s so (`benchmarks/bench_embed.py`). None of
-# it changes a value beyond rounding, and an embedding's rows do not depend on the batch they were in.
+# order, its BatchNorm folded (`_folded`): small batches stay in cache, which makes Conv-4's evaluation about
+# 2.8x faster than batches of 512 (`benchmarks/bench_embed.py`; benchmarks/README.md). None of it changes a
+# value beyond rounding, and an embedding's rows do not depend on the batch they were in.
 CPU_EVAL_INPUT_VALUES = 1 << 18
 CPU_EVAL_MIN_BATCH = 16
 

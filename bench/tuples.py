@@ -46,8 +46,8 @@ class ViolatingQuadruplets:
     """Every quadruplet of a batch whose loss at ``alpha1`` / ``alpha2`` is positive, left unenumerated.
 
     Uncapped MargOHNM selects exactly these. Listing them takes O(B^4)
-    indices (5.7 M for a 32 x 4 batch: 0.8 s a step on one CPU core, six
-    times a Conv-4 step), while the quadruplet loss sums them in closed form
+    indices (5.7 M for a 32 x 4 batch, several Conv-4 steps' time; see
+    benchmarks/README.md), while the quadruplet loss sums them in closed form
     in O(B^2 K): a quadruplet that does not violate adds 0, so the sum over
     the violating ones is the sum over all, and their number is the count of
     positive ones. A miner returns this only to a loss that declares

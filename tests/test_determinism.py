@@ -19,6 +19,9 @@ import torch
 
 from bench.cli import main
 
+# whole omniglot-smoke sweeps, trained for real
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "protocols" / "omniglot-smoke.yaml"
 TABLES = ("finals.csv", "trials.csv", "summary.csv")

@@ -14,9 +14,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.plan import plan
 from bench.protocol import load_protocol
 from bench.sweep.tables import read
+
+# whole omniglot-smoke sweeps, trained for real
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "protocols" / "omniglot-smoke.yaml"

@@ -260,10 +260,10 @@ def command(
 def lacks_amx(cpuinfo: str) -> bool:
     """Whether an x86 CPU's /proc/cpuinfo text shows no AMX bf16 units (False where it lists no flags).
 
-    The CPU step costs in `TRUNK_COSTS` are fp32's. bf16 + channels-last made a Conv-4 step 2.1-2.5x
-    faster on a CPU with AMX, but 1.18x on a Xeon with avx512_bf16 and no AMX, where fp32 + channels-last
-    gave 1.35x (`benchmarks/bench_precision.py`, batch 128, one thread: 159 / 131 / 115 ms). A bf16 sweep
-    there takes about twice what it takes with AMX, which decides whether it fits the time at hand."""
+    The CPU step costs in `TRUNK_COSTS` are fp32's. bf16 + channels-last speeds a step up about 2x more
+    with AMX's bf16 units than without them, where it barely beats fp32 + channels-last
+    (`benchmarks/bench_precision.py`, benchmarks/README.md): whether a bf16 sweep fits the time at hand
+    depends on it."""
     for line in cpuinfo.splitlines():
         if line.startswith("flags"):
             return "amx_bf16" not in line.split(":", 1)[-1].split()

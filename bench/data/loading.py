@@ -46,8 +46,8 @@ class ImageDataset(Dataset):
             step, slot, index = EVAL_SEED, int(key), int(key)
         with torch.random.fork_rng(devices=[]):
             # the CPU generator alone, as torch.manual_seed seeds it (the same images): torch.manual_seed also
-            # queues a seed for every CUDA device, recording a stack trace each time CUDA is not initialised
-            # (a quarter of a sample's time under cProfile, `benchmarks/bench_loader.py`'s pipeline)
+            # queues a seed for every CUDA device, recording a stack trace each time CUDA is not initialised,
+            # a cost per sample that `benchmarks/bench_loader.py`'s pipeline shows
             torch.default_generator.manual_seed(sample_seed(self.seed, step, slot))
             return self.files.decode(index, self.train), index
 

@@ -1,52 +1,25 @@
 """Margin-based online hard negative mining (Chen et al., Beyond triplet loss, CVPR 2017, sec. 3.3).
 
-The margins follow the batch: ``alpha1 = w1 * (mu_n - mu_p)`` and
-``alpha2 = w2 * (mu_n - mu_p)`` (``w1 = 1``, ``w2 = 0.5`` in the paper, and
-``w1 > w2`` is required, as ``alpha1 > alpha2``),
-``mu_p`` / ``mu_n`` the means of ``G`` over the batch's positive / negative
-pairs (ordered pairs, no self-pairs), where ``G`` is the value the quadruplet
-loss puts in its terms (`QuadrupletLoss.distance_matrix`: the paper's
-``g^2``, for the learned metric too). As the paper writes them, the
-margins are clipped at 0 (``max(w (mu_n - mu_p), 0)``): when negatives are
-on average nearer than positives the margins are 0, not negative.
-``clip_margins=False`` keeps the negative values (dmlbench's behaviour
-before issue 23, a departure kept for comparison). During the first ``warmup_iterations`` calls (and whenever a batch has no
-positive or no negative pair) fixed margins are used: a fresh learned
-metric gives ``g`` near 0.5 everywhere, hence adaptive margins near 0. The
-fixed ones are ``alpha1`` / ``alpha2`` when given, else ``w1`` / ``w2``
-times one unit of ``G`` (the paper's 1 and 0.5 at the default weights), so
-the weights act in warm-up too.
+Margins follow the batch: ``alpha1 = max(w1 (mu_n - mu_p), 0)``, ``alpha2 = max(w2 (mu_n - mu_p), 0)``
+(the paper's ``w1 = 1``, ``w2 = 0.5``; ``w1 > w2`` so that ``alpha1 > alpha2``), with ``mu_p`` / ``mu_n``
+the means of ``G`` (`QuadrupletLoss.distance_matrix`, the paper's ``g^2``) over the batch's ordered
+positive / negative pairs. ``clip_margins=False`` keeps negative margins (a departure, for comparison).
+During the first ``warmup_iterations`` calls, and for a batch without a positive or a negative pair, the
+margins are fixed: ``alpha1`` / ``alpha2`` when given, else ``w1`` / ``w2`` units of ``G``, since a fresh
+learned metric gives ``g`` near 0.5 everywhere and adaptive margins near 0.
 
-The miner's margins travel with the tuples and replace the quadruplet
-loss's: with this miner the loss's ``alpha1`` / ``alpha2`` change nothing
-(the registry entry says so with ``supplies``), and the weights are what a
-search tunes. They are live: the violating set, hence the gradient's
-direction, moves with them.
+Returned: the quadruplets whose loss ``[G(i,j) - G(i,k) + alpha1]_+ + [G(i,j) - G(l,k) + alpha2]_+`` is
+positive, every one of them as the method prescribes, with the margins attached
+(``Quadruplets.alpha1/alpha2``): they replace the loss's own (the registry's ``supplies``), so the
+weights are what a search tunes. ``max_tuples`` caps the count: ``keep="random"`` (default) samples the
+violating ones uniformly, which keeps the selection unbiased; ``keep="hardest"`` keeps the largest
+losses (ties in (i, j, l, k) order), which is not the method and can collapse the embedding as
+hardest-negative triplet mining does. Candidates are scored in chunks of about 1 M.
 
-Only the quadruplets that violate the margins are returned, i.e. whose loss
-``[G(i,j) - G(i,k) + alpha1]_+ + [G(i,j) - G(l,k) + alpha2]_+`` is
-positive, and the margins travel with them (``Quadruplets.alpha1/alpha2``)
-so the loss uses the same ones. By default every violating quadruplet is
-returned, as the method prescribes (a P x K = 16 x 4 batch holds about
-0.65 M quadruplets; 32 x 4 about 5.7 M). ``max_tuples`` bounds the cost for
-large batches: ``keep="random"`` (default) takes a uniform sample of the
-violating ones, which keeps the method's selection unbiased;
-``keep="hardest"`` takes the largest losses (ties in (i, j, l, k) order).
-The hardest cap is not the method: on Omniglot (Conv-4, 64-d, 16 x 4
-batches, 400 iterations) the 8,192 hardest of a batch collapsed the
-embedding to MAP@R 0.03 where all violating quadruplets reached 0.26, the
-fate of hardest-negative triplet mining too.
-
-Metric: see `bench.miners._common.LossMetric`. Candidates are scanned in
-chunks of positive pairs (about 1 M candidates each).
-
-Bound to a loss that sums violating quadruplets in closed form (the
-quadruplet loss: ``sums_violating``), the uncapped miner lists nothing: it
-returns `bench.tuples.ViolatingQuadruplets` (its margins and how many
-violate), and the loss sums every quadruplet's terms, to which the others
-add 0. The same loss and gradient up to float rounding
-(`tests/losses/test_quadruplet.py`), without the O(B^4) indices: 0.8 s a step
-became a few ms at 32 x 4 (`benchmarks/bench_margohnm.py`).
+Bound to a loss that sums violating quadruplets in closed form (``sums_violating``: the quadruplet
+loss), the uncapped miner returns `bench.tuples.ViolatingQuadruplets` (margins and count) instead of
+O(B^4) indices: a non-violating quadruplet adds 0, so the loss and its gradient are the same up to float
+rounding. Metric: `bench.miners._common.LossMetric`.
 """
 
 from __future__ import annotations

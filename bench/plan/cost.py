@@ -50,8 +50,8 @@ TRUNK_COSTS.update(
         ),
         "resnet50": TrunkCost((3.0, 4.5), 0.09, ref_batch=32, ref_pixels=224 * 224),
         # BN-Inception: ResNet-50's figures times 0.41, the ratio of their CPU time a training step (fp32, batch 32,
-        # 227x227, one thread) in two alternating runs of benchmarks/bench_trunk_step.py here (8.9 / 21.9 s and
-        # 9.6 / 23.7 s on a machine at load 11-17, so not absolute figures); 2.0 / 4.1 G multiply-adds say 0.49
+        # 227x227, one thread) by benchmarks/bench_trunk_step.py (a ratio holds on a loaded machine where absolute
+        # times do not; benchmarks/README.md); 2.0 / 4.1 G multiply-adds say 0.49
         "bninception": TrunkCost(
             (1.2, 1.85),
             0.037,
@@ -107,8 +107,8 @@ DATASET_SIZES: dict[str, tuple[int, float]] = {  # spec -> (classes, images per 
 OVERHEAD_S_PER_RUN = 0.4  # MLflow and Optuna records per training run (SQLite)
 # Once a sweep, whatever its cells: starting Python and importing torch, Optuna and MLflow (3-6 s here),
 # the preflight reading the data (4 s for Omniglot), creating the MLflow and Optuna databases (3-7 s), and at
-# the end the floor and the tables. Measured on omniglot-smoke: 19 s before the first trial, 30 s outside
-# the cells in all, on a loaded 2-core machine. The floor's evaluations are added by `sweep_overhead_s`.
+# the end the floor and the tables: about 20 s on omniglot-smoke (benchmarks/README.md). The floor's
+# evaluations are added by `sweep_overhead_s`.
 SWEEP_FIXED_S = 20.0
 STEP_FIXED_S = 0.005  # per step whatever the batch: optimiser, loss and miner calls (measured: small batches)
 # Metrics on N embeddings (measured here, 64-d): retrieval is O(N^2), 2.1 s at
@@ -116,9 +116,9 @@ STEP_FIXED_S = 0.005  # per step whatever the batch: optimiser, loss and miner c
 # N = 13,180 and 659 classes, 0.5 s at 4,800 and 240.
 RETRIEVAL_S_PER_PAIR = 1.2e-8
 KMEANS_S_PER_POINT_CLUSTER = 1.0e-5
-# A learned-metric cell ranks by g, its metric network on every (query, reference) pair in tiles: measured
-# here on one thread (AMD EPYC, AVX2), 64-d, the 3 x 10 network: 1.01 s for 3,000^2 pairs (concat) and 1.32 s
-# (difference_product), so about 25 s for Omniglot's 13,180 test images; validation sets are ranked the same way.
+# A learned-metric cell ranks by g, its metric network on every (query, reference) pair in tiles: about 1.1-1.5e-7
+# s a pair on one thread at 64-d with the 3 x 10 network (`benchmarks/bench_learned_ranking.py`,
+# benchmarks/README.md), about 25 s for Omniglot's 13,180 test images; validation sets are ranked the same way.
 LEARNED_S_PER_PAIR = 1.5e-7
 LAKE_IMAGES = 20 * 40  # Lake's 20 one-shot runs: 20 test + 20 training images each
 

@@ -2,9 +2,9 @@
 
 `plan` sizes a sweep from the trunk's step time, the same for every cell.
 That holds while the loss and miner cost little next to the trunk, which
-is true of most of them and false of a few: MargOHNM listing every
-violating quadruplet took 0.8 s a step at 32 x 4, six times a Conv-4 step,
-and a protocol sized on the trunk alone ran twice as long as planned.
+is true of most of them and false of a few (MargOHNM listing every
+violating quadruplet costs several Conv-4 steps at 32 x 4), which a plan
+sized on the trunk alone would miss by a factor.
 `plan --time-methods` therefore builds each cell's loss and miner as
 training does (the miner bound to the loss, the registry defaults plus the
 cell's fixed parameters) and times mining, loss and backward on batches of

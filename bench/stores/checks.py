@@ -43,8 +43,8 @@ def _tables(path: Path) -> set[str]:
     """Table names of an existing SQLite file (only read; nothing is created).
 
     Opened read-write, not with ``mode=ro``: a worker killed mid-write leaves a hot journal, which only a
-    writable connection can roll back; read-only, the resume of a killed sweep failed here ("attempt to
-    write a readonly database"), as `scripts/kill_resume.py` found."""
+    writable connection can roll back; read-only, resuming a killed sweep fails ("attempt to write a
+    readonly database"; `scripts/kill_resume.py` checks the resume)."""
     if not path.is_file() or path.stat().st_size == 0:
         return set()
     try:

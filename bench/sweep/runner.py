@@ -752,9 +752,8 @@ class Sweep:
     def _floor_rows(self) -> dict[int, dict[str, Any]]:
         """The floor's rows, each seed scored by one worker: seeds are slots of the study
         ``<protocol>:<shared key>:floor`` (adding a cell scores no seed again), claimed as trials are, the row
-        stored on its trial; a worker then waits for the seeds others hold. (Each worker scored every seed
-        before: with two workers the floor took 6% of a scaled omniglot-quick sweep's worker-seconds,
-        `benchmarks/bench_sweep_time.py`.)"""
+        stored on its trial; a worker then waits for the seeds others hold, so no seed is scored twice
+        (`benchmarks/bench_sweep_time.py` times the floor's share)."""
         from bench.sweep.floor import floor_row
 
         seeds = self.protocol.final_seeds
