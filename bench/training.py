@@ -277,12 +277,12 @@ def _optimizer(config: TrainConfig, trunk: nn.Module, loss: Any) -> torch.optim.
             groups.append({"params": own, "lr": float(own_lr)})
     # fused: one kernel for every parameter on CUDA (fewer launches, no per-parameter host work); the CPU keeps
     # the default implementation, so its results stay bit for bit what they were
-    fused = {"fused": True} if _fused(groups) else {}
+    fused = True if _fused(groups) else None  # None: torch's default implementation
     if config.optimizer == "adam":
-        return torch.optim.Adam(groups, lr=config.lr, weight_decay=config.weight_decay, **fused)
+        return torch.optim.Adam(groups, lr=config.lr, weight_decay=config.weight_decay, fused=fused)
     if config.optimizer == "rmsprop":
         return torch.optim.RMSprop(groups, lr=config.lr, weight_decay=config.weight_decay)
-    return torch.optim.SGD(groups, lr=config.lr, momentum=0.9, weight_decay=config.weight_decay, **fused)
+    return torch.optim.SGD(groups, lr=config.lr, momentum=0.9, weight_decay=config.weight_decay, fused=fused)
 
 
 def _fused(groups: list[dict[str, Any]]) -> bool:

@@ -31,7 +31,6 @@ from typing import Any
 import torch
 
 from bench import training
-
 from bench.data import load
 from bench.evaluation import embed
 from bench.registry import build_trunk

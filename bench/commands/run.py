@@ -173,8 +173,8 @@ def command(
                 device=device,
             ),
         )
-    except TimeUp as stopped:
-        log.info(remaining_line(protocol.name, stopped.remaining))
+    except TimeUp as stopped:  # said even when quiet: the sweep is not finished
+        log.warning(remaining_line(protocol.name, stopped.remaining))
         return EXIT_STOPPED
     _print_table(result, fmt)
     minutes, seconds = divmod(int(result.wall_time_s), 60)
@@ -212,6 +212,11 @@ EXIT_STOPPED = 4  # --stop-after reached with work left (bench.cli's table)
 def remaining_line(name: str, left: dict[str, Any]) -> str:
     """What a sweep stopped at its time limit has left, in one line: cells, trials, final seeds, iterations
     and the estimated time at this worker's pace."""
+    if not left["cells"]:
+        return (
+            f"{name}: stopped at --stop-after with every cell recorded; the untrained floor's seeds and the "
+            "tables are left: rerun the same command to finish"
+        )
     eta = left.get("estimated_s")
     when = "unknown (nothing finished in this chunk)" if eta is None else f"about {_duration(eta)}"
     return (

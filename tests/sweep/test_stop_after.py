@@ -65,9 +65,11 @@ def test_a_sweep_run_in_chunks_ends_with_the_tables_of_one_run(tmp_path, data_ro
             break
     assert codes[-1] == 0 and set(codes[:-1]) == {EXIT_STOPPED} and len(codes) >= 2, codes
     assert len(lines) == len(codes) - 1
-    left = [int(re.search(r"([\d,]+) of [\d,]+ iterations", line).group(1).replace(",", "")) for line in lines]
-    assert left == sorted(left, reverse=True) and left[-1] > 0, lines  # never more left after a chunk
-    assert all("rerun the same command to resume" in line for line in lines)
+    training = [line for line in lines if "iterations" in line]  # then, perhaps, the floor's seeds alone
+    assert training and all("rerun the same command to resume" in line for line in training)
+    assert all("untrained floor" in line for line in lines[len(training) :]), lines
+    left = [int(re.search(r"([\d,]+) of [\d,]+ iterations", line).group(1).replace(",", "")) for line in training]
+    assert left == sorted(left, reverse=True) and left[-1] > 0 and left[-1] < left[0], lines
     chunked = _tables(tmp_path / "chunked")
     for name, frame in whole.items():
         pd.testing.assert_frame_equal(frame, chunked[name], check_like=False)
@@ -87,6 +89,7 @@ def test_a_stopped_run_says_what_is_left_and_when_it_may_end() -> None:
     assert "2 of 3 cells, 4 trials and 6 final seeds, 12,000 of 30,000 iterations" in line
     assert "about 1 h 02 min" in line
     assert "unknown" in remaining_line("tiny", {**left, "estimated_s": None})
+    assert "untrained floor" in remaining_line("tiny", {**left, "cells": 0, "trials": 0, "seeds": 0})
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "soon"])
