@@ -78,7 +78,8 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 EPILOG = """\b
 Exit status: 0 done; 1 a check failed (regress: regression, crosscheck:
 differs from PML, train: diverged, run: no cell completed); 2 bad input (one line on stderr);
-3 a test class reached tuning or training data; 75 a database or MLflow
+3 a test class reached tuning or training data; 4 run --stop-after reached
+with work left (a rerun resumes); 75 a database or MLflow
 server stopped answering for longer than --store-retry (a rerun resumes);
 130 interrupted (a rerun resumes).
 """
