@@ -112,3 +112,21 @@ def test_a_device_override_is_recorded_in_the_manifest(tmp_path, data_root):
     manifest = json.loads((tmp_path / "results" / "tiny" / "manifest.json").read_text())
     assert manifest["device_override"] == "cpu"
     assert "device: cuda" in manifest["protocol_text"]  # the file as written, its hash unchanged
+
+
+def test_a_trial_still_running_at_the_limit_is_given_back(tmp_path, data_root, capsys):
+    """A trial far longer than the limit: stopped at the limit, its slot given back (no RUNNING trial is
+    left for another worker to wait on), nothing recorded as done, and the rerun's claim re-asks it."""
+    import sqlite3
+
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY.replace("ITERATIONS", "5"))
+    assert main(_args(path, tmp_path / "warm", data_root)) == 0  # imports and data warm: the limit is the trial's
+    capsys.readouterr()
+    path.write_text(TINY.replace("ITERATIONS", "100000"))
+    assert main(_args(path, tmp_path, data_root, "--stop-after", "20")) == EXIT_STOPPED
+    err = capsys.readouterr().err
+    assert "2 of 2 cells, 4 trials and 4 final seeds" in err and "unknown" in err, err
+    with sqlite3.connect(tmp_path / "optuna.db") as db:
+        states = dict(db.execute("select state, count(*) from trials group by state").fetchall())
+    assert states.get("RUNNING", 0) == 0 and states.get("COMPLETE", 0) == 0 and states.get("FAIL", 0) >= 1, states
