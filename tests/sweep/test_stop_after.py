@@ -92,13 +92,21 @@ def test_a_stopped_run_says_what_is_left_and_when_it_may_end() -> None:
     assert "untrained floor" in remaining_line("tiny", {**left, "cells": 0, "trials": 0, "seeds": 0})
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "soon"])
-def test_a_bad_time_limit_is_one_line_and_exit_2(tmp_path, data_root, capsys, value):
+@pytest.mark.parametrize(
+    "option,value,word",
+    [
+        ("--stop-after", "0", "--stop-after"),
+        ("--stop-after", "-1", "--stop-after"),
+        ("--stop-after", "soon", "--stop-after"),
+        ("--device", "tpu9", "device"),
+    ],
+)
+def test_a_bad_time_limit_or_device_is_one_line_and_exit_2(tmp_path, data_root, capsys, option, value, word):
     path = tmp_path / "tiny.yaml"
     path.write_text(TINY.replace("ITERATIONS", "5"))
-    assert main(_args(path, tmp_path, data_root, "--stop-after", value)) == 2
+    assert main(_args(path, tmp_path, data_root, option, value)) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--stop-after" in err[0], err
+    assert len(err) == 1 and word in err[0], err
     assert not (tmp_path / "optuna.db").exists()
 
 
