@@ -13,7 +13,12 @@ also when divergence is detected. A NaN or infinite loss raises
 raised by the loss or the miner (`method_call`) raises `MethodError` with the
 iteration it came from. Either is a failed trial or final seed, not a crash.
 
-Data held in memory is indexed on the device; image files
+Data held in memory lives on the device, and so do its PK batches (each
+chunk of the sampler's batches copied there once, `PKSampler.iterate_on`);
+on CUDA nothing in the loop's own code waits for the device between
+read-backs (no ``.item()``, no branch on a tensor's value, copies without
+blocking), and Adam and SGD run as the fused kernels. Losses and miners that
+read their statistics back (``float(count)``) still wait once a step. Image files
 (`bench.data.images.ImageFiles`) are decoded and augmented by DataLoader
 workers, the PK sampler serving as their batch sampler (`_batches`).
 Embedding and scoring a model live in `bench.evaluation`; dataset-level
@@ -270,6 +275,21 @@ def lr_factor(schedule: dict[str, Any], it: int, total: int) -> float:
     return factor
 
 
+@contextlib.contextmanager
+def read_back_point(device: torch.device) -> Iterator[None]:
+    """Where the loop may wait for the device (a read-back of the losses, a checkpoint, the end): CUDA's sync
+    debug mode, if set (`torch.cuda.set_sync_debug_mode`), is off inside and restored after, so a test that
+    sets it to "error" around a run catches any wait between these points and none at them."""
+    mode = torch.cuda.get_sync_debug_mode() if device.type == "cuda" else 0
+    if mode:
+        torch.cuda.set_sync_debug_mode(0)
+    try:
+        yield
+    finally:
+        if mode:
+            torch.cuda.set_sync_debug_mode(mode)
+
+
 def _set_lr(optimizer: torch.optim.Optimizer, base: Sequence[float], factor: float) -> None:
     for group, lr in zip(optimizer.param_groups, base):
         group["lr"] = lr * factor
@@ -299,7 +319,8 @@ def augment(x: torch.Tensor, kind: str, generator: torch.Generator) -> torch.Ten
     if x.ndim != 4:
         return x
     n = x.shape[0]
-    rand = lambda: torch.rand(n, generator=generator).to(x.device) * 2 - 1  # noqa: E731 - uniform in [-1, 1]
+    # drawn on the generator's device (the CPU: the same numbers on every device), copied without blocking
+    rand = lambda: torch.rand(n, generator=generator).to(x.device, non_blocking=True) * 2 - 1  # noqa: E731 - in [-1, 1]
     shift = torch.stack([rand(), rand()], 1) * 0.2  # grid coordinates span 2, so 0.2 is 10% of the side
     theta = torch.zeros(n, 2, 3, device=x.device)
     theta[:, 0, 0] = theta[:, 1, 1] = 1.0
@@ -338,7 +359,7 @@ def _batches(
     memory, or decoded from image files by loader workers with the PK sampler as their batch sampler."""
     sampler = _pk_sampler(labels, config)
     if isinstance(x, torch.Tensor):
-        return ((x[idx], idx) for idx in (i.to(device) for i in sampler.iterate(start)))
+        return ((x[idx], idx) for idx in sampler.iterate_on(device, start))
     from bench.data.loading import train_batches
     from bench.data.samplers import PKBatchSampler
 
@@ -460,16 +481,19 @@ def train(
         losses[it - 1] = loss.detach()
         samples_seen += len(idx)
         if it % SYNC_EVERY == 0 or it == total:
-            latest = read_back(it)
-            if progress is not None:
-                progress(it, total, latest)
+            with read_back_point(device):
+                latest = read_back(it)
+                if progress is not None:
+                    progress(it, total, latest)
         if checkpoint_every and on_checkpoint is not None and it % checkpoint_every == 0:
-            read_back(it)
-            on_checkpoint(it, trunk)
+            with read_back_point(device):
+                read_back(it)
+                on_checkpoint(it, trunk)
             trunk.train()
         if early_stopping is not None and (it % early_stopping.check_every == 0 or it in (total, stop_after)):
-            read_back(it)
-            value = float(early_stopping.score(it, trunk))
+            with read_back_point(device):
+                read_back(it)
+                value = float(early_stopping.score(it, trunk))
             trunk.train()
             if value > best_score or best_it == 0:  # a NaN score never counts as better, but the first is kept
                 best_score, best_it, best_state, stale = value, it, _snapshot(trunk, loss_fn), 0
@@ -480,15 +504,16 @@ def train(
         if stop_after is not None and it >= stop_after:
             break
     done = it
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    wall = time.perf_counter() - start
-    read_back(done)
-    final = float(losses[max(done - FINAL_LOSS_WINDOW, 0) : done].mean())
-    if early_stopping is not None:
-        for module, state in zip((trunk, loss_fn), best_state):
-            if state is not None:
-                module.load_state_dict(state)
+    with read_back_point(device):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        wall = time.perf_counter() - start
+        read_back(done)
+        final = float(losses[max(done - FINAL_LOSS_WINDOW, 0) : done].mean())
+        if early_stopping is not None:
+            for module, state in zip((trunk, loss_fn), best_state):
+                if state is not None:
+                    module.load_state_dict(state)
     reason = f"{empty_steps} of {done} steps had no valid tuple" if empty_steps else ""
     best = best_it if early_stopping is not None else None
     return TrainResult(trunk.eval(), loss_fn, done, samples_seen, wall, final, "ok", reason, best)

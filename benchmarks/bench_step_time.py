@@ -9,15 +9,28 @@ embeds the 13,180 evaluation images twice.
 
 ``--precision`` is the protocol's ``training.precision`` (channels-last
 follows its default: on for bf16 and fp16); embedding stays fp32.
+
+``--compare N`` instead times the training loop against the plain loop it
+replaces (each step's PK indices copied to the device on their own, the
+default optimiser rather than the fused one), N runs of each alternated
+A/B, and prints the medians and their ratio (loop / plain; at most 1.0 is
+no slower):
+
+    .venv/bin/python benchmarks/bench_step_time.py --compare 7 --iterations 200 --threads 1
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any
 
 import torch
 
+from bench import training
 from bench.data import load
 from bench.evaluation import embed
 from bench.registry import build_trunk
@@ -27,6 +40,56 @@ from bench.training import TrainConfig, train
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
+
+
+@contextmanager
+def _plain_loop() -> Iterator[None]:
+    """`train` as a plain loop: each step's indices copied alone (`PKSampler.iterate`), the default optimiser."""
+    batches, fused = training._batches, training._fused
+
+    def plain(x: Any, labels: torch.Tensor, config: TrainConfig, device: torch.device, start: int = 0) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return batches(x, labels, config, device, start)
+        sampler = training._pk_sampler(labels, config)
+        return ((x[idx], idx) for idx in (i.to(device) for i in sampler.iterate(start)))
+
+    training._batches, training._fused = plain, lambda groups: False  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        training._batches, training._fused = batches, fused  # type: ignore[assignment]
+
+
+def compare(args: argparse.Namespace, background: Any) -> None:
+    """The loop against the plain loop, alternated A/B, medians and their ratio."""
+    config = dict(
+        trunk="conv4",
+        embedding_dim=64,
+        loss="triplet",
+        loss_params={"margin": 0.2},
+        miner="batch_hard",
+        P=32,
+        K=4,
+        iterations=args.iterations,
+        seed=0,
+        device=args.device,
+        precision=args.precision,
+    )
+    train(TrainConfig(**{**config, "iterations": 10}), background)  # first-call costs out of the timings
+    times: dict[str, list[float]] = {"plain": [], "loop": []}
+    for _ in range(args.compare):
+        for name in ("plain", "loop"):
+            with _plain_loop() if name == "plain" else nullcontext():
+                start = time.perf_counter()
+                train(TrainConfig(**config), background)
+                _sync(args.device)
+                times[name].append(time.perf_counter() - start)
+    plain, loop = (statistics.median(times[k]) * 1000 / args.iterations for k in ("plain", "loop"))
+    print(
+        f"{args.device} {args.precision}: Conv-4 28x28, batch 128, {args.iterations} iterations, median of "
+        f"{args.compare} alternated: plain loop {plain:.2f} ms a step, the loop {loop:.2f} ms; "
+        f"ratio {loop / plain:.3f}"
+    )
 
 
 def main() -> None:
@@ -42,10 +105,14 @@ def main() -> None:
         help="torch CPU threads (default: torch's); "
         "1 on a busy machine, where more threads than free cores stall every step",
     )
+    parser.add_argument("--compare", type=int, default=0, metavar="N", help="A/B against the plain loop, N runs each")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     background = load("omniglot:background", args.data_root, 28)
+    if args.compare:
+        compare(args, background)
+        return
     evaluation = load("omniglot:evaluation", args.data_root, 28)
     warm = TrainConfig(
         trunk="conv4",

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The checks only a GPU machine can make, in one pass (benchmarks/README.md, "On a GPU"): the CUDA tests, the ResNet-50
-# training step in fp32 and bf16, the image loader against that step, and trials per hour of one sweep with
-# 1 and 4 workers sharing the GPU. Each part prints its own lines; a part that fails is named and the rest
-# still run; the exit code is the number of failed parts.
+# The checks only a GPU machine can make, in one pass (benchmarks/README.md, "On a GPU" and "GPU
+# benchmarks"): the CUDA tests (the training loop under CUDA's sync debug mode among them), the Conv-4 step
+# against the plain loop, the ResNet-50 training step in fp32 and bf16, the image loader against that step,
+# and trials per hour of one sweep with 1 and 4 workers sharing the GPU. Each part prints its own lines; a
+# part that fails is named and the rest still run; the exit code is the number of failed parts. The parts'
+# limits add up to 6 minutes.
 #
 #   bash scripts/gpu_checks.sh [OUT]          # logs to OUT (default: ./gpu-checks)
 #   ONLY="cuda_tests workers_per_device" bash scripts/gpu_checks.sh    # these parts alone
@@ -36,14 +38,15 @@ part() {  # part NAME TIMEOUT_S COMMAND...: run, log, time; a failure is counted
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, torch.cuda.get_device_name(0))"
-part cuda_tests 150 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py
-part resnet50_step 90 python3 benchmarks/bench_trunk_step.py --trunk resnet50 --device cuda --batch 32 \
+part cuda_tests 100 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py
+part conv4_step 60 python3 benchmarks/bench_step_time.py --device cuda --compare 5 --iterations 200
+part resnet50_step 45 python3 benchmarks/bench_trunk_step.py --trunk resnet50 --device cuda --batch 32 \
     --precision fp32 bf16 --repeats 3 --iterations 20 --threads 16
-part loader_resnet50 110 python3 benchmarks/bench_loader.py --trunk resnet50 --device cuda --precision bf16 \
+part loader_resnet50 60 python3 benchmarks/bench_loader.py --trunk resnet50 --device cuda --precision bf16 \
     --workers 16 --images 512 --batches 20 --steps 20 --repeats 3
 # a CUDA copy of the smoke protocol (every own loss and miner, 160 iterations a cell)
 sed 's/^training:/training:\n  device: cuda/' protocols/omniglot-smoke.yaml >"$out/omniglot-smoke-cuda.yaml"
-part workers_per_device 170 python3 scripts/workers_per_device.py --protocol "$out/omniglot-smoke-cuda.yaml" \
+part workers_per_device 90 python3 scripts/workers_per_device.py --protocol "$out/omniglot-smoke-cuda.yaml" \
     --workers 1 4 --threads 1
 echo "failed parts: $failed"
 exit "$failed"

@@ -204,3 +204,88 @@ def test_sweep_on_cuda_completes_every_cell(tmp_path: Path, data_root: Path) -> 
     summary = pd.read_csv(tmp_path / "results" / "cuda-tiny" / "summary.csv")
     assert sorted(summary["cell"]) == ["quadruplet+margohnm", "triplet+batch_hard"]
     assert (summary["n_seeds"] == 2).all() and summary["map_at_r_mean"].between(0.0, 1.0).all()
+
+
+# --------------------------------------------------------------------------- the step at the GPU's pace
+
+
+class SyncFreePairs(torch.nn.Module):
+    """Every pair of the batch at once (cosine similarity, positives pulled to 1, negatives pushed under
+    0.5): no index selection and no statistic read back, so the loop's own waits are all that is left."""
+
+    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: object = None) -> torch.Tensor:
+        e = torch.nn.functional.normalize(embeddings, dim=1)
+        sim = e @ e.T
+        same = (labels[:, None] == labels[None, :]).float()
+        pos_mask = same - torch.eye(len(labels), device=e.device)
+        pos = ((1 - sim) * pos_mask).sum() / pos_mask.sum().clamp(min=1)
+        neg = (torch.relu(sim - 0.5) * (1 - same)).sum() / (1 - same).sum().clamp(min=1)
+        return pos + neg
+
+
+@pytest.fixture
+def sync_free_loss():
+    from bench import registry
+
+    registry.register("loss", "sync_free_pairs", tuples="pairs")(SyncFreePairs)
+    yield "sync_free_pairs"
+    registry._REGISTERED.pop(("loss", "sync_free_pairs"), None)
+
+
+@pytest.mark.parametrize("precision,optimizer", [("fp32", "adam"), ("bf16", "sgd")])
+def test_the_training_loop_waits_for_the_gpu_only_at_its_read_backs(
+    data_root: Path, sync_free_loss: str, precision: str, optimizer: str
+) -> None:
+    """Between read-backs (every SYNC_EVERY steps, checkpoints, the end) nothing in a step makes the host
+    wait: CUDA's sync debug mode "error" raises at the first wait, from the first step on."""
+    from bench.data import load
+    from bench.data.samplers import CHUNK
+    from bench.training import SYNC_EVERY, TrainConfig, train
+
+    background = load("omniglot:background", data_root, 28)
+    data = background.subset(background.classes[:40])
+    config = TrainConfig(
+        trunk="conv4",
+        embedding_dim=64,
+        loss=sync_free_loss,
+        P=16,
+        K=4,
+        iterations=CHUNK + 2 * SYNC_EVERY + 5,  # past a chunk of batches and several read-backs
+        seed=0,
+        device="cuda",
+        precision=precision,
+        optimizer=optimizer,
+        augmentation="shift",
+        schedule={"type": "cosine", "warmup": 5},
+    )
+    seen: list[int] = []
+    try:
+        result = train(
+            config,
+            data,
+            on_built=lambda trunk, loss: torch.cuda.set_sync_debug_mode("error"),
+            progress=lambda it, total, loss: seen.append(it),
+        )
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert result.iterations == config.iterations and seen[0] == SYNC_EVERY and seen[-1] == config.iterations
+    assert torch.isfinite(torch.tensor(result.final_loss))
+
+
+def test_batches_on_the_gpu_are_the_cpus() -> None:
+    from bench.data.samplers import CHUNK, PKSampler
+
+    sampler = PKSampler(torch.arange(30).repeat_interleave(7), 8, 4, seed=3)
+    stream = sampler.iterate_on(torch.device("cuda"), 7)
+    for step in range(7, 7 + 2 * CHUNK):
+        got = next(stream)
+        assert got.is_cuda and torch.equal(got.cpu(), sampler.batch(step)), step
+
+
+def test_adam_and_sgd_are_fused_on_cuda() -> None:
+    from bench.training import TrainConfig, _optimizer, build
+
+    for name in ("adam", "sgd"):
+        config = TrainConfig(trunk="mlp", embedding_dim=8, optimizer=name, device="cuda")
+        trunk, loss, _ = build(config, (1, 8, 8), 4, torch.device("cuda"))
+        assert _optimizer(config, trunk, loss).defaults["fused"] is True, name

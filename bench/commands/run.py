@@ -95,6 +95,24 @@ def _set_store_retry(ctx: click.Context, param: click.Parameter, value: float | 
     "database, each with its own --results-dir, --storage and --tracking-uri; `dmlbench merge` joins them. "
     "Exit 1 when one of these has no result; the plan's other cells are other jobs'",
 )
+@click.option(
+    "--stop-after",
+    "stop_after",
+    default=None,
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="stop this worker after SECONDS of wall time: no trial or final seed is started that would end "
+    "past it (by the longest this worker has run), one still running then is given back; prints what "
+    "remains and exits 4 when work is left (the same command resumes)",
+)
+@click.option(
+    "--device",
+    default=None,
+    metavar="DEVICE",
+    help="train on DEVICE (cpu, cuda, cuda:1, mps) instead of the protocol's training.device: the same "
+    "records, resumed; the manifest's device_override names it (results agree across devices only within "
+    "rounding)",
+)
 @format_option
 @quiet_option
 def command(
@@ -106,6 +124,8 @@ def command(
     threads: int | None,
     redo: tuple[str, ...],
     cells: str,
+    stop_after: float | None,
+    device: str | None,
     fmt: str,
     quiet: bool,
 ) -> int:
@@ -126,7 +146,7 @@ def command(
 
     from bench.cli import quiet_libraries
     from bench.protocol import load_protocol
-    from bench.sweep.runner import Options, request_stop, run_protocol
+    from bench.sweep.runner import Options, TimeUp, request_stop, run_protocol
 
     if threads is not None:
         torch.set_num_threads(threads)
@@ -139,18 +159,24 @@ def command(
         signal.signal(signal.SIGTERM, interrupt)
     protocol = load_protocol(file)  # a malformed file fails before storage, data or MLflow are touched
     quiet_libraries()  # the sweep's pre-flight (bench.sweep.preflight) then refuses what `validate` refuses
-    result = run_protocol(
-        protocol,
-        Options(
-            storage=storage,
-            tracking_uri=tracking_uri,
-            results_dir=results_dir,
-            data_root=data_root,
-            quiet=quiet,
-            redo=redo,
-            cells=tuple(c.strip() for c in cells.split(",") if c.strip()),
-        ),
-    )
+    try:
+        result = run_protocol(
+            protocol,
+            Options(
+                storage=storage,
+                tracking_uri=tracking_uri,
+                results_dir=results_dir,
+                data_root=data_root,
+                quiet=quiet,
+                redo=redo,
+                cells=tuple(c.strip() for c in cells.split(",") if c.strip()),
+                stop_after_s=stop_after,
+                device=device,
+            ),
+        )
+    except TimeUp as stopped:  # said even when quiet: the sweep is not finished
+        log.warning(remaining_line(protocol.name, stopped.remaining))
+        return EXIT_STOPPED
     _print_table(result, fmt)
     minutes, seconds = divmod(int(result.wall_time_s), 60)
     completed = _completed_cells(result)
@@ -180,6 +206,33 @@ def command(
         )
         return 1
     return 0
+
+
+EXIT_STOPPED = 4  # --stop-after reached with work left (bench.cli's table)
+
+
+def remaining_line(name: str, left: dict[str, Any]) -> str:
+    """What a sweep stopped at its time limit has left, in one line: cells, trials, final seeds, iterations
+    and the estimated time at this worker's pace."""
+    if not left["cells"]:
+        return (
+            f"{name}: stopped at --stop-after with every cell recorded; the untrained floor's seeds and the "
+            "tables are left: rerun the same command to finish"
+        )
+    eta = left.get("estimated_s")
+    when = "unknown (nothing finished in this chunk)" if eta is None else f"about {_duration(eta)}"
+    return (
+        f"{name}: stopped at --stop-after with work left: {left['cells']} of {left['of_cells']} cells, "
+        f"{left['trials']} trials and {left['seeds']} final seeds, {left['iterations']:,} of "
+        f"{left['of_iterations']:,} iterations; estimated time left {when} at this worker's pace; "
+        "rerun the same command to resume"
+    )
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
 
 
 def _resumed_line(result: SweepResult) -> str | None:

@@ -76,6 +76,22 @@ class PKSampler:
     def __iter__(self) -> Iterator[torch.Tensor]:
         return self.iterate(0)
 
+    def iterate_on(self, device: torch.device, start: int = 0) -> Iterator[torch.Tensor]:
+        """The batches of `iterate`, already on ``device``: each chunk of CHUNK batches is drawn here and
+        copied once (pinned and without blocking on CUDA), so a training step only takes a row of a
+        tensor on the device and the host never waits for the copy. On the CPU the rows are those of
+        `batch` (views of the same chunk), so a run's batches are equal bit for bit."""
+        chunk, row = divmod(int(start), CHUNK)
+        while True:
+            drawn = self._draw_chunk(chunk)
+            if device.type == "cuda":
+                drawn = drawn.pin_memory().to(device, non_blocking=True)
+            else:
+                drawn = drawn.to(device)
+            for r in range(row, CHUNK):
+                yield drawn[r]
+            chunk, row = chunk + 1, 0
+
     def _draw_chunk(self, chunk: int) -> torch.Tensor:
         """CHUNK batches at once: (CHUNK, P*K) sample indices."""
         g = torch.Generator().manual_seed(_mix(self.seed, chunk))

@@ -101,6 +101,15 @@ class Protocol:
         doc["seed"] = seed
         return replace(self, doc=doc)
 
+    def with_device(self, device: str) -> Protocol:
+        """This protocol trained on ``device`` (`dmlbench run --device`): the same hash, text and records (a
+        sweep resumed on another device continues the same cells), the document's ``training.device`` the
+        given one; the sweep's manifest names the override, since results agree across devices only within
+        rounding."""
+        doc = copy.deepcopy(self.doc)
+        doc["training"]["device"] = device
+        return replace(self, doc=doc)
+
     @property
     def precision_auto(self) -> bool:
         """Whether the file says ``precision: auto`` (and no sweep has resolved it in this object yet)."""

@@ -142,6 +142,8 @@ class Options:
     poll_s: float = POLL_S
     redo: tuple[str, ...] = ()  # cells whose records are discarded before the sweep (after a fix to a method)
     cells: tuple[str, ...] = ()  # run only these planned cells (a job of a split sweep, `bench.sweep.merge`); () all
+    stop_after_s: float | None = None  # wall-time limit of this worker (`TimeUp`); None: none
+    device: str | None = None  # training.device overridden (`Protocol.with_device`); None: the protocol's
 
 
 @dataclass
@@ -173,6 +175,16 @@ def _query_counts(test: Any) -> dict[str, Any]:
 STOP = threading.Event()
 
 
+class TimeUp(KeyboardInterrupt):
+    """A worker's ``--stop-after`` limit reached with work left: raised where an interruption is (so the
+    running trial, if any, is given back and the tables are written as after Ctrl-C); ``remaining`` says
+    what is left (`Sweep.remaining`)."""
+
+    def __init__(self, remaining: dict[str, Any]) -> None:
+        super().__init__("time limit reached")
+        self.remaining = remaining
+
+
 def request_stop() -> None:
     """Ask a running sweep to stop as after Ctrl-C: its running trial is given back, then it raises
     KeyboardInterrupt. For signal handlers: the KeyboardInterrupt a handler raises can be lost (when it
@@ -200,6 +212,13 @@ class Sweep:
     def __init__(self, protocol: Protocol, options: Options) -> None:
         self.born = time.perf_counter()  # start-up runs from here to the first cell's work
         self.ledger = Ledger()
+        if options.device is not None:
+            protocol = protocol.with_device(options.device)
+        # --stop-after: no claim once the longest trial or seed this worker has run would end past the limit
+        # (a unit's expected duration, from its own timing), and a unit still running at the limit given back
+        self.deadline = None if options.stop_after_s is None else self.born + options.stop_after_s
+        self.longest_s = 0.0
+        self.trained_from: tuple[float, int] | None = None  # (when, iterations recorded) as work began
         self.protocol = protocol
         self.options = options
         chosen = chosen_cells(protocol, options.cells)  # an unknown name is refused before any data is read
@@ -287,6 +306,7 @@ class Sweep:
             "budget": self.plan.budget.record(),
             "cells": [c.id for c in self.plan.cells],
             **({"planned_cells": self.planned} if self.options.cells else {}),
+            **({"device_override": self.options.device} if self.options.device else {}),
             **({"sampler": self.sampler} if self.sampler else {}),
             **({"small_classes": self.prepared.small_classes} if self.prepared.small_classes else {}),
             "dropped": {d.cell: d.reason for d in self.plan.dropped},
@@ -459,6 +479,7 @@ class Sweep:
         self.progress = Progress(len(self.plan.cells), self.plan.total_iterations, done, self.options.quiet)
         self.progress.cell_done(len(finished))
         self.ledger.add("start-up", time.perf_counter() - start)
+        self.trained_from = (time.perf_counter(), done)
         try:
             pending = [c for c in self.plan.cells if c.id not in finished]
             while pending:
@@ -474,6 +495,7 @@ class Sweep:
                         f"waiting for other workers: {', '.join(c.id for c in waiting[:3])}"
                         + (" ..." if len(waiting) > 3 else "")
                     )
+                    self._check_time(0.0)
                     with self.ledger.timing("waiting"):
                         time.sleep(self.options.poll_s)
                 pending = waiting
@@ -606,7 +628,39 @@ class Sweep:
 
     def _claim(self, study: SlotStudy, *sampler: Any) -> Slot | None:
         with self.ledger.timing("records"):
+            if self.deadline is not None and study.open_slots():
+                self._check_time(self.longest_s)
             return study.claim(*sampler)
+
+    def _check_time(self, ahead_s: float) -> None:
+        """Raise `TimeUp` when the limit falls within ``ahead_s`` seconds from now."""
+        if self.deadline is not None and time.perf_counter() + ahead_s >= self.deadline:
+            raise TimeUp(self.remaining())
+
+    def remaining(self) -> dict[str, Any]:
+        """What the sweep has left: cells, trials and final seeds not yet recorded (across workers), the
+        iterations they hold, and the time they would take at this worker's pace so far (None: no pace yet)."""
+        b = self.plan.budget
+        done, finished = self._done_iterations()
+        trials = seeds = 0
+        for cell in self.plan.cells:
+            for tuning, finals in zip(self.tuning[cell.id], self.finals[cell.id]):
+                trials += b.trials - len([t for t in tuning.counted().values() if t.state.is_finished()])
+                seeds += b.seeds - len([t for t in finals.counted().values() if t.state.is_finished()])
+        left = max(self.plan.total_iterations - done, 0)
+        eta = None
+        if self.trained_from is not None and done > self.trained_from[1]:
+            pace = (time.perf_counter() - self.trained_from[0]) / (done - self.trained_from[1])
+            eta = round(pace * left, 1)
+        return {
+            "cells": len(self.plan.cells) - len(finished),
+            "of_cells": len(self.plan.cells),
+            "trials": max(trials, 0),
+            "seeds": max(seeds, 0),
+            "iterations": left,
+            "of_iterations": self.plan.total_iterations,
+            "estimated_s": eta,
+        }
 
     def _best(self, cell: Cell, draw: int) -> Any:
         """The draw's best trial by validation value; under successive halving the best of the top rung."""
@@ -703,6 +757,7 @@ class Sweep:
         self.ledger.add("validation", outcome.score_s)
         self.ledger.add("run set-up", inside - outcome.train_s - outcome.score_s)
         self.ledger.add("records", time.perf_counter() - began - inside)
+        self.longest_s = max(self.longest_s, time.perf_counter() - began)
 
     # ---- one final seed
 
@@ -748,6 +803,7 @@ class Sweep:
         self.ledger.add("test", result.score_s + run.artifacts_s)
         self.ledger.add("run set-up", result.wall_time_s - result.train_s - result.score_s)
         self.ledger.add("records", time.perf_counter() - began - result.wall_time_s - run.artifacts_s)
+        self.longest_s = max(self.longest_s, time.perf_counter() - began)
 
     def _floor_rows(self) -> dict[int, dict[str, Any]]:
         """The floor's rows, each seed scored by one worker: seeds are slots of the study
@@ -820,9 +876,10 @@ class Sweep:
             self.mlflow.end(run_id, "COMPLETE")
 
     def step(self, it: int, total: int, loss: float) -> None:
-        """Every progress step of a training run: honour a stop request, then show progress."""
+        """Every progress step of a training run: honour a stop request and the time limit, then show progress."""
         if STOP.is_set():
             raise KeyboardInterrupt
+        self._check_time(0.0)
         self.progress.iteration(it, total, loss)
 
 

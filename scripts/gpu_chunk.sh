@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The next resumable chunk of a real sweep on a GPU, within one call's time limit (benchmarks/README.md,
+# "GPU benchmarks"). The stores travel with the call: STORES_DIR holds optuna.db, mlflow.db and results/
+# (created on the first chunk), so carrying the folder there and back and running this again resumes.
+#
+#   bash scripts/gpu_chunk.sh PROTOCOL STORES_DIR [SECONDS]     # SECONDS: the whole call's limit, default 480
+#
+# The sweep trains on cuda (`dmlbench run --device cuda`, named in the manifest's device_override; the records
+# and hashes are the protocol's own) and is told to stop MARGIN_S (default 60) seconds before SECONDS, for
+# the imports, the data and the tables: it claims no trial or final seed that would end past that (by the
+# longest it has run), gives back one still running then, and prints what remains. A `timeout` at SECONDS
+# is the backstop (SIGTERM: the running trial is given back, exit 130).
+# Exit: dmlbench's own: 0 the sweep is done, 4 stopped with work left (run again with the same STORES_DIR),
+# 1 done but a cell without a result, 2 bad input, 75 a store unavailable, 130 interrupted.
+#
+# Needs torch with CUDA and the project's dependencies importable; wheels for those the machine lacks may
+# lie in ./.whl (as for scripts/gpu_checks.sh); Omniglot is read from $DMLBENCH_DATA.
+set -u
+cd "$(dirname "$0")/.."
+if [ $# -lt 2 ]; then
+    echo "usage: bash scripts/gpu_chunk.sh PROTOCOL STORES_DIR [SECONDS]" >&2
+    exit 2
+fi
+proto=$1 stores=$2 limit=${3:-480} margin=${MARGIN_S:-60}
+if [ "$limit" -le "$((margin + 30))" ]; then
+    echo "gpu_chunk: SECONDS ($limit) must exceed MARGIN_S + 30 ($((margin + 30)))" >&2
+    exit 2
+fi
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/dmlbench-site \
+        .whl/*.whl || exit 99
+    export PYTHONPATH="/tmp/dmlbench-site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+else
+    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+fi
+python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
+    echo "gpu_chunk: no CUDA device here" >&2
+    exit 2
+}
+mkdir -p "$stores"
+stores=$(cd "$stores" && pwd)
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+start=$SECONDS
+timeout --signal=TERM "$limit" python3 -m bench.cli run "$proto" --device cuda \
+    --stop-after "$((limit - margin))" \
+    --storage "sqlite:///$stores/optuna.db" --tracking-uri "$stores/mlflow.db" --results-dir "$stores/results" \
+    --quiet
+code=$?
+case $code in
+    0) what="the sweep is done" ;;
+    4) what="stopped with work left: run again with the same STORES_DIR to resume" ;;
+    *) what="see above" ;;
+esac
+echo "gpu_chunk: exit $code in $((SECONDS - start)) s: $what"
+exit "$code"

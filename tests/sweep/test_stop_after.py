@@ -1,0 +1,140 @@
+"""`dmlbench run --stop-after SECONDS`: a sweep run in chunks of wall time ends with the tables of one run.
+
+Each chunk stops claiming trials and final seeds once the longest it has run
+would end past the limit, gives back one still running at the limit, prints
+what remains and exits 4; the same command resumes.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from _shared import RUNNER_TINY
+
+from bench.cli import main
+from bench.commands.run import EXIT_STOPPED, remaining_line
+from bench.sweep.tables import read
+
+# two cells of 2 trials and 2 final seeds each, no diverging cell: a finished sweep exits 0
+TINY = RUNNER_TINY.split("    - name: contrastive")[0] + "  miners: [{name: none}, {name: batch_hard}]\n"
+
+
+def _args(path: Path, root: Path, data_root: Path, *extra: str) -> list[str]:
+    return [
+        "run",
+        str(path),
+        "--storage",
+        f"sqlite:///{root / 'optuna.db'}",
+        "--tracking-uri",
+        str(root / "mlruns"),
+        "--results-dir",
+        str(root / "results"),
+        "--data-root",
+        str(data_root),
+        "--threads",
+        "1",
+        "--quiet",
+        *extra,
+    ]
+
+
+def _tables(root: Path) -> dict[str, pd.DataFrame]:
+    tables = read(root / "results" / "tiny")
+    return {
+        name: tables[name].drop(columns=[c for c in tables[name].columns if c == "wall_time_s"])
+        for name in ("trials", "finals", "summary")
+    }
+
+
+def test_a_sweep_run_in_chunks_ends_with_the_tables_of_one_run(tmp_path, data_root, capsys):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY.replace("ITERATIONS", "150"))
+    assert main(_args(path, tmp_path / "whole", data_root)) == 0
+    whole = _tables(tmp_path / "whole")
+    capsys.readouterr()
+
+    codes, lines = [], []
+    for _ in range(40):
+        codes.append(main(_args(path, tmp_path / "chunked", data_root, "--stop-after", "4")))
+        err = capsys.readouterr().err
+        lines += [line for line in err.splitlines() if "stopped at --stop-after" in line]
+        if codes[-1] != EXIT_STOPPED:
+            break
+    assert codes[-1] == 0 and set(codes[:-1]) == {EXIT_STOPPED} and len(codes) >= 2, codes
+    assert len(lines) == len(codes) - 1
+    training = [line for line in lines if "iterations" in line]  # then, perhaps, the floor's seeds alone
+    assert training and all("rerun the same command to resume" in line for line in training)
+    assert all("untrained floor" in line for line in lines[len(training) :]), lines
+    left = [int(re.search(r"([\d,]+) of [\d,]+ iterations", line).group(1).replace(",", "")) for line in training]
+    assert left == sorted(left, reverse=True) and left[-1] > 0 and left[-1] < left[0], lines
+    chunked = _tables(tmp_path / "chunked")
+    for name, frame in whole.items():
+        pd.testing.assert_frame_equal(frame, chunked[name], check_like=False)
+
+
+def test_a_stopped_run_says_what_is_left_and_when_it_may_end() -> None:
+    left = {
+        "cells": 2,
+        "of_cells": 3,
+        "trials": 4,
+        "seeds": 6,
+        "iterations": 12_000,
+        "of_iterations": 30_000,
+        "estimated_s": 3725.0,
+    }
+    line = remaining_line("tiny", left)
+    assert "2 of 3 cells, 4 trials and 6 final seeds, 12,000 of 30,000 iterations" in line
+    assert "about 1 h 02 min" in line
+    assert "unknown" in remaining_line("tiny", {**left, "estimated_s": None})
+    assert "untrained floor" in remaining_line("tiny", {**left, "cells": 0, "trials": 0, "seeds": 0})
+
+
+@pytest.mark.parametrize(
+    "option,value,word",
+    [
+        ("--stop-after", "0", "--stop-after"),
+        ("--stop-after", "-1", "--stop-after"),
+        ("--stop-after", "soon", "--stop-after"),
+        ("--device", "tpu9", "device"),
+    ],
+)
+def test_a_bad_time_limit_or_device_is_one_line_and_exit_2(tmp_path, data_root, capsys, option, value, word):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY.replace("ITERATIONS", "5"))
+    assert main(_args(path, tmp_path, data_root, option, value)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and word in err[0], err
+    assert not (tmp_path / "optuna.db").exists()
+
+
+def test_a_device_override_is_recorded_in_the_manifest(tmp_path, data_root):
+    import json
+
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY.replace("ITERATIONS", "5").replace("P: 4, K: 4,", "P: 4, K: 4, device: cuda,"))
+    code = main(_args(path, tmp_path, data_root, "--device", "cpu"))
+    assert code == 0
+    manifest = json.loads((tmp_path / "results" / "tiny" / "manifest.json").read_text())
+    assert manifest["device_override"] == "cpu"
+    assert "device: cuda" in manifest["protocol_text"]  # the file as written, its hash unchanged
+
+
+def test_a_trial_still_running_at_the_limit_is_given_back(tmp_path, data_root, capsys):
+    """A trial far longer than the limit: stopped at the limit, its slot given back (no RUNNING trial is
+    left for another worker to wait on), nothing recorded as done, and the rerun's claim re-asks it."""
+    import sqlite3
+
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY.replace("ITERATIONS", "5"))
+    assert main(_args(path, tmp_path / "warm", data_root)) == 0  # imports and data warm: the limit is the trial's
+    capsys.readouterr()
+    path.write_text(TINY.replace("ITERATIONS", "100000"))
+    assert main(_args(path, tmp_path, data_root, "--stop-after", "20")) == EXIT_STOPPED
+    err = capsys.readouterr().err
+    assert "2 of 2 cells, 4 trials and 4 final seeds" in err and "unknown" in err, err
+    with sqlite3.connect(tmp_path / "optuna.db") as db:
+        states = dict(db.execute("select state, count(*) from trials group by state").fetchall())
+    assert states.get("RUNNING", 0) == 0 and states.get("COMPLETE", 0) == 0 and states.get("FAIL", 0) >= 1, states
