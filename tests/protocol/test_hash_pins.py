@@ -30,6 +30,8 @@ PINNED = {
     "omniglot-quick.yaml": ("155ed2e8f1bc", "9c6fa2495931"),
     "omniglot-smoke.yaml": ("73249472d7ea", "998aea3a4a2e"),
     "omniglot-standard.yaml": ("6b03d10fd0ca", "a846eb51ef8c"),
+    "omniglot-standard-sha.yaml": ("7a8dbd9cda4f", "a6ff341e40a9"),
+    "omniglot-quick-repeats.yaml": ("d06d53e35bf1", "bbf1f88911cf"),
     "reality-check-cars.yaml": ("9063118887f4", "a547d51831ac"),
     "reality-check-cub.yaml": ("7138d8db6ba4", "5b1826b5c762"),
     "reality-check-sop.yaml": ("f2adf53a6632", "b3d1a629de47"),
