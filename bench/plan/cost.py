@@ -256,9 +256,12 @@ def estimate_cell(
         test_eval += slow * LEARNED_S_PER_PAIR * test_images**2
     tuning_eval = budget.tuning_runs * (1 + checks) * one_val
     # a final seed scores its model; under final.mode folds each fold model (early-stopped on its fold's
-    # validation classes) and their concatenation, which embeds the test set through every fold model again
+    # validation classes) alone, then their concatenation: on a one-set test side joined from the fold
+    # models' kept embeddings (`bench.evaluation.kept_embeddings`), so only its metrics; a query/gallery
+    # test side is embedded through every fold model again
     final_runs = budget.final_count * budget.final_runs
-    final_eval = budget.final_count * (1 if budget.final_runs == 1 else 2 * budget.final_runs) * test_eval
+    joined = test_eval if isinstance(doc["data"]["test"], dict) else _test_metrics_s(protocol, cost)
+    final_eval = budget.final_count * (test_eval if budget.final_runs == 1 else budget.final_runs * test_eval + joined)
     if budget.final_runs > 1 and stopping:
         final_eval += final_runs * checks * one_val
     fixed = (
@@ -294,8 +297,15 @@ def _test_eval_s(protocol: Protocol, cost: TrunkCost) -> float:
     test_classes, test_images = dataset_size(sized_test(doc["data"]["test"]), doc["data"]["test_classes"])
     metrics = doc["evaluation"]["metrics"]
     lake = LAKE_IMAGES if "lake_accuracy" in metrics else 0
-    clustering = "nmi" in metrics or "ami" in metrics
-    return (test_images + lake) * embed_one + cost.slowdown * _metrics_s(test_images, test_classes, clustering)
+    return (test_images + lake) * embed_one + _test_metrics_s(protocol, cost)
+
+
+def _test_metrics_s(protocol: Protocol, cost: TrunkCost) -> float:
+    """The metrics of one evaluation on the test side, without embedding it."""
+    doc = protocol.doc
+    test_classes, test_images = dataset_size(sized_test(doc["data"]["test"]), doc["data"]["test_classes"])
+    metrics = doc["evaluation"]["metrics"]
+    return cost.slowdown * _metrics_s(test_images, test_classes, "nmi" in metrics or "ami" in metrics)
 
 
 def _miner_step_extra(cell: Cell, train_images: float, embed_one: float) -> float:
