@@ -4,7 +4,8 @@ Every measurement runs in a fresh subprocess on one thread. In it, the path and
 its bare reference (the same scores in blocks of ``BLOCK_ELEMENTS``, then
 ``torch.topk`` of the depth the metrics need) run alternately ``--repeats``
 times; the medians and their ratio are printed (ratio 1.0: the path costs no
-more than scoring and a top-k). ``peak_mb`` is the path's first run's working
+more than scoring and a top-k), in wall seconds and in CPU seconds (``*_cpu_s``,
+``cpu_ratio``: what a loaded machine's wall time hides). ``peak_mb`` is the path's first run's working
 memory: ``ru_maxrss`` after it minus before it. Sets: SOP's test set as both
 query and gallery (60,502, ids pairing each query with itself), In-shop
 (14,218 queries x 12,612 gallery), Market-1501 (3,368 x 19,732 with cameras,
@@ -35,6 +36,14 @@ def _timed(fn) -> float:  # type: ignore[no-untyped-def]
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
+
+
+def _cpu_timed(fn, into: list[float]) -> float:  # type: ignore[no-untyped-def]
+    """Wall seconds of fn; its CPU seconds (the process's, every thread) appended to ``into``."""
+    cpu = time.process_time()
+    wall = _timed(fn)
+    into.append(time.process_time() - cpu)
+    return wall
 
 
 def _bare(score, nq: int, ng: int, depth: int, block: int) -> None:  # type: ignore[no-untyped-def]
@@ -115,11 +124,13 @@ def _one(name: str, args: argparse.Namespace) -> dict[str, object]:
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     first = _timed(path)
     peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
-    bare_s, path_s = [], [first]
+    bare_s, path_s, bare_cpu, path_cpu = [], [first], [], []  # type: ignore[var-annotated]
     for i in range(args.repeats):
-        for _label, fn, into in (("bare", bare, bare_s), ("path", path, path_s))[:: 1 if i % 2 == 0 else -1]:
-            into.append(_timed(fn))
+        runs = (("bare", bare, bare_s, bare_cpu), ("path", path, path_s, path_cpu))
+        for _label, fn, into, cpu in runs[:: 1 if i % 2 == 0 else -1]:
+            into.append(_cpu_timed(fn, cpu))
     b, p = statistics.median(bare_s), statistics.median(path_s)
+    bc, pc = statistics.median(bare_cpu), statistics.median(path_cpu)
     out = path()
     return {
         "set": name,
@@ -129,6 +140,9 @@ def _one(name: str, args: argparse.Namespace) -> dict[str, object]:
         "bare_s": round(b, 3),
         "path_s": round(p, 3),
         "ratio": round(p / b, 2),
+        "bare_cpu_s": round(bc, 3),
+        "path_cpu_s": round(pc, 3),
+        "cpu_ratio": round(pc / bc, 2),
         "peak_mb": round(peak),
         **extra,
         **{k: round(v, 4) for k, v in out.items()},

@@ -31,9 +31,10 @@ columns; (query, gallery) pairs of the same sample or the same identity and came
 * Recall@K, P@1, R-Precision and MAP@R look at most ``K = max(max(ks), largest R)`` items
   deep, found by `top_ranked` (column-group minima pick the candidates, ranked by (score,
   position); a row tied at the k-th score goes to `ranked_prefix`);
-* re-ID mAP needs every correct item's rank: `_Scorer.positive_ranks` counts, in one
-  ``searchsorted`` pass, the items below each of a row's correct scores, and adds the items
-  that tie a correct score at an earlier position (what `sorted_ranks`' stable sort gives).
+* re-ID mAP needs every correct item's rank: `_Scorer.positive_ranks` maps each row's scores
+  monotonically into histogram bins, counts the items in bins before each correct item's, and
+  compares exactly only the items sharing its bin (score, then position: what `sorted_ranks`'
+  stable sort gives).
 
 Both give exactly the numbers of the full-pass versions (``tests/metrics/test_query_gallery_fast.py``
 compares with a frozen copy, ties included).
@@ -60,10 +61,13 @@ from bench.metrics.retrieval import (
 PairScore = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (query rows, gallery) -> scores, smaller nearer
 RANKING_METRICS = ("precision_at_1", "r_precision", "map_at_r", "recall_at_k")
 # A chunk's working set in float32 blocks (4 bytes an element): ranking needs the scores and a gather of
-# the column-group minima and candidates (~8 bytes an element); re-ID's counted ranks add an int64 bin per
-# element, its flat histogram index, a float gather and masks (~30 bytes), and a row with ties at a correct
-# item goes to the sort (~30). So a chunk stays near BLOCK_ELEMENTS x 4 bytes (128 MB), whatever the size.
+# the column-group minima and candidates (~8 bytes an element); re-ID's counted ranks add, per
+# element, its bin as float and int32, a bool lookup (~12 bytes, with a histogram of a quarter the
+# elements), and a row whose scores crowd into its correct items' bins goes to the sort (~30). So a chunk stays near BLOCK_ELEMENTS x 4 bytes (128 MB), whatever the size.
 RANK_COST, SORT_COST = 2, 8
+# re-ID's counted ranks (`_Scorer._binned_ranks`): gallery items a histogram bin holds on average, and the
+# most bins in one pass (their numbers exact in float32, below 2^24)
+BIN_SHARE, BIN_LIMIT = 4, 1 << 22
 
 
 def query_gallery_metrics(
@@ -434,43 +438,74 @@ class _Scorer:
         return (self.gy[top] == self.qy[s:e].unsqueeze(1)) & self.matchable[top] & torch.isfinite(values)
 
     def positive_ranks(self, s: int, e: int, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """`sorted_ranks` of queries s..e without sorting a row. A correct item's rank is 1 + the items
-        strictly below its score + the items of equal score at an earlier position. The first are
-        counted for all of a row's correct items in one pass (``searchsorted`` into the row's sorted
-        correct scores, then a histogram); the second from the few items whose score equals one of
-        those (float32 distances tie often at Market's size: about one row in ten)."""
+        """`sorted_ranks` of queries s..e without sorting a row, in slices of rows whose bins all have
+        exact float32 numbers (`_binned_ranks`)."""
+        rows, G = scores.shape
+        step = max(1, BIN_LIMIT // max(8, G // BIN_SHARE))
+        if rows <= step:
+            return self._binned_ranks(s, e, scores)
+        first, ap = torch.zeros(rows, dtype=torch.int64), torch.zeros(rows, dtype=torch.float64)
+        for a in range(0, rows, step):
+            b = min(rows, a + step)
+            first[a:b], ap[a:b] = self._binned_ranks(s + a, s + b, scores[a:b])
+        return first, ap
+
+    def _binned_ranks(self, s: int, e: int, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A correct item's rank is 1 + the items before it in (score, position) order. Each row's scores
+        go through a monotone map into ``M`` bins of their own (``clamp(score x scale + offset)``, the
+        row's correct scores spread over them; every float step is monotone, so a lower bin means a lower
+        score): one histogram counts, for every correct item, the row's items in earlier bins, and only
+        the items that share a bin with a correct one are compared exactly (score, then position: ties as
+        `sorted_ranks`' stable sort orders them). ``M = G / BIN_SHARE``: a correct item's bin holds a
+        few others, and element-wise passes, a histogram and a lookup replace a binary search of every
+        score. A row whose correct items' bins hold more than G items in all (scores crowded at one
+        value) is sorted instead (`sorted_ranks`), so the exact comparisons stay O(G) a row."""
         rows, G = scores.shape
         q, j = self._positives(s, e)
         q = q - s
         per_row = torch.bincount(q, minlength=rows)
-        width = max(1, int(per_row.max()) if len(per_row) else 1)
+        t = scores[q, j]  # the correct items' scores, by row then position
+        M = max(8, G // BIN_SHARE)
+        inf = torch.full((rows,), float("inf"))
+        lo = inf.scatter_reduce(0, q, t, "amin")
+        hi = (-inf).scatter_reduce(0, q, t, "amax")
+        span = hi - lo
+        span = torch.where(torch.isfinite(span) & (span > 0), span, torch.ones_like(span))
+        lo = torch.where(torch.isfinite(lo), lo, torch.zeros_like(lo))
+        scale = (M - 3) / span
+        binned = torch.addcmul((1 - lo * scale).unsqueeze(1), scores, scale.unsqueeze(1))
+        binned.clamp_(0, M - 1)  # inf and the scores beyond the row's correct ones: the end bins
+        binned += (torch.arange(rows, dtype=torch.float32) * M).unsqueeze(1)  # exact: rows x M <= BIN_LIMIT
+        bins = binned.to(torch.int32).view(-1)  # each row's bins after the previous row's
+        del binned
+        hist = torch.bincount(bins, minlength=rows * M)
+        key = bins[q * G + j].to(torch.int64)
+        earlier = torch.cumsum(hist, 0)[key] - hist[key] - q * G  # the row's items in bins before the item's
+        crowded = torch.bincount(q, weights=hist[key].to(torch.float64), minlength=rows) > G
+        marked = torch.zeros(rows * M, dtype=torch.bool)
+        marked[key[~crowded[q]]] = True
+        flat = torch.index_select(marked, 0, bins).nonzero().squeeze(1)  # items sharing a bin with a correct one
+        near_key, near, near_col = bins[flat].to(torch.int64), scores.view(-1)[flat], flat % G
+        del bins
+        which, other = _pairs(key, near_key)  # (correct item, item of its bin) pairs
+        before = (near[other] < t[which]) | ((near[other] == t[which]) & (near_col[other] < j[which]))
+        rank = earlier + torch.bincount(which[before], minlength=len(q)) + 1
+        # Each row's correct items in rank order, summed in the order sorted_ranks sums them.
+        order = torch.sort(q * (G + 1) + rank).indices
+        q, rank = q[order], rank[order]
         slot = torch.arange(len(q)) - (torch.cumsum(per_row, dim=0) - per_row)[q]
-        threshold = torch.full((rows, width), float("inf"))
-        threshold[q, slot] = scores[q, j]
-        column = torch.full((rows, width), G, dtype=torch.int64)
-        column[q, slot] = j
-        threshold, order = torch.sort(threshold, dim=1, stable=True)  # (score, position) order
-        column = torch.gather(column, 1, order)
-        last = torch.searchsorted(threshold, scores, right=True) - 1  # the last threshold <= each score
-        below = torch.bincount(
-            (last + 1 + torch.arange(rows).unsqueeze(1) * (width + 1)).view(-1), minlength=rows * (width + 1)
-        )
-        before = torch.cumsum(below.view(rows, width + 1), dim=1)[:, :width]  # items strictly below each threshold
-        tie = (torch.gather(threshold, 1, last.clamp(min=0)) == scores) & (last >= 0) & torch.isfinite(scores)
-        tie_row, tie_col = tie.nonzero(as_tuple=True)
-        tie_key = tie_row * width + last[tie_row, tie_col]
-        del last, tie
-        held_row, held_slot = (torch.arange(width).unsqueeze(0) < per_row.unsqueeze(1)).nonzero(as_tuple=True)
-        last_equal = torch.searchsorted(threshold, threshold, right=True) - 1  # equal scores share a key
-        held_key = held_row * width + last_equal[held_row, held_slot]
-        which, tied = _pairs(held_key, tie_key)
-        earlier = tie_col[tied] < column[held_row, held_slot][which]
-        rank = before[held_row, held_slot] + torch.bincount(which[earlier], minlength=len(held_row)) + 1
-        # Row-major: each row's correct items in rank order, summed in the order sorted_ranks sums them.
-        precision = (held_slot + 1).to(torch.float64) / rank
-        ap = torch.zeros(rows, dtype=torch.float64).index_add_(0, held_row, precision) / per_row
+        precision = (slot + 1).to(torch.float64) / rank
+        ap = torch.zeros(rows, dtype=torch.float64).index_add_(0, q, precision) / per_row
         first = torch.zeros(rows, dtype=torch.int64)
-        first[held_row[held_slot == 0]] = rank[held_slot == 0]
+        first[q[slot == 0]] = rank[slot == 0]
+        if crowded.any():
+            sort_rows = crowded.nonzero().squeeze(1)
+            at = torch.full((rows,), -1, dtype=torch.int64)
+            at[sort_rows] = torch.arange(len(sort_rows))
+            positive = torch.zeros(len(sort_rows), G, dtype=torch.bool)
+            mine = crowded[q]
+            positive[at[q[mine]], j[order][mine]] = True
+            first[sort_rows], ap[sort_rows] = sorted_ranks(scores[sort_rows], positive)
         return first, ap
 
     def _positives(self, s: int, e: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -111,10 +111,11 @@ OVERHEAD_S_PER_RUN = 0.4  # MLflow and Optuna records per training run (SQLite)
 # evaluations are added by `sweep_overhead_s`.
 SWEEP_FIXED_S = 20.0
 STEP_FIXED_S = 0.005  # per step whatever the batch: optimiser, loss and miner calls (measured: small batches)
-# Metrics on N embeddings (measured here, 64-d): retrieval is O(N^2), 2.1 s at
-# N = 13,180; k-means for NMI/AMI is O(N x classes x iterations), 85 s at
+# Metrics on N embeddings: retrieval is O(N^2), the scores in blocks and the top K ranked: 21.9 s of CPU
+# (one thread, 128-d) at SOP's N = 60,502 by benchmarks/bench_query_gallery.py --sets sop, 6.0e-9 s a
+# pair, the same as its bare matmul + top-k; k-means for NMI/AMI is O(N x classes x iterations), 85 s at
 # N = 13,180 and 659 classes, 0.5 s at 4,800 and 240.
-RETRIEVAL_S_PER_PAIR = 1.2e-8
+RETRIEVAL_S_PER_PAIR = 6.0e-9
 KMEANS_S_PER_POINT_CLUSTER = 1.0e-5
 # A learned-metric cell ranks by g, its metric network on every (query, reference) pair in tiles: about 1.1-1.5e-7
 # s a pair on one thread at 64-d with the 3 x 10 network (`benchmarks/bench_learned_ranking.py`,
@@ -255,9 +256,12 @@ def estimate_cell(
         test_eval += slow * LEARNED_S_PER_PAIR * test_images**2
     tuning_eval = budget.tuning_runs * (1 + checks) * one_val
     # a final seed scores its model; under final.mode folds each fold model (early-stopped on its fold's
-    # validation classes) and their concatenation, which embeds the test set through every fold model again
+    # validation classes) alone, then their concatenation: on a one-set test side joined from the fold
+    # models' kept embeddings (`bench.evaluation.kept_embeddings`), so only its metrics; a query/gallery
+    # test side is embedded through every fold model again
     final_runs = budget.final_count * budget.final_runs
-    final_eval = budget.final_count * (1 if budget.final_runs == 1 else 2 * budget.final_runs) * test_eval
+    joined = test_eval if isinstance(doc["data"]["test"], dict) else _test_metrics_s(protocol, cost)
+    final_eval = budget.final_count * (test_eval if budget.final_runs == 1 else budget.final_runs * test_eval + joined)
     if budget.final_runs > 1 and stopping:
         final_eval += final_runs * checks * one_val
     fixed = (
@@ -293,8 +297,15 @@ def _test_eval_s(protocol: Protocol, cost: TrunkCost) -> float:
     test_classes, test_images = dataset_size(sized_test(spec.data.test), spec.data.test_classes)
     metrics = spec.evaluation.metrics
     lake = LAKE_IMAGES if "lake_accuracy" in metrics else 0
-    clustering = "nmi" in metrics or "ami" in metrics
-    return (test_images + lake) * embed_one + cost.slowdown * _metrics_s(test_images, test_classes, clustering)
+    return (test_images + lake) * embed_one + _test_metrics_s(protocol, cost)
+
+
+def _test_metrics_s(protocol: Protocol, cost: TrunkCost) -> float:
+    """The metrics of one evaluation on the test side, without embedding it."""
+    doc = protocol.doc
+    test_classes, test_images = dataset_size(sized_test(doc["data"]["test"]), doc["data"]["test_classes"])
+    metrics = doc["evaluation"]["metrics"]
+    return cost.slowdown * _metrics_s(test_images, test_classes, "nmi" in metrics or "ami" in metrics)
 
 
 def _miner_step_extra(cell: Cell, train_images: float, embed_one: float) -> float:

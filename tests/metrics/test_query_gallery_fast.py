@@ -109,3 +109,50 @@ def test_chunks_hold_the_memory_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     seen.clear()
     qg.reid_metrics(q, qy, torch.zeros(300, dtype=torch.int64), g, gy, torch.ones(2000, dtype=torch.int64))
     assert max(seen) * qg.SORT_COST <= 50_000 and len(seen) > 1
+
+
+def _reid_data(seed: int, nq: int, ng: int, classes: int, ties: bool):
+    q, qy, g, gy = _data(seed, nq, ng, classes, ties)
+    gen = torch.Generator().manual_seed(200 + seed)
+    qc, gc = torch.randint(0, 3, (nq,), generator=gen), torch.randint(0, 3, (ng,), generator=gen)
+    gy = torch.where(torch.rand(ng, generator=gen) < 0.15, torch.tensor(-1), gy)  # junk; label 0: distractors
+    return q, qy, qc, g, gy, gc
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_reid_binned_ranks_under_crowded_and_collapsed_scores(seed: int) -> None:
+    """Rows whose scores crowd into a few bins (collapsed embeddings: every distance equal; a few
+    distinct values) take the sort; rows mixing both, ties at correct items' scores, junk, same-camera
+    exclusions and a query in the gallery all give the reference's numbers."""
+    q, qy, qc, g, gy, gc = _reid_data(seed, 40, 600, 12, ties=True)
+    g[:300] = g[0]  # half the gallery one point: ties and crowded bins
+    q[:10] = 0.0  # collapsed queries: every gallery item at one distance from some
+    g[300:320] = torch.round(g[300:320])
+    ids = dict(query_ids=torch.arange(40), gallery_ids=torch.arange(40, 640))
+    ids["gallery_ids"][:5] = torch.arange(5)
+    for chunk in (None, 3, 40):
+        kw = dict(ks=(1, 5, 10), chunk_size=chunk, **ids)
+        _same(qg.reid_metrics(q, qy, qc, g, gy, gc, **kw), old.reid_metrics(q, qy, qc, g, gy, gc, **kw))
+    flat = torch.zeros_like(g)  # every distance equal: every row sorted
+    _same(qg.reid_metrics(q, qy, qc, flat, gy, gc), old.reid_metrics(q, qy, qc, flat, gy, gc))
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_reid_binned_ranks_in_slices_of_rows(monkeypatch: pytest.MonkeyPatch, ties: bool) -> None:
+    """A chunk with more bins than float32 counts exactly is cut into row slices: same numbers."""
+    q, qy, qc, g, gy, gc = _reid_data(7, 90, 700, 20, ties)
+    want = old.reid_metrics(q, qy, qc, g, gy, gc, chunk_size=90)
+    for limit in (1 << 22, 700, 1):  # one slice, a few rows a slice, one row a slice
+        monkeypatch.setattr(qg, "BIN_LIMIT", limit)
+        _same(qg.reid_metrics(q, qy, qc, g, gy, gc, chunk_size=90), want)
+
+
+@pytest.mark.parametrize("share", [1, 4, 64])
+def test_reid_binned_ranks_any_bin_width(monkeypatch: pytest.MonkeyPatch, share: int) -> None:
+    """Wide or narrow bins change how many items are compared exactly, never the numbers (cosine too)."""
+    monkeypatch.setattr(qg, "BIN_SHARE", share)
+    for ties in (False, True):
+        q, qy, qc, g, gy, gc = _reid_data(11, 50, 900, 30, ties)
+        for distance in ("euclidean", "cosine"):
+            kw = dict(ks=(1, 3), distance=distance)
+            _same(qg.reid_metrics(q, qy, qc, g, gy, gc, **kw), old.reid_metrics(q, qy, qc, g, gy, gc, **kw))

@@ -258,3 +258,24 @@ def test_the_kept_model_is_the_fold_models_joined(folds_sweep, data_root) -> Non
     prepared = prepare(parse_protocol(folds_sweep["path"].read_text()), str(data_root))
     again = embed(kept.model, prepared.test.x, normalize=True)
     assert torch.allclose(again, torch.as_tensor(x), atol=1e-4)
+
+
+def test_plan_counts_the_concatenation_as_metrics_only() -> None:
+    """Under final.mode folds each fold model embeds the test set once; the concatenation joins the kept
+    embeddings (a one-set test side), so a dearer embedding adds final_runs embeddings a final seed, not 2x."""
+    from bench.plan.cost import LAKE_IMAGES, dataset_size, estimate_cell, image_hw
+    from bench.plan.types import TrunkCost
+
+    protocol = parse_protocol(_folds())
+    p = plan(protocol)
+    cell = p.cells[0]
+    doc = protocol.doc
+    h, w = image_hw(doc["data"]["image_size"])
+    _, train_images = dataset_size(doc["data"]["train"], doc["data"]["train_classes"])
+    _, test_images = dataset_size(doc["data"]["test"], doc["data"]["test_classes"])
+    assert test_images > 0 and p.budget.final_runs == 2
+    est = [estimate_cell(protocol, cell, p.budget, TrunkCost((0.1, 0.1), e, ref_pixels=h * w)).low_s for e in (1, 2)]
+    val_images = train_images / doc["data"]["validation"]["folds"]
+    tuning = p.budget.tuning_runs * val_images  # no early stopping, no pruner checks: one validation a run
+    finals = p.budget.final_count * p.budget.final_runs * (test_images + LAKE_IMAGES)  # Lake's runs: embedded too
+    assert est[1] - est[0] == pytest.approx(tuning + finals)
