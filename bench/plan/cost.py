@@ -260,7 +260,7 @@ def estimate_cell(
     # models' kept embeddings (`bench.evaluation.kept_embeddings`), so only its metrics; a query/gallery
     # test side is embedded through every fold model again
     final_runs = budget.final_count * budget.final_runs
-    joined = test_eval if isinstance(protocol.spec.data.test, dict) else _test_metrics_s(protocol, cost)
+    joined = test_eval if isinstance(protocol.spec.data.test_spec, dict) else _test_metrics_s(protocol, cost)
     final_eval = budget.final_count * (test_eval if budget.final_runs == 1 else budget.final_runs * test_eval + joined)
     if budget.final_runs > 1 and stopping:
         final_eval += final_runs * checks * one_val
