@@ -56,6 +56,11 @@ def tiny(doc: dict[str, Any]) -> dict[str, Any]:
     data["loader"] = {"workers": 0}
     doc["model"].update(trunk="bninception" if bninception else "resnet18", pretrained=None, embedding_dim=8)
     doc["training"].update(device="cpu", iterations=2, P=2, K=2)
+    if not bninception and doc["training"].get("precision") == "bf16":
+        # a random ResNet-18 on 2 x 2 images of 64x32 in bf16 on a CPU with AMX (oneDNN's kernels) gets NaN
+        # weights from its first Adam step, where AVX2's bf16 and fp32 do not: the variant checks the
+        # protocol's shape, so it trains in fp32 there (known issue, docs/hostile-input.md)
+        doc["training"]["precision"] = "fp32"
     if doc["training"].get("early_stopping"):
         doc["training"]["early_stopping"].update(check_every=1, patience=1, max_iterations=2)
     doc["evaluation"]["ks"] = [1, 2]  # a fixture's few test images: Recall@1000 would be 1 for every method
