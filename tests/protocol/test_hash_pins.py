@@ -31,6 +31,7 @@ PINNED = {
     "omniglot-smoke.yaml": ("73249472d7ea", "998aea3a4a2e"),
     "omniglot-standard.yaml": ("6b03d10fd0ca", "a846eb51ef8c"),
     "omniglot-standard-sha.yaml": ("7a8dbd9cda4f", "a6ff341e40a9"),
+    "omniglot-converged.yaml": ("27a086db66f1", "f414b0cf471c"),
     "omniglot-quick-repeats.yaml": ("d06d53e35bf1", "bbf1f88911cf"),
     "reality-check-cars.yaml": ("9063118887f4", "a547d51831ac"),
     "reality-check-cub.yaml": ("7138d8db6ba4", "5b1826b5c762"),
