@@ -283,7 +283,9 @@ def test_batches_on_the_gpu_are_the_cpus() -> None:
 
 
 def test_adam_and_sgd_are_fused_on_cuda() -> None:
-    from bench.training import TrainConfig, _optimizer, build
+    from bench.cell import build_cell as build
+    from bench.cell import optimizer as _optimizer
+    from bench.training import TrainConfig
 
     for name in ("adam", "sgd"):
         config = TrainConfig(trunk="mlp", embedding_dim=8, optimizer=name, device="cuda")

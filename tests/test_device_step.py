@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench.cell import build_cell as build
+from bench.cell import optimizer as _optimizer
+from bench.cell.build import _fused
 from bench.data import LabeledData, load
 from bench.data.samplers import CHUNK, PKSampler
 from bench.training import (
     SYNC_EVERY,
     TrainConfig,
-    _fused,
-    _optimizer,
     augment,
-    build,
     read_back_point,
     seed_everything,
     train,

@@ -302,9 +302,8 @@ def _test_eval_s(protocol: Protocol, cost: TrunkCost) -> float:
 
 def _test_metrics_s(protocol: Protocol, cost: TrunkCost) -> float:
     """The metrics of one evaluation on the test side, without embedding it."""
-    doc = protocol.doc
-    test_classes, test_images = dataset_size(sized_test(doc["data"]["test"]), doc["data"]["test_classes"])
-    metrics = doc["evaluation"]["metrics"]
+    data, metrics = protocol.spec.data, protocol.spec.evaluation.metrics
+    test_classes, test_images = dataset_size(sized_test(data.test_spec), data.test_classes)
     return cost.slowdown * _metrics_s(test_images, test_classes, "nmi" in metrics or "ami" in metrics)
 
 

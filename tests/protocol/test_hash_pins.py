@@ -87,7 +87,12 @@ def test_typed_sections_say_what_the_document_says(name):
     assert list(spec.evaluation.metrics) == doc["evaluation"]["metrics"]
     assert spec.tuning.pruner.type == doc["tuning"]["pruner"]["type"]
     assert spec.tuning.repeats == doc["tuning"].get("repeats", 1)
-    assert list(spec.final.seeds) == doc["final"]["seeds"]
+    seeds = doc["final"]["seeds"]
+    if isinstance(seeds, dict):  # a range: every seed it may train, and the rule
+        assert list(spec.final.seeds) == list(range(seeds["max"])) and spec.final.seed_range is not None
+        assert (spec.final.seed_range.min, spec.final.seed_range.half_width) == (seeds["min"], seeds["half_width"])
+    else:
+        assert list(spec.final.seeds) == seeds and spec.final.seed_range is None
     assert spec.final.mode == doc["final"].get("mode", "retrain")
     assert [m.label for m in spec.grid.losses] == [m["label"] for m in doc["grid"]["losses"]]
     assert [m.search_space for m in spec.grid.miners] == [m["search_space"] for m in doc["grid"]["miners"]]

@@ -263,8 +263,9 @@ def test_the_kept_model_is_the_fold_models_joined(folds_sweep, data_root) -> Non
 def test_plan_counts_the_concatenation_as_metrics_only() -> None:
     """Under final.mode folds each fold model embeds the test set once; the concatenation joins the kept
     embeddings (a one-set test side), so a dearer embedding adds final_runs embeddings a final seed, not 2x."""
-    from bench.plan.cost import LAKE_IMAGES, dataset_size, estimate_cell, image_hw
+    from bench.plan.cost import LAKE_IMAGES, dataset_size, estimate_cell
     from bench.plan.types import TrunkCost
+    from bench.spec.schema import image_hw
 
     protocol = parse_protocol(_folds())
     p = plan(protocol)

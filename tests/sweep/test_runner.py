@@ -180,7 +180,7 @@ def test_common_random_numbers_same_seed_same_start_in_every_cell(sweep, data_ro
         seen.append((state, first))
         return trunk
 
-    monkeypatch.setattr(training.registry, "build_trunk", spy)
+    monkeypatch.setattr(registry, "build_trunk", spy)  # trunks are built through the registry (bench.trunks)
     cells = plan(protocol).cells
     by_seed = {}
     for cell, params, seed in (
