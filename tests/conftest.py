@@ -64,6 +64,30 @@ SLOW_TESTS = frozenset(
         "test_a_query_gallery_protocol_over_two_folders_runs_to_a_leaderboard",
         "test_plain_script_trains_a_few_iterations_reproducibly",
         "test_the_sides_it_takes_are_those_the_forward_pass_takes",  # BN-Inception at 269 input sides
+        # sweeps run through `main(...)` with arguments of their own, and runs trained to compare bit for bit
+        "test_a_sweep_run_in_chunks_ends_with_the_tables_of_one_run",
+        "test_a_trial_still_running_at_the_limit_is_given_back",
+        "test_a_device_override_is_recorded_in_the_manifest",
+        "test_train_equals_the_bare_loop_bit_for_bit_on_the_cpu",
+        "test_a_sweep_with_the_cache_or_augmenting_on_the_device_records_what_one_without_records",
+        "test_run_after_the_swap_trains_anew_and_never_reports_the_old_table",
+        "test_changed_data_at_the_same_path_is_a_new_version_never_the_old_table",
+        "test_a_second_run_on_the_same_stores_says_it_trained_nothing",
+        "test_classes_below_the_minimum_are_dropped_counted_said_once_and_recorded",
+        "test_classes_below_K_are_drawn_with_replacement_said_once_and_recorded",
+        "test_a_protocol_over_a_csv_listing_runs_and_no_query_finds_itself",
+        "test_train_takes_class_lists_split_and_threads",
+        "test_train_prints_and_records_the_untrained_floor_beside_its_score",
+        "test_short_run_beats_the_untrained_model",
+        "test_train_command_ranks_a_learned_metric_run_by_g_and_its_floor_too",
+        "test_dmlbench_train_records_its_augment",
+        "test_train_command_diverged_run_exits_1_and_is_recorded_failed",
+        "test_bf16_run_trains_in_bf16_with_channels_last",
+        # every image of the published zips decoded, or every shipped protocol's cells stepped once
+        "test_real_background_zip_equals_the_npz_arrays",
+        "test_cache_hit_is_equal_and_corrupt_cache_is_rebuilt",
+        "test_every_cell_of_the_shipped_protocols_passes_the_method_check",
+        "test_validate_times_the_precision_with_the_threads_it_is_given",
     }
 )
 
