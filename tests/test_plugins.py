@@ -24,6 +24,7 @@ from bench.errors import BenchError
 from bench.plugins import load_plugin
 from bench.protocol import load_protocol
 from bench.protocol.load import canonical_json
+from bench.registry import _lookup
 
 PKG = Path(__file__).parent / "plugin_pkg"
 FILE = str(PKG / "my_methods.py")
@@ -67,8 +68,8 @@ def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 def _fresh_process() -> None:
     """Forget every plugin entry and module, as a new `dmlbench` process (a second worker) starts."""
-    for key in [k for k, e in registry._REGISTERED.items() if e.plugin]:
-        del registry._REGISTERED[key]
+    for key in [k for k, e in _lookup._REGISTERED.items() if e.plugin]:
+        del _lookup._REGISTERED[key]
     for name in MODULES:
         sys.modules.pop(name, None)
 
@@ -464,8 +465,8 @@ def plain_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     )
     monkeypatch.syspath_prepend(str(site))
     yield
-    for key in [k for k, e in registry._REGISTERED.items() if e.plugin]:
-        del registry._REGISTERED[key]
+    for key in [k for k, e in _lookup._REGISTERED.items() if e.plugin]:
+        del _lookup._REGISTERED[key]
     sys.modules.pop("plain_dml", None)
 
 
