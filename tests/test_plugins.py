@@ -23,7 +23,7 @@ from bench.cli import main
 from bench.errors import BenchError
 from bench.plugins import load_plugin
 from bench.protocol import load_protocol
-from bench.protocol.load import canonical_json
+from bench.protocol.hashing import canonical_json
 from bench.registry import _lookup
 
 PKG = Path(__file__).parent / "plugin_pkg"
@@ -491,7 +491,7 @@ def test_an_entry_point_naming_a_class_is_that_method_without_register(plain_ins
 
 def test_a_protocol_names_entry_point_classes_without_register(plain_installed):
     from bench.protocol import parse_protocol
-    from bench.protocol.load import plugin_fingerprints
+    from bench.protocol.hashing import plugin_fingerprints
 
     text = PROTOCOL.replace("trunk: mlp, trunk_params: {{hidden: [32]}}", "trunk: tiny").format(second="centroid")
     text = text.replace("plugin_triplet, miners: [none, file_hardest]", "centroid, label: c2, miners: [none]")

@@ -15,8 +15,7 @@ import pytest
 
 from bench import registry
 from bench.plan import plan
-from bench.protocol import load_protocol, parse_protocol
-from bench.protocol.load import ProtocolError
+from bench.protocol import ProtocolError, load_protocol, parse_protocol
 
 REPO = Path(__file__).resolve().parents[1]
 
