@@ -226,10 +226,11 @@ class SyncFreePairs(torch.nn.Module):
 @pytest.fixture
 def sync_free_loss():
     from bench import registry
+    from bench.registry import _lookup
 
     registry.register("loss", "sync_free_pairs", tuples="pairs")(SyncFreePairs)
     yield "sync_free_pairs"
-    registry._REGISTERED.pop(("loss", "sync_free_pairs"), None)
+    _lookup._REGISTERED.pop(("loss", "sync_free_pairs"), None)
 
 
 @pytest.mark.parametrize("precision,optimizer", [("fp32", "adam"), ("bf16", "sgd")])

@@ -23,7 +23,8 @@ from bench.cli import main
 from bench.errors import BenchError
 from bench.plugins import load_plugin
 from bench.protocol import load_protocol
-from bench.protocol.load import canonical_json
+from bench.protocol.hashing import canonical_json
+from bench.registry import _lookup
 
 PKG = Path(__file__).parent / "plugin_pkg"
 FILE = str(PKG / "my_methods.py")
@@ -67,8 +68,8 @@ def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 def _fresh_process() -> None:
     """Forget every plugin entry and module, as a new `dmlbench` process (a second worker) starts."""
-    for key in [k for k, e in registry._REGISTERED.items() if e.plugin]:
-        del registry._REGISTERED[key]
+    for key in [k for k, e in _lookup._REGISTERED.items() if e.plugin]:
+        del _lookup._REGISTERED[key]
     for name in MODULES:
         sys.modules.pop(name, None)
 
@@ -464,8 +465,8 @@ def plain_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     )
     monkeypatch.syspath_prepend(str(site))
     yield
-    for key in [k for k, e in registry._REGISTERED.items() if e.plugin]:
-        del registry._REGISTERED[key]
+    for key in [k for k, e in _lookup._REGISTERED.items() if e.plugin]:
+        del _lookup._REGISTERED[key]
     sys.modules.pop("plain_dml", None)
 
 
@@ -490,7 +491,7 @@ def test_an_entry_point_naming_a_class_is_that_method_without_register(plain_ins
 
 def test_a_protocol_names_entry_point_classes_without_register(plain_installed):
     from bench.protocol import parse_protocol
-    from bench.protocol.load import plugin_fingerprints
+    from bench.protocol.hashing import plugin_fingerprints
 
     text = PROTOCOL.replace("trunk: mlp, trunk_params: {{hidden: [32]}}", "trunk: tiny").format(second="centroid")
     text = text.replace("plugin_triplet, miners: [none, file_hardest]", "centroid, label: c2, miners: [none]")

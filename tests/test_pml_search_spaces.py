@@ -15,8 +15,7 @@ import pytest
 
 from bench import registry
 from bench.plan import plan
-from bench.protocol import load_protocol, parse_protocol
-from bench.protocol.load import ProtocolError
+from bench.protocol import ProtocolError, load_protocol, parse_protocol
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -68,7 +67,7 @@ def test_a_pml_cell_without_a_search_space_tunes_its_default(tmp_path: Path) -> 
     )
     p = plan(parse_protocol(text, base=tmp_path))
     spaces = {c.id: c.search_space for c in p.cells}
-    assert spaces["pml-NTXentLoss+none"] == {"loss.temperature": registry._f(1e-4, 1.0, log=True)}
+    assert spaces["pml-NTXentLoss+none"] == {"loss.temperature": registry.float_space(1e-4, 1.0, log=True)}
     assert spaces["tml-fixed+none"] == {}  # a fixed parameter is not searched
     # the Reality Check did not tune it: the space of the built-in entry that wraps it
     assert spaces["pml-CircleLoss+none"] == {

@@ -10,7 +10,7 @@ import yaml
 from PIL import Image
 
 from bench.data.cub import read_cub200
-from bench.protocol.load import load_protocol
+from bench.protocol import load_protocol
 
 ROOT = Path(__file__).resolve().parents[1]
 

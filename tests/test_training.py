@@ -704,7 +704,7 @@ def test_protocol_training_precision_and_schedule_fields() -> None:
     """Defaults fill in (so writing them out keeps the hash); bad values are one line naming the key."""
     from _shared import MINIMAL
 
-    from bench.protocol.load import ProtocolError, parse_protocol
+    from bench.protocol import ProtocolError, parse_protocol
 
     base = parse_protocol(MINIMAL)
     defaults = {"precision": "fp32", "channels_last": None, "schedule": {"type": "constant", "warmup": 0}}

@@ -1,7 +1,7 @@
 """One cell built: its trunk, its loss and miner, and the optimiser's parameter groups.
 
 Everything that constructs a cell's methods comes here: the protocol's
-check that each method builds (`bench.protocol.load`), the pre-flight's and
+check that each method builds (`bench.protocol._methods`), the pre-flight's and
 the plan's one-step probe and timing (`bench.plan.method_cost`), the dead
 parameter probe (`bench.sweep.probe`), the floor of a learned metric
 (`bench.sweep.floor`), training (`bench.training.train`) and single runs

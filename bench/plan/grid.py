@@ -31,7 +31,7 @@ from bench.plan.cost import (
 from bench.plan.rungs import rung_schedule
 from bench.plan.types import Budget, Cell, Dropped, Estimate, Plan
 from bench.protocol import NO_MINER, Protocol
-from bench.protocol.load import canonical_json
+from bench.protocol.hashing import canonical_json
 from bench.spec import FinalSpec, MethodSpec, ModelSpec
 
 NOT_SELECTED = "not selected by the protocol (the loss's `miners` list)"

@@ -236,8 +236,7 @@ class Results:
         protocol would otherwise describe cells that were never run.
         """
         from bench.plan import plan
-        from bench.protocol import load_protocol
-        from bench.protocol.load import parse_protocol
+        from bench.protocol import load_protocol, parse_protocol
 
         text = self.manifest.get("protocol_text")
         candidates: list[Any] = []

@@ -378,7 +378,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 # Keys whose default is their absence (dotted path -> default): written out at the default they are dropped
-# (bench.protocol.load), so protocols from before they existed keep their hash; read them with `setting`.
+# (bench.protocol._defaults), so protocols from before they existed keep their hash; read them with `setting`.
 ABSENT_DEFAULTS: dict[str, Any] = {
     "model.pretrained": None,  # None: random initialisation
     "model.freeze_bn": False,
@@ -394,7 +394,7 @@ ABSENT_DEFAULTS: dict[str, Any] = {
     # the luckiest seed); "one" gives it one trial. Absent is "all", which protocols written before it ran.
     "tuning.unsearched": "all",
     # each final seed's model and test embeddings kept as MLflow artifacts (bench.sweep.kept); false for large
-    # trunks. What is kept changes no result, so the key is in no hash (bench.protocol.load.HASH_EXCLUDED)
+    # trunks. What is kept changes no result, so the key is in no hash (bench.protocol.hashing.HASH_EXCLUDED)
     "final.keep_models": True,
 }
 

@@ -138,13 +138,14 @@ def test_a_method_added_to_the_registry_is_planned_from_its_fields(monkeypatch):
 
     from bench import registry
     from bench.protocol import ProtocolError
+    from bench.registry import _builtin
 
     base = registry.get("miner", "margohnm")
     entry = dataclasses.replace(
         base, name="my_margins", supplies=("alpha1",), scope="dataset", embeds_per_step=lambda p, n: 1000.0
     )
-    monkeypatch.setattr(registry, "ENTRIES", (*registry.ENTRIES, entry))
-    monkeypatch.setitem(registry._BY_KEY, ("miner", "my_margins"), entry)
+    monkeypatch.setattr(_builtin, "ENTRIES", (*_builtin.ENTRIES, entry))
+    monkeypatch.setitem(_builtin.BY_KEY, ("miner", "my_margins"), entry)
     text = GRID.replace("{name: margohnm}]", "{name: margohnm}, {name: my_margins}]")
     p = plan(parse_protocol(text, "grid.yaml"))
     mine, theirs = p.cell("quadruplet+my_margins"), p.cell("quadruplet+margohnm")

@@ -129,7 +129,7 @@ def test_a_tiny_variant_of_each_field_protocol_runs_on_its_fixture(name: str, mo
 
 def test_a_non_square_image_size_needs_both_pipelines() -> None:
     """[height, width] is for image files whose pipelines end there; [s, s] is s (one meaning, one hash)."""
-    from bench.protocol.load import ProtocolError, parse_protocol
+    from bench.protocol import ProtocolError, parse_protocol
 
     doc = tiny(yaml.safe_load((REPO / "protocols" / "market1501-batch-hard.yaml").read_text()))
     assert doc["data"]["image_size"] == [64, 32]

@@ -294,7 +294,7 @@ def test_a_method_that_raises_is_refused_before_anything_is_spent(
     """Each cell's loss and miner run one step on a random batch: one problem per broken cell, naming the method."""
     import sys
 
-    from bench import registry
+    from bench.registry import _lookup
 
     plugin = tmp_path / "broken_methods.py"
     plugin.write_text(BROKEN_METHODS)
@@ -340,8 +340,8 @@ def test_a_method_that_raises_is_refused_before_anything_is_spent(
         found = preflight.problems(parse_protocol(text), data_root=str(data_root))
         assert [p.key for p in found] == ["grid.triplet+broken_miner", "grid.broken_loss+none"]
     finally:
-        for key in [k for k in registry._REGISTERED if k[1].startswith("broken_")]:
-            del registry._REGISTERED[key]
+        for key in [k for k in _lookup._REGISTERED if k[1].startswith("broken_")]:
+            del _lookup._REGISTERED[key]
         sys.modules.pop("dmlbench_plugin_broken_methods", None)
 
 

@@ -309,6 +309,7 @@ RAISING = TINY.replace("validation: {folds: 3, use: 1, group_by: alphabet}", "va
 
 def test_a_loss_that_raises_fails_its_trial_or_final_seed_with_its_reason_and_the_sweep_goes_on(tmp_path, data_root):
     from bench import registry
+    from bench.registry import _lookup
 
     registry.register("loss", "raises_later", tuples="triplets", needs=("num_classes",))(RaisesLater)
     try:
@@ -316,7 +317,7 @@ def test_a_loss_that_raises_fails_its_trial_or_final_seed_with_its_reason_and_th
         path.write_text(RAISING.replace("ITERATIONS", "6"))
         run_protocol(path, _options(tmp_path, data_root))
     finally:
-        del registry._REGISTERED[("loss", "raises_later")]
+        del _lookup._REGISTERED[("loss", "raises_later")]
     tables = read(tmp_path / "results" / "tiny")
     trials = tables["trials"].set_index("cell")
     failed = trials.loc[["raises_later+none"]]
