@@ -92,7 +92,7 @@ import jsonschema
 from bench.errors import BenchError
 from bench.plan import Plan
 from bench.reports import budget, floor
-from bench.reports.leaderboard import md_code, md_text
+from bench.reports.escape import md_code, md_text
 from bench.reports.source import Results
 from bench.stats import LEVEL, Difference, compare, holm, metric_range, one_sample
 
