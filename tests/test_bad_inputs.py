@@ -227,7 +227,7 @@ def test_mlflow_cell_tag_never_becomes_a_path(tmp_path: Path) -> None:
 
 
 def test_markdown_code_span_cannot_be_closed_by_its_text() -> None:
-    from bench.reports.leaderboard import md_code, md_text
+    from bench.reports.escape import md_code, md_text
 
     span = md_code("t`<img src=x onerror=alert(1)>`|x\ny")
     fence = span.split(" ", 1)[0]

@@ -12,7 +12,7 @@ from bench.commands._output import emit, format_option, log, quiet_option
 from bench.errors import BenchError
 
 if TYPE_CHECKING:
-    from bench.reports.leaderboard import Board
+    from bench.reports.leaderboard.board import Board
     from bench.reports.source import Results
 
 

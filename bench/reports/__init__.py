@@ -5,4 +5,16 @@ tables `bench.sweep.tables` reads; the commands in `bench.commands` are the only
 place files are written.
 """
 
-__all__ = ["budget", "claims", "edges", "floor", "html", "leaderboard", "mlflow_source", "regress", "source", "svg"]
+__all__ = [
+    "budget",
+    "claims",
+    "edges",
+    "escape",
+    "floor",
+    "html",
+    "leaderboard",
+    "mlflow_source",
+    "regress",
+    "source",
+    "svg",
+]

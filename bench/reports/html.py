@@ -21,10 +21,10 @@ import pandas as pd
 from bench.errors import BenchError
 from bench.plan import trained_cell
 from bench.reports import svg
-from bench.reports.leaderboard import (
+from bench.reports.leaderboard.board import Board
+from bench.reports.leaderboard.cells import (
     COMPUTE_HEADS,
     NOTES,
-    Board,
     budget,
     budget_cells,
     budget_heads,
@@ -33,12 +33,12 @@ from bench.reports.leaderboard import (
     fmt,
     fmt_interval,
     fmt_params,
-    footer_lines,
     interval_unit,
     notes,
     split_cells,
     split_heads,
 )
+from bench.reports.leaderboard.footer import footer_lines
 from bench.reports.source import Results
 
 BEST_CELLS = 3  # distance distributions are drawn for this many top cells

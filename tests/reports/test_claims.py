@@ -415,7 +415,7 @@ def test_shipped_requires_match_the_planned_cells() -> None:
 def test_a_number_the_metric_cannot_take_is_refused_not_judged(kind, fields, words) -> None:
     """`points: 3` on MAP@R meant three points; read as 3.0 it made every `within` claim supported."""
     close = {"A": [0.50, 0.51, 0.52], "B": [0.51, 0.52, 0.53]}
-    with pytest.raises(claims.BenchError, match=words):
+    with pytest.raises(BenchError, match=words):
         _judge(kind, close, **fields)
 
 

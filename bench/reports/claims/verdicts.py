@@ -1,4 +1,4 @@
-"""Verdicts on published claims, from the per-seed rows of one results table.
+"""Verdicts on published claims, from the per-seed rows of one results table: the decision rules.
 
 Every verdict rests on a 95% interval for an effect (a difference of
 means: the paired t interval when both cells ran the same final seeds,
@@ -84,166 +84,15 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
-import jsonschema
-
+from bench import registry
 from bench.errors import BenchError
 from bench.plan import Plan
 from bench.reports import budget, floor
-from bench.reports.leaderboard import md_code, md_text
+from bench.reports.claims.file import ClaimsFile, scaled, unit_of
 from bench.reports.source import Results
-from bench.stats import LEVEL, Difference, compare, holm, metric_range, one_sample
-
-DELTA = 0.01
-KINDS = ("beats", "no_better", "within", "reaches", "spread", "against_reference")
-
-_cell = {"type": "string", "minLength": 1}
-_method = {  # what a cell must run for the claim to be about it: checked against the re-planned protocol
-    "type": "object",
-    "minProperties": 1,
-    "additionalProperties": False,
-    "properties": {
-        "loss": _cell,
-        "miner": _cell,
-        "loss_params": {"type": "object"},
-        "miner_params": {"type": "object"},
-    },
-}
-_num = {"type": "number"}
-SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["protocol", "claims"],
-    "additionalProperties": False,
-    "properties": {
-        "protocol": {"type": "string", "minLength": 1},
-        "results": {"type": "string"},
-        "description": {"type": "string"},
-        "metric": {"type": "string"},
-        "equivalence": {"type": "number", "minimum": 0},
-        "claims": {
-            "type": "array",
-            "minItems": 1,
-            "items": {
-                "type": "object",
-                "required": ["id", "source", "kind"],
-                "additionalProperties": False,
-                "properties": {
-                    "id": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,100}\\Z"},  # \Z: no final newline
-                    "source": {"type": "string", "minLength": 1},
-                    "statement": {"type": "string"},
-                    "note": {"type": "string"},
-                    "kind": {"enum": list(KINDS)},
-                    "metric": {"type": "string"},
-                    "a": _cell,
-                    "b": _cell,
-                    "cell": _cell,
-                    "cells": {"type": "array", "items": _cell, "minItems": 2, "uniqueItems": True},
-                    "points": {"type": "number", "exclusiveMinimum": 0},
-                    "below": {"type": "number", "exclusiveMinimum": 0},
-                    "margin": {"type": "number", "minimum": 0},
-                    "value": _num,
-                    "unit": {"enum": ["fraction", "percent"]},
-                    "reference": {"type": "string"},
-                    "expect": {"enum": ["above", "below"]},
-                    "requires": {"type": "object", "minProperties": 1, "additionalProperties": _method},
-                },
-                "allOf": [
-                    {
-                        "if": {"properties": {"kind": {"enum": ["beats", "no_better"]}}},
-                        "then": {"required": ["a", "b"]},
-                    },
-                    {"if": {"properties": {"kind": {"const": "within"}}}, "then": {"required": ["a", "b", "points"]}},
-                    {"if": {"properties": {"kind": {"const": "reaches"}}}, "then": {"required": ["cell", "value"]}},
-                    {"if": {"properties": {"kind": {"const": "spread"}}}, "then": {"required": ["cells", "below"]}},
-                    {
-                        "if": {"properties": {"kind": {"const": "against_reference"}}},
-                        "then": {"required": ["cell", "value", "reference", "expect"]},
-                    },
-                ],
-            },
-        },
-    },
-}
-
-
-@dataclass(frozen=True)
-class ClaimsFile:
-    """A parsed claims file: which protocol (and results directory) it speaks of, the default
-    ``metric`` and ``equivalence`` margin, and its claims as written."""
-
-    path: Path
-    protocol: str
-    results: str | None
-    metric: str | None
-    equivalence: float
-    claims: list[dict[str, Any]]
-
-
-def output_names(cf: ClaimsFile) -> tuple[str, str]:
-    """The Markdown and JSON files a claims file's verdicts are written to, keyed by the claims file so that a
-    second claims file on the same results never erases the first's: ``claims.md`` and ``claims.json`` for the
-    protocol's own claims file (named after the protocol, ``protocols/claims/<protocol>.yaml``), else
-    ``claims-<file stem>.md`` and ``.json``."""
-    stem = cf.path.stem
-    tail = "" if stem == cf.protocol else f"-{stem}"
-    return f"claims{tail}.md", f"claims{tail}.json"
-
-
-def _where(error: jsonschema.ValidationError) -> str:
-    parts: list[str] = []
-    for p in error.absolute_path:
-        parts.append(f"[{p}]" if isinstance(p, int) else (f".{p}" if parts else str(p)))
-    return "".join(parts) or "(top level)"
-
-
-def parse(path: str | Path) -> ClaimsFile:
-    """Read and validate a claims file; every problem names the file and the key."""
-    from bench.spec.safe_yaml import YamlRefused, load_yaml, read_text
-
-    path = Path(path)
-    try:
-        exists = path.exists()
-    except OSError:  # a name too long for the file system
-        exists = False
-    if not exists:
-        raise BenchError(f"claims file {str(path)[:200]} does not exist")
-    try:
-        doc, _ = load_yaml(read_text(path, "claims file"), str(path))  # the protocol's bounded, safe loader
-    except YamlRefused as e:
-        raise BenchError(f"{path}: not readable YAML ({str(e).removeprefix(str(path)).lstrip(':')})") from None
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(SCHEMA).iter_errors(doc))
-    if error is not None:
-        raise BenchError(f"{path}: {_where(error)}: {error.message}")
-    bad = _non_finite(doc)
-    if bad:
-        raise BenchError(f"{path}: {bad[0]}: expected a finite number, got {bad[1]}")
-    ids = [c["id"] for c in doc["claims"]]
-    dup = sorted({i for i in ids if ids.count(i) > 1})
-    if dup:
-        raise BenchError(f"{path}: claim ids must be unique; repeated: {', '.join(dup)}")
-    return ClaimsFile(
-        path,
-        doc["protocol"],
-        doc.get("results"),
-        doc.get("metric"),
-        float(doc.get("equivalence", DELTA)),
-        doc["claims"],
-    )
-
-
-def _non_finite(value: Any, where: str = "") -> tuple[str, float] | None:
-    """The first NaN or infinite number in a claims document: JSON Schema's bounds let `.nan` through."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return where or "(top level)", value
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        found = _non_finite(item, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else key)
-        if found:
-            return found
-    return None
-
+from bench.stats import LEVEL, Difference, compare, holm, one_sample
 
 VERDICTS = ("supported", "contradicted", "inconclusive", "not testable")
 TUNING_CAVEAT = (
@@ -303,12 +152,6 @@ def best_cell(res: Results) -> str:
     return min(res.cells, key=key)
 
 
-def unit_of(claim: dict[str, Any]) -> tuple[float, int, str]:
-    """How a claim's numbers are shown: in its own unit, so that a claim written in percent reads its effect,
-    interval and thresholds in percentage points. (scale from the metric's fraction, decimals, suffix)."""
-    return (100.0, 2, " pp") if claim.get("unit") == "percent" else (1.0, 4, "")
-
-
 def _ci(d: Difference, claim: dict[str, Any]) -> str:
     scale, places, suffix = unit_of(claim)
     if not d.testable:
@@ -342,31 +185,6 @@ def _finding(p_support: float, p_contradict: float, support_first: bool = True) 
     return name, min(1.0, 2 * p)
 
 
-_BOUNDS = ("points", "below", "margin", "equivalence")  # differences between two cells: at most the range's width
-
-
-def _scaled(cf: ClaimsFile, claim: dict[str, Any], key: str, metric: str) -> float:
-    """A number of a claim on the metric's own scale: ``unit: percent`` divides every number of the claim
-    (``value``, ``points``, ``below``, ``margin``) by 100. A number the metric cannot take is refused, so
-    that ``points: 3`` on MAP@R (meant as 3 points, read as 3.0) is an error, never an always-true claim."""
-    raw = float(claim[key])
-    value = raw / 100.0 if claim.get("unit") == "percent" else raw
-    low, high = metric_range(metric)
-    where = f"{cf.path}: " + (f"claim {claim['id']}: " if "id" in claim else "")
-    if key in _BOUNDS:
-        if value > high - low:
-            raise BenchError(
-                f"{where}{key} {raw:g} is wider than {metric}'s whole range [{low:g}, {high:g}]: "
-                f"write it on that scale ({raw / 100:g} for {raw:g} points), or add unit: percent"
-            )
-    elif not low <= value <= high:
-        raise BenchError(
-            f"{where}{key} {raw:g} lies outside {metric}'s range [{low:g}, {high:g}]: "
-            f"write it on that scale, or add unit: percent if it is a percentage"
-        )
-    return value
-
-
 def _tost(d: Difference, x: float) -> tuple[float, float]:
     """(p inside (-x, x), p wholly outside): the equivalence test and its negation, one-sided each."""
     above_low, below_low = d.shifted(-x)
@@ -382,8 +200,6 @@ def mismatch(plan: Plan, cell: str, spec: dict[str, Any]) -> str | None:
     else the method's default, and a parameter the cell tunes is never the
     fixed value a claim is about.
     """
-    from bench import registry
-
     try:
         c = plan.cell(cell)
     except KeyError:
@@ -457,7 +273,7 @@ def judge(claim: dict[str, Any], res: Results, cf: ClaimsFile) -> Verdict:
     if metric not in res.metrics:
         raise BenchError(f"{cf.path}: claim {cid}: no metric {metric!r} in {res.root} (have: {', '.join(res.metrics)})")
     own = "margin" in claim  # else the file's equivalence margin, on the metric's own scale
-    delta = _scaled(cf, claim if own else {"equivalence": cf.equivalence}, "margin" if own else "equivalence", metric)
+    delta = scaled(cf, claim if own else {"equivalence": cf.equivalence}, "margin" if own else "equivalence", metric)
     kind = claim["kind"]
     names = (
         [claim["a"], claim["b"]]
@@ -493,12 +309,12 @@ def judge(claim: dict[str, Any], res: Results, cf: ClaimsFile) -> Verdict:
             finding = _finding(d.shifted(delta)[1], d.p_greater, support_first=False)
             why = f"{a} - {b} = {_ci(d, claim)}; supported if it lies below +{_g(delta, claim)}, contradicted if it lies above 0"
         else:
-            x = _scaled(cf, claim, "points", metric)
+            x = scaled(cf, claim, "points", metric)
             finding = _finding(*_tost(d, x))
             why = f"{a} - {b} = {_ci(d, claim)}; supported if it lies inside (-{_g(x, claim)}, +{_g(x, claim)})"
     elif kind in ("reaches", "against_reference"):
         a = cells[0]
-        value = _scaled(cf, claim, "value", metric)
+        value = scaled(cf, claim, "value", metric)
         d = one_sample(res.values(a, metric), value)
         if kind == "reaches":
             finding = _finding(*d.shifted(-delta))
@@ -508,7 +324,7 @@ def judge(claim: dict[str, Any], res: Results, cf: ClaimsFile) -> Verdict:
             finding = _finding(d.p_greater, d.p_less) if above else _finding(d.p_less, d.p_greater)
             why = f"{a} - {claim['reference']} ({_g(value, claim, level=True)}) = {_ci(d, claim)}; expected {claim['expect']} the reference"
     else:  # spread
-        x = _scaled(cf, claim, "below", metric)
+        x = scaled(cf, claim, "below", metric)
         pairs = list(itertools.combinations(cells, 2))
         tests = [_tost(diff(p, q), x) for p, q in pairs]
         means = {c: float(res.values(c, metric).mean()) for c in cells}
@@ -537,15 +353,6 @@ def judge(claim: dict[str, Any], res: Results, cf: ClaimsFile) -> Verdict:
         p,
         d.test,
     )
-
-
-def resolve_results_dir(cf: ClaimsFile, explicit: str | Path | None) -> Path:
-    """Where the results are: the command line's choice, else the claims file's, else results/<protocol>."""
-    if explicit is not None:
-        return Path(explicit)
-    if cf.results:
-        return Path(cf.results)
-    return Path("results") / cf.protocol
 
 
 def adjust(verdicts: list[Verdict], caveat: str = TUNING_CAVEAT) -> list[Verdict]:
@@ -614,211 +421,3 @@ def stability(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> list[Ver
         )
         out.append(replace(v, stable=not problems, stability=note, verdict_at_multiple=again))
     return out
-
-
-def _n(x: float) -> float | None:
-    return float(x) if x is not None and math.isfinite(x) else None
-
-
-def to_json(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> dict[str, Any]:
-    """The verdicts with the records behind each (cells, seeds, values, file, hash), so a reader can
-    recompute any number; non-finite numbers become null."""
-    return {
-        "claims_file": str(cf.path),
-        "protocol": res.protocol,
-        "protocol_hash": res.protocol_hash,
-        "results": str(res.root),
-        "results_file": str(res.finals_file),
-        "fingerprints": res.fingerprints,
-        "equivalence": cf.equivalence,
-        "scale": "effect, ci_low and ci_high on the metric's own scale (a fraction); the reasons and the tables "
-        "show each claim's unit (percentage points for unit: percent)",
-        "interval": f"{LEVEL:.0%} (paired t where both cells ran the same final seeds, else Welch; one-sample t "
-        "against published values)",
-        "correction": "Holm across the file's testable claims; verdicts use the adjusted p",
-        "conditional_on": tuning_caveat(res),
-        "verdicts": [
-            {
-                "id": v.claim["id"],
-                "kind": v.claim["kind"],
-                "source": v.claim["source"],
-                "statement": v.claim.get("statement", ""),
-                "verdict": v.verdict,
-                "metric": v.metric,
-                "effect": _n(v.effect),
-                "ci_low": _n(v.low),
-                "ci_high": _n(v.high),
-                "reason": v.reason,
-                "test": v.test or None,
-                "finding": v.finding or None,
-                "p": _n(v.p_raw),
-                "p_holm": _n(v.p_adjusted),
-                "stable": v.stable,
-                "stability": v.stability or None,
-                "verdict_at_multiple": v.verdict_at_multiple or None,
-                "n_seeds": {c: len(s) for c, s in v.values.items()},
-                "records": {
-                    "cells": v.cells,
-                    "seeds": v.seeds,
-                    "values": v.values,
-                    "results_file": str(res.finals_file),
-                    "protocol_hash": res.protocol_hash,
-                },
-            }
-            for v in verdicts
-        ],
-        "counts": {k: sum(v.verdict == k for v in verdicts) for k in VERDICTS},
-        "budget_check": _budget_doc(res),
-        "versions": versions(res),
-    }
-
-
-def _budget_doc(res: Results) -> dict[str, Any] | None:
-    """The table-level budget check the stability notes rest on (None: no check, stability unknown)."""
-    check = budget.check(res)
-    if check is None:
-        return None
-    return {
-        "multiple": check.multiple,
-        "iterations": check.iterations,
-        "metric": check.metric,
-        "kendall_tau": _n(check.tau),
-        "moved": check.moved,
-        "not_checked": check.missing,
-        "stable": check.stable,
-    }
-
-
-def _budget_line(res: Results) -> str:
-    """What the markdown says of the budget check above the verdicts."""
-    check = budget.check(res)
-    if check is None:
-        return (
-            "No budget check (`dmlbench budget-check`): whether these verdicts hold when every cell trains "
-            "longer is unknown."
-        )
-    head = (
-        "The table's ranking is stable"
-        if check.stable
-        else "**The table's ranking is not stable**"
-        if check.moved
-        else "**The table's ranking is not yet shown stable** (the check is incomplete)"
-    )
-    return (
-        f"{head} under the budget check: {md_text(check.summary())}. Beside each verdict: whether it holds "
-        f"at {check.multiple}x (judged again there by the same rules)."
-    )
-
-
-def versions(res: Results) -> dict[str, Any] | None:
-    """When the protocol file `requires` is checked against is another version than the one the results ran
-    (same shared settings, other cells): its hash, the cells it adds (not in the results, or redefined) and the
-    cells of the results it drops (or redefines), by cell key. None when it is the results' own version."""
-    plan = res.plan
-    if plan is None or plan.protocol.hash == res.protocol_hash:
-        return None
-    planned = [c.id for c in plan.cells]
-    return {
-        "protocol_file_hash": plan.protocol.hash,
-        "added": [c for c in planned if c not in res.cell_keys or not res.same_cell(plan, c)],
-        "dropped": [c for c in res.cell_keys if not res.same_cell(plan, c)],
-    }
-
-
-def version_lines(res: Results) -> list[str]:
-    """`versions` in one line each for the added and the dropped cells (none when the versions are one)."""
-    v = versions(res)
-    if v is None:
-        return []
-    head = f"the protocol file ({res.plan.protocol.source if res.plan else '?'}, hash {v['protocol_file_hash'][:12]})"
-    out = []
-    if v["added"]:
-        out.append(f"{head} adds cells these results do not hold: {', '.join(v['added'])}")
-    if v["dropped"]:
-        out.append(f"{head} drops cells of these results (claims on them are not testable): {', '.join(v['dropped'])}")
-    return out
-
-
-def _p(x: float) -> str:
-    return f"{x:.3g}" if x is not None and math.isfinite(x) else "-"
-
-
-def _effect(v: Verdict) -> str:
-    """The effect and its interval in the claim's unit (`unit_of`): ``-11.58 [-16.60, -6.56] pp`` for a claim
-    in percent, ``-0.1158 [-0.1660, -0.0656]`` for one on the metric's scale."""
-    scale, places, suffix = unit_of(v.claim)
-
-    def f(x: float) -> str:
-        return f"{x * scale:+.{places}f}" if x is not None and math.isfinite(x) else "-"
-
-    if v.effect is None or not math.isfinite(v.effect):
-        return "-"
-    return f"{f(v.effect)} [{f(v.low)}, {f(v.high)}]{suffix}"
-
-
-def markdown(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> str:
-    """A README-ready table of the verdicts, their reasons, and the files and fingerprints they rest on."""
-    out = [
-        f"## Claims checked against {md_code(res.protocol)}",
-        "",
-        f"Effects as difference of means with a {LEVEL:.0%} interval over final seeds (paired t where both cells "
-        f"ran the same seeds, else Welch); equivalence margin {cf.equivalence:g} unless a claim sets its own. "
-        "Each verdict uses its Holm-adjusted p (across this file's testable claims); every interval is "
-        f"{tuning_caveat(res)}. A claim on a missing, collapsed (not above the floor), barely trained (above it by "
-        f"less than {floor.WEAK_SHARE:.0%} of the best cell's gain) or different method is not testable.",
-        "",
-        _budget_line(res),
-        "",
-        *(line for text in version_lines(res) for line in (md_text(text[0].upper() + text[1:]) + ".", "")),
-        "| claim | kind | verdict | budget check | metric | effect [95% CI] | test | p | p (Holm) | seeds | cells | "
-        "source |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for v in verdicts:
-        seeds = ", ".join(str(len(s)) for s in v.values.values())
-        ci = _effect(v)
-        cells = ", ".join(md_code(c) for c in v.cells)
-        src = md_text(v.claim["source"])
-        out.append(
-            f"| {v.claim['id']} | {v.claim['kind']} | **{v.verdict}** | {md_text(v.stability or '-')} | "
-            f"{v.metric} | {ci} | {v.test or '-'} | "
-            f"{_p(v.p_raw)} | {_p(v.p_adjusted)} | {seeds or '-'} | {cells} | {src} |"
-        )
-    out += ["", "### Reasons", ""]
-    out += [
-        f"- **{v.claim['id']}** ({v.verdict}): {md_text(v.claim.get('statement', '').strip())} {md_text(v.reason)}".replace(
-            "  ", " "
-        )
-        for v in verdicts
-    ]
-    out += [
-        "",
-        "---",
-        "",
-        f"- results file {md_code(res.finals_file)}, protocol {md_code(res.protocol)} hash "
-        f"{md_code(res.protocol_hash)}",
-        *(f"- {md_text(k)} split fingerprint {md_code(fp)}" for k, fp in res.fingerprints.items()),
-        f"- claims file {md_code(cf.path)}",
-    ]
-    return "\n".join(out) + "\n"
-
-
-def text_table(verdicts: list[Verdict]) -> str:
-    """One aligned line per claim for the terminal."""
-    rows = [("claim", "verdict", "effect [95% CI]", "p (Holm)", "seeds", "cells", "at the budget check")]
-    for v in verdicts:
-        rows.append(
-            (
-                v.claim["id"],
-                v.verdict,
-                _effect(v),
-                _p(v.p_adjusted),
-                "/".join(str(len(s)) for s in v.values.values()) or "-",
-                " vs ".join(v.cells),
-                "-" if v.stable is None else "stable" if v.stable else f"NOT STABLE ({v.verdict_at_multiple} there)",
-            )
-        )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
