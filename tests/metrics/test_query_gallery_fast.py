@@ -92,13 +92,13 @@ def test_top_ranked_equals_ranked_prefix_under_ties(seed: int) -> None:
 
 
 def test_chunks_hold_the_memory_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Default chunks: RANK_COST (SORT_COST for re-ID) x rows x gallery within BLOCK_ELEMENTS."""
+    """Default chunks: RANK_COST (REID_COST for re-ID) x rows x gallery within BLOCK_ELEMENTS."""
     q, qy, g, gy = _data(0, 300, 2000, 50, False)
     seen: list[int] = []
     real = qg._Scorer.blocks
 
-    def watched(self, rows):  # the real blocks, their sizes noted
-        for s, e, block in real(self, rows):
+    def watched(self, rows, **kw):  # the real blocks, their sizes noted
+        for s, e, block in real(self, rows, **kw):
             seen.append(block.numel())
             yield s, e, block
 
@@ -108,7 +108,7 @@ def test_chunks_hold_the_memory_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     assert max(seen) * qg.RANK_COST <= 50_000 and len(seen) > 1
     seen.clear()
     qg.reid_metrics(q, qy, torch.zeros(300, dtype=torch.int64), g, gy, torch.ones(2000, dtype=torch.int64))
-    assert max(seen) * qg.SORT_COST <= 50_000 and len(seen) > 1
+    assert max(seen) * qg.REID_COST <= 50_000 and len(seen) > 1
 
 
 def _reid_data(seed: int, nq: int, ng: int, classes: int, ties: bool):
