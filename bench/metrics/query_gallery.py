@@ -383,9 +383,14 @@ def _near_ranks(
     return counted + place[torch.searchsorted(flat, q * G + j)] - row_start + 1
 
 
-def _pairs(query_keys: torch.Tensor, gallery_keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every (query, gallery) index pair with equal keys, by query then gallery position."""
-    sorted_keys, order = torch.sort(gallery_keys, stable=True)
+def _pairs(
+    query_keys: torch.Tensor,
+    gallery_keys: torch.Tensor,
+    sorted_gallery: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every (query, gallery) index pair with equal keys, by query then gallery position (``sorted_gallery``:
+    the gallery keys' stable sort, values and indices, when made beforehand)."""
+    sorted_keys, order = sorted_gallery if sorted_gallery is not None else torch.sort(gallery_keys, stable=True)
     lo = torch.searchsorted(sorted_keys, query_keys)
     count = torch.searchsorted(sorted_keys, query_keys, right=True) - lo
     q = torch.repeat_interleave(torch.arange(len(query_keys)), count)
@@ -472,11 +477,17 @@ class _Scorer:
         if self.qid is not None and self.gid is not None:
             pairs.append(_pairs(self.qid, self.gid))
         if self.qcam is not None and self.gcam is not None:
-            both = torch.cat((torch.stack((self.qy, self.qcam), 1), torch.stack((self.gy, self.gcam), 1)))
-            key = torch.unique(both, dim=0, return_inverse=True)[1]
+            # (identity, camera) as one integer: the two renumbered 0.. by a sort each (no sort of rows)
+            identity = torch.unique(torch.cat((self.qy, self.gy)), return_inverse=True)[1]
+            camera = torch.unique(torch.cat((self.qcam, self.gcam)), return_inverse=True)[1]
+            key = identity * (int(camera.max()) + 1) + camera
             pairs.append(_pairs(key[: len(self.qy)], key[len(self.qy) :]))
         flat = torch.unique(torch.cat([q * G + j for q, j in pairs])) if pairs else torch.zeros(0, dtype=torch.int64)
-        self.ex_q, self.ex_g = flat // G, flat % G  # sorted by query
+        self.ex_q, self.ex_g, self.ex_flat = flat // G, flat % G, flat  # sorted by query
+        # the matchable gallery items, sorted by label once for `_positives`
+        self.match_index = self.matchable.nonzero().squeeze(1)
+        values, order = torch.sort(self.gy[self.match_index], stable=True)
+        self.match_sorted = (values, order)
         # R: the query's class in the gallery (matchable items), less its excluded pairs of that class.
         labels, counts = torch.unique(self.gy[self.matchable], return_counts=True)
         at = torch.searchsorted(labels, self.qy).clamp(max=max(len(labels) - 1, 0))
@@ -583,12 +594,13 @@ class _Scorer:
 
     def _positives(self, s: int, e: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(query, gallery) index pairs of the correct items of queries s..e, by query then position."""
-        q, j = _pairs(self.qy[s:e], self.gy)
-        q = q + s
-        keep = self.matchable[j]
-        if len(self.ex_q):
-            keep &= ~torch.isin(q * len(self.gy) + j, self.ex_q * len(self.gy) + self.ex_g)
-        return q[keep], j[keep]
+        q, at = _pairs(self.qy[s:e], self.gy[self.match_index], self.match_sorted)
+        q, j = q + s, self.match_index[at]
+        a, b = torch.searchsorted(self.ex_q, torch.tensor([s, e])).tolist()
+        if b > a:
+            keep = ~torch.isin(q * len(self.gy) + j, self.ex_flat[a:b])
+            q, j = q[keep], j[keep]
+        return q, j
 
     def _learned(self, s: int, e: int) -> torch.Tensor:
         """``pair_score`` of queries s..e against the gallery, checked: (e - s, gallery) finite float32."""
