@@ -356,7 +356,7 @@ def _true_positions(mask: torch.Tensor) -> torch.Tensor:
     nonzero over the int64 words, then over the bytes of the words that are not zero)."""
     n = len(mask) // 8 * 8
     words = mask[:n].view(torch.int64).nonzero().squeeze(1)
-    within = mask[:n].view(-1, 8)[words].nonzero()
+    within = mask[:n].view(-1, 8).index_select(0, words).nonzero()
     found = words[within[:, 0]] * 8 + within[:, 1]
     if n < len(mask):
         found = torch.cat((found, mask[n:].nonzero().squeeze(1) + n))
@@ -566,14 +566,18 @@ class _Scorer:
             block, u, v = scores[a:b], bounds[i], bounds[i + 1]
             bins = _bins(block, scale[a:b], offset[a:b], unbase[a:b], M, buffer)
             qs = q[u:v] - a
-            key = bins[qs * G + j[u:v]].to(torch.int64)
+            key = bins.index_select(0, qs * G + j[u:v]).to(torch.int64)
             shared = torch.zeros((b - a) * M, dtype=torch.bool)
-            shared[key] = True
+            shared.index_fill_(0, key, True)
             hist = torch.bincount(bins, minlength=(b - a) * M).masked_fill_(shared, 0)
             below = torch.cumsum(hist, 0)
-            counted.append(below[key] - below[qs * M] + hist[qs * M])  # the row's unshared items in lower bins
+            first_bin = qs * M
+            # the row's items in lower bins that no correct item shares
+            counted.append(
+                below.index_select(0, key) - below.index_select(0, first_bin) + hist.index_select(0, first_bin)
+            )
             flat = _true_positions(torch.index_select(shared, 0, bins))
-            nears.append(block.reshape(-1)[flat])
+            nears.append(block.reshape(-1).index_select(0, flat))
             flats.append(flat + a * G)
             held += len(flat)
             if held >= step * G or b == rows:
