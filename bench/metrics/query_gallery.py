@@ -24,17 +24,18 @@ in the loop references of the tests).
 
 Memory and speed: queries go in chunks scored against the whole gallery, sized so that
 a chunk's working set stays near ``BLOCK_ELEMENTS`` x 4 bytes (128 MB; see ``RANK_COST``,
-``SORT_COST``), whatever the sizes. The exclusion rules are index lists made once (junk
+``REID_COST``), whatever the sizes. The exclusion rules are index lists made once (junk
 columns; (query, gallery) pairs of the same sample or the same identity and camera) and
 ``R`` is counted from the labels, so a chunk costs its scores and little more:
 
 * Recall@K, P@1, R-Precision and MAP@R look at most ``K = max(max(ks), largest R)`` items
   deep, found by `top_ranked` (column-group minima pick the candidates, ranked by (score,
   position); a row tied at the k-th score goes to `ranked_prefix`);
-* re-ID mAP needs every correct item's rank: `_Scorer.positive_ranks` maps each row's scores
-  monotonically into histogram bins, counts the items in bins before each correct item's, and
-  compares exactly only the items sharing its bin (score, then position: what `sorted_ranks`'
-  stable sort gives).
+* re-ID mAP needs every correct item's rank: junk columns are left out of the scores (never
+  ranked, so never scored), and `_Scorer.positive_ranks` maps each row's scores monotonically
+  into histogram bins, slice by slice of rows, counts the items in bins before each correct
+  item's, and orders exactly (score, then position: what `sorted_ranks`' stable sort gives)
+  only the items of the bins that correct items share.
 
 Both give exactly the numbers of the full-pass versions (``tests/metrics/test_query_gallery_fast.py``
 compares with a frozen copy, ties included).
@@ -61,13 +62,17 @@ from bench.metrics.retrieval import (
 PairScore = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (query rows, gallery) -> scores, smaller nearer
 RANKING_METRICS = ("precision_at_1", "r_precision", "map_at_r", "recall_at_k")
 # A chunk's working set in float32 blocks (4 bytes an element): ranking needs the scores and a gather of
-# the column-group minima and candidates (~8 bytes an element); re-ID's counted ranks add, per
-# element, its bin as float and int32, a bool lookup (~12 bytes, with a histogram of a quarter the
-# elements), and a row whose scores crowd into its correct items' bins goes to the sort (~30). So a chunk stays near BLOCK_ELEMENTS x 4 bytes (128 MB), whatever the size.
-RANK_COST, SORT_COST = 2, 8
-# re-ID's counted ranks (`_Scorer._binned_ranks`): gallery items a histogram bin holds on average, and the
-# most bins in one pass (their numbers exact in float32, below 2^24)
-BIN_SHARE, BIN_LIMIT = 4, 1 << 22
+# the column-group minima and candidates (~8 bytes an element); re-ID keeps the chunk's scores and its
+# correct items (~4 bytes an element with a few correct items a row; more when one identity fills the
+# gallery), and works on one slice of rows at a time (`SLICE_ELEMENTS`). So a chunk stays near
+# BLOCK_ELEMENTS x 4 bytes (128 MB), whatever the size.
+RANK_COST, REID_COST = 2, 4
+# re-ID's counted ranks (`_Scorer.positive_ranks`): gallery items a histogram bin holds on average; the
+# most bins in one slice (their numbers exact in float32: `_bins` adds 2^23, below 2^24); the elements
+# of a slice (its scores, bins and lookup stay in a core's cache through the passes over them)
+BIN_SHARE, BIN_LIMIT, SLICE_ELEMENTS = 8, 1 << 22, 1 << 19
+# float32 2^23: adding it to a value in [0, 2^23) leaves round(value) in the low bits of the sum's bit pattern
+_MAGIC, _MAGIC_BITS = float(1 << 23), 0x4B000000
 
 
 def query_gallery_metrics(
@@ -187,7 +192,7 @@ def reid_metrics(
     ks = _check_ks(ks)
     n = len(scorer.qy)
     first, ap = torch.zeros(n, dtype=torch.int64), torch.zeros(n, dtype=torch.float64)
-    for s, e, block in scorer.blocks(scorer.rows(SORT_COST)):
+    for s, e, block in scorer.blocks(scorer.rows(REID_COST), ranked_only=True):
         first[s:e], ap[s:e] = scorer.positive_ranks(s, e, block)
     rank = scorer.nonempty(first)
     result = {"reid_map": scorer.nonempty(ap).mean().item()}
@@ -313,9 +318,79 @@ def _r_metrics_from_hits(hit: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tens
     return relevant.sum(dim=1) / r_float, (precision * relevant).sum(dim=1) / r_float
 
 
-def _pairs(query_keys: torch.Tensor, gallery_keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every (query, gallery) index pair with equal keys, by query then gallery position."""
-    sorted_keys, order = torch.sort(gallery_keys, stable=True)
+def _bin_maps(q: torch.Tensor, t: torch.Tensor, rows: int, M: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's (scale, offset) for `_bins`: its correct scores ``t`` (rows ``q``) from lo to hi onto
+    bins 1 to M - 2, 2^23 added to the offset. A row with no spread gets scale (M - 3) / 1; one whose map
+    overflows (a subnormal spread) gets (1, 2^23): any finite increasing map keeps the counts exact."""
+    inf = torch.full((rows,), float("inf"))
+    lo = inf.scatter_reduce(0, q, t, "amin")
+    hi = (-inf).scatter_reduce(0, q, t, "amax")
+    span = hi - lo
+    span = torch.where(torch.isfinite(span) & (span > 0), span, torch.ones_like(span))
+    lo = torch.where(torch.isfinite(lo), lo, torch.zeros_like(lo))
+    scale = (M - 3) / span
+    offset = (1 - lo * scale) + _MAGIC
+    odd = ~(torch.isfinite(scale) & torch.isfinite(offset))
+    return torch.where(odd, 1.0, scale), torch.where(odd, _MAGIC, offset)
+
+
+def _bins(
+    block: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor, unbase: torch.Tensor, M: int, buffer: torch.Tensor
+) -> torch.Tensor:
+    """Each score's bin, flat int32: ``clamp(score x scale + offset, 2^23, 2^23 + M - 1)``, an integer
+    (float32 has no fraction from 2^23 up), whose bit pattern less ``unbase`` (2^23's bits less the row's
+    first bin, row x M) is the bin. Separate IEEE multiply, add and clamp: an increasing function of the
+    score, the same for every element; +inf (excluded items) goes to the row's last bin. Four passes,
+    in place in ``buffer`` after the first."""
+    rows, G = block.shape
+    y = torch.mul(block, scale.unsqueeze(1), out=buffer[: rows * G].view(rows, G))
+    y.add_(offset.unsqueeze(1))
+    y.clamp_(_MAGIC, _MAGIC + (M - 1))
+    bins = y.view(torch.int32)
+    bins.sub_(unbase.unsqueeze(1))
+    return bins.view(-1)
+
+
+def _true_positions(mask: torch.Tensor) -> torch.Tensor:
+    """Increasing positions of a flat bool tensor's True entries, found 8 bytes at a time (few are True:
+    nonzero over the int64 words, then over the bytes of the words that are not zero)."""
+    n = len(mask) // 8 * 8
+    words = mask[:n].view(torch.int64).nonzero().squeeze(1)
+    within = mask[:n].view(-1, 8).index_select(0, words).nonzero()
+    found = words[within[:, 0]] * 8 + within[:, 1]
+    if n < len(mask):
+        found = torch.cat((found, mask[n:].nonzero().squeeze(1) + n))
+    return found
+
+
+def _near_ranks(
+    flat: torch.Tensor, near: torch.Tensor, q: torch.Tensor, j: torch.Tensor, counted: torch.Tensor, G: int
+) -> torch.Tensor:
+    """1-based rank of each correct item (row q, column j): ``counted`` (its row's items below its bin
+    that share no bin with a correct item) + its row's near items before it in (score, position) order.
+
+    ``flat`` (row x G + column, increasing) and ``near`` (their scores) list the near items, the correct
+    items among them. A near item in a lower bin has a lower score, one in a higher bin a higher score,
+    so within the row the near items decide the order alone. One stable sort by (row, score) orders them,
+    the float32 bits made an increasing integer (negative floats' magnitude bits flipped; -0.0 made +0.0
+    first, which compares equal): equal scores keep their position order."""
+    bits = (near + 0.0).view(torch.int32).to(torch.int64)
+    increasing = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits) + (1 << 31)  # in [0, 2^32)
+    sorted_keys, order = torch.sort(((flat // G) << 32) | increasing, stable=True)
+    place = torch.empty_like(order)
+    place[order] = torch.arange(len(order))
+    row_start = torch.searchsorted(sorted_keys, q << 32)
+    return counted + place[torch.searchsorted(flat, q * G + j)] - row_start + 1
+
+
+def _pairs(
+    query_keys: torch.Tensor,
+    gallery_keys: torch.Tensor,
+    sorted_gallery: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every (query, gallery) index pair with equal keys, by query then gallery position (``sorted_gallery``:
+    the gallery keys' stable sort, values and indices, when made beforehand)."""
+    sorted_keys, order = sorted_gallery if sorted_gallery is not None else torch.sort(gallery_keys, stable=True)
     lo = torch.searchsorted(sorted_keys, query_keys)
     count = torch.searchsorted(sorted_keys, query_keys, right=True) - lo
     q = torch.repeat_interleave(torch.arange(len(query_keys)), count)
@@ -394,15 +469,25 @@ class _Scorer:
         if self.distractor is not None:
             self.matchable &= self.gy != self.distractor
         self.never_columns = never.nonzero().squeeze(1)
+        # re-ID's blocks leave the never-ranked columns out: block column c is gallery item ranked[c]
+        self.ranked = (~never).nonzero().squeeze(1)
+        self.column = torch.full((G,), -1, dtype=torch.int64)
+        self.column[self.ranked] = torch.arange(len(self.ranked))
         pairs = []
         if self.qid is not None and self.gid is not None:
             pairs.append(_pairs(self.qid, self.gid))
         if self.qcam is not None and self.gcam is not None:
-            both = torch.cat((torch.stack((self.qy, self.qcam), 1), torch.stack((self.gy, self.gcam), 1)))
-            key = torch.unique(both, dim=0, return_inverse=True)[1]
+            # (identity, camera) as one integer: the two renumbered 0.. by a sort each (no sort of rows)
+            identity = torch.unique(torch.cat((self.qy, self.gy)), return_inverse=True)[1]
+            camera = torch.unique(torch.cat((self.qcam, self.gcam)), return_inverse=True)[1]
+            key = identity * (int(camera.max()) + 1) + camera
             pairs.append(_pairs(key[: len(self.qy)], key[len(self.qy) :]))
         flat = torch.unique(torch.cat([q * G + j for q, j in pairs])) if pairs else torch.zeros(0, dtype=torch.int64)
-        self.ex_q, self.ex_g = flat // G, flat % G  # sorted by query
+        self.ex_q, self.ex_g, self.ex_flat = flat // G, flat % G, flat  # sorted by query
+        # the matchable gallery items, sorted by label once for `_positives`
+        self.match_index = self.matchable.nonzero().squeeze(1)
+        values, order = torch.sort(self.gy[self.match_index], stable=True)
+        self.match_sorted = (values, order)
         # R: the query's class in the gallery (matchable items), less its excluded pairs of that class.
         labels, counts = torch.unique(self.gy[self.matchable], return_counts=True)
         at = torch.searchsorted(labels, self.qy).clamp(max=max(len(labels) - 1, 0))
@@ -413,24 +498,39 @@ class _Scorer:
         self.r = same - torch.bincount(self.ex_q[lost], minlength=len(self.qy))
         self.has = self.r > 0
 
-    def blocks(self, rows: int) -> Iterator[tuple[int, int, torch.Tensor]]:
-        """(start, end, scores) per chunk of queries, excluded gallery items at +inf. Callers write each
+    def blocks(self, rows: int, ranked_only: bool = False) -> Iterator[tuple[int, int, torch.Tensor]]:
+        """(start, end, scores) per chunk of queries, excluded gallery items at +inf; with ``ranked_only``
+        the never-ranked columns (junk) are left out of the scores instead, so block column c is gallery
+        item ``self.ranked[c]`` (increasing: ties still break by gallery position). Callers write each
         chunk's results into arrays made beforehand and keep every row (a row without a correct item is
-        dropped at the end, by `nonempty`): blocks of one size chunk after chunk, and no small allocation
-        that outlives a chunk, let the allocator reuse its memory; results appended chunk by chunk pinned
+        dropped at the end, by `nonempty`), and keep nothing of a block past its chunk: the distance
+        blocks are one buffer, rewritten chunk after chunk. Blocks of one size and no small allocation
+        that outlives a chunk let the allocator reuse its memory; results appended chunk by chunk pinned
         the heap between freed blocks (RSS grew from 0.2 to 1 GB over SOP's 60,502 queries)."""
         q_op, g_op = _operands(self.q, self.g, self.distance)
+        ex_q, ex_g, never = self.ex_q, self.ex_g, self.never_columns
+        drop = ranked_only and len(never) > 0
+        if drop:
+            g_op = g_op[self.ranked]
+            kept = self.column[ex_g] >= 0
+            ex_q, ex_g, never = ex_q[kept], self.column[ex_g[kept]], never[:0]
         g_t = g_op.T  # a transposed view: BLAS reads it as is, no copy of the gallery
+        out = torch.empty(min(rows, len(self.qy)), len(g_op)) if self.pair_score is None else None
         inf = float("inf")
         for s in range(0, len(self.qy), rows):
             e = min(s + rows, len(self.qy))
             with torch.no_grad():
-                scores = self._learned(s, e) if self.pair_score is not None else q_op[s:e] @ g_t
-            if len(self.never_columns):
-                scores.index_fill_(1, self.never_columns, inf)
-            a, b = torch.searchsorted(self.ex_q, torch.tensor([s, e])).tolist()
+                if out is not None:
+                    scores = torch.matmul(q_op[s:e], g_t, out=out[: e - s])
+                else:
+                    scores = self._learned(s, e)
+                    if drop:
+                        scores = scores[:, self.ranked]
+            if len(never):
+                scores.index_fill_(1, never, inf)
+            a, b = torch.searchsorted(ex_q, torch.tensor([s, e])).tolist()
             if b > a:
-                scores[self.ex_q[a:b] - s, self.ex_g[a:b]] = inf
+                scores[ex_q[a:b] - s, ex_g[a:b]] = inf
             yield s, e, scores
 
     def hits(self, s: int, e: int, top: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -438,84 +538,73 @@ class _Scorer:
         return (self.gy[top] == self.qy[s:e].unsqueeze(1)) & self.matchable[top] & torch.isfinite(values)
 
     def positive_ranks(self, s: int, e: int, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """`sorted_ranks` of queries s..e without sorting a row, in slices of rows whose bins all have
-        exact float32 numbers (`_binned_ranks`)."""
-        rows, G = scores.shape
-        step = max(1, BIN_LIMIT // max(8, G // BIN_SHARE))
-        if rows <= step:
-            return self._binned_ranks(s, e, scores)
-        first, ap = torch.zeros(rows, dtype=torch.int64), torch.zeros(rows, dtype=torch.float64)
-        for a in range(0, rows, step):
-            b = min(rows, a + step)
-            first[a:b], ap[a:b] = self._binned_ranks(s + a, s + b, scores[a:b])
-        return first, ap
+        """`sorted_ranks` of queries s..e (``scores``: their `blocks` over the ranked columns), no row sorted.
 
-    def _binned_ranks(self, s: int, e: int, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A correct item's rank is 1 + the items before it in (score, position) order. Each row's scores
-        go through a monotone map into ``M`` bins of their own (``clamp(score x scale + offset)``, the
-        row's correct scores spread over them; every float step is monotone, so a lower bin means a lower
-        score): one histogram counts, for every correct item, the row's items in earlier bins, and only
-        the items that share a bin with a correct one are compared exactly (score, then position: ties as
-        `sorted_ranks`' stable sort orders them). ``M = G / BIN_SHARE``: a correct item's bin holds a
-        few others, and element-wise passes, a histogram and a lookup replace a binary search of every
-        score. A row whose correct items' bins hold more than G items in all (scores crowded at one
-        value) is sorted instead (`sorted_ranks`), so the exact comparisons stay O(G) a row."""
+        A correct item's rank is 1 + the items before it in (score, position) order. Each row's scores
+        go through a monotone map into ``M = G / BIN_SHARE`` bins of their own (`_bins`: every float
+        step is monotone, so a lower bin holds lower scores). In slices of rows (`SLICE_ELEMENTS`), a
+        histogram counts the items of the bins that no correct item shares, and a lookup lists the items
+        of the bins that correct items share ("near" items: a few a correct item); `_near_ranks` orders
+        each row's near items exactly (score, then position: the ties of `sorted_ranks`' stable sort)
+        and adds a correct item's place among them to the items counted in lower bins. Scores crowded
+        into a few bins make many near items: their sort costs at most a sort of the row. Near items are
+        ordered once a row's slice has ended and at least a slice's worth of them is held."""
         rows, G = scores.shape
         q, j = self._positives(s, e)
-        q = q - s
-        per_row = torch.bincount(q, minlength=rows)
-        t = scores[q, j]  # the correct items' scores, by row then position
-        M = max(8, G // BIN_SHARE)
-        inf = torch.full((rows,), float("inf"))
-        lo = inf.scatter_reduce(0, q, t, "amin")
-        hi = (-inf).scatter_reduce(0, q, t, "amax")
-        span = hi - lo
-        span = torch.where(torch.isfinite(span) & (span > 0), span, torch.ones_like(span))
-        lo = torch.where(torch.isfinite(lo), lo, torch.zeros_like(lo))
-        scale = (M - 3) / span
-        binned = torch.addcmul((1 - lo * scale).unsqueeze(1), scores, scale.unsqueeze(1))
-        binned.clamp_(0, M - 1)  # inf and the scores beyond the row's correct ones: the end bins
-        binned += (torch.arange(rows, dtype=torch.float32) * M).unsqueeze(1)  # exact: rows x M <= BIN_LIMIT
-        bins = binned.to(torch.int32).view(-1)  # each row's bins after the previous row's
-        del binned
-        hist = torch.bincount(bins, minlength=rows * M)
-        key = bins[q * G + j].to(torch.int64)
-        earlier = torch.cumsum(hist, 0)[key] - hist[key] - q * G  # the row's items in bins before the item's
-        crowded = torch.bincount(q, weights=hist[key].to(torch.float64), minlength=rows) > G
-        marked = torch.zeros(rows * M, dtype=torch.bool)
-        marked[key[~crowded[q]]] = True
-        flat = torch.index_select(marked, 0, bins).nonzero().squeeze(1)  # items sharing a bin with a correct one
-        near_key, near, near_col = bins[flat].to(torch.int64), scores.view(-1)[flat], flat % G
-        del bins
-        which, other = _pairs(key, near_key)  # (correct item, item of its bin) pairs
-        before = (near[other] < t[which]) | ((near[other] == t[which]) & (near_col[other] < j[which]))
-        rank = earlier + torch.bincount(which[before], minlength=len(q)) + 1
+        q, j = q - s, self.column[j]
+        M = min(BIN_LIMIT, max(8, G // BIN_SHARE))
+        step = max(1, min(SLICE_ELEMENTS // max(G, 1), BIN_LIMIT // M))
+        scale, offset = _bin_maps(q, scores[q, j], rows, M)
+        unbase = _MAGIC_BITS - (torch.arange(rows) % step * M).to(torch.int32)  # and the row's first bin
+        bounds = torch.searchsorted(q, torch.arange(0, rows + step, step).clamp(max=rows)).tolist()
+        buffer = torch.empty(min(step, rows) * G)
+        rank = torch.zeros(len(q), dtype=torch.int64)
+        flats, nears, counted = [], [], []  # near items and counted ranks since correct item ``done``
+        done = held = 0
+        for i, a in enumerate(range(0, rows, step)):
+            b = min(rows, a + step)
+            block, u, v = scores[a:b], bounds[i], bounds[i + 1]
+            bins = _bins(block, scale[a:b], offset[a:b], unbase[a:b], M, buffer)
+            qs = q[u:v] - a
+            key = bins.index_select(0, qs * G + j[u:v]).to(torch.int64)
+            shared = torch.zeros((b - a) * M, dtype=torch.bool)
+            shared.index_fill_(0, key, True)
+            hist = torch.bincount(bins, minlength=(b - a) * M).masked_fill_(shared, 0)
+            below = torch.cumsum(hist, 0)
+            first_bin = qs * M
+            # the row's items in lower bins that no correct item shares
+            counted.append(
+                below.index_select(0, key) - below.index_select(0, first_bin) + hist.index_select(0, first_bin)
+            )
+            flat = _true_positions(torch.index_select(shared, 0, bins))
+            nears.append(block.reshape(-1).index_select(0, flat))
+            flats.append(flat + a * G)
+            held += len(flat)
+            if held >= step * G or b == rows:
+                rank[done:v] = _near_ranks(
+                    torch.cat(flats), torch.cat(nears), q[done:v], j[done:v], torch.cat(counted), G
+                )
+                flats, nears, counted, done, held = [], [], [], v, 0
         # Each row's correct items in rank order, summed in the order sorted_ranks sums them.
+        per_row = torch.bincount(q, minlength=rows)
         order = torch.sort(q * (G + 1) + rank).indices
         q, rank = q[order], rank[order]
         slot = torch.arange(len(q)) - (torch.cumsum(per_row, dim=0) - per_row)[q]
         precision = (slot + 1).to(torch.float64) / rank
         ap = torch.zeros(rows, dtype=torch.float64).index_add_(0, q, precision) / per_row
-        first = torch.zeros(rows, dtype=torch.int64)
+        first = torch.zeros(rows, dtype=torch.int64)  # 0 (and AP NaN) for a row without a correct item
         first[q[slot == 0]] = rank[slot == 0]
-        if crowded.any():
-            sort_rows = crowded.nonzero().squeeze(1)
-            at = torch.full((rows,), -1, dtype=torch.int64)
-            at[sort_rows] = torch.arange(len(sort_rows))
-            positive = torch.zeros(len(sort_rows), G, dtype=torch.bool)
-            mine = crowded[q]
-            positive[at[q[mine]], j[order][mine]] = True
-            first[sort_rows], ap[sort_rows] = sorted_ranks(scores[sort_rows], positive)
         return first, ap
 
     def _positives(self, s: int, e: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(query, gallery) index pairs of the correct items of queries s..e, by query then position."""
-        q, j = _pairs(self.qy[s:e], self.gy)
-        q = q + s
-        keep = self.matchable[j]
-        if len(self.ex_q):
-            keep &= ~torch.isin(q * len(self.gy) + j, self.ex_q * len(self.gy) + self.ex_g)
-        return q[keep], j[keep]
+        q, at = _pairs(self.qy[s:e], self.gy[self.match_index], self.match_sorted)
+        q, j = q + s, self.match_index[at]
+        a, b = torch.searchsorted(self.ex_q, torch.tensor([s, e])).tolist()
+        if b > a:
+            keep = ~torch.isin(q * len(self.gy) + j, self.ex_flat[a:b])
+            q, j = q[keep], j[keep]
+        return q, j
 
     def _learned(self, s: int, e: int) -> torch.Tensor:
         """``pair_score`` of queries s..e against the gallery, checked: (e - s, gallery) finite float32."""

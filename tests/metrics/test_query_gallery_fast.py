@@ -92,13 +92,13 @@ def test_top_ranked_equals_ranked_prefix_under_ties(seed: int) -> None:
 
 
 def test_chunks_hold_the_memory_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Default chunks: RANK_COST (SORT_COST for re-ID) x rows x gallery within BLOCK_ELEMENTS."""
+    """Default chunks: RANK_COST (REID_COST for re-ID) x rows x gallery within BLOCK_ELEMENTS."""
     q, qy, g, gy = _data(0, 300, 2000, 50, False)
     seen: list[int] = []
     real = qg._Scorer.blocks
 
-    def watched(self, rows):  # the real blocks, their sizes noted
-        for s, e, block in real(self, rows):
+    def watched(self, rows, **kw):  # the real blocks, their sizes noted
+        for s, e, block in real(self, rows, **kw):
             seen.append(block.numel())
             yield s, e, block
 
@@ -108,7 +108,7 @@ def test_chunks_hold_the_memory_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     assert max(seen) * qg.RANK_COST <= 50_000 and len(seen) > 1
     seen.clear()
     qg.reid_metrics(q, qy, torch.zeros(300, dtype=torch.int64), g, gy, torch.ones(2000, dtype=torch.int64))
-    assert max(seen) * qg.SORT_COST <= 50_000 and len(seen) > 1
+    assert max(seen) * qg.REID_COST <= 50_000 and len(seen) > 1
 
 
 def _reid_data(seed: int, nq: int, ng: int, classes: int, ties: bool):
@@ -156,3 +156,42 @@ def test_reid_binned_ranks_any_bin_width(monkeypatch: pytest.MonkeyPatch, share:
         for distance in ("euclidean", "cosine"):
             kw = dict(ks=(1, 3), distance=distance)
             _same(qg.reid_metrics(q, qy, qc, g, gy, gc, **kw), old.reid_metrics(q, qy, qc, g, gy, gc, **kw))
+
+
+@pytest.mark.parametrize("slice_elements", [1, 700, 1 << 19])
+def test_reid_near_items_ordered_across_slices(monkeypatch: pytest.MonkeyPatch, slice_elements: int) -> None:
+    """Slices of one row to all rows, near items ordered once a slice's worth is held (collapsed rows
+    make a whole row near): the reference's numbers, ties, junk and same-camera rules included."""
+    monkeypatch.setattr(qg, "SLICE_ELEMENTS", slice_elements)
+    q, qy, qc, g, gy, gc = _reid_data(5, 45, 650, 15, ties=True)
+    g[:200] = g[0]
+    q[:6] = 0.0
+    for chunk in (None, 11):
+        kw = dict(ks=(1, 5), chunk_size=chunk)
+        _same(qg.reid_metrics(q, qy, qc, g, gy, gc, **kw), old.reid_metrics(q, qy, qc, g, gy, gc, **kw))
+
+
+def test_reid_signed_zeros_negative_and_subnormal_scores_keep_the_sort_order() -> None:
+    """A learned score with -0.0 and +0.0 (equal: position order), negative values, and rows whose
+    correct scores differ by a subnormal (their bin map overflows): the stable sort's numbers."""
+    q, qy, qc, g, gy, gc = _reid_data(8, 40, 500, 10, ties=True)
+    tiny = torch.finfo(torch.float32).tiny / 8  # a subnormal step
+
+    def signed(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        raw = torch.round(torch.cdist(a, b)) - 2  # few values, negative ones
+        zero = raw == 0
+        parity = (torch.arange(b.shape[0]) % 2 == 0).expand_as(raw)
+        return torch.where(zero & parity, torch.tensor(-0.0), raw)
+
+    def subnormal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.round(torch.cdist(a, b)) * tiny
+
+    for score in (signed, subnormal):
+        kw = dict(ks=(1, 3), pair_score=score)
+        _same(qg.reid_metrics(q, qy, qc, g, gy, gc, **kw), old.reid_metrics(q, qy, qc, g, gy, gc, **kw))
+
+
+def test_reid_gallery_of_junk_only_is_the_no_match_error() -> None:
+    q, qy, qc, g, gy, gc = _reid_data(1, 5, 30, 4, ties=False)
+    with pytest.raises(qg.BenchError, match="none of the 5 queries"):
+        qg.reid_metrics(q, qy, qc, g, torch.full_like(gy, -1), gc)
