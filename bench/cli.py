@@ -57,6 +57,7 @@ import click
 
 from bench import __version__
 from bench.errors import BenchError
+from bench.plugins import load_plugin
 
 COMMANDS = {
     "list": "names of losses, miners and trunks with their parameters",
@@ -127,8 +128,6 @@ def _module_exists(name: str) -> bool:
 )
 def cli(plugins: tuple[str, ...]) -> None:
     """dmlbench: fair, rerunnable comparisons of deep metric learning methods."""
-    from bench.plugins import load_plugin
-
     for spec in plugins:
         load_plugin(spec)
 
