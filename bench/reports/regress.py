@@ -66,6 +66,7 @@ from typing import Any
 import pandas as pd
 
 from bench.errors import BenchError
+from bench.reports.leaderboard import fmt, fmt_interval
 from bench.reports.source import Results
 from bench.stats import Difference, Interval, paired, t_interval, welch
 
@@ -402,8 +403,6 @@ def to_json(cmp: Comparison) -> dict:
 
 def text_table(cmp: Comparison) -> str:
     """One aligned line per cell for the terminal, then each cell's problems and the rule with the verdict."""
-    from bench.reports.leaderboard import fmt, fmt_interval
-
     head = ("cell", "status", f"baseline {cmp.metric}", f"current {cmp.metric}", "change [95% CI]", "test", "p(drop)")
     rows = [head]
     for c in cmp.cells:
