@@ -57,7 +57,6 @@ import click
 
 from bench import __version__
 from bench.errors import BenchError
-from bench.plugins import load_plugin
 
 COMMANDS = {
     "list": "names of losses, miners and trunks with their parameters",
@@ -128,6 +127,8 @@ def _module_exists(name: str) -> bool:
 )
 def cli(plugins: tuple[str, ...]) -> None:
     """dmlbench: fair, rerunnable comparisons of deep metric learning methods."""
+    from bench.plugins import load_plugin  # importlib.metadata: tens of milliseconds on every start
+
     for spec in plugins:
         load_plugin(spec)
 
