@@ -40,7 +40,7 @@ from bench.training import seed_everything
 
 def initial_trunk(protocol: Protocol, seed: int, in_shape: tuple[int, ...]) -> Any:
     """The trunk final seed ``seed`` starts from: seeded and built exactly as bench.training.train does."""
-    seed_everything(final_seed(protocol.seed, seed))
+    seed_everything(final_seed(protocol.seed, seed))  # the training loop's own seeding, so the two cannot drift
     return protocol_trunk(protocol.spec.model, in_shape).to(protocol.spec.training.device).eval()
 
 
