@@ -10,6 +10,7 @@ carry no key: each caller names what it checked (``training.device``,
 
 from __future__ import annotations
 
+import platform
 from typing import Any
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -56,8 +57,6 @@ def describe(device: Any) -> str:
 
 def cpu_model() -> str:
     """The CPU's model name (Linux's /proc/cpuinfo), else what `platform` knows of the processor."""
-    import platform
-
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
             for line in fh:

@@ -35,6 +35,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from bench.errors import BenchError
+
 DISTANCES = ("euclidean", "squared_euclidean", "cosine")
 SIMILARITIES = ("dot",) + DISTANCES  # what a similarity-only loss (N-pair) may also take
 
@@ -46,8 +48,6 @@ class Distance:
 
     def __init__(self, normalize: bool = True) -> None:
         if not isinstance(normalize, bool):
-            from bench.errors import BenchError
-
             raise BenchError(f"normalize must be true or false, got {normalize!r}")
         self.normalize = normalize
 
@@ -167,7 +167,6 @@ def resolve(distance: Any, normalize: bool = True, allowed: tuple[str, ...] = DI
         return distance
     if isinstance(distance, str) and distance in allowed:
         return _KINDS[distance](normalize)
-    from bench.errors import BenchError
 
     raise BenchError(f"unknown distance {distance!r}: expected one of {', '.join(allowed)}")
 

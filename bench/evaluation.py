@@ -30,8 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from bench.errors import BenchError
+from bench.spec.schema import REID_METRICS
 
 if TYPE_CHECKING:
     from bench.losses.learned_metric import PairScorer
@@ -193,7 +195,6 @@ def _folded(model: nn.Module, x: Any, device: torch.device) -> nn.Module:
         foldable(seq, i) for seq in model.modules() if isinstance(seq, nn.Sequential) for i in range(len(seq) - 1)
     ):
         return model
-    from torch.nn.utils.fusion import fuse_conv_bn_eval
 
     copy = copy_module(model)
     for seq in [m for m in copy.modules() if isinstance(m, nn.Sequential)]:
@@ -372,7 +373,6 @@ def _query_gallery_scores(
         query_gallery_metrics,
         reid_metrics,
     )
-    from bench.spec.schema import REID_METRICS
 
     ev = spec.evaluation
     ids = {"query_ids": data.query_ids, "gallery_ids": data.gallery_ids}

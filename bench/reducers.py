@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from bench.errors import BenchError
+
 
 def zero_loss(embeddings: torch.Tensor) -> torch.Tensor:
     """A 0-d zero that keeps the graph, so backward() yields zero gradients rather than failing."""
@@ -120,6 +122,5 @@ def resolve(reduction: Any) -> Reduction:
         return reduction
     if isinstance(reduction, str) and reduction in _KINDS:
         return _KINDS[reduction]()
-    from bench.errors import BenchError
 
     raise BenchError(f"unknown reduction {reduction!r}: expected one of {', '.join(REDUCTIONS)}")

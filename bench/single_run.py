@@ -12,14 +12,21 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import torch
+from tqdm import tqdm
+
+from bench import registry
+from bench.cell import build_cell, classes_of
 from bench.errors import BenchError
+from bench.evaluation import evaluate, pair_scorer_of
+from bench.spec import DataSpec, LoaderSpec, SplitSpec, ValidationSpec
+from bench.stores import provenance, tracking
+from bench.stores.mlflow_runs import MlflowWriter
 from bench.sweep.progress import is_terminal
-from bench.training import TrainConfig
-
-if TYPE_CHECKING:
-    from bench.spec import DataSpec
+from bench.training import TrainConfig, seed_everything, train
+from bench.trunks import check_size
 
 DEFAULT_TRAIN = "omniglot:background"
 DEFAULT_TEST = "omniglot:evaluation"
@@ -39,12 +46,6 @@ def initial_models(config: TrainConfig, train_data: Any) -> tuple[Any, Any]:
     """The trunk and the learned metric (`bench.evaluation.pair_scorer_of`; None for a distance-based loss)
     `bench.training.train` starts from with this config's seed: its own seeding, then its own build
     (`bench.cell.build_cell`), in eval mode: what the run's floor scores."""
-    import torch
-
-    from bench.cell import build_cell, classes_of
-    from bench.evaluation import pair_scorer_of
-    from bench.training import seed_everything
-
     seed_everything(config.seed)
     in_shape, classes = tuple(train_data.x.shape[1:]), classes_of(train_data.y)
     trunk, loss, _ = build_cell(config, in_shape, classes, torch.device(config.device))
@@ -54,8 +55,6 @@ def initial_models(config: TrainConfig, train_data: Any) -> tuple[Any, Any]:
 
 def check_config(config: TrainConfig, size: int | None = None) -> None:
     """Unknown names and parameters fail in a second, before data, models and MLflow are loaded."""
-    from bench import registry
-
     for kind, name, params in (
         ("trunk", config.trunk, config.trunk_params),
         ("loss", config.loss, config.loss_params),
@@ -68,8 +67,6 @@ def check_config(config: TrainConfig, size: int | None = None) -> None:
         registry.check_params(registry.get(kind, name), params)
     config.check()
     if size is not None:
-        from bench.trunks import check_size
-
         check_size(config.trunk, (1, size, size), config.embedding_dim, config.trunk_params)
 
 
@@ -80,8 +77,6 @@ def trained_normalized(config: TrainConfig) -> bool:
     (PML-backed) normalises, as PML's default distances do. A protocol run
     takes the same from ``model.normalize`` (`bench.evaluation.score_model`).
     """
-    from bench import registry
-
     default = registry.get("loss", config.loss).parameters().get("normalize", True)
     return bool(config.loss_params.get("normalize", default))
 
@@ -116,8 +111,6 @@ class DataChoice:
 
     def section(self, train_spec: str, test_spec: str, size: int) -> DataSpec:
         """The equivalent ``data`` section, so `train` selects classes exactly as `run` does."""
-        from bench.spec import DataSpec, LoaderSpec, SplitSpec, ValidationSpec
-
         split = None if self.split is None else SplitSpec(self.split, self.split_seed)
         test = train_spec if split is not None else test_spec
         if (
@@ -167,15 +160,9 @@ def train_and_evaluate(
     `DivergedError`. `choice` selects classes, splits one dataset, and sets
     the resize mode and channels (default: every class, stretched, as stored).
     """
-    from tqdm import tqdm
-
     from bench import data as datasets
-    from bench.evaluation import evaluate, pair_scorer_of
     from bench.metrics import geometry
-    from bench.stores import provenance, tracking
-    from bench.stores.mlflow_runs import MlflowWriter
     from bench.sweep.tuning import load_sides, make_guard, select_sides
-    from bench.training import train
 
     check_config(config)
     d = (choice or DataChoice()).section(train_spec, test_spec, size)

@@ -45,6 +45,7 @@ from bench.cell import optimizer as make_optimizer
 from bench.devices import AUTO, device_problem, precision_problem
 from bench.errors import BenchError, DivergedError, MethodError
 from bench.evaluation import embed
+from bench.models.weights import resolve
 
 SYNC_EVERY = 25  # iterations between reads of the loss buffer (progress, divergence check)
 FINAL_LOSS_WINDOW = 50  # final_loss is the mean of the last this-many losses
@@ -157,8 +158,6 @@ class TrainConfig:
         if not isinstance(self.freeze_bn, bool):
             raise BenchError(f"freeze_bn must be true or false, got {self.freeze_bn!r}")
         if self.pretrained is not None:
-            from bench.models.weights import resolve
-
             resolve(self.pretrained, self.trunk)
 
 

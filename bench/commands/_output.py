@@ -9,6 +9,8 @@ draws the same line between its `--format` output and its log.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import logging
 import math
@@ -76,9 +78,6 @@ def to_json(doc: Any) -> str:
 
 def to_csv(rows: Sequence[dict[str, Any]]) -> str:
     """One line per row, columns in first-seen order; nested values as JSON text."""
-    import csv
-    import io
-
     columns: dict[str, None] = {}
     for row in rows:
         columns.update(dict.fromkeys(row))

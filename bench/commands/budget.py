@@ -7,10 +7,15 @@ pointing at the run being checked; rerunning the same command resumes.
 
 from __future__ import annotations
 
+import signal
+import threading
+
 import click
 
+from bench.cli import quiet_libraries
 from bench.commands._output import log, quiet_option
 from bench.commands.run import sweep_options
+from bench.protocol import load_protocol
 
 
 @click.command("budget-check")
@@ -51,13 +56,8 @@ def command(
     Refused (exit 2) before the run has finished. SIGTERM and Ctrl-C leave
     every finished seed recorded (exit 130); the same command resumes.
     """
-    import signal
-    import threading
-
     import torch
 
-    from bench.cli import quiet_libraries
-    from bench.protocol import load_protocol
     from bench.sweep.budget_check import budget_check, describe
     from bench.sweep.runner import STOP, request_stop
 

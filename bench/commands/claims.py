@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from bench.atomic import write_json, write_text
 from bench.commands._output import emit, format_option, log, quiet_option
 
 
@@ -36,7 +37,6 @@ def command(claims_file: Path, results: Path | None, out: Path | None, fmt: str,
     Verdicts are findings, not failures: the exit status is 0 whatever they
     are, and 2 when the file or the results cannot be used.
     """
-    from bench.atomic import write_json, write_text
     from bench.reports import claims, source
 
     cf = claims.parse(claims_file)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from bench.commands._output import emit, format_option, quiet_option
+from bench.crosscheck import TOLERANCE, all_checks
 
 if TYPE_CHECKING:
     from bench.crosscheck import CheckResult
@@ -42,8 +43,6 @@ def command(cases: int, seed: int, fmt: str, quiet: bool) -> int:
     Exit 0 when all agree within the tolerance, 1 when any differs.
     """
     import torch
-
-    from bench.crosscheck import TOLERANCE, all_checks
 
     torch.set_default_dtype(torch.float64)
     results = list(all_checks(cases=cases, seed=seed))

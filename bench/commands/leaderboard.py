@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from bench.atomic import write_text
+from bench.cli import quiet_libraries
 from bench.commands._output import emit, format_option, log, quiet_option
 from bench.errors import BenchError
 
@@ -176,7 +178,6 @@ def command(
     --format table the aligned one `dmlbench run` prints (the Markdown is in
     the file written).
     """
-    from bench.atomic import write_text
     from bench.reports import html, leaderboard, source
 
     if (results is None) == (experiment is None):
@@ -184,7 +185,6 @@ def command(
     if results is not None:
         res = source.load(results)
     elif experiment is not None:
-        from bench.cli import quiet_libraries
         from bench.reports import mlflow_source
 
         quiet_libraries()

@@ -12,13 +12,13 @@ from typing import Any
 
 import click
 
+from bench import registry
 from bench.commands._output import emit, format_option, quiet_option
+from bench.plan.space import describe_space
 
 
 def rows(kind: str | None = None) -> list[dict[str, Any]]:
     """One row per registry entry (of `kind`, if given), in registry order."""
-    from bench import registry
-
     out = []
     for entry in registry.entries(kind):
         params = {n: None if d is inspect.Parameter.empty else d for n, d in entry.parameters().items()}
@@ -47,8 +47,6 @@ def rows(kind: str | None = None) -> list[dict[str, Any]]:
 
 def text(table: list[dict[str, Any]]) -> str:
     """One line per registry entry (parameters with defaults, required ones bare), then its details."""
-    from bench.plan.space import describe_space
-
     lines = []
     for r in table:
         params = ", ".join(n if n in r["required"] else f"{n}={d!r}" for n, d in r["parameters"].items())

@@ -18,10 +18,13 @@ import click
 from bench.clock import hms
 from bench.commands._output import emit, format_option, quiet_option
 from bench.errors import BenchError
-from bench.plan import NOT_SELECTED
-from bench.plan.cost import DATASET_SIZES, STEP_FIXED_S, SWEEP_FIXED_S, sized_test, trunk_cost
+from bench.plan import NOT_SELECTED, plan
+from bench.plan.cost import DATASET_SIZES, STEP_FIXED_S, SWEEP_FIXED_S, dataset_size, sized_test, trunk_cost
 from bench.plan.space import describe_space
+from bench.protocol import load_protocol
 from bench.spec import Spec, TrainingSpec
+from bench.sweep.kept import kept_bytes
+from bench.sweep.preflight import inspect
 
 if TYPE_CHECKING:
     from bench.plan import Plan
@@ -61,8 +64,6 @@ def _kept_line(p: Plan) -> str:
     size, and the key that turns it off."""
     if not p.protocol.spec.final.keep_models:
         return "kept: no final model or embeddings (final.keep_models: false)"
-    from bench.plan.cost import dataset_size, sized_test
-    from bench.sweep.kept import kept_bytes
 
     data = p.protocol.spec.data
     _, images = dataset_size(sized_test(data.test_spec), data.test_classes)
@@ -225,9 +226,6 @@ def command(
     protocol's trunk timed here (a few seconds; --no-measure: a built-in table)."""
     from bench.data import check_path
     from bench.data.query_gallery import test_specs
-    from bench.plan import plan
-    from bench.protocol import load_protocol
-    from bench.sweep.preflight import inspect
 
     protocol = load_protocol(file)
     d = protocol.spec.data

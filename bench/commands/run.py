@@ -7,12 +7,23 @@ once. See bench/sweep/runner.py for what is recorded where and how workers share
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from bench.atomic import write_text
+from bench.cli import quiet_libraries
+from bench.clock import summary
 from bench.commands._output import emit, format_option, log, quiet_option
+from bench.commands.leaderboard import document, rows, table
+from bench.errors import BenchError
+from bench.plan import plan, trained_cell
+from bench.protocol import load_protocol
+from bench.stores.retry import WINDOW_ENV
 
 if TYPE_CHECKING:
     from bench.sweep.result import SweepResult
@@ -69,10 +80,6 @@ def sweep_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 def _set_store_retry(ctx: click.Context, param: click.Parameter, value: float | None) -> None:
     """``--store-retry`` sets the process's retry window (`bench.stores.retry`), as its variable would."""
-    import os
-
-    from bench.stores.retry import WINDOW_ENV
-
     if value is not None:
         os.environ[WINDOW_ENV] = f"{value:g}"
 
@@ -139,13 +146,8 @@ def command(
     (exit 130; the same command resumes). With --quiet the progress bars give
     way to one line per finished trial.
     """
-    import signal
-    import threading
-
     import torch
 
-    from bench.cli import quiet_libraries
-    from bench.protocol import load_protocol
     from bench.sweep.runner import Options, TimeUp, request_stop, run_protocol
 
     if threads is not None:
@@ -189,8 +191,6 @@ def command(
         log.info(resumed)
     accounted = result.manifest.get("time")
     if accounted:  # where this worker's wall time went (bench.clock.Ledger; the manifest's `time`)
-        from bench.clock import summary
-
         log.info(f"time: {summary(accounted)}")
     _where_to_look(result)
     if completed == 0:
@@ -252,8 +252,6 @@ def _resumed_line(result: SweepResult) -> str | None:
 
 def _cells_without_result(protocol: Any, result: SweepResult) -> dict[str, str]:
     """Planned cells with no completed final seed, each with the first recorded reason."""
-    from bench.plan import plan, trained_cell
-
     finals, trials = result.finals, result.trials
     done = (  # a row of final.mode folds (`<cell>:separate`) reports its trained cell
         set()
@@ -291,7 +289,6 @@ def _completed_cells(result: SweepResult) -> int:
     """Cells with at least one COMPLETE final seed: a sweep with none has nothing to rank and must not
     look done (it ended with exit 0 and "1 cells done" when every trial failed)."""
     finals = result.finals
-    from bench.plan import trained_cell
 
     if finals.empty or "state" not in finals:
         return 0
@@ -315,8 +312,6 @@ def _first_reason(result: SweepResult) -> str:
 
 def _print_table(result: SweepResult, fmt: str) -> None:
     """The ranked cells, so that a finished run answers its question on the terminal."""
-    from bench.commands.leaderboard import document, rows, table
-    from bench.errors import BenchError
     from bench.reports import leaderboard, source
 
     try:
@@ -325,7 +320,6 @@ def _print_table(result: SweepResult, fmt: str) -> None:
         log.warning(f"no table to print: {e}")
         return
     board = leaderboard.build(res)
-    from bench.atomic import write_text
     from bench.reports import html
 
     write_text(result.path / "leaderboard.md", leaderboard.markdown(board))  # what `dmlbench leaderboard` writes

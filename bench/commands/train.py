@@ -9,17 +9,20 @@ from __future__ import annotations
 from typing import Any
 
 import click
+import torch
+import yaml
 
+from bench.cli import quiet_libraries
 from bench.commands._output import emit, format_option, log, quiet_option
 from bench.devices import PRECISIONS
 from bench.errors import BenchError
-from bench.single_run import DEFAULT_TEST, DEFAULT_TRAIN
+from bench.single_run import DEFAULT_TEST, DEFAULT_TRAIN, DataChoice, check_config, train_and_evaluate
+from bench.spec.schema import CHANNELS
+from bench.training import TrainConfig
 
 
 def parse_params(pairs: tuple[str, ...], option: str) -> dict[str, Any]:
     """``k=v`` strings to a dict, each value read as a YAML scalar (``0.2``, ``true``, ``[64, 32]``)."""
-    import yaml
-
     params: dict[str, Any] = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
@@ -36,7 +39,6 @@ def parse_augment(text: str | None) -> dict[str, Any] | None:
     """``--augment``: a YAML mapping like a protocol's ``data.augment``, every transform built once to check it."""
     if text is None:
         return None
-    import yaml
 
     from bench.data.augment import check, normalise
 
@@ -241,10 +243,6 @@ def command(
     2 on bad input; 3 when a test class is also a training class (compared
     by dataset and class name, so two folders that both number from 0 are fine).
     """
-    from bench.single_run import DataChoice, check_config, train_and_evaluate
-    from bench.spec.schema import CHANNELS
-    from bench.training import TrainConfig
-
     choice = DataChoice(
         parse_classes(train_classes, "--train-classes"),
         parse_classes(test_classes, "--test-classes"),
@@ -281,12 +279,9 @@ def command(
         schedule={"type": schedule, "warmup": warmup},
     )
     check_config(config, size)  # before MLflow and the data are loaded
-    from bench.cli import quiet_libraries
 
     quiet_libraries()
     if threads is not None:
-        import torch
-
         torch.set_num_threads(threads)
     run = train_and_evaluate(
         config, train_spec, test_spec, data_root, size, tracking_uri, experiment, progress_bar=not quiet, choice=choice

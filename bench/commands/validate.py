@@ -12,6 +12,8 @@ import click
 
 from bench.commands._output import quiet_option
 from bench.errors import BenchError
+from bench.protocol import ProtocolError, load_protocol
+from bench.sweep.preflight import inspect, short_classes_notice
 
 if TYPE_CHECKING:
     from bench.protocol import Protocol
@@ -22,7 +24,6 @@ def data_lines(protocol: Protocol, prepared: Any, sampler: dict[str, Any] | None
     then the notices `run` gives of them (classes left out, classes below K drawn with replacement)."""
     from bench.data.query_gallery import QueryGallery
     from bench.data.splits import fold_label
-    from bench.sweep.preflight import short_classes_notice
     from bench.sweep.tuning import small_classes_notice
 
     d = protocol.spec.data
@@ -107,9 +108,6 @@ def command(
 
     Exit 0 when every file is valid, 2 when any has a problem (all are listed).
     """
-    from bench.protocol import ProtocolError, load_protocol
-    from bench.sweep.preflight import inspect
-
     stores = storage is not None or tracking_uri is not None or results_dir is not None
     problems: list[str] = []
     for path in files:

@@ -44,6 +44,10 @@ import torch
 from bench.crosscheck.base import CheckResult, rel_diff
 from bench.distances import pairwise
 from bench.losses.base import BenchLoss
+from bench.losses.contrastive import ContrastiveLoss
+from bench.losses.infonce import InfoNCELoss
+from bench.losses.lifted import LiftedStructureLoss
+from bench.losses.npair import NPairLoss
 from bench.tuples import all_pairs, triplets_to_pairs
 
 REDUCTIONS = ("mean", "avg_nonzero", "sum")
@@ -276,8 +280,6 @@ def _two_margins(
 def _contrastive(kind: str) -> Spec:
     from pytorch_metric_learning import losses
 
-    from bench.losses.contrastive import ContrastiveLoss
-
     return _two_margins(
         "contrastive",
         kind,
@@ -290,8 +292,6 @@ def _contrastive(kind: str) -> Spec:
 
 def _lifted(kind: str) -> Spec:
     from pytorch_metric_learning import losses
-
-    from bench.losses.lifted import LiftedStructureLoss
 
     return _two_margins(
         "lifted_structure",
@@ -306,8 +306,6 @@ def _lifted(kind: str) -> Spec:
 def _npair(kind: str) -> Spec:
     from pytorch_metric_learning import losses
 
-    from bench.losses.npair import NPairLoss
-
     return Spec(
         f"npair ({kind})",
         f"NPairsLoss(distance={_DIST[kind]}, {_R})",
@@ -319,8 +317,6 @@ def _npair(kind: str) -> Spec:
 
 def _npair_l2() -> Spec:
     from pytorch_metric_learning import losses, regularizers
-
-    from bench.losses.npair import NPairLoss
 
     def reg(c: Case) -> float:
         return random.Random(c.param_seed).uniform(1e-4, 1e-1)
@@ -344,8 +340,6 @@ def _npair_l2() -> Spec:
 
 def _infonce(kind: str) -> Spec:
     from pytorch_metric_learning import losses
-
-    from bench.losses.infonce import InfoNCELoss
 
     def temperature(c: Case) -> float:
         tau = math.exp(random.Random(c.param_seed).uniform(math.log(0.01), math.log(0.5)))

@@ -9,12 +9,14 @@ and gradient, a miner by the set of tuples it returns.
 
 from __future__ import annotations
 
+import inspect
 import random
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 
+from bench import registry
 from bench.crosscheck.base import CheckResult, rel_diff
 
 _CONTEXT = {"num_classes": 8, "embedding_size": 16}
@@ -22,9 +24,6 @@ _CONTEXT = {"num_classes": 8, "embedding_size": 16}
 
 def _build(entry: Any) -> tuple[Any, Any, str]:
     """The plugin and its reference, each with the plugin's defaults; and the reference in words."""
-    import inspect
-
-    from bench import registry
 
     def call(name: str, params: dict[str, Any]) -> str:
         return f"{name}({', '.join(f'{k}={v!r}' for k, v in params.items())})"
@@ -91,8 +90,6 @@ def check(entry: Any, cases: int, seed: int) -> CheckResult:
 
 def checks(cases: int = 50, seed: int = 0) -> Iterable[CheckResult]:
     """One result per entry that declares a reference (installed plugins are imported for this)."""
-    from bench import registry
-
     for entry in registry.entries():
         if entry.reference is not None:
             yield check(entry, cases, seed)

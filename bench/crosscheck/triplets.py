@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from bench.crosscheck.base import CheckResult, rel_diff
+from bench.registry import build_loss, build_miner
 
 _LOSS = (
     "TripletMarginLoss(margin, smooth_loss=soft, distance=LpDistance(normalize_embeddings=normalize, "
@@ -169,8 +170,6 @@ def _value_and_grad(loss_fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Te
 def run_case(combo: Combo, case: Case) -> tuple[float, float, bool]:
     """(value rel_diff, gradient rel_diff, triplet sets equal) for one combination and case."""
     from pytorch_metric_learning import losses, miners
-
-    from bench.registry import build_loss, build_miner
 
     own_loss = build_loss(
         "triplet",

@@ -19,7 +19,10 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import torch
+
 from bench.errors import BenchError
+from bench.vision import torchvision
 
 ALLOWED = (
     "CenterCrop",
@@ -94,8 +97,6 @@ def check(augment: Mapping[str, Any] | None) -> None:
 
 
 def _build_one(name: str, kwargs: dict[str, Any], where: str) -> Any:
-    from bench.vision import torchvision
-
     torchvision()
     from torchvision.transforms import v2
 
@@ -138,8 +139,6 @@ class BNInceptionInput:
         self.std = [float(v) for v in std]
 
     def __call__(self, image: Any) -> Any:
-        import torch
-
         if not isinstance(image, torch.Tensor) or image.ndim < 3 or image.shape[-3] != 3:
             shape = tuple(image.shape) if isinstance(image, torch.Tensor) else type(image).__name__
             raise BenchError(f"BNInceptionInput needs RGB images (3, H, W), got {shape}")
@@ -178,10 +177,7 @@ def build(items: Sequence[Mapping[str, Mapping[str, Any]]], side: str, to_float:
     ``to_float=False`` leaves out the ToDtype: the uint8 images a deterministic head gives
     (`bench.data.image_cache`), for steps that need no floats.
     """
-    from bench.vision import torchvision
-
     torchvision()
-    import torch
     from torchvision.transforms import v2
 
     built: list[Any] = [v2.ToImage()]

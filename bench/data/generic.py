@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from PIL import Image
 
-from bench.data.files import FileIndex
+from bench.data.files import FileIndex, labeled_from_index
 from bench.data.labeled import LabeledData
 from bench.data.resize import fit_square, resize_area
 from bench.errors import BenchError
@@ -25,8 +26,6 @@ log = logging.getLogger("dmlbench.data")
 
 def image_suffixes() -> frozenset[str]:
     """The file extensions Pillow reads (``.png``, ``.jpg``, ``.pgm``, ...), lower case, with the dot."""
-    from PIL import Image
-
     return frozenset(suffix.lower() for suffix in Image.registered_extensions())
 
 
@@ -40,8 +39,6 @@ def load_folder(path: str | Path, size: int = 28, resize: str = "stretch") -> La
     that does not decode is named now. Which files count is `folder_index`'s
     rule; the number skipped is in ``meta["skipped_files"]``.
     """
-    from bench.data.files import labeled_from_index
-
     return labeled_from_index(folder_index(path), size, resize, scan_channels=True)
 
 

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
+from bench.data.augment import build, head_length
 from bench.data.resize import fit_square, resize_area
 from bench.errors import BenchError
 from bench.spec.schema import image_hw
@@ -106,8 +107,6 @@ class ImageFiles:
                 )
             image = _square(read_image(file), self.channels, self.resize, self.size)
         else:
-            from bench.data.augment import build
-
             cached = self.cache.get(side)
             source: Any
             if cached is not None and cached.ready():  # the head's output, stored: only the rest runs here
@@ -133,8 +132,6 @@ class ImageFiles:
         """Image `index` through its side's deterministic head alone, as uint8 (C, H, W), and how many of the
         side's steps that was: from the cache when it is built (its head), else decoded here. What a loader
         worker sends to the device under ``data.loader.augment_on: device``; `tail` runs the rest there."""
-        from bench.data.augment import build, head_length
-
         side = "train" if train else "eval"
         items = self.augment.get(side)
         if not items:
@@ -154,8 +151,6 @@ class ImageFiles:
     def tail(self, image: torch.Tensor, index: int, train: bool, start: int) -> torch.Tensor:
         """The side's pipeline from step `start` on, run on `image` (`head`'s output, on any device) with the
         global RNG as it is: the same image as `decode` on the CPU; its shape checked as `decode` checks."""
-        from bench.data.augment import build
-
         side = "train" if train else "eval"
         name = f"{side}:after-{start}"
         if name not in self._pipelines:

@@ -391,7 +391,7 @@ def load_lake_runs(root: str | Path | None = None, size: int = 28) -> list[OneSh
     the position in ``train_x`` of the class of test image ``i``, read from
     the run's class_labels.txt. Images are (1, size, size), ink 1.0.
     """
-    from bench.metrics.fewshot import OneShotRun  # the metrics package owns the episode type
+    from bench.metrics.fewshot import OneShotRun  # bench.metrics imports scikit-learn
 
     path = _find(root, _run_candidates)
     if path is None:

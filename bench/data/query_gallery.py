@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from bench.data.labeled import LabeledData
 from bench.errors import BenchError
 
 CAMERA = "camera"
@@ -102,8 +103,6 @@ def align_by_name(query: Any, gallery: Any) -> Any:
     order, so class ``b`` may be 1 in the query folder and 2 in the gallery
     folder: only the sub-folder names say which classes match.
     """
-    from bench.data.labeled import LabeledData
-
     q_names, g_names = query.meta.get("class_names", {}), gallery.meta.get("class_names", {})
     ids = {name: c for c, name in q_names.items()}
     fresh = max(query.classes) + 1

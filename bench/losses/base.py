@@ -22,7 +22,7 @@ from torch import nn
 from bench import distances, reducers
 from bench.errors import BenchError
 from bench.reducers import zero_loss
-from bench.tuples import Quadruplets
+from bench.tuples import Quadruplets, all_pairs, diff_class, is_triplets, same_class, triplets_to_pairs
 
 __all__ = ["BenchLoss", "check_bool", "check_choice", "check_number", "zero_loss"]
 
@@ -174,8 +174,6 @@ def as_pairs(indices_tuple: Any, labels: torch.Tensor) -> tuple[torch.Tensor, ..
     give the distinct pairs the quadruplet loss compares: positives
     ``(i, j)``, negatives ``(i, k)`` and ``(l, k)``.
     """
-    from bench.tuples import all_pairs, is_triplets, triplets_to_pairs
-
     if indices_tuple is None:
         return all_pairs(labels)
     if isinstance(indices_tuple, Quadruplets):
@@ -227,8 +225,6 @@ def positives_and_negatives(
     (no index list of all B^2 negative pairs is built); with one they are
     ``count_matrix`` of its negative pairs, in ``like``'s dtype.
     """
-    from bench.tuples import diff_class, same_class
-
     if indices_tuple is None:
         a1, p = torch.where(same_class(labels))
         return a1, p, diff_class(labels)

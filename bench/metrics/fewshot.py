@@ -9,7 +9,9 @@ from typing import TypedDict
 import numpy as np
 import torch
 
+from bench.distances import pairwise
 from bench.errors import BenchError
+from bench.metrics.retrieval import as_embeddings_and_labels
 
 
 @dataclass(frozen=True)
@@ -93,9 +95,6 @@ def episode_accuracy(
     ``k_shot + n_query`` samples are skipped; ``BenchError`` if fewer than
     ``n_way`` classes remain, or on malformed input.
     """
-    from bench.distances import pairwise
-    from bench.metrics.retrieval import as_embeddings_and_labels
-
     x, y = as_embeddings_and_labels(embeddings, labels)
     n_way = _check_positive("n_way", n_way)
     k_shot = _check_positive("k_shot", k_shot)
@@ -162,8 +161,6 @@ def lake_runs_accuracy(
     ``accuracy_percent``, ``error_percent`` (the figure Lake et al. report),
     ``per_run`` (list of fractions, in the order given) and ``runs``.
     """
-    from bench.distances import pairwise
-
     _check_distance(distance)
     runs = list(runs)
     if not runs:

@@ -17,6 +17,7 @@ import torch
 from bench import distances
 from bench.errors import BenchError
 from bench.losses.base import check_bool, check_choice, check_inputs, check_number
+from bench.losses.triplet import anchor_positive_pairs, triplet_matrix
 from bench.tuples import IndexTuple
 
 __all__ = [
@@ -95,8 +96,6 @@ def triplet_margins(
     ``torch.where(negative & condition)`` yields triplets in the same (a, p, n)
     order as PML's ``get_all_triplets_indices``.
     """
-    from bench.losses.triplet import anchor_positive_pairs, triplet_matrix
-
     mat = triplet_matrix(embeddings, distance)
     a, p = anchor_positive_pairs(labels)
     tm = mat.index_select(0, a) - mat[a, p][:, None]  # index_select: a plain row copy, unlike mat[a]

@@ -24,6 +24,7 @@ from torch import nn
 
 from bench.errors import BenchError
 from bench.models import _image_shape, _too_small, check_embedding_dim
+from bench.vision import torchvision
 
 RESNETS = ("resnet18", "resnet50")
 TIMM_PREFIX = "timm:"
@@ -54,8 +55,6 @@ class Backbone(nn.Module):
 
 
 def _resnet(arch: str, in_shape: tuple[int, ...], embedding_dim: int) -> Backbone:
-    from bench.vision import torchvision
-
     c, h, w = shape = _image_shape(arch, in_shape)
     if min(h, w) < MIN_RESNET_SIDE:
         raise _too_small(arch, shape, MIN_RESNET_SIDE)
@@ -80,8 +79,6 @@ def resnet50(in_shape: tuple[int, ...], embedding_dim: int = 128) -> Backbone:
 
 def timm_module() -> Any:
     """The timm package, or a BenchError saying how to install it."""
-    from bench.vision import torchvision
-
     torchvision()
     try:
         import timm
@@ -140,8 +137,6 @@ def published_weights(trunk: str, variant: str | None = None) -> tuple[str, str]
     is Cadene's ``bn_inception-52deb4733.pth`` (no variants).
     """
     if trunk in RESNETS:
-        from bench.vision import torchvision
-
         enum = torchvision().models.get_model_weights(trunk)
         try:
             weights = enum.DEFAULT if variant is None else enum[variant]

@@ -27,6 +27,7 @@ published file keeps BatchNorm tensors as ``(1, C)``: they are read as
 from __future__ import annotations
 
 import hashlib
+import pickle
 import re
 import warnings
 from collections.abc import Mapping
@@ -36,6 +37,9 @@ import torch
 from torch import nn
 
 from bench.errors import BenchError
+from bench.models.backbones import RESNETS, Backbone, published_weights
+from bench.models.bninception import BNInceptionBody, fit_published
+from bench.vision import torchvision
 
 HUB = "hub"
 _HASH = re.compile(r"-([a-f0-9]{8,})\.[A-Za-z]+$")  # torch.hub's convention: the sha256 prefix before the suffix
@@ -48,8 +52,6 @@ def hub_checkpoints() -> Path:
 
 def resolve(spec: str, trunk: str) -> Path:
     """The file ``model.pretrained: spec`` names for ``trunk``; a BenchError saying where to put it when absent."""
-    from bench.models.backbones import published_weights
-
     if not isinstance(spec, str) or not spec.strip():
         raise BenchError(
             f"model.pretrained must be a file, a file name in the torch hub cache, hub or null, got {spec!r}"
@@ -75,15 +77,11 @@ def resolve(spec: str, trunk: str) -> Path:
 
 def _known(spec: str, trunk: str) -> str:
     """What a file name is, when it is one of the trunk's published files; else 'the weights file'."""
-    from bench.models.backbones import RESNETS, published_weights
-
     if trunk == "bninception":
         name, what = published_weights(trunk)
         if Path(spec).name == name:
             return what
     if trunk in RESNETS:
-        from bench.vision import torchvision
-
         for weights in torchvision().models.get_model_weights(trunk):
             name, what = published_weights(trunk, weights.name)
             if Path(spec).name == name:
@@ -132,8 +130,6 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
 def _unreadable(e: Exception) -> str:
     """Why a weights file did not load, in words a user can act on (torch's own messages suggest
     ``weights_only=False``, which would run the file's code, or quote a paragraph on zip archives)."""
-    import pickle
-
     text = str(e)
     if isinstance(e, pickle.UnpicklingError) and "weights_only" in text.lower():
         return (
@@ -149,9 +145,6 @@ def _unreadable(e: Exception) -> str:
 
 def load_pretrained(trunk: nn.Module, path: Path, name: str) -> None:
     """Copy the weights in ``path`` into ``trunk`` (named ``name`` in messages); a mismatch is one line."""
-    from bench.models.backbones import Backbone
-    from bench.models.bninception import BNInceptionBody, fit_published
-
     state = read_state_dict(path)
     target: nn.Module = trunk
     skip = ""

@@ -33,10 +33,13 @@ from typing import Any
 
 import torch
 
+from bench.devices import device_problem
+from bench.errors import BenchError
 from bench.evaluation import embed
 from bench.protocol import Protocol
 from bench.spec import DataSpec, ModelSpec, TrainingSpec
 from bench.training import DTYPES, OPTIMIZERS, TrainConfig, use_channels_last
+from bench.trunks import trunk_from
 
 __all__ = [
     "EMBED_BATCH",
@@ -86,8 +89,6 @@ def channels_of(data: DataSpec) -> int:
 
 def unavailable(protocol: Protocol) -> str | None:
     """Why the protocol's device cannot be timed on here (None: it can)."""
-    from bench.devices import device_problem
-
     return device_problem(str(protocol.spec.training.device))
 
 
@@ -171,8 +172,6 @@ def _stepper(
 ) -> Callable[[], float]:
     """A function doing one training step of the protocol's trunk in ``config``'s precision and memory format
     on a random batch, returning its seconds; the trunk is its ``trunk`` attribute."""
-    from bench.trunks import trunk_from
-
     trunk = trunk_from(
         model.trunk,
         in_shape,
@@ -405,7 +404,6 @@ def measure_loader(protocol: Protocol, data_root: str | None = None) -> tuple[fl
     from bench.data import load
     from bench.data.loading import loader_options, stream, train_loader
     from bench.data.samplers import PKBatchSampler, PKSampler
-    from bench.errors import BenchError
 
     d, training = protocol.spec.data, protocol.spec.training
     if str(d.train).split(":", 1)[0] in IN_MEMORY:

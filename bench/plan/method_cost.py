@@ -31,9 +31,12 @@ from typing import Any
 
 import torch
 
+from bench.cell import build_methods, method_call, planned_classes
+from bench.errors import BenchError
 from bench.plan.cost import dataset_size
 from bench.plan.types import Cell
 from bench.protocol import Protocol
+from bench.training import loss_value
 
 
 def _built(
@@ -42,8 +45,6 @@ def _built(
     """The cell's loss and miner as training builds them (the miner bound to the loss, `method_call` naming a
     ``bind_loss`` that raises), the labels of a P x K batch and a maker of random embeddings of its shape (on the
     unit sphere when the protocol normalises, requiring grad). Call it under `_rng_kept`."""
-    from bench.cell import build_methods, planned_classes
-
     spec = protocol.spec
     p, k, dim = spec.training.P, spec.training.K, spec.model.embedding_dim
     labels = torch.arange(p, device=device).repeat_interleave(k)
@@ -81,10 +82,6 @@ def check_cell(protocol: Protocol, cell: Cell) -> str | None:
     the data and a trunk: it is built and bound to the loss, not called, and the loss runs on the batch without it
     (``indices_tuple`` None). The message names the method and its exception (`bench.errors.MethodError`); an
     exception out of the harness itself (a BenchError aside) is not caught here."""
-    from bench.cell import method_call
-    from bench.errors import BenchError
-    from bench.training import loss_value
-
     device = torch.device("cpu")
     try:
         with _rng_kept(device):

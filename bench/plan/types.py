@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from bench.plan.rungs import rung_of
 from bench.protocol import Protocol
 
 
@@ -115,7 +116,6 @@ class Budget:
         """The iterations one fold of trial slot ``slot`` trains (at most, under early stopping)."""
         if not self.rungs:
             return self.iterations
-        from bench.plan.rungs import rung_of
 
         return self.rungs[rung_of(self.rungs, slot)][1]
 

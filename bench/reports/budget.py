@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
+from scipy.stats import kendalltau
 
 from bench.reports.source import Results
 from bench.stats import Difference, Interval, paired, t_interval, within
@@ -101,8 +102,6 @@ def ranking(means: dict[str, float]) -> dict[str, int]:
 
 def kendall_tau(ranks: dict[str, int], other: dict[str, int]) -> float:
     """Kendall's tau between two rankings of the same cells; NaN with fewer than two cells."""
-    from scipy.stats import kendalltau
-
     cells = sorted(ranks)
     if len(cells) < 2:
         return math.nan

@@ -40,6 +40,7 @@ from bench.reports.leaderboard.cells import (
 )
 from bench.reports.leaderboard.footer import footer_lines
 from bench.reports.source import Results
+from bench.sweep import tables
 
 BEST_CELLS = 3  # distance distributions are drawn for this many top cells
 MAX_EMBEDDINGS = 12  # 2-D embeddings (a 2-D protocol has few cells): the top ones, at most this many
@@ -91,8 +92,6 @@ def _history_from_trials(trials: pd.DataFrame | None, cell: str) -> pd.DataFrame
 
 def collect(res: Results, board: Board) -> Artifacts:
     """Read the artifacts the page draws: the best cells' arrays and every cell's history."""
-    from bench.sweep import tables
-
     best = [r.cell for r in board.rows[:BEST_CELLS]]
     pairs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     embs: dict[str, tuple[np.ndarray, np.ndarray]] = {}

@@ -20,16 +20,26 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import tempfile
 from collections import defaultdict
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from bench.errors import BenchError
+from bench.plan import cell_key
+from bench.plan import plan as make_plan
+from bench.protocol import parse_protocol
 from bench.reports.source import Results
-
-if TYPE_CHECKING:
-    import pandas as pd
+from bench.stores import tracking
+from bench.stores.urls import DEFAULT_DIR, parse, redact, sqlite_path, sqlite_url, with_connect_timeout
+from bench.sweep import tables
+from bench.sweep.budget_check import columns
+from bench.sweep.final_run import SEPARATE_PREFIX
+from bench.sweep.tables import Records, history, metric_names
 
 PREFIX = "dmlbench/"
 HASH_TAG = "dmlbench.protocol_hash"
@@ -37,11 +47,6 @@ HASH_TAG = "dmlbench.protocol_hash"
 
 def _client(tracking_uri: str | None) -> Any:
     """A client on an existing store: reading must not leave a new, empty SQLite file behind."""
-    import os
-
-    from bench.stores import tracking
-    from bench.stores.urls import DEFAULT_DIR, parse, redact, sqlite_path, sqlite_url, with_connect_timeout
-
     given = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not given:
         given = str(Path(DEFAULT_DIR) / tracking.DEFAULT_FILE)
@@ -103,8 +108,6 @@ def _pick_hash(runs: list[Any], wanted: str | None, experiment: str) -> str:
 
 def _protocol(client: Any, cell_runs: list[Any], protocol_hash: str) -> Any:
     """The protocol file a cell run recorded, parsed; its hash must be the one the runs carry."""
-    from bench.protocol import parse_protocol
-
     for run in cell_runs:
         for item in client.list_artifacts(run.info.run_id):
             if not item.path.endswith(".yaml"):
@@ -124,8 +127,6 @@ def _protocol(client: Any, cell_runs: list[Any], protocol_hash: str) -> Any:
 def keyed_runs(runs: list[Any], plan: Any) -> list[Any]:
     """The runs of the plan's cells under their current keys (``<cell key>/<cell>[/...]``) and of its floor
     (``<shared key>/floor/...``), whichever protocol version recorded them."""
-    from bench.plan import cell_key
-
     heads = {f"{cell_key(plan.protocol, c)}/{c.id}" for c in plan.cells}
     floor = f"{plan.protocol.shared_key}/floor/"
 
@@ -147,9 +148,6 @@ def records(runs: list[Any], plan: Any) -> Any:
     does not record the budget a trial was given; every trial of one
     protocol version is given the same, so the plan's is used.
     """
-    from bench.sweep.final_run import SEPARATE_PREFIX
-    from bench.sweep.tables import Records, history, metric_names
-
     protocol = plan.protocol
     primary = protocol.primary
     metrics = metric_names(protocol.spec.evaluation)
@@ -234,8 +232,6 @@ def _param(text: str) -> Any:
 
 def _download(client: Any, runs: list[Any], root: Path, plan: Any) -> None:
     """The first final seed's report artifacts of each cell, to ``root/artifacts/<cell>/``."""
-    from bench.sweep import tables
-
     first = str(plan.protocol.final_seeds[0])
     planned = {c.id for c in plan.cells}
     for run in runs:
@@ -258,10 +254,6 @@ def load(
     experiment: str, out: str | Path, tracking_uri: str | None = None, protocol_hash: str | None = None
 ) -> Results:
     """The `Results` of one protocol version recorded in an MLflow experiment; artifacts go under ``out``."""
-    from bench.plan import plan as make_plan
-    from bench.stores import tracking
-    from bench.sweep import tables
-
     client = _client(tracking_uri)
     found = _experiment(client, experiment)
     everything = tracking.search_all(client, found.experiment_id)  # active runs only: a --redo's are gone
@@ -301,10 +293,6 @@ def load(
 
 def floor_frame(runs: list[Any], plan: Any) -> pd.DataFrame:
     """floor.csv's rows from the runs tagged ``kind: floor`` (one per final seed), in the seeds' order."""
-    import pandas as pd
-
-    from bench.sweep.tables import metric_names
-
     protocol = plan.protocol
     metrics = metric_names(protocol.spec.evaluation)
     rows = {
@@ -324,11 +312,6 @@ def floor_frame(runs: list[Any], plan: Any) -> pd.DataFrame:
 def cell_floor_frame(runs: list[Any], plan: Any) -> pd.DataFrame | None:
     """cell_floor.csv's rows from the runs tagged ``kind: cell_floor`` (a learned-metric cell's own floor per
     final seed, `bench.sweep.floor`), in the plan's cell order and the seeds' order; None when there are none."""
-    import pandas as pd
-
-    from bench.plan import cell_key
-    from bench.sweep.tables import metric_names
-
     protocol = plan.protocol
     metrics = metric_names(protocol.spec.evaluation)
     planned = {c.id: i for i, c in enumerate(plan.cells)}
@@ -354,11 +337,6 @@ def cell_floor_frame(runs: list[Any], plan: Any) -> pd.DataFrame | None:
 
 def budget_frame(runs: list[Any], plan: Any) -> pd.DataFrame | None:
     """budget_check.csv's rows from the finished runs tagged ``kind: budget_check``; None when there are none."""
-    import pandas as pd
-
-    from bench.sweep.budget_check import columns
-    from bench.sweep.tables import metric_names
-
     protocol = plan.protocol
     planned = {c.id: i for i, c in enumerate(plan.cells)}
     rows = []
@@ -389,8 +367,6 @@ def budget_frame(runs: list[Any], plan: Any) -> pd.DataFrame | None:
 
 def _manifest(runs: list[Any], plan: Any, refused: dict[str, str], experiment: str) -> dict[str, Any]:
     """What the runner's manifest.json says, from the tags every run carries and the protocol file."""
-    from bench.sweep.tables import metric_names
-
     protocol, tags = plan.protocol, runs[0].data.tags
     fingerprints: dict[str, Any] = {
         k: tags[f"dmlbench.{k}_fingerprint"] for k in ("split", "train", "test") if f"dmlbench.{k}_fingerprint" in tags
@@ -429,6 +405,4 @@ def _fold_fingerprints(runs: list[Any]) -> list[dict[str, str]]:
 
 
 def _iso(ms: int) -> str:
-    from datetime import datetime, timezone
-
     return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="seconds")

@@ -19,8 +19,10 @@ import pandas as pd
 
 from bench.data.splits import fold_label
 from bench.errors import BenchError
-from bench.plan import trained_cell
+from bench.plan import plan, trained_cell
+from bench.protocol import load_protocol, parse_protocol
 from bench.stats import metric_range
+from bench.sweep import tables
 
 if TYPE_CHECKING:
     from bench.plan import Plan
@@ -235,9 +237,6 @@ class Results:
         cells added or removed since: `same_cell` tells which of its cells are the ones that ran). An edited
         protocol would otherwise describe cells that were never run.
         """
-        from bench.plan import plan
-        from bench.protocol import load_protocol, parse_protocol
-
         text = self.manifest.get("protocol_text")
         candidates: list[Any] = []
         if isinstance(text, str) and text.strip():
@@ -262,8 +261,6 @@ class Results:
         """An artifact file of a cell (names: `bench.sweep.tables`), or None when the run wrote none. Under
         final.mode folds the trained cell's pair distances and 2-D embedding are its concatenated models', so a
         ``:separate`` row has only the cell's Optuna history."""
-        from bench.sweep import tables
-
         trained = trained_cell(cell)
         if trained != cell and cell.endswith(":separate") and name != tables.HISTORY:
             return None
@@ -289,8 +286,6 @@ def load(root: str | Path, complete: bool = True) -> Results:
 
     ``complete``: a finished sweep's tables must hold every cell's final seeds (`bench.sweep.tables.check_complete`);
     `regress` turns it off and reports missing cells and seeds itself, cell by cell."""
-    from bench.sweep import tables
-
     root = Path(root)
     try:
         exists = root.exists()
@@ -380,8 +375,6 @@ def _budget_check(root: Path, read: dict[str, Any]) -> pd.DataFrame | None:
 
 def _check_rows(res: Results) -> None:
     """What the reports take on trust from the files: cell ids (they become paths), integer seeds, the primary."""
-    from bench.sweep import tables
-
     for cell in res.finals["cell"].unique():
         try:
             tables.check_cell_id(cell)

@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from bench.atomic import locked
 from bench.errors import BenchError
@@ -305,9 +307,6 @@ class MlflowRecords(MlflowWriter):
 
 def _target(uri: str) -> retry.Target | None:
     """What the retries call a server store, with the secrets its messages must not show; None for a file."""
-    import os
-    from urllib.parse import unquote, urlsplit
-
     store = parse(uri)
     if not (store.is_http or store.is_server_db):
         return None

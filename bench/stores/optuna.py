@@ -21,6 +21,7 @@ import time
 import warnings
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from bench.errors import BenchError
 from bench.stores import retry
@@ -125,8 +126,6 @@ def open_storage(
 
 def _secrets(url: str) -> tuple[str, ...]:
     """The URL's password, to keep out of retry messages (a driver may quote its connection string)."""
-    from urllib.parse import unquote, urlsplit
-
     try:
         password = urlsplit(url).password
     except ValueError:

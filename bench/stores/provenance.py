@@ -22,6 +22,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bench import registry
+
 __all__ = [
     "PACKAGES",
     "cpu",
@@ -61,8 +63,6 @@ def package_versions() -> dict[str, str]:
 
 def plugin_versions() -> dict[str, str]:
     """``plugin.<kind>.<name>`` -> ``<version> sha256:<hash> (<source>)`` for every plugin entry loaded."""
-    from bench import registry
-
     return {
         f"plugin.{e.kind}.{e.name}": f"{e.version or '-'} sha256:{e.source_hash or '-'} ({e.source})"
         for e in registry.loaded_plugins()

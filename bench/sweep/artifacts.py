@@ -10,7 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from bench.atomic import write_npz
+from bench.evaluation import embed
 from bench.sweep import tables
 from bench.sweep.tuning import derive_seed
 
@@ -34,10 +37,6 @@ def write_cell_artifacts(
     that metric's ``g`` of the same pairs. Returns the files written, for the
     caller to attach to its records.
     """
-    import torch
-
-    from bench.evaluation import embed
-
     emb = embed(model, test.x, device=device, normalize=normalize)  # the geometry every metric uses
     if metric is not None:
         prepared = metric.prepare(embed(model, test.x, device=device))

@@ -35,12 +35,14 @@ it again; one already recorded is skipped by the caller.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.data.query_gallery import one_set
 from bench.data.splits import fold_label
 from bench.evaluation import EMBEDDING_PREFIX, Concatenated, clusters_on_test, kept_embeddings, score_model
 from bench.plan import Cell
@@ -48,6 +50,7 @@ from bench.protocol import Protocol
 from bench.stores.retry import StoreUnavailableError
 from bench.sweep import tables
 from bench.sweep.artifacts import write_cell_artifacts
+from bench.sweep.kept import write_final
 from bench.sweep.tuning import Prepared, RunResult, final_config, final_fold_config, train_and_score
 
 SEPARATE_PREFIX = "separate_"  # final.mode folds: a final seed's fold models scored alone, their mean
@@ -295,8 +298,6 @@ def _artifacts(
     protocol: Protocol, prepared: Prepared, result: RunResult, directory: Path, mlflow: MlflowRecords, run_id: str
 ) -> None:
     """Test pair distances (and the 2-D embedding) of the run, for reports, attached to its MLflow run."""
-    from bench.data.query_gallery import one_set
-
     written = write_cell_artifacts(
         result.model,
         one_set(prepared.test),
@@ -322,10 +323,6 @@ def _keep(
     run_id: str,
 ) -> None:
     """The run's model and test embeddings (`bench.sweep.kept.write_final`), attached to its MLflow run."""
-    import tempfile
-
-    from bench.sweep.kept import write_final
-
     losses = [r.loss for r in folds] if folds else [result.loss]
     with tempfile.TemporaryDirectory() as tmp:
         for path in write_final(Path(tmp), protocol, prepared, cell, params, seed, result.model, losses):

@@ -26,21 +26,21 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import torch
 
 from bench.atomic import write_with
-from bench.evaluation import clusters_on_test, score_model
+from bench.cell import build_cell, build_methods, classes_of, planned_classes, protocol_trunk
+from bench.evaluation import clusters_on_test, pair_scorer_of, score_model
 from bench.plan import cell_key
 from bench.protocol import Protocol
 from bench.sweep import tables
-from bench.sweep.tuning import Prepared, final_seed
+from bench.sweep.tuning import Prepared, final_config, final_seed
+from bench.training import seed_everything
 
 
 def initial_trunk(protocol: Protocol, seed: int, in_shape: tuple[int, ...]) -> Any:
     """The trunk final seed ``seed`` starts from: seeded and built exactly as bench.training.train does."""
-    from bench.cell import protocol_trunk
-    from bench.training import seed_everything  # the training loop's own seeding, so the two cannot drift
-
-    seed_everything(final_seed(protocol.seed, seed))
+    seed_everything(final_seed(protocol.seed, seed))  # the training loop's own seeding, so the two cannot drift
     return protocol_trunk(protocol.spec.model, in_shape).to(protocol.spec.training.device).eval()
 
 
@@ -67,11 +67,6 @@ def floor_row(protocol: Protocol, prepared: Prepared, seed: int) -> dict[str, An
 
 def learned_metric_cells(protocol: Protocol, cells: Any) -> list[Any]:
     """The cells whose loss ranks by a learned metric (built with the cell's fixed parameters to ask it)."""
-    import torch
-
-    from bench.cell import build_methods, planned_classes
-    from bench.evaluation import pair_scorer_of
-
     spec = protocol.spec
 
     def learned(cell: Any) -> bool:
@@ -91,13 +86,6 @@ def learned_metric_cells(protocol: Protocol, cells: Any) -> list[Any]:
 
 def cell_floor_row(protocol: Protocol, prepared: Prepared, cell: Any, seed: int) -> dict[str, Any]:
     """One row of cell_floor.csv: the cell's untrained trunk and metric of final seed ``seed``, scored."""
-    import torch
-
-    from bench.cell import build_cell, classes_of
-    from bench.evaluation import pair_scorer_of
-    from bench.sweep.tuning import final_config
-    from bench.training import seed_everything
-
     config = final_config(protocol, cell, {}, seed)  # the searched values do not touch the initial weights
     seed_everything(config.seed)
     in_shape, num_classes = tuple(prepared.train.x.shape[1:]), classes_of(prepared.train.y)

@@ -26,9 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.atomic import write_npz
 from bench.errors import BenchError
-from bench.plan import Cell
-from bench.protocol import Protocol
+from bench.plan import Cell, plan
+from bench.plan.types import cell_key
+from bench.protocol import Protocol, load_protocol
+from bench.stores.tracking import check_reachable, resolve_tracking_uri, search_all
+from bench.stores.urls import sqlite_path
 
 __all__ = ["EMBEDDINGS_FILE", "MODEL_FILE", "FinalModel", "kept_bytes", "load_final", "write_final"]
 
@@ -52,7 +56,6 @@ def write_final(
     import numpy as np
     import torch
 
-    from bench.atomic import write_npz
     from bench.data.query_gallery import QueryGallery
     from bench.evaluation import embed
 
@@ -125,11 +128,6 @@ def load_final(
     import torch
 
     from bench.evaluation import Concatenated
-    from bench.plan import plan
-    from bench.plan.types import cell_key
-    from bench.protocol import load_protocol
-    from bench.stores.tracking import check_reachable, resolve_tracking_uri, search_all
-    from bench.stores.urls import sqlite_path
     from bench.trunks import trunk_from
 
     p = protocol if isinstance(protocol, Protocol) else load_protocol(protocol)

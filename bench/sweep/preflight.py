@@ -36,16 +36,20 @@ the default stores are named, not created.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.cell import protocol_trunk
 from bench.devices import precision_problem
 from bench.errors import BenchError
 from bench.plan import Plan
 from bench.plan import plan as make_plan
 from bench.protocol import Protocol, device_problem
+from bench.stores import checks, tracking
+from bench.stores.urls import default_url, redact
 
 
 @dataclass(frozen=True)
@@ -197,8 +201,6 @@ def _prefixed(protocol: Protocol, key: str, problem: str | None) -> str | None:
 def check_writable(folder: Path) -> None:
     """The results folder can be made where it is asked for; created only once there is something to write,
     so a run refused for bad data or a bad store leaves nothing behind."""
-    import os
-
     existing = folder
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -217,8 +219,6 @@ def _check_stores(
     tracking_uri: str | None,
     results_dir: str | Path | None,
 ) -> None:
-    from bench.stores import checks, tracking
-    from bench.stores.urls import default_url, redact
     from bench.sweep import tables
 
     results_dir = "results" if results_dir is None else results_dir
@@ -264,7 +264,6 @@ def check_weights(protocol: Protocol, in_shape: tuple[int, ...] | None = None) -
     file's presence is checked; with it the trunk is built and the weights loaded, then dropped."""
     import torch
 
-    from bench.cell import protocol_trunk
     from bench.models.weights import resolve
 
     pretrained = protocol.spec.model.pretrained

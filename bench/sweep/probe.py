@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from bench import registry
+from bench.cell import build_methods, classes_of
 from bench.errors import BenchError
 from bench.plan import Cell, Plan
 
@@ -222,8 +223,6 @@ def _gradient(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """d loss / d embeddings and d loss / d the loss's own parameters (flattened, empty without any) for
     these parameters; every random draw seeded the same."""
-    from bench.cell import build_methods, classes_of
-
     emb = x.clone().requires_grad_(True)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
