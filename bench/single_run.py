@@ -174,7 +174,7 @@ def train_and_evaluate(
     from bench.metrics import geometry
     from bench.stores import provenance, tracking
     from bench.stores.mlflow_runs import MlflowWriter
-    from bench.sweep.tuning import load_sides, make_guard, select_sides
+    from bench.sweep.prepare import load_sides, make_guard, select_sides
     from bench.training import train
 
     check_config(config)

@@ -23,7 +23,7 @@ def data_lines(protocol: Protocol, prepared: Any, sampler: dict[str, Any] | None
     from bench.data.query_gallery import QueryGallery
     from bench.data.splits import fold_label
     from bench.sweep.preflight import short_classes_notice
-    from bench.sweep.tuning import small_classes_notice
+    from bench.sweep.prepare import small_classes_notice
 
     d = protocol.spec.data
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from bench.atomic import write_npz
 from bench.sweep import tables
-from bench.sweep.tuning import derive_seed
+from bench.sweep.seeds import derive_seed
 
 PAIR_SAMPLE = 20000  # positive and negative pairs kept in pair_distances.npz
 

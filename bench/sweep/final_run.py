@@ -48,7 +48,8 @@ from bench.protocol import Protocol
 from bench.stores.retry import StoreUnavailableError
 from bench.sweep import tables
 from bench.sweep.artifacts import write_cell_artifacts
-from bench.sweep.tuning import Prepared, RunResult, final_config, final_fold_config, train_and_score
+from bench.sweep.prepare import Prepared
+from bench.sweep.tuning import RunResult, final_config, final_fold_config, train_and_score
 
 SEPARATE_PREFIX = "separate_"  # final.mode folds: a final seed's fold models scored alone, their mean
 

@@ -1,6 +1,6 @@
 """The floor: the untrained trunk, scored like a final seed, so a results table shows what training added.
 
-With common random numbers (bench.sweep.tuning._seeds) final seed ``s`` gives
+With common random numbers (bench.sweep.seeds) final seed ``s`` gives
 every cell the same initial trunk, so the floor of seed ``s`` is that
 trunk before its first step, scored on the test data by the same
 evaluation call the final seeds use (`bench.evaluation.score_model`). It
@@ -32,7 +32,8 @@ from bench.evaluation import clusters_on_test, score_model
 from bench.plan import cell_key
 from bench.protocol import Protocol
 from bench.sweep import tables
-from bench.sweep.tuning import Prepared, final_seed
+from bench.sweep.prepare import Prepared
+from bench.sweep.seeds import final_seed
 
 
 def initial_trunk(protocol: Protocol, seed: int, in_shape: tuple[int, ...]) -> Any:

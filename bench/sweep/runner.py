@@ -91,12 +91,13 @@ from bench.sweep.final_run import FinalRun, Record, train_final
 from bench.sweep.floor import update_cell_floor, update_floor
 from bench.sweep.precision import resolve_precision
 from bench.sweep.preflight import refuse, short_classes_notice
+from bench.sweep.prepare import Prepared, small_classes_notice
 from bench.sweep.progress import Progress
 from bench.sweep.result import SweepResult
+from bench.sweep.seeds import for_draw
 from bench.sweep.tuning import (
     Heartbeat,
     Hooks,
-    Prepared,
     RunResult,
     Slot,
     SlotStudy,
@@ -105,7 +106,6 @@ from bench.sweep.tuning import (
     extra_seed_study,
     final_iterations,
     fixed_sampler,
-    for_draw,
     held,
     make_pruner,
     make_sampler,
@@ -114,7 +114,6 @@ from bench.sweep.tuning import (
     ready,
     run_trial,
     rung_for,
-    small_classes_notice,
     study_name,
     top_slots,
     trial_attrs,

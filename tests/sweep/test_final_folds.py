@@ -21,8 +21,9 @@ from bench.protocol import parse_protocol
 from bench.reports import leaderboard, source
 from bench.sweep import tables
 from bench.sweep.preflight import problems
+from bench.sweep.prepare import prepare
 from bench.sweep.runner import run_protocol
-from bench.sweep.tuning import final_fold_config, open_storage, prepare
+from bench.sweep.tuning import final_fold_config, open_storage
 from bench.training import train
 
 STOPPING = "early_stopping: {metric: map_at_r, patience: 1, check_every: 4, max_iterations: 16}"

@@ -23,9 +23,11 @@ from bench.data.splits import ClassSplit
 from bench.errors import BenchError
 from bench.plan import plan
 from bench.protocol import parse_protocol
+from bench.sweep.prepare import TestClassGuard, TestLeakError, prepare
 from bench.sweep.runner import run_protocol
+from bench.sweep.seeds import derive_seed
 from bench.sweep.tables import claim_dir, read
-from bench.sweep.tuning import SlotStudy, TestClassGuard, TestLeakError, derive_seed, open_storage, prepare, run_trial
+from bench.sweep.tuning import SlotStudy, open_storage, run_trial
 
 pytestmark = pytest.mark.slow
 

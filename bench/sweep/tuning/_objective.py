@@ -18,8 +18,8 @@ from bench.data.splits import ClassSplit, fold_label
 from bench.errors import BenchError, DivergedError, MethodError
 from bench.plan import Cell
 from bench.protocol import Protocol
-from bench.sweep.tuning._data import Prepared, TestLeakError
-from bench.sweep.tuning._seeds import final_fold_seed, final_seed, trial_seed
+from bench.sweep.prepare import Prepared, TestLeakError
+from bench.sweep.seeds import final_fold_seed, final_seed, trial_seed
 
 if TYPE_CHECKING:
     from bench.training import TrainConfig
