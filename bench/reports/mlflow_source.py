@@ -6,7 +6,7 @@ records: each cell run carries the protocol file it ran, each trial run its
 hyperparameters, state and validation score, each final run its seed and
 test metrics, the first seed its pair distances (and 2-D embedding).
 
-The records are turned into the same ``bench.sweep.tables.Records`` the runner
+The records are turned into the same ``bench.sweep.records.Records`` the runner
 builds from its Optuna storage, then audited and tabulated by the same
 functions, so a leaderboard from MLflow and one from the results directory
 of the same sweep are the same table. Two versions of a protocol (two
@@ -140,7 +140,7 @@ def _number(data: Any, name: str, default: float = math.nan) -> float:
 
 
 def records(runs: list[Any], plan: Any) -> Any:
-    """`Records` as `bench.sweep.tables.collect` would read them from Optuna, here from MLflow runs.
+    """`Records` as `bench.sweep.records.collect` would read them from Optuna, here from MLflow runs.
 
     A run without a ``state`` tag never finished (a worker was stopped in
     it) and is not counted, as an unfinished Optuna trial is not. MLflow
@@ -148,7 +148,7 @@ def records(runs: list[Any], plan: Any) -> Any:
     protocol version is given the same, so the plan's is used.
     """
     from bench.sweep.final_run import SEPARATE_PREFIX
-    from bench.sweep.tables import Records, history, metric_names
+    from bench.sweep.records import Records, history, metric_names
 
     protocol = plan.protocol
     primary = protocol.primary
@@ -261,6 +261,8 @@ def load(
     from bench.plan import plan as make_plan
     from bench.stores import tracking
     from bench.sweep import tables
+    from bench.sweep.budget_audit import audit_finished
+    from bench.sweep.frames import tables as build_tables
 
     client = _client(tracking_uri)
     found = _experiment(client, experiment)
@@ -274,8 +276,8 @@ def load(
     recs = records(runs, plan)
     if not recs.finals:
         raise BenchError(f"MLflow experiment {found.name!r} holds no finished final run of protocol {chosen[:12]}")
-    refused = tables.audit_finished(plan, recs)
-    frames = tables.tables(plan, recs, refused)
+    refused = audit_finished(plan, recs)
+    frames = build_tables(plan, recs, refused)
     root = Path(out)
     _download(client, runs, root, plan)
     tables.write_histories(root, recs.history)
@@ -303,7 +305,7 @@ def floor_frame(runs: list[Any], plan: Any) -> pd.DataFrame:
     """floor.csv's rows from the runs tagged ``kind: floor`` (one per final seed), in the seeds' order."""
     import pandas as pd
 
-    from bench.sweep.tables import metric_names
+    from bench.sweep.records import metric_names
 
     protocol = plan.protocol
     metrics = metric_names(protocol.spec.evaluation)
@@ -327,7 +329,7 @@ def cell_floor_frame(runs: list[Any], plan: Any) -> pd.DataFrame | None:
     import pandas as pd
 
     from bench.plan import cell_key
-    from bench.sweep.tables import metric_names
+    from bench.sweep.records import metric_names
 
     protocol = plan.protocol
     metrics = metric_names(protocol.spec.evaluation)
@@ -357,7 +359,7 @@ def budget_frame(runs: list[Any], plan: Any) -> pd.DataFrame | None:
     import pandas as pd
 
     from bench.sweep.budget_check import columns
-    from bench.sweep.tables import metric_names
+    from bench.sweep.records import metric_names
 
     protocol = plan.protocol
     planned = {c.id: i for i, c in enumerate(plan.cells)}
@@ -389,7 +391,7 @@ def budget_frame(runs: list[Any], plan: Any) -> pd.DataFrame | None:
 
 def _manifest(runs: list[Any], plan: Any, refused: dict[str, str], experiment: str) -> dict[str, Any]:
     """What the runner's manifest.json says, from the tags every run carries and the protocol file."""
-    from bench.sweep.tables import metric_names
+    from bench.sweep.records import metric_names
 
     protocol, tags = plan.protocol, runs[0].data.tags
     fingerprints: dict[str, Any] = {

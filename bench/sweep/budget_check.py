@@ -57,6 +57,7 @@ from bench.sweep import tables
 from bench.sweep.final_run import FinalRun, Record, train_final
 from bench.sweep.preflight import refuse
 from bench.sweep.progress import Progress
+from bench.sweep.records import collect, metric_names
 from bench.sweep.tuning import open_storage
 
 RUN_COLUMNS = ["protocol_hash", "cell_key", "cell", "seed", "multiple", "iterations", "samples_seen", "wall_time_s"]
@@ -65,7 +66,7 @@ TAIL_COLUMNS = ["state", "reason", "params", "git_commit", "git_dirty"]
 
 def columns(protocol: Protocol) -> list[str]:
     """budget_check.csv's columns: the run, the finals' validation score, every test metric, the state."""
-    return [*RUN_COLUMNS, f"val_{protocol.primary}", *tables.metric_names(protocol.spec.evaluation), *TAIL_COLUMNS]
+    return [*RUN_COLUMNS, f"val_{protocol.primary}", *metric_names(protocol.spec.evaluation), *TAIL_COLUMNS]
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ def tuned_cells(protocol: Protocol, results: Path, storage_url: str) -> list[Tun
             f"budget-check: {protocol.name}'s final.seeds is a range (a cell's seeds depend on its values): the "
             "budget check retrains a fixed number of seeds; check a copy of the protocol with a fixed final.seeds"
         )
-    records = tables.collect(plan, open_storage(storage_url))
+    records = collect(plan, open_storage(storage_url))
     out = []
     for cell in plan.cells:
         finals = [r for r in records.finals if r["cell"] == cell.id]
@@ -367,7 +368,7 @@ class _Row(Record):
 
     def write(self, run: FinalRun) -> None:
         c, p, result = self.check, self.check.protocol, run.result
-        metrics = {m: run.metrics.get(m, math.nan) for m in tables.metric_names(p.spec.evaluation)}
+        metrics = {m: run.metrics.get(m, math.nan) for m in metric_names(p.spec.evaluation)}
         row = {
             "protocol_hash": p.hash,
             "cell_key": c.keys[self.tuned.cell.id],

@@ -33,6 +33,7 @@ from bench.plan import cell_key
 from bench.protocol import Protocol
 from bench.sweep import tables
 from bench.sweep.prepare import Prepared
+from bench.sweep.records import metric_names
 from bench.sweep.seeds import final_seed
 
 
@@ -47,7 +48,7 @@ def initial_trunk(protocol: Protocol, seed: int, in_shape: tuple[int, ...]) -> A
 
 def floor_row(protocol: Protocol, prepared: Prepared, seed: int) -> dict[str, Any]:
     """One row of floor.csv: the protocol version, the seed, every metric of the finals table."""
-    metrics = tables.metric_names(protocol.spec.evaluation)
+    metrics = metric_names(protocol.spec.evaluation)
     trunk = initial_trunk(protocol, seed, tuple(prepared.train.x.shape[1:]))
     scores = score_model(
         protocol.spec,
@@ -113,7 +114,7 @@ def cell_floor_row(protocol: Protocol, prepared: Prepared, cell: Any, seed: int)
         seed=config.seed,
         metric=pair_scorer_of(loss),
     )
-    metrics = tables.metric_names(protocol.spec.evaluation)
+    metrics = metric_names(protocol.spec.evaluation)
     return {
         "protocol_hash": protocol.hash,
         "cell_key": cell_key(protocol, cell),
@@ -136,7 +137,7 @@ def update_cell_floor(
     ``rows`` ((cell, seed): row, as `cell_floor_row` makes them: computed by the sweep's workers, each by one)
     or computed here."""
     given = dict(rows or {})
-    columns = ["protocol_hash", "cell_key", "cell", "seed", *tables.metric_names(protocol.spec.evaluation)]
+    columns = ["protocol_hash", "cell_key", "cell", "seed", *metric_names(protocol.spec.evaluation)]
     path = results / tables.CELL_FLOOR
     learned = learned_metric_cells(protocol, cells)
     keys = {c.id: cell_key(protocol, c) for c in learned}
@@ -179,7 +180,7 @@ def update_floor(
     missing seeds taken from ``rows`` (seed: row, as `floor_row` makes them: computed by the sweep's workers,
     each seed by one) or computed here."""
     given = dict(rows or {})
-    columns = ["protocol_hash", "shared_key", "seed", *tables.metric_names(protocol.spec.evaluation)]
+    columns = ["protocol_hash", "shared_key", "seed", *metric_names(protocol.spec.evaluation)]
     path = results / tables.FLOOR
     old = pd.read_csv(path, dtype=tables.KEY_DTYPES) if path.exists() else pd.DataFrame(columns=columns)
     keep = (

@@ -13,6 +13,8 @@ from typing import Any
 
 import pandas as pd
 
+from bench.sweep.tables import read
+
 
 @dataclass(frozen=True)
 class SweepResult:
@@ -46,8 +48,6 @@ class SweepResult:
         cls, path: str | Path, cells: int, wall_time_s: float, recorded_iterations: int = 0, total_iterations: int = 0
     ) -> SweepResult:
         """The tables as written in `path` (`bench.sweep.tables.read`)."""
-        from bench.sweep.tables import read
-
         tables = read(path)
         return cls(
             Path(path),

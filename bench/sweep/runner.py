@@ -93,6 +93,7 @@ from bench.sweep.precision import resolve_precision
 from bench.sweep.preflight import refuse, short_classes_notice
 from bench.sweep.prepare import Prepared, small_classes_notice
 from bench.sweep.progress import Progress
+from bench.sweep.records import collect, metric_names
 from bench.sweep.result import SweepResult
 from bench.sweep.seeds import for_draw
 from bench.sweep.tuning import (
@@ -244,7 +245,7 @@ class Sweep:
         self.results = tables.protocol_dir(options.results_dir, protocol.name)
         self.storage = open_storage(self.storage_url)
         self.primary = protocol.primary
-        self.metrics = tables.metric_names(protocol.spec.evaluation)
+        self.metrics = metric_names(protocol.spec.evaluation)
 
     # ---- setup
 
@@ -530,7 +531,7 @@ class Sweep:
 
     def _write(self, finished: bool) -> dict[str, str]:
         with self.ledger.timing("tables"):
-            records = tables.collect(self.plan, self.storage)
+            records = collect(self.plan, self.storage)
             return tables.write(self.plan, records, self.results, self.manifest, finished=finished)
 
     def _cell_run(self, cell: Cell) -> str:

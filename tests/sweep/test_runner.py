@@ -259,7 +259,8 @@ def test_best_trial_is_chosen_on_validation_only_and_ties_go_to_the_lower_slot()
 
 def test_failed_final_seed_stays_visible_and_is_counted(sweep):
     """A final seed that fails is a FAIL row with its reason in finals.csv and counts in summary.n_failed."""
-    from bench.sweep.tables import collect, tables
+    from bench.sweep.frames import tables
+    from bench.sweep.records import collect
     from bench.sweep.tuning import open_storage
 
     root, path, _, _ = sweep
