@@ -52,13 +52,17 @@ from bench.plan import Cell, cell_key
 from bench.plan import plan as make_plan
 from bench.protocol import Protocol
 from bench.stores import provenance, tracking
+from bench.stores.mlflow_runs import MlflowRecords
 from bench.stores.urls import redact, sqlite_path
 from bench.sweep import tables
+from bench.sweep.accounts import STOP
 from bench.sweep.final_run import FinalRun, Record, train_final
+from bench.sweep.precision import recorded_choice
 from bench.sweep.preflight import refuse
 from bench.sweep.progress import Progress
 from bench.sweep.records import collect, metric_names
 from bench.sweep.tuning import open_storage
+from bench.sweep.worker import default_storage
 
 RUN_COLUMNS = ["protocol_hash", "cell_key", "cell", "seed", "multiple", "iterations", "samples_seen", "wall_time_s"]
 TAIL_COLUMNS = ["state", "reason", "params", "git_commit", "git_dirty"]
@@ -205,8 +209,6 @@ def budget_check(
 
     ``shard`` (k, n) trains only the k-th of every n (cell, seed) pairs: n workers started with shards
     1/n ... n/n share the check without training a seed twice (the CSV is written under a file lock)."""
-    from bench.sweep.runner import default_storage
-
     if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
         raise BenchError(f"budget-check: --multiple must be a positive integer, got {multiple!r}")
     k, n = shard
@@ -234,8 +236,6 @@ def budget_check(
     cells = tuned_cells(protocol, results, storage_url)
     manifest = tables.read_manifest(results) or {}
     if protocol.precision_auto:  # the run's precision, chosen at its start: the check trains in it too
-        from bench.sweep.precision import recorded_choice
-
         chosen = recorded_choice(protocol, open_storage(storage_url)) or manifest.get("precision")
         if not chosen or chosen.get("precision") in (None, "auto"):
             raise BenchError(
@@ -278,8 +278,6 @@ class _Check:
         fingerprints: dict[str, Any],
         quiet: bool,
     ) -> None:
-        from bench.stores.mlflow_runs import MlflowRecords
-
         self.protocol, self.multiple, self.prepared, self.path, self.keys = protocol, multiple, prepared, path, keys
         self.iterations = protocol.spec.training.iterations * multiple
         self.code = {"git_commit": provenance.git_commit(), "git_dirty": provenance.git_dirty()}
@@ -344,8 +342,6 @@ class _Check:
         )
 
     def _step(self, it: int, total: int, loss: float) -> None:
-        from bench.sweep.runner import STOP
-
         if STOP.is_set():
             raise KeyboardInterrupt
         self.progress.iteration(it, total, loss)
