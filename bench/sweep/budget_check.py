@@ -293,8 +293,8 @@ class _Check:
         self.quiet = quiet
 
     def run(self, cells: list[Tuned], todo: list[tuple[Tuned, int]], kept: int) -> None:
-        """Train what is missing, cell by cell; Ctrl-C (or SIGTERM through the runner's stop flag) leaves the
-        running seed unrecorded and every finished one recorded."""
+        """Train what is missing, cell by cell; Ctrl-C (or SIGTERM through the sweep's stop flag,
+        `bench.sweep.accounts.STOP`) leaves the running seed unrecorded and every finished one recorded."""
         seeds = len(self.protocol.final_seeds)
         assigned = kept + len(todo)  # this worker's (cell, seed) pairs: all of them, or its shard's
         self.progress = Progress(len(cells), assigned * self.iterations, kept * self.iterations, self.quiet)

@@ -1,6 +1,6 @@
 """One final run: a cell retrained with its best trial's parameters on one final seed, scored on the test set.
 
-The sweep's final seeds (bench.sweep.runner) and the budget check's seeds
+The sweep's final seeds (bench.sweep.final_phase) and the budget check's seeds
 (bench.sweep.budget_check) are the same run, told apart by three things:
 
 * the iteration multiple: 1 for a final seed; the budget check trains
