@@ -38,7 +38,6 @@ from bench.sweep.tuning import SlotStudy, make_pruner, open_storage, study_name
 
 log = logging.getLogger("dmlbench.sweep")
 
-
 POLL_S = 10.0  # how often a worker waiting for other workers' trials looks again
 
 
@@ -59,7 +58,7 @@ class Options:
     poll_s: float = POLL_S
     redo: tuple[str, ...] = ()  # cells whose records are discarded before the sweep (after a fix to a method)
     cells: tuple[str, ...] = ()  # run only these planned cells (a job of a split sweep, `bench.sweep.merge`); () all
-    stop_after_s: float | None = None  # wall-time limit of this worker (`TimeUp`); None: none
+    stop_after_s: float | None = None  # wall-time limit of this worker (`bench.sweep.accounts.TimeUp`); None: none
     device: str | None = None  # training.device overridden (`Protocol.with_device`); None: the protocol's
 
 
