@@ -162,7 +162,7 @@ def train_and_evaluate(
     """
     from bench import data as datasets
     from bench.metrics import geometry
-    from bench.sweep.tuning import load_sides, make_guard, select_sides
+    from bench.sweep.prepare import load_sides, make_guard, select_sides
 
     check_config(config)
     d = (choice or DataChoice()).section(train_spec, test_spec, size)

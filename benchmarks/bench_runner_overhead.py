@@ -87,7 +87,8 @@ def main() -> int:
     import optuna
 
     from bench.protocol import parse_protocol
-    from bench.sweep.runner import Options, Sweep
+    from bench.sweep.runner import Sweep
+    from bench.sweep.worker import Options
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

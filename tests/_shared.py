@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from bench.sweep.runner import Options
+from bench.sweep.worker import Options
 
 RUNNER_TINY = """\
 name: tiny

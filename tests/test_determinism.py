@@ -81,7 +81,8 @@ def test_quadruplet_cells_repeat_exactly_at_two_threads(cell: str, data_root: Pa
     """Two threads: where the summation order of the old 2-D indexing changed from run to run."""
     from bench.plan import plan
     from bench.protocol import load_protocol
-    from bench.sweep.tuning import final_config, prepare
+    from bench.sweep.prepare import prepare
+    from bench.sweep.tuning import final_config
     from bench.training import train
 
     protocol = load_protocol(SMOKE)

@@ -14,7 +14,8 @@ from bench.data import LabeledData, load
 from bench.errors import BenchError
 from bench.plan import plan
 from bench.protocol import parse_protocol
-from bench.sweep import tables
+from bench.sweep.budget_audit import audit
+from bench.sweep.records import Records
 from bench.sweep.runner import run_protocol
 from bench.sweep.tuning import final_iterations, open_storage
 from bench.training import EarlyStopping, TrainConfig, train
@@ -162,7 +163,7 @@ def test_the_audit_refuses_a_short_complete_trial_only_without_early_stopping() 
     stopped = parse_protocol(_tiny(iterations=40))
     for p, refused in ((protocol, True), (stopped, False)):
         the_plan = plan(p)
-        records = tables.Records()
+        records = Records()
         for cell in the_plan.cells:
             for slot in range(2):
                 records.trials.append(
@@ -173,4 +174,4 @@ def test_the_audit_refuses_a_short_complete_trial_only_without_early_stopping() 
                 {"cell": cell.id, "seed": s, "state": "COMPLETE", "iterations": 15, "samples_seen": 15 * 16}
                 for s in (0, 1)
             ]
-        assert bool(tables.audit(the_plan, records)) is refused
+        assert bool(audit(the_plan, records)) is refused

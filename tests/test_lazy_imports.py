@@ -27,12 +27,6 @@ CHEAP = {"click", "yaml"}  # third-party packages that import in milliseconds
 SLOW_STDLIB = {"importlib.metadata"}  # tens of milliseconds: `bench.cli` loads it only for --plugin
 # Commands whose module loads torch or pandas to parse its options (their defaults come from those layers).
 HEAVY_COMMANDS = {"train", "regress"}
-# Modules (and packages) other branches are splitting; they join the check once split.
-PENDING = (
-    "bench.sweep.runner",
-    "bench.sweep.tables",
-    "bench.sweep.tuning",
-)
 
 
 def _loaded_after(code: str, modules: tuple[str, ...] = ()) -> list[str]:
@@ -213,7 +207,7 @@ def _needless(module: str) -> list[str]:
 
 
 def _checked() -> list[str]:
-    return [m for m in sorted(MODULES) if not any(m == p or m.startswith(p + ".") for p in PENDING)]
+    return sorted(MODULES)
 
 
 def test_the_scan_sees_deferred_imports():

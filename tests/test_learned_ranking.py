@@ -217,8 +217,10 @@ def test_cell_floor_is_the_cells_untrained_trunk_and_metric_scored_the_same_way(
     from bench.plan import cell_key, plan
     from bench.protocol import parse_protocol
     from bench.sweep import floor
-    from bench.sweep.tables import CELL_FLOOR, metric_names
-    from bench.sweep.tuning import final_config, prepare
+    from bench.sweep.prepare import prepare
+    from bench.sweep.records import metric_names
+    from bench.sweep.tables import CELL_FLOOR
+    from bench.sweep.tuning import final_config
 
     protocol = parse_protocol(TINY)
     prepared = prepare(protocol, str(data_root))

@@ -58,8 +58,8 @@ def command(
     """
     import torch
 
+    from bench.sweep.accounts import STOP, request_stop
     from bench.sweep.budget_check import budget_check, describe
-    from bench.sweep.runner import STOP, request_stop
 
     if threads is not None:
         torch.set_num_threads(threads)

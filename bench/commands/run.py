@@ -148,7 +148,9 @@ def command(
     """
     import torch
 
-    from bench.sweep.runner import Options, TimeUp, request_stop, run_protocol
+    from bench.sweep.accounts import TimeUp, request_stop
+    from bench.sweep.runner import run_protocol
+    from bench.sweep.worker import Options
 
     if threads is not None:
         torch.set_num_threads(threads)

@@ -24,7 +24,7 @@ def data_lines(protocol: Protocol, prepared: Any, sampler: dict[str, Any] | None
     then the notices `run` gives of them (classes left out, classes below K drawn with replacement)."""
     from bench.data.query_gallery import QueryGallery
     from bench.data.splits import fold_label
-    from bench.sweep.tuning import small_classes_notice
+    from bench.sweep.prepare import small_classes_notice
 
     d = protocol.spec.data
 

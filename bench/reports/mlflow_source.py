@@ -6,7 +6,7 @@ records: each cell run carries the protocol file it ran, each trial run its
 hyperparameters, state and validation score, each final run its seed and
 test metrics, the first seed its pair distances (and 2-D embedding).
 
-The records are turned into the same ``bench.sweep.tables.Records`` the runner
+The records are turned into the same ``bench.sweep.records.Records`` the runner
 builds from its Optuna storage, then audited and tabulated by the same
 functions, so a leaderboard from MLflow and one from the results directory
 of the same sweep are the same table. Two versions of a protocol (two
@@ -37,9 +37,11 @@ from bench.reports.source import Results
 from bench.stores import tracking
 from bench.stores.urls import DEFAULT_DIR, parse, redact, sqlite_path, sqlite_url, with_connect_timeout
 from bench.sweep import tables
+from bench.sweep.budget_audit import audit_finished
 from bench.sweep.budget_check import columns
 from bench.sweep.final_run import SEPARATE_PREFIX
-from bench.sweep.tables import Records, history, metric_names
+from bench.sweep.frames import tables as build_tables
+from bench.sweep.records import Records, history, metric_names
 
 PREFIX = "dmlbench/"
 HASH_TAG = "dmlbench.protocol_hash"
@@ -141,7 +143,7 @@ def _number(data: Any, name: str, default: float = math.nan) -> float:
 
 
 def records(runs: list[Any], plan: Any) -> Any:
-    """`Records` as `bench.sweep.tables.collect` would read them from Optuna, here from MLflow runs.
+    """`Records` as `bench.sweep.records.collect` would read them from Optuna, here from MLflow runs.
 
     A run without a ``state`` tag never finished (a worker was stopped in
     it) and is not counted, as an unfinished Optuna trial is not. MLflow
@@ -266,8 +268,8 @@ def load(
     recs = records(runs, plan)
     if not recs.finals:
         raise BenchError(f"MLflow experiment {found.name!r} holds no finished final run of protocol {chosen[:12]}")
-    refused = tables.audit_finished(plan, recs)
-    frames = tables.tables(plan, recs, refused)
+    refused = audit_finished(plan, recs)
+    frames = build_tables(plan, recs, refused)
     root = Path(out)
     _download(client, runs, root, plan)
     tables.write_histories(root, recs.history)

@@ -15,7 +15,7 @@ import torch
 from bench.atomic import write_npz
 from bench.evaluation import embed
 from bench.sweep import tables
-from bench.sweep.tuning import derive_seed
+from bench.sweep.seeds import derive_seed
 
 PAIR_SAMPLE = 20000  # positive and negative pairs kept in pair_distances.npz
 

@@ -55,12 +55,14 @@ from bench.stores import provenance, tracking
 from bench.stores.mlflow_runs import MlflowRecords
 from bench.stores.urls import redact, sqlite_path
 from bench.sweep import tables
+from bench.sweep.accounts import STOP
 from bench.sweep.final_run import FinalRun, Record, train_final
 from bench.sweep.precision import recorded_choice
 from bench.sweep.preflight import refuse
 from bench.sweep.progress import Progress
-from bench.sweep.runner import STOP, default_storage
+from bench.sweep.records import collect, metric_names
 from bench.sweep.tuning import open_storage
+from bench.sweep.worker import default_storage
 
 RUN_COLUMNS = ["protocol_hash", "cell_key", "cell", "seed", "multiple", "iterations", "samples_seen", "wall_time_s"]
 TAIL_COLUMNS = ["state", "reason", "params", "git_commit", "git_dirty"]
@@ -68,7 +70,7 @@ TAIL_COLUMNS = ["state", "reason", "params", "git_commit", "git_dirty"]
 
 def columns(protocol: Protocol) -> list[str]:
     """budget_check.csv's columns: the run, the finals' validation score, every test metric, the state."""
-    return [*RUN_COLUMNS, f"val_{protocol.primary}", *tables.metric_names(protocol.spec.evaluation), *TAIL_COLUMNS]
+    return [*RUN_COLUMNS, f"val_{protocol.primary}", *metric_names(protocol.spec.evaluation), *TAIL_COLUMNS]
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ def tuned_cells(protocol: Protocol, results: Path, storage_url: str) -> list[Tun
             f"budget-check: {protocol.name}'s final.seeds is a range (a cell's seeds depend on its values): the "
             "budget check retrains a fixed number of seeds; check a copy of the protocol with a fixed final.seeds"
         )
-    records = tables.collect(plan, open_storage(storage_url))
+    records = collect(plan, open_storage(storage_url))
     out = []
     for cell in plan.cells:
         finals = [r for r in records.finals if r["cell"] == cell.id]
@@ -291,8 +293,8 @@ class _Check:
         self.quiet = quiet
 
     def run(self, cells: list[Tuned], todo: list[tuple[Tuned, int]], kept: int) -> None:
-        """Train what is missing, cell by cell; Ctrl-C (or SIGTERM through the runner's stop flag) leaves the
-        running seed unrecorded and every finished one recorded."""
+        """Train what is missing, cell by cell; Ctrl-C (or SIGTERM through the sweep's stop flag,
+        `bench.sweep.accounts.STOP`) leaves the running seed unrecorded and every finished one recorded."""
         seeds = len(self.protocol.final_seeds)
         assigned = kept + len(todo)  # this worker's (cell, seed) pairs: all of them, or its shard's
         self.progress = Progress(len(cells), assigned * self.iterations, kept * self.iterations, self.quiet)
@@ -362,7 +364,7 @@ class _Row(Record):
 
     def write(self, run: FinalRun) -> None:
         c, p, result = self.check, self.check.protocol, run.result
-        metrics = {m: run.metrics.get(m, math.nan) for m in tables.metric_names(p.spec.evaluation)}
+        metrics = {m: run.metrics.get(m, math.nan) for m in metric_names(p.spec.evaluation)}
         row = {
             "protocol_hash": p.hash,
             "cell_key": c.keys[self.tuned.cell.id],

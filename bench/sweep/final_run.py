@@ -1,6 +1,6 @@
 """One final run: a cell retrained with its best trial's parameters on one final seed, scored on the test set.
 
-The sweep's final seeds (bench.sweep.runner) and the budget check's seeds
+The sweep's final seeds (bench.sweep.final_phase) and the budget check's seeds
 (bench.sweep.budget_check) are the same run, told apart by three things:
 
 * the iteration multiple: 1 for a final seed; the budget check trains
@@ -22,7 +22,7 @@ parameters, early-stopped on its validation classes where the protocol
 stops early, and is scored alone on the test set; the final seed's metrics
 are those of the fold models concatenated (`bench.evaluation.Concatenated`),
 and its ``separate`` metrics the fold models' mean. Both become rows of the
-tables (`bench.sweep.tables.expand_evaluations`).
+tables (`bench.sweep.records.expand_evaluations`).
 
 Everything else is `train_final`: the test-class guard, training and
 scoring by `bench.sweep.tuning.train_and_score` (the one call, so a budget
@@ -48,10 +48,11 @@ from bench.evaluation import EMBEDDING_PREFIX, Concatenated, clusters_on_test, k
 from bench.plan import Cell
 from bench.protocol import Protocol
 from bench.stores.retry import StoreUnavailableError
-from bench.sweep import tables
 from bench.sweep.artifacts import write_cell_artifacts
 from bench.sweep.kept import write_final
-from bench.sweep.tuning import Prepared, RunResult, final_config, final_fold_config, train_and_score
+from bench.sweep.prepare import Prepared
+from bench.sweep.records import metric_names
+from bench.sweep.tuning import RunResult, final_config, final_fold_config, train_and_score
 
 SEPARATE_PREFIX = "separate_"  # final.mode folds: a final seed's fold models scored alone, their mean
 
@@ -186,9 +187,7 @@ def train_final(
                 mlflow.end(run_id, "KILLED")
             raise
         progress.run_finished()
-        metrics = {
-            m: float(result.metrics[m]) for m in tables.metric_names(protocol.spec.evaluation) if m in result.metrics
-        }
+        metrics = {m: float(result.metrics[m]) for m in metric_names(protocol.spec.evaluation) if m in result.metrics}
         # a learned-metric cell's embedding-distance ranking: a labelled secondary result, logged beside the table's
         secondary = {m: float(v) for m, v in result.metrics.items() if m.startswith(EMBEDDING_PREFIX)}
         run = FinalRun(seed, config, result, metrics, run_id, folds=folds if result.state == "COMPLETE" else [])

@@ -1,6 +1,6 @@
 """The floor: the untrained trunk, scored like a final seed, so a results table shows what training added.
 
-With common random numbers (bench.sweep.tuning._seeds) final seed ``s`` gives
+With common random numbers (bench.sweep.seeds) final seed ``s`` gives
 every cell the same initial trunk, so the floor of seed ``s`` is that
 trunk before its first step, scored on the test data by the same
 evaluation call the final seeds use (`bench.evaluation.score_model`). It
@@ -34,7 +34,10 @@ from bench.evaluation import clusters_on_test, pair_scorer_of, score_model
 from bench.plan import cell_key
 from bench.protocol import Protocol
 from bench.sweep import tables
-from bench.sweep.tuning import Prepared, final_config, final_seed
+from bench.sweep.prepare import Prepared
+from bench.sweep.records import metric_names
+from bench.sweep.seeds import final_seed
+from bench.sweep.tuning import final_config
 from bench.training import seed_everything
 
 
@@ -46,7 +49,7 @@ def initial_trunk(protocol: Protocol, seed: int, in_shape: tuple[int, ...]) -> A
 
 def floor_row(protocol: Protocol, prepared: Prepared, seed: int) -> dict[str, Any]:
     """One row of floor.csv: the protocol version, the seed, every metric of the finals table."""
-    metrics = tables.metric_names(protocol.spec.evaluation)
+    metrics = metric_names(protocol.spec.evaluation)
     trunk = initial_trunk(protocol, seed, tuple(prepared.train.x.shape[1:]))
     scores = score_model(
         protocol.spec,
@@ -100,7 +103,7 @@ def cell_floor_row(protocol: Protocol, prepared: Prepared, cell: Any, seed: int)
         seed=config.seed,
         metric=pair_scorer_of(loss),
     )
-    metrics = tables.metric_names(protocol.spec.evaluation)
+    metrics = metric_names(protocol.spec.evaluation)
     return {
         "protocol_hash": protocol.hash,
         "cell_key": cell_key(protocol, cell),
@@ -123,7 +126,7 @@ def update_cell_floor(
     ``rows`` ((cell, seed): row, as `cell_floor_row` makes them: computed by the sweep's workers, each by one)
     or computed here."""
     given = dict(rows or {})
-    columns = ["protocol_hash", "cell_key", "cell", "seed", *tables.metric_names(protocol.spec.evaluation)]
+    columns = ["protocol_hash", "cell_key", "cell", "seed", *metric_names(protocol.spec.evaluation)]
     path = results / tables.CELL_FLOOR
     learned = learned_metric_cells(protocol, cells)
     keys = {c.id: cell_key(protocol, c) for c in learned}
@@ -166,7 +169,7 @@ def update_floor(
     missing seeds taken from ``rows`` (seed: row, as `floor_row` makes them: computed by the sweep's workers,
     each seed by one) or computed here."""
     given = dict(rows or {})
-    columns = ["protocol_hash", "shared_key", "seed", *tables.metric_names(protocol.spec.evaluation)]
+    columns = ["protocol_hash", "shared_key", "seed", *metric_names(protocol.spec.evaluation)]
     path = results / tables.FLOOR
     old = pd.read_csv(path, dtype=tables.KEY_DTYPES) if path.exists() else pd.DataFrame(columns=columns)
     keep = (

@@ -15,7 +15,7 @@ sweep. `merge` checks what one sweep guarantees by construction, then writes one
   (`bench.reports.source.Results.asked_cells`: a job answers for the cells it was asked for, a merge for all).
 
 Any other difference is a refusal, one line, exit 2, and nothing is written. The tables are then rebuilt from
-the jobs' rows by the functions a sweep uses (`bench.sweep.tables`: the budget audit and the summary), so the
+the jobs' rows by the functions a sweep uses (`bench.sweep.budget_audit`, `bench.sweep.frames`), so the
 merged folder's trials, finals and summary equal those of one sweep of the same cells (wall times aside); the
 floor (the same untrained trunks in every job) is the first job's, checked equal in the others; the budget check
 rows, the artifacts and each job's MLflow runs are the jobs' own (the manifest lists every job's stores, where a
@@ -39,6 +39,7 @@ from bench.plan import cell_key
 from bench.plan import plan as make_plan
 from bench.protocol import parse_protocol
 from bench.sweep import tables
+from bench.sweep.records import Records, collapse_evaluations, history
 
 SAME = ("protocol", "shared_hash", "data_fingerprint", "fingerprints", "protocol_hash", "budget", "primary_metric")
 
@@ -67,7 +68,7 @@ def _read(job: Path) -> dict[str, Any]:
 
 
 def _rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """Rows as `tables.collect` makes them: a missing value None, not NaN (a trial without a value)."""
+    """Rows as `bench.sweep.records.collect` makes them: a missing value None, not NaN (a trial without a value)."""
     rows = frame.to_dict("records")
     for row in rows:
         for key, value in row.items():
@@ -134,16 +135,16 @@ def merge(out: str | Path, jobs_given: list[str | Path]) -> dict[str, Any]:
         if c.id in ran and keys.get(c.id) != cell_key(protocol, c):
             raise BenchError(f"merge: {c.id}'s key {keys.get(c.id)} is not its protocol's {cell_key(protocol, c)}")
     plan = replace(full, cells=tuple(c for c in full.cells if c.id in ran))
-    records = tables.Records(
+    records = Records(
         trials=_order([row for r in read for row in _rows(r["trials"])], plan, "trial"),
         finals=_order(
-            tables.collapse_evaluations(plan, [row for r in read for row in _rows(r["finals"])]),
+            collapse_evaluations(plan, [row for r in read for row in _rows(r["finals"])]),
             plan,
             "seed",
             protocol.final_seeds,
         ),
     )
-    records.history = {c.id: tables.history([t for t in records.trials if t["cell"] == c.id]) for c in plan.cells}
+    records.history = {c.id: history([t for t in records.trials if t["cell"] == c.id]) for c in plan.cells}
     floor = _floor(jobs, read)
     out.mkdir(parents=True, exist_ok=True)
     for job, r in zip(jobs, read):

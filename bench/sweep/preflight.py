@@ -334,7 +334,7 @@ def _check_data(
 ) -> None:
     from bench.data import check_path
     from bench.data.query_gallery import test_specs
-    from bench.sweep.tuning import prepare
+    from bench.sweep.prepare import prepare
 
     d = protocol.spec.data
     weights = check("model.pretrained", lambda: check_weights(protocol))  # would fail every trial: say where it goes

@@ -1,34 +1,29 @@
-"""Results tables of a protocol: built from the records, audited, written atomically, read back.
+"""Results tables of a protocol: their files, written atomically, read back and checked.
 
 This is the only module that knows the file names under
 ``results/<protocol>/`` (ARCHITECTURE.md). Tables are rebuilt whole from
-the Optuna storage every time (never appended), so an interrupted run that
-resumes, or a second worker that finishes last, writes the same tables an
+the Optuna storage every time (never appended: `bench.sweep.records` reads
+the rows, `bench.sweep.frames` builds the tables, `bench.sweep.budget_audit`
+refuses a cell whose budget differs), so an interrupted run that resumes,
+or a second worker that finishes last, writes the same tables an
 uninterrupted run writes.
-
-The budget audit is here too: a cell whose recorded trials or final runs do
-not match the protocol's budget is refused (left out of the summary, named
-in the manifest) rather than reported beside cells it cannot be compared
-with.
 """
 
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from bench.atomic import locked, write_with
 from bench.errors import BenchError
 from bench.plan import Plan, cell_key, trained_cell
-from bench.spec import EvaluationSpec
+from bench.sweep.budget_audit import audit, audit_finished
+from bench.sweep.frames import tables
+from bench.sweep.records import Records, commits
 
 MANIFEST = "manifest.json"
 TRIALS = "trials.csv"
@@ -42,41 +37,9 @@ HISTORY = "optuna_history.csv"
 PAIR_DISTANCES = "pair_distances.npz"
 EMBEDDING_2D = "embedding_2d.npz"
 
-TRIAL_COLUMNS = [
-    "protocol_hash",
-    "cell_key",
-    "cell",
-    "loss",
-    "miner",
-    "trial",
-    "state",
-    "value",
-    "fold_values",
-    "params",
-    "iterations",
-    "samples_seen",
-    "wall_time_s",
-    "reason",
-    "budget_iterations",
-    "git_commit",
-    "git_dirty",
-    "device",
-]
-TIMING_COLUMNS = ("wall_time_s",)
+TIMING_COLUMNS = ("wall_time_s",)  # the only columns allowed to differ between reruns of the same protocol
 # keys are text: a key of digits only (or digits, a dot, digits) would otherwise be read back as a number
-KEY_DTYPES = {
-    "protocol_hash": str,
-    "cell_key": str,
-    "shared_key": str,
-}  # the only columns allowed to differ between reruns of the same protocol
-
-
-def metric_names(evaluation: EvaluationSpec) -> list[str]:
-    """The metric columns, in order: ``recall_at_k`` and ``cmc_at_k`` expand to one column per k."""
-    out: list[str] = []
-    for m in evaluation.metrics:
-        out += [f"{m[:-1]}{k}" for k in evaluation.ks] if m in ("recall_at_k", "cmc_at_k") else [m]
-    return out
+KEY_DTYPES = {"protocol_hash": str, "cell_key": str, "shared_key": str}
 
 
 def check_cell_id(cell: object) -> str:
@@ -107,384 +70,6 @@ def cell_dir(results: Path, cell: str) -> Path:
 def protocol_dir(results_root: str | Path, name: str) -> Path:
     """A protocol's results directory: one folder per protocol name under ``results_root``."""
     return Path(results_root) / name
-
-
-# --------------------------------------------------------------------------- records -> rows
-
-
-@dataclass
-class Records:
-    """Rows read from the storage; the runner fills them, tables are derived from them only."""
-
-    trials: list[dict[str, Any]] = field(default_factory=list)
-    finals: list[dict[str, Any]] = field(default_factory=list)
-    history: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-
-
-def _study(storage: Any, name: str) -> Any:
-    import optuna
-
-    try:
-        return optuna.load_study(study_name=name, storage=storage)
-    except KeyError:
-        return None
-
-
-def _counted(study: Any) -> list[Any]:
-    """Finished trials that hold a slot (stale and surplus ones excluded), by slot."""
-    from bench.sweep.tuning import held
-
-    if study is None:
-        return []
-    slots = held(study.get_trials(deepcopy=False), study.user_attrs.get("slots", math.inf))
-    return [t for _, t in sorted(slots.items()) if t.state.is_finished()]
-
-
-def collect(plan: Plan, storage: Any) -> Records:
-    """Every finished trial and final run of the plan's cells, from the Optuna storage (each cell's studies,
-    found by its key: a cell trained under an earlier version with the same cell key is read as it was);
-    ``protocol_hash`` names the version the tables are of, ``cell_key`` what the row's records are keyed by."""
-    from bench.sweep.tuning import extra_seed_study, study_name
-
-    protocol = plan.protocol
-    metrics = metric_names(protocol.spec.evaluation)
-    primary = protocol.primary
-    records = Records()
-    draws = plan.budget.draws
-    for cell in plan.cells:
-        base = {
-            "protocol_hash": protocol.hash,
-            "cell_key": cell_key(protocol, cell),
-            "cell": cell.id,
-            "loss": cell.loss,
-            "miner": cell.miner or "none",
-        }
-        trial_rows = []
-        for r in range(draws):
-            trial_rows += _trial_rows(storage, study_name(protocol, cell, draw=r), base, r if draws > 1 else None)
-        records.trials += trial_rows
-        records.history[cell.id] = history(trial_rows)
-        for r in range(draws):
-            studies = [study_name(protocol, cell, finals=True, draw=r)] + [
-                extra_seed_study(protocol, cell, r, k) for k in range(plan.budget.seeds_min, plan.budget.seeds)
-            ] * plan.budget.adaptive_seeds
-            for t in (t for name in studies for t in _counted(_study(storage, name))):
-                a = t.user_attrs
-                row = {
-                    **base,
-                    **({"draw": r} if draws > 1 else {}),
-                    "seed": a["seed"],
-                    "params": _json(a.get("params", {})),
-                    "train_fingerprint": a.get("train_fingerprint"),
-                    "test_fingerprint": a.get("test_fingerprint"),
-                    "iterations": a.get("iterations", 0),
-                    "samples_seen": a.get("samples_seen", 0),
-                    "wall_time_s": a.get("wall_time_s", math.nan),
-                    f"val_{primary}": a.get("val_value"),
-                }
-                row.update({m: a.get("metrics", {}).get(m, math.nan) for m in metrics})
-                row.update({"state": t.state.name, "reason": a.get("reason", ""), **_code(a)})
-                row["separate"] = a.get("separate")  # final.mode folds: the fold models scored alone (their mean)
-                records.finals.append(row)
-    return records
-
-
-def _trial_rows(storage: Any, name: str, base: dict[str, Any], draw: int | None) -> list[dict[str, Any]]:
-    """The rows of one tuning study's counted trials (``draw``: its tuning draw under tuning.repeats)."""
-    rows = []
-    for t in _counted(_study(storage, name)):
-        a = t.user_attrs
-        value = t.value if t.state.name == "COMPLETE" else None
-        rows.append(
-            {
-                **base,
-                **({"draw": draw} if draw is not None else {}),
-                "trial": a["slot"],
-                "state": t.state.name,
-                "value": value,
-                "fold_values": json.dumps(a.get("fold_values", [])),
-                "params": _json(t.params),
-                "iterations": a.get("iterations", 0),
-                "samples_seen": a.get("samples_seen", 0),
-                "wall_time_s": a.get("wall_time_s", math.nan),
-                "reason": a.get("reason", ""),
-                "budget_iterations": a.get("budget_iterations"),
-                **_code(a),
-            }
-        )
-    return rows
-
-
-def expand_evaluations(plan: Plan, finals: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Final rows as the tables report them: as recorded, or under final.mode folds two rows per final seed,
-    ``<cell>:concatenated`` (the recorded metrics) and ``<cell>:separate`` (its ``separate`` metrics; NaN for a
-    seed that failed)."""
-    if plan.budget.final_mode != "folds":
-        return finals
-    metrics = metric_names(plan.protocol.spec.evaluation)
-    out = []
-    for row in finals:
-        concatenated, separate = plan.reported_ids(row["cell"])
-        alone = row.get("separate") or {}
-        out.append({**row, "cell": concatenated})
-        out.append({**row, "cell": separate, **{m: alone.get(m, math.nan) for m in metrics}})
-    return out
-
-
-def _code(attrs: dict[str, Any]) -> dict[str, Any]:
-    """The commit a run's code came from, whether it had uncommitted changes, and the hardware it ran on
-    (`bench.devices.describe`; None: not recorded)."""
-    return {"git_commit": attrs.get("git_commit"), "git_dirty": attrs.get("git_dirty"), "device": attrs.get("device")}
-
-
-def commits(records: Records) -> dict[str, list[str]]:
-    """cell -> the commits its trials and final runs ran (``<sha>+dirty`` for uncommitted changes), sorted."""
-    out: dict[str, set[str]] = {}
-    for r in records.trials + records.finals:
-        if r.get("git_commit"):
-            out.setdefault(r["cell"], set()).add(r["git_commit"] + ("+dirty" if r.get("git_dirty") else ""))
-    return {cell: sorted(shas) for cell, shas in out.items()}
-
-
-def history(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The Optuna history of one cell's trial rows, in slot order: each value and the best so far (under
-    tuning.repeats each draw's own, the rows then naming their ``draw``)."""
-    out: list[dict[str, Any]] = []
-    best: dict[Any, float] = {}
-    for row in trials:
-        draw = row.get("draw")
-        if row["value"] is not None:
-            best[draw] = max(best.get(draw, -math.inf), row["value"])
-        out.append(
-            {
-                **({"draw": draw} if draw is not None else {}),
-                "trial": row["trial"],
-                "state": row["state"],
-                "value": row["value"],
-                "best_so_far": best.get(draw),
-            }
-        )
-    return out
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True)
-
-
-def collapse_evaluations(plan: Plan, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows read back from finals.csv as records again: the inverse of `expand_evaluations` (a merge rebuilds
-    the tables from the jobs' rows)."""
-    if plan.budget.final_mode != "folds":
-        return rows
-    metrics = metric_names(plan.protocol.spec.evaluation)
-
-    def key(r: dict[str, Any]) -> tuple[str, int, int]:
-        draw = r.get("draw")
-        return trained_cell(str(r["cell"])), int(r["seed"]), -1 if draw is None or draw != draw else int(draw)
-
-    alone = {key(r): r for r in rows if str(r["cell"]).endswith(":separate")}
-    out = []
-    for r in rows:
-        if str(r["cell"]).endswith(":concatenated"):
-            cell = trained_cell(str(r["cell"]))
-            separate = alone.get(key(r), {})
-            out.append({**r, "cell": cell, "separate": {m: separate[m] for m in metrics if m in separate}})
-    return out
-
-
-# --------------------------------------------------------------------------- audit
-
-
-def audit(plan: Plan, records: Records) -> dict[str, str]:
-    """cell -> why its budget differs from the plan's, for every cell that cannot be reported.
-
-    The budget is the plan's: ``trials`` trials each given ``folds x
-    iterations``, a COMPLETE trial having used all of it; ``seeds`` final
-    runs of ``iterations`` each. Under early stopping (``budget.early_stopping``)
-    the budget is the maximum: a run may have trained fewer iterations, never
-    more. Samples seen may be lower than iterations
-    x P x K (dataset-level miners serve smaller batches) but never higher.
-    """
-    b = plan.budget
-    per_final = b.per_final  # under final.mode folds a final seed trains one model per fold
-    refused: dict[str, str] = {}
-    for cell in plan.cells:
-        trials = [r for r in records.trials if r["cell"] == cell.id]
-        finals = [r for r in records.finals if r["cell"] == cell.id]
-        problems = []
-        if len(trials) != b.trial_count_for(cell):
-            problems.append(f"{len(trials)} trials recorded, the budget is {b.trial_count_for(cell)}")
-        for r in trials:
-            # successive halving: each rung's slots their own iterations, the same rungs in every cell
-            per_trial = b.folds * b.slot_iterations(r["trial"]) if r["trial"] < b.slots else -1
-            if r["budget_iterations"] != per_trial:
-                problems.append(f"trial {r['trial']} was given {r['budget_iterations']} iterations, not {per_trial}")
-            elif r["iterations"] > per_trial or (
-                r["state"] == "COMPLETE" and not b.early_stopping and r["iterations"] != per_trial
-            ):
-                problems.append(
-                    f"trial {r['trial']} ({r['state']}) trained {r['iterations']} iterations, the budget is {per_trial}"
-                )
-            if r["samples_seen"] > r["iterations"] * b.batch_size:
-                problems.append(f"trial {r['trial']} saw {r['samples_seen']} samples, more than its iterations allow")
-        if finals and b.adaptive_seeds:
-            wanted = seeds_expected(plan, finals)
-            if len(finals) != wanted:
-                problems.append(
-                    f"{len(finals)} final runs recorded, the seed rule (final.seeds: {b.seeds_min} to {b.seeds}, "
-                    f"half-width {b.half_width:g}) stops at {wanted} over their values"
-                )
-        elif finals and len(finals) != b.final_count:
-            problems.append(
-                f"{len(finals)} final runs recorded, the budget is {b.seeds} seeds"
-                + (f" x {b.draws} tuning draws" if b.draws > 1 else "")
-            )
-        for r in finals:
-            if r["iterations"] > per_final or (
-                r["state"] == "COMPLETE" and not b.early_stopping and r["iterations"] != per_final
-            ):
-                problems.append(
-                    f"final seed {r['seed']} trained {r['iterations']} iterations, "
-                    f"{'the most is' if b.early_stopping else 'not'} {per_final}"
-                )
-            if r["samples_seen"] > r["iterations"] * b.batch_size:
-                problems.append(f"final seed {r['seed']} saw more samples than its iterations allow")
-        if problems:
-            refused[cell.id] = "; ".join(problems[:3]) + (f" (+{len(problems) - 3} more)" if len(problems) > 3 else "")
-    return refused
-
-
-def seed_values(plan: Plan, finals: list[dict[str, Any]], draw: int | None) -> list[float | None]:
-    """One cell's (and tuning draw's) primary metric by final seed, in seed order: None for a failed seed."""
-    order = plan.protocol.final_seeds
-    rows = sorted((r for r in finals if draw is None or r.get("draw", 0) == draw), key=lambda r: order.index(r["seed"]))
-    primary = plan.protocol.primary
-    return [r[primary] if r["state"] == "COMPLETE" else None for r in rows]
-
-
-def seeds_expected(plan: Plan, finals: list[dict[str, Any]]) -> int:
-    """The final runs a cell's records should hold once its seeds are done: ``final_count``, or under a seed
-    range (`bench.plan.seeds`) what the rule asks for over the values recorded, tuning draw by draw."""
-    from bench.plan.seeds import seeds_wanted
-
-    b = plan.budget
-    if not b.adaptive_seeds:
-        return b.final_count
-    return sum(
-        seeds_wanted(seed_values(plan, finals, r if b.draws > 1 else None), b.seeds_min, b.seeds, b.half_width)
-        for r in range(b.draws)
-    )
-
-
-# --------------------------------------------------------------------------- tables
-
-
-def t_interval(values: Iterable[float], level: float = 0.95) -> tuple[float, float, float]:
-    """(mean, low, high): Student's t interval over seeds; NaN bounds with fewer than two values.
-
-    The project's one interval (`bench.stats.t_interval`), so summary.csv and the reports agree.
-    """
-    from bench.stats import t_interval as interval
-
-    iv = interval([math.nan if v is None else v for v in values], level)
-    return iv.mean, iv.low, iv.high
-
-
-def _with_draw(columns: list[str], before: str) -> list[str]:
-    i = columns.index(before)
-    return [*columns[:i], "draw", *columns[i:]]
-
-
-def draw_means(rows: Iterable[dict[str, Any]], metric: str) -> list[float]:
-    """Under tuning.repeats, each tuning draw's mean of ``metric`` over its final seeds, in draw order: the
-    units a cell's interval and tests are over (docs/METHODS.md, *Tuning noise*)."""
-    by: dict[int, list[float]] = {}
-    for r in rows:
-        v = r[metric]
-        by.setdefault(int(r["draw"]), []).append(math.nan if v is None else float(v))
-    return [float(np.mean(v)) for _, v in sorted(by.items())]
-
-
-def tables(plan: Plan, records: Records, refused: dict[str, str]) -> dict[str, pd.DataFrame]:
-    """trials, finals and summary as DataFrames; the summary has a row only for complete, unrefused cells."""
-    protocol = plan.protocol
-    metrics = metric_names(protocol.spec.evaluation)
-    primary = protocol.primary
-    draws = plan.budget.draws > 1  # tuning.repeats: a ``draw`` column, intervals over the draws' means
-    trials = pd.DataFrame(records.trials, columns=_with_draw(TRIAL_COLUMNS, "trial") if draws else TRIAL_COLUMNS)
-    final_columns = [
-        "protocol_hash",
-        "cell_key",
-        "cell",
-        "loss",
-        "miner",
-        *(["draw"] if draws else []),
-        "seed",
-        "params",
-        "train_fingerprint",
-        "test_fingerprint",
-        "iterations",
-        "samples_seen",
-        "wall_time_s",
-        f"val_{primary}",
-        *metrics,
-        "state",
-        "reason",
-        "git_commit",
-        "git_dirty",
-        "device",
-    ]
-    reported = expand_evaluations(plan, records.finals)
-    finals = pd.DataFrame(reported, columns=final_columns)
-    rows = []
-    for cell in plan.cells:
-        if cell.id in refused:
-            continue
-        cell_trials = [r for r in records.trials if r["cell"] == cell.id]
-        no_winner = len(cell_trials) == plan.budget.trial_count_for(cell) and not any(
-            r["state"] == "COMPLETE" for r in cell_trials
-        )
-        cell_records = [r for r in records.finals if r["cell"] == cell.id]
-        if len(cell_records) != seeds_expected(plan, cell_records) and not no_winner:
-            continue  # not finished: nothing to summarise yet
-        for row_id in plan.reported_ids(cell.id):
-            cell_finals = [r for r in reported if r["cell"] == row_id]
-            done = [r for r in cell_finals if r["state"] == "COMPLETE"]
-            row = {
-                "cell": row_id,
-                "loss": cell.loss,
-                "miner": cell.miner or "none",
-                "n_trials": len(cell_trials),
-                "n_seeds": len(done),
-                "n_failed": sum(r["state"] == "FAIL" for r in cell_finals),
-                "budget_iterations": plan.budget.total_iterations,
-                "iterations": sum(r["iterations"] for r in cell_trials + cell_finals),
-                "samples_seen": sum(r["samples_seen"] for r in cell_trials + cell_finals),
-            }
-            for m in metrics:
-                mean, low, high = t_interval(draw_means(done, m) if draws else [r[m] for r in done])
-                row.update({f"{m}_mean": mean, f"{m}_ci_low": low, f"{m}_ci_high": high})
-            row["params"] = cell_finals[0]["params"] if cell_finals else "{}"  # no trial completed: nothing retrained
-            row[f"val_{primary}"] = cell_finals[0][f"val_{primary}"] if cell_finals else math.nan
-            rows.append(row)
-    summary_columns = [
-        "cell",
-        "loss",
-        "miner",
-        "n_trials",
-        "n_seeds",
-        "n_failed",
-        "budget_iterations",
-        "iterations",
-        "samples_seen",
-        *[f"{m}_{s}" for m in metrics for s in ("mean", "ci_low", "ci_high")],
-        "params",
-        f"val_{primary}",
-    ]
-    return {"trials": trials, "finals": finals, "summary": pd.DataFrame(rows, columns=summary_columns)}
-
-
-# --------------------------------------------------------------------------- files
 
 
 def claim_dir(results: Path, shared_hash: str, data_fingerprint: str | None = None) -> str | None:
@@ -584,16 +169,6 @@ def write_histories(results: Path, histories: dict[str, list[dict[str, Any]]]) -
             columns = ["trial", "state", "value", "best_so_far"]
             frame = pd.DataFrame(rows, columns=(["draw"] if "draw" in rows[0] else []) + columns)
             write_with(cell_dir(results, cell) / HISTORY, lambda f, df=frame: df.to_csv(f, index=False))
-
-
-def audit_finished(plan: Plan, records: Records) -> dict[str, str]:
-    """The audit of cells whose final runs are all recorded (a cell still running is not refused yet)."""
-    refused = audit(plan, records)
-    finished = {r["cell"] for r in records.finals}
-    complete = {
-        c for c in finished if len(rows := [r for r in records.finals if r["cell"] == c]) >= seeds_expected(plan, rows)
-    }
-    return {c: why for c, why in refused.items() if c in complete or c in finished}
 
 
 def name_to_file(name: str) -> str:

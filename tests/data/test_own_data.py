@@ -22,7 +22,7 @@ from bench.cli import main
 from bench.data.splits import split_pool
 from bench.protocol import parse_protocol
 from bench.stats import t_interval, within
-from bench.sweep.tuning import prepare
+from bench.sweep.prepare import prepare
 
 PROTOCOL = """
 name: own-data

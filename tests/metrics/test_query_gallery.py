@@ -385,7 +385,7 @@ def test_query_gallery_test_data_is_prepared_with_matching_classes_and_guarded(t
 
     from bench.data.query_gallery import QueryGallery
     from bench.protocol import load_protocol
-    from bench.sweep.tuning import TestLeakError, prepare
+    from bench.sweep.prepare import TestLeakError, prepare
 
     train = write_folder(tmp_path / "train", ["a0", "a1", "a2", "a3"])
     query = write_folder(tmp_path / "query", ["b1", "b2"], per_class=2, seed=1)
@@ -411,7 +411,7 @@ def test_one_set_as_query_and_gallery_never_retrieves_itself(tmp_path) -> None:
     from bench.metrics import retrieval_metrics
     from bench.protocol import load_protocol
     from bench.sweep.floor import initial_trunk
-    from bench.sweep.tuning import prepare
+    from bench.sweep.prepare import prepare
 
     train = _npz(tmp_path / "train.npz", np.repeat(np.arange(4), 4))
     test = tmp_path / "test.npz"  # noise: no class structure, so only a query's own image would find its class
@@ -445,7 +445,7 @@ def test_reid_metrics_run_on_npz_with_cameras(tmp_path, capsys) -> None:
     from bench.evaluation import embed
     from bench.protocol import load_protocol
     from bench.sweep.floor import initial_trunk
-    from bench.sweep.tuning import prepare
+    from bench.sweep.prepare import prepare
 
     rng = np.random.default_rng(5)
     train = _npz(tmp_path / "train.npz", np.repeat(np.arange(100, 104), 4))

@@ -15,7 +15,8 @@ import pytest
 from bench.cli import main
 from bench.plan import cell_key, plan
 from bench.protocol import parse_protocol
-from bench.sweep.runner import Options, run_protocol
+from bench.sweep.runner import run_protocol
+from bench.sweep.worker import Options
 
 PROTOCOL = """\
 name: grow

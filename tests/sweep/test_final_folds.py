@@ -21,8 +21,10 @@ from bench.protocol import parse_protocol
 from bench.reports import leaderboard, source
 from bench.sweep import tables
 from bench.sweep.preflight import problems
+from bench.sweep.prepare import prepare
+from bench.sweep.records import collapse_evaluations, expand_evaluations, metric_names
 from bench.sweep.runner import run_protocol
-from bench.sweep.tuning import final_fold_config, open_storage, prepare
+from bench.sweep.tuning import final_fold_config, open_storage
 from bench.training import train
 
 STOPPING = "early_stopping: {metric: map_at_r, patience: 1, check_every: 4, max_iterations: 16}"
@@ -202,13 +204,13 @@ def test_budget_check_refuses_folds_in_one_line(tmp_path) -> None:
 
 def test_collapse_inverts_expand() -> None:
     the_plan = plan(parse_protocol(_folds()))
-    metrics = tables.metric_names(the_plan.protocol.spec.evaluation)
+    metrics = metric_names(the_plan.protocol.spec.evaluation)
     row = {"cell": "triplet+batch_hard", "seed": 0, "state": "COMPLETE", **{m: 0.5 for m in metrics}}
     row["separate"] = {m: 0.25 for m in metrics}
-    wide = tables.expand_evaluations(the_plan, [row])
+    wide = expand_evaluations(the_plan, [row])
     assert [r["cell"] for r in wide] == ["triplet+batch_hard:concatenated", "triplet+batch_hard:separate"]
     assert wide[1]["map_at_r"] == 0.25 and wide[0]["map_at_r"] == 0.5
-    (back,) = tables.collapse_evaluations(the_plan, [{k: v for k, v in r.items() if k != "separate"} for r in wide])
+    (back,) = collapse_evaluations(the_plan, [{k: v for k, v in r.items() if k != "separate"} for r in wide])
     assert back["cell"] == "triplet+batch_hard" and back["map_at_r"] == 0.5 and back["separate"]["map_at_r"] == 0.25
 
 

@@ -17,7 +17,8 @@ from _shared import RUNNER_TINY, cli
 from bench.plan import plan
 from bench.plan.seeds import seeds_wanted
 from bench.protocol import parse_protocol
-from bench.sweep import tables
+from bench.sweep.budget_audit import audit
+from bench.sweep.records import Records, collect
 from bench.sweep.tables import read
 from bench.sweep.tuning import open_storage
 
@@ -168,20 +169,20 @@ def test_a_killed_sweep_resumes_to_the_same_tables(sweeps) -> None:
 def test_the_audit_refuses_a_rung_or_a_seed_count_that_differs(sweeps) -> None:
     storage = open_storage(f"sqlite:///{sweeps['clean'] / 'optuna.db'}")
     p = plan(parse_protocol(sweeps["path"].read_text()).with_data(_data(sweeps)))
-    records = tables.collect(p, storage)
-    assert tables.audit(p, records) == {}
+    records = collect(p, storage)
+    assert audit(p, records) == {}
     cell = CELLS[0]
     # a rung-1 trial given the full budget: refused
-    bad = tables.Records([dict(r) for r in records.trials], records.finals)
+    bad = Records([dict(r) for r in records.trials], records.finals)
     row = next(r for r in bad.trials if r["cell"] == cell and r["trial"] == 4)
     row["budget_iterations"] = 12
-    assert "trial 4 was given 12 iterations, not 8" in tables.audit(p, bad)[cell]
+    assert "trial 4 was given 12 iterations, not 8" in audit(p, bad)[cell]
     # a seed range cut short of where its rule stops: refused
-    short = tables.Records(records.trials, [r for r in records.finals if not (r["cell"] == cell and r["seed"] == 3)])
-    assert "the seed rule" in tables.audit(p, short)[cell]
+    short = Records(records.trials, [r for r in records.finals if not (r["cell"] == cell and r["seed"] == 3)])
+    assert "the seed rule" in audit(p, short)[cell]
     # a rule that would have stopped at the minimum, with four seeds recorded: refused too
     loose = plan(parse_protocol(_text(1.0)).with_data(_data(sweeps)))
-    assert "stops at 2" in tables.audit(loose, records).get(cell, "")
+    assert "stops at 2" in audit(loose, records).get(cell, "")
 
 
 def _data(sweeps: dict) -> str:

@@ -13,7 +13,8 @@ from bench.errors import BenchError
 from bench.plan.measure import VARIANTS, PrecisionChoice, choose_precision, slow_line, time_variants
 from bench.protocol import parse_protocol
 from bench.sweep.precision import recorded_choice, resolve_precision, study_name
-from bench.sweep.runner import Options, run_protocol
+from bench.sweep.runner import run_protocol
+from bench.sweep.worker import Options
 from bench.training import TrainConfig
 
 TINY = """\

@@ -23,9 +23,11 @@ from bench.data.splits import ClassSplit
 from bench.errors import BenchError
 from bench.plan import plan
 from bench.protocol import parse_protocol
+from bench.sweep.prepare import TestClassGuard, TestLeakError, prepare
 from bench.sweep.runner import run_protocol
+from bench.sweep.seeds import derive_seed
 from bench.sweep.tables import claim_dir, read
-from bench.sweep.tuning import SlotStudy, TestClassGuard, TestLeakError, derive_seed, open_storage, prepare, run_trial
+from bench.sweep.tuning import SlotStudy, open_storage, run_trial
 
 pytestmark = pytest.mark.slow
 
@@ -257,7 +259,8 @@ def test_best_trial_is_chosen_on_validation_only_and_ties_go_to_the_lower_slot()
 
 def test_failed_final_seed_stays_visible_and_is_counted(sweep):
     """A final seed that fails is a FAIL row with its reason in finals.csv and counts in summary.n_failed."""
-    from bench.sweep.tables import collect, tables
+    from bench.sweep.frames import tables
+    from bench.sweep.records import collect
     from bench.sweep.tuning import open_storage
 
     root, path, _, _ = sweep

@@ -19,7 +19,8 @@ from bench.protocol import parse_protocol
 from bench.reports import leaderboard, source
 from bench.stats import compare
 from bench.sweep.runner import run_protocol
-from bench.sweep.tuning import for_draw, open_storage
+from bench.sweep.seeds import for_draw
+from bench.sweep.tuning import open_storage
 
 CELL, OTHER = "triplet+batch_hard", "triplet+none"
 DRAWS = 3

@@ -12,17 +12,16 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bench.data.splits import ClassSplit, fold_label
 from bench.errors import BenchError, DivergedError, MethodError
+from bench.evaluation import evaluate, pair_scorer_of, score_model
 from bench.plan import Cell
 from bench.protocol import Protocol
-from bench.sweep.tuning._data import Prepared, TestLeakError
-from bench.sweep.tuning._seeds import final_fold_seed, final_seed, trial_seed
-
-if TYPE_CHECKING:
-    from bench.training import TrainConfig
+from bench.sweep.prepare import Prepared, TestLeakError
+from bench.sweep.seeds import final_fold_seed, final_seed, trial_seed
+from bench.training import EarlyStopping, TrainConfig, train
 
 
 @dataclass
@@ -90,8 +89,6 @@ class Hooks:
 def validation_metrics(protocol: Protocol, model: Any, data: Any, device: Any, metric: Any) -> dict[str, float]:
     """A model scored on validation classes as pruning and early stopping both read it: the protocol's ks and
     geometry, no clustering, ranked by the cell's learned `metric` when it has one."""
-    from bench.evaluation import evaluate
-
     return evaluate(
         model,
         data,
@@ -107,8 +104,6 @@ def train_config(
     protocol: Protocol, cell: Cell, loss_params: dict[str, Any], miner_params: dict[str, Any], seed: int
 ) -> TrainConfig:
     """The protocol's training settings for one run of a cell with these parameter values and seed."""
-    from bench.training import TrainConfig
-
     m, t = protocol.spec.model, protocol.spec.training
     return TrainConfig(
         trunk=m.trunk,
@@ -219,9 +214,6 @@ def train_and_score(
     (`bench.training.train`).
     """
     import optuna
-
-    from bench.evaluation import pair_scorer_of, score_model
-    from bench.training import EarlyStopping, train
 
     start = time.perf_counter()
     batch = config.P * config.K

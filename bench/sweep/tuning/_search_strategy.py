@@ -11,7 +11,7 @@ from typing import Any
 
 from bench.plan import Cell
 from bench.protocol import Protocol
-from bench.sweep.tuning._seeds import sampler_seed
+from bench.sweep.seeds import sampler_seed
 
 
 def make_sampler(protocol: Protocol, cell: Cell, slot: int) -> Any:

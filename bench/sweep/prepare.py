@@ -1,5 +1,8 @@
 """The data of a protocol, split once: classes selected, class-disjoint folds, and the test-class guard.
 
+What every trial, final seed, floor seed and budget-check seed reads (`prepare`
+-> `Prepared`), and what `validate` checks before a sweep records anything.
+
 Test classes are never seen while tuning: `TestClassGuard` compares the
 class set of every piece of data a trial trains or scores on with the test
 classes and raises `TestLeakError` if they meet, whatever the protocol or a
@@ -9,14 +12,23 @@ bug elsewhere says.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.data.splits import ClassSplit, class_folds, fold_label, split_pool
+import torch
+
+from bench import data as datasets
+from bench.data.csv_listing import ROW
+from bench.data.fingerprint import content_fingerprint
+from bench.data.images import ImageFiles
+from bench.data.query_gallery import QueryGallery, is_query_gallery
+from bench.data.splits import ClassSplit, class_folds, fingerprint, fold_label, split_pool
 from bench.errors import BenchError
 from bench.protocol import Protocol
 from bench.spec import DataSpec
+from bench.spec.schema import REID_METRICS
 
 
 class TestLeakError(BenchError):
@@ -94,12 +106,10 @@ class Prepared:
 
     def data_fingerprint(self) -> str:
         """The content of what training and testing read (`bench.data.fingerprint`): samples and labels."""
-        from bench.data.fingerprint import content_fingerprint
 
         return content_fingerprint(self.train, self.test, self.lake_runs)
 
     def fingerprints(self) -> dict[str, Any]:
-        from bench.data.splits import fingerprint
 
         return {
             "split": fingerprint(self.train_split, self.test_split),
@@ -151,8 +161,6 @@ def load_sides(d: DataSpec, data_root: str | None) -> tuple[Any, Any]:
     A channel mismatch is refused here, before any training: the trunk is
     built for the training images and would crash on the test images.
     """
-    from bench import data as datasets
-    from bench.data.query_gallery import QueryGallery, is_query_gallery
 
     options: dict[str, Any] = {
         "size": d.image_size,
@@ -187,7 +195,6 @@ def load_sides(d: DataSpec, data_root: str | None) -> tuple[Any, Any]:
             and _source(query).rpartition("#")[0] == _source(gallery).rpartition("#")[0]
         ):
             # one CSV's validation rows: a row both query and gallery is the same sample, paired by its line
-            from bench.data.csv_listing import ROW
 
             q, g = loaded[query], loaded[gallery]
             return train_all, QueryGallery(q, g, q.per_sample[ROW], g.per_sample[ROW])
@@ -199,7 +206,6 @@ def load_sides(d: DataSpec, data_root: str | None) -> tuple[Any, Any]:
 
 def _source(spec: str) -> str:
     """A spec with its path resolved: ``folder:a`` and ``folder:./a`` are one set of samples."""
-    import os
 
     kind, sep, path = spec.partition(":")
     if sep and kind == "csv":
@@ -222,8 +228,6 @@ def make_guard(d: DataSpec, train_all: Any, test_all: Any, test_split: ClassSpli
     """The guard for these two datasets: by identity when they differ, by id when they are one."""
     if d.train == d.test:
         return TestClassGuard(test_split)
-    from bench import data as datasets
-    from bench.data.query_gallery import is_query_gallery
 
     train_keys = datasets.class_keys(d.train, train_all)
     if is_query_gallery(d.test):  # the query's classes are the test classes; the gallery's are kept out too
@@ -237,7 +241,6 @@ def make_guard(d: DataSpec, train_all: Any, test_all: Any, test_split: ClassSpli
 def _check_query_gallery(protocol: Protocol, test: Any) -> None:
     """Refuse, before any training, a query/gallery test that cannot be scored: no query with a match in
     the gallery, or re-ID metrics on data without per-sample cameras."""
-    from bench.spec.schema import REID_METRICS
 
     if test.matched_queries() == 0:
         raise BenchError(
@@ -253,9 +256,6 @@ def _try_pipelines(*sets: Any) -> None:
     torchvision accepts when built but refuses on an image (a Normalize with more std values than
     channels, a crop larger than the image) or a pipeline that ends at the wrong size is found now,
     by `validate` and before a sweep records anything, not in the first trial."""
-    import torch
-
-    from bench.data.images import ImageFiles
 
     with torch.random.fork_rng(devices=[]):  # random transforms draw from the global RNG: leave it as it was
         for data in sets:
@@ -266,10 +266,6 @@ def _try_pipelines(*sets: Any) -> None:
 
 def prepare(protocol: Protocol, data_root: str | None = None) -> Prepared:
     """Load the data, select classes, make the folds and check that training can run on every fold."""
-    import torch
-
-    from bench import data as datasets
-    from bench.data.query_gallery import is_query_gallery
 
     d, t = protocol.spec.data, protocol.spec.training
     train_all, test_all = load_sides(d, data_root)
@@ -333,7 +329,6 @@ def _drop_small(data: Any, split: ClassSplit, need: int) -> tuple[ClassSplit, An
     """`split`'s classes of `data` with at least `need` samples (the split keeps its name), their data, and
     the count left out: ``{"dropped", "of", "smallest"}`` (smallest: the fewest samples of a class left out,
     0 when none was)."""
-    import torch
 
     chosen = data.subset(split.classes)
     classes, counts = torch.unique(chosen.y, return_counts=True)

@@ -1,0 +1,166 @@
+"""What a sweep worker has done and has left, its time limit and stop requests.
+
+Done and left are read from the shared storage, so they count every
+worker's records: a trial slot finished, a final seed finished (a seed
+range's rule stopped counts the seeds it did not need as done, as a cell
+with no completed trial counts all of them). ``--stop-after``: no slot is
+claimed once the longest trial or seed this worker has run would end past
+the limit, and a unit still running at the limit is given back (`TimeUp`).
+The wall time is accounted by `bench.clock.Ledger` (`time_table`).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import threading
+import time
+from typing import Any
+
+from bench.plan import Cell
+from bench.plan.seeds import stops_at
+from bench.sweep.tuning import Slot, SlotStudy, best_trial, extra_seed_study, top_slots
+from bench.sweep.worker import Worker
+
+STOP = threading.Event()
+
+
+class TimeUp(KeyboardInterrupt):
+    """A worker's ``--stop-after`` limit reached with work left: raised where an interruption is (so the
+    running trial, if any, is given back and the tables are written as after Ctrl-C); ``remaining`` says
+    what is left (`Accounts.remaining`)."""
+
+    def __init__(self, remaining: dict[str, Any]) -> None:
+        super().__init__("time limit reached")
+        self.remaining = remaining
+
+
+def request_stop() -> None:
+    """Ask a running sweep to stop as after Ctrl-C: its running trial is given back, then it raises
+    KeyboardInterrupt. For signal handlers: the KeyboardInterrupt a handler raises can be lost (when it
+    lands in a garbage-collection callback Python only prints it and training runs on), so the sweep
+    also checks this flag at every progress step of a training run."""
+    STOP.set()
+
+
+class Accounts(Worker):
+    """A worker with its accounts: iterations done and left, claims under the time limit, stop requests."""
+
+    def _best(self, cell: Cell, draw: int) -> Any:
+        """The draw's best trial by validation value; under successive halving the best of the top rung."""
+        counted = self.tuning[cell.id][draw].counted()
+        return best_trial(top_slots(self.plan.budget.rungs, counted) if self.plan.budget.rungs else counted)
+
+    def _no_winner(self, cell: Cell, draw: int) -> bool:
+        return self.tuning[cell.id][draw].finished() and self._best(cell, draw) is None
+
+    def _seed_studies(self, cell: Cell, draw: int, upto: int | None = None) -> list[SlotStudy]:
+        """The studies of a cell's final seeds in one draw: its finals study, then under a seed range one a seed
+        past the minimum (`extra_seed_study`), those up to seed ``upto`` (all without it) that exist or are
+        asked for; each is opened once."""
+        b = self.plan.budget
+        studies = [self.finals[cell.id][draw]]
+        if not b.adaptive_seeds:
+            return studies
+        cache = self.extra_seeds.setdefault((cell.id, draw), {})
+        for k in range(b.seeds_min, b.seeds if upto is None else upto + 1):
+            if k not in cache:
+                name = extra_seed_study(self.protocol, cell, draw, k)
+                if upto is None and not _exists(self.storage, name):
+                    break  # seeds are asked for in order: none past the first that was never asked for
+                cache[k] = SlotStudy(self.storage, name, 1)
+            studies.append(cache[k])
+        return studies
+
+    def _seed_values(self, cell: Cell, draw: int) -> tuple[list[float | None], bool]:
+        """The primary metric of the draw's finished final seeds in seed order, up to the first unfinished one
+        (None: a failed seed), and whether the cell's seeds are done: all of them, or a seed range's rule
+        stopped (`bench.plan.seeds`)."""
+        b = self.plan.budget
+        values: list[float | None] = []
+        for study in self._seed_studies(cell, draw):
+            trials = study.counted()
+            for s in range(study.n):
+                t = trials.get(s)
+                if t is None or not t.state.is_finished():
+                    return values, False
+                values.append(t.value if t.state.name == "COMPLETE" else None)
+        if not b.adaptive_seeds:
+            return values, len(values) == b.seeds
+        return values, stops_at(values, b.seeds_min, b.seeds, b.half_width) is not None
+
+    def _done_iterations(self) -> tuple[int, set[str]]:
+        """Allotted iterations already recorded, and the cells whose finals are all recorded."""
+        b = self.plan.budget
+        done, finished = 0, set()
+        for cell in self.plan.cells:
+            over = 0  # the cell's draws that are over: finals all recorded, or no trial completed
+            for r, tuning in enumerate(self.tuning[cell.id]):
+                trials = [s for s, t in tuning.counted().items() if t.state.is_finished()]
+                values, stopped = self._seed_values(cell, r)
+                no_winner = self._no_winner(cell, r)
+                # a seed range that stopped early counts the seeds it did not need as done, as a cell with no
+                # winner counts all its seeds
+                done += sum(b.slot_iterations(s) for s in trials) * b.folds
+                done += (b.seeds if no_winner or stopped else len(values)) * b.per_final
+                over += no_winner or stopped
+            if over == b.draws:
+                finished.add(cell.id)
+        return done, finished
+
+    def remaining(self) -> dict[str, Any]:
+        """What the sweep has left: cells, trials and final seeds not yet recorded (across workers), the
+        iterations they hold, and the time they would take at this worker's pace so far (None: no pace yet)."""
+        b = self.plan.budget
+        done, finished = self._done_iterations()
+        trials = seeds = 0
+        for cell in self.plan.cells:
+            for tuning, finals in zip(self.tuning[cell.id], self.finals[cell.id]):
+                trials += b.trials - len([t for t in tuning.counted().values() if t.state.is_finished()])
+                seeds += b.seeds - len([t for t in finals.counted().values() if t.state.is_finished()])
+        left = max(self.plan.total_iterations - done, 0)
+        eta = None
+        if self.trained_from is not None and done > self.trained_from[1]:
+            pace = (time.perf_counter() - self.trained_from[0]) / (done - self.trained_from[1])
+            eta = round(pace * left, 1)
+        return {
+            "cells": len(self.plan.cells) - len(finished),
+            "of_cells": len(self.plan.cells),
+            "trials": max(trials, 0),
+            "seeds": max(seeds, 0),
+            "iterations": left,
+            "of_iterations": self.plan.total_iterations,
+            "estimated_s": eta,
+        }
+
+    def time_table(self, wall_s: float) -> dict[str, Any]:
+        """This worker's wall time accounted (`bench.clock.Ledger`), as the manifest's ``time`` holds it: the
+        worker it is of (the last worker to finish writes it), its seconds and shares by account."""
+        return {"worker": f"{platform.node()}:{os.getpid()}", **self.ledger.table(wall_s)}
+
+    def _claim(self, study: SlotStudy, *sampler: Any) -> Slot | None:
+        with self.ledger.timing("records"):
+            if self.deadline is not None and study.open_slots():
+                self._check_time(self.longest_s)
+            return study.claim(*sampler)
+
+    def _check_time(self, ahead_s: float) -> None:
+        """Raise `TimeUp` when the limit falls within ``ahead_s`` seconds from now."""
+        if self.deadline is not None and time.perf_counter() + ahead_s >= self.deadline:
+            raise TimeUp(self.remaining())
+
+    def step(self, it: int, total: int, loss: float) -> None:
+        """Every progress step of a training run: honour a stop request and the time limit, then show progress."""
+        if STOP.is_set():
+            raise KeyboardInterrupt
+        self._check_time(0.0)
+        self.progress.iteration(it, total, loss)
+
+
+def _exists(storage: Any, name: str) -> bool:
+    """Whether the storage holds a study of this name."""
+    try:
+        storage.get_study_id_from_name(name)
+    except KeyError:
+        return False
+    return True
