@@ -5,7 +5,7 @@ imports alike).
 * no import from a lower layer to a higher one (`LAYERS`, lowest first);
 * no import of another package's private (``_name``) module;
 * every package states its public names in ``__all__``;
-* the top of ``bench/`` stays small.
+* the top of ``bench/`` stays small, and no module is over ``MAX_MODULE_LINES``.
 
 docs/ARCHITECTURE.md draws the same layers; a new module must be placed in
 `LAYERS` (the test fails on a module it does not know).
@@ -45,6 +45,7 @@ LAYERS: list[list[str]] = [
     ["bench.commands", "bench.cli", "bench.__main__"],
 ]
 MAX_TOP_LEVEL_MODULES = 16  # bench/*.py besides __init__ and __main__
+MAX_MODULE_LINES = 600  # a module past this holds several jobs: split it along them
 
 
 def _modules() -> dict[str, Path]:
@@ -182,6 +183,11 @@ def test_every_package_declares_its_public_names():
 def test_the_top_of_bench_stays_small():
     top = sorted(p.stem for p in BENCH.glob("*.py") if p.stem not in ("__init__", "__main__"))
     assert len(top) <= MAX_TOP_LEVEL_MODULES, top
+
+
+def test_no_module_is_over_the_size_of_one_job():
+    sizes = {m: len(p.read_text().splitlines()) for m, p in MODULES.items()}
+    assert {m: n for m, n in sizes.items() if n > MAX_MODULE_LINES} == {}
 
 
 def test_graph_sees_function_level_imports():

@@ -50,6 +50,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.errors import BenchError
+from bench.metrics._score_bins import MAGIC_BITS, bin_maps, equal_pairs, near_ranks, score_bins, true_positions
 from bench.metrics.retrieval import (
     BLOCK_ELEMENTS,
     RETRIEVAL_DISTANCES,
@@ -68,11 +69,9 @@ RANKING_METRICS = ("precision_at_1", "r_precision", "map_at_r", "recall_at_k")
 # BLOCK_ELEMENTS x 4 bytes (128 MB), whatever the size.
 RANK_COST, REID_COST = 2, 4
 # re-ID's counted ranks (`_Scorer.positive_ranks`): gallery items a histogram bin holds on average; the
-# most bins in one slice (their numbers exact in float32: `_bins` adds 2^23, below 2^24); the elements
+# most bins in one slice (their numbers exact in float32: `score_bins` adds 2^23, below 2^24); the elements
 # of a slice (its scores, bins and lookup stay in a core's cache through the passes over them)
 BIN_SHARE, BIN_LIMIT, SLICE_ELEMENTS = 8, 1 << 22, 1 << 19
-# float32 2^23: adding it to a value in [0, 2^23) leaves round(value) in the low bits of the sum's bit pattern
-_MAGIC, _MAGIC_BITS = float(1 << 23), 0x4B000000
 
 
 def query_gallery_metrics(
@@ -318,89 +317,6 @@ def _r_metrics_from_hits(hit: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tens
     return relevant.sum(dim=1) / r_float, (precision * relevant).sum(dim=1) / r_float
 
 
-def _bin_maps(q: torch.Tensor, t: torch.Tensor, rows: int, M: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each row's (scale, offset) for `_bins`: its correct scores ``t`` (rows ``q``) from lo to hi onto
-    bins 1 to M - 2, 2^23 added to the offset. A row with no spread gets scale (M - 3) / 1; one whose map
-    overflows (a subnormal spread) gets (1, 2^23): any finite increasing map keeps the counts exact."""
-    inf = torch.full((rows,), float("inf"))
-    lo = inf.scatter_reduce(0, q, t, "amin")
-    hi = (-inf).scatter_reduce(0, q, t, "amax")
-    span = hi - lo
-    span = torch.where(torch.isfinite(span) & (span > 0), span, torch.ones_like(span))
-    lo = torch.where(torch.isfinite(lo), lo, torch.zeros_like(lo))
-    scale = (M - 3) / span
-    offset = (1 - lo * scale) + _MAGIC
-    odd = ~(torch.isfinite(scale) & torch.isfinite(offset))
-    return torch.where(odd, 1.0, scale), torch.where(odd, _MAGIC, offset)
-
-
-def _bins(
-    block: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor, unbase: torch.Tensor, M: int, buffer: torch.Tensor
-) -> torch.Tensor:
-    """Each score's bin, flat int32: ``clamp(score x scale + offset, 2^23, 2^23 + M - 1)``, an integer
-    (float32 has no fraction from 2^23 up), whose bit pattern less ``unbase`` (2^23's bits less the row's
-    first bin, row x M) is the bin. Separate IEEE multiply, add and clamp: an increasing function of the
-    score, the same for every element; +inf (excluded items) goes to the row's last bin. Four passes,
-    in place in ``buffer`` after the first."""
-    rows, G = block.shape
-    y = torch.mul(block, scale.unsqueeze(1), out=buffer[: rows * G].view(rows, G))
-    y.add_(offset.unsqueeze(1))
-    y.clamp_(_MAGIC, _MAGIC + (M - 1))
-    bins = y.view(torch.int32)
-    bins.sub_(unbase.unsqueeze(1))
-    return bins.view(-1)
-
-
-def _true_positions(mask: torch.Tensor) -> torch.Tensor:
-    """Increasing positions of a flat bool tensor's True entries, found 8 bytes at a time (few are True:
-    nonzero over the int64 words, then over the bytes of the words that are not zero)."""
-    n = len(mask) // 8 * 8
-    words = mask[:n].view(torch.int64).nonzero().squeeze(1)
-    within = mask[:n].view(-1, 8).index_select(0, words).nonzero()
-    found = words[within[:, 0]] * 8 + within[:, 1]
-    if n < len(mask):
-        found = torch.cat((found, mask[n:].nonzero().squeeze(1) + n))
-    return found
-
-
-def _near_ranks(
-    flat: torch.Tensor, near: torch.Tensor, q: torch.Tensor, j: torch.Tensor, counted: torch.Tensor, G: int
-) -> torch.Tensor:
-    """1-based rank of each correct item (row q, column j): ``counted`` (its row's items below its bin
-    that share no bin with a correct item) + its row's near items before it in (score, position) order.
-
-    ``flat`` (row x G + column, increasing) and ``near`` (their scores) list the near items, the correct
-    items among them. A near item in a lower bin has a lower score, one in a higher bin a higher score,
-    so within the row the near items decide the order alone. One stable sort by (row, score) orders them,
-    the float32 bits made an increasing integer (negative floats' magnitude bits flipped; -0.0 made +0.0
-    first, which compares equal): equal scores keep their position order."""
-    bits = (near + 0.0).view(torch.int32).to(torch.int64)
-    increasing = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits) + (1 << 31)  # in [0, 2^32)
-    sorted_keys, order = torch.sort(((flat // G) << 32) | increasing, stable=True)
-    place = torch.empty_like(order)
-    place[order] = torch.arange(len(order))
-    row_start = torch.searchsorted(sorted_keys, q << 32)
-    return counted + place[torch.searchsorted(flat, q * G + j)] - row_start + 1
-
-
-def _pairs(
-    query_keys: torch.Tensor,
-    gallery_keys: torch.Tensor,
-    sorted_gallery: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every (query, gallery) index pair with equal keys, by query then gallery position (``sorted_gallery``:
-    the gallery keys' stable sort, values and indices, when made beforehand)."""
-    sorted_keys, order = sorted_gallery if sorted_gallery is not None else torch.sort(gallery_keys, stable=True)
-    lo = torch.searchsorted(sorted_keys, query_keys)
-    count = torch.searchsorted(sorted_keys, query_keys, right=True) - lo
-    q = torch.repeat_interleave(torch.arange(len(query_keys)), count)
-    start = torch.cumsum(count, dim=0) - count
-    return q, order[lo[q] + torch.arange(len(q)) - start[q]]
-
-
-# --------------------------------------------------------------------------- inputs and blocks
-
-
 class _Scorer:
     """Validated inputs and the chunked score blocks with the exclusion rules applied.
 
@@ -475,13 +391,13 @@ class _Scorer:
         self.column[self.ranked] = torch.arange(len(self.ranked))
         pairs = []
         if self.qid is not None and self.gid is not None:
-            pairs.append(_pairs(self.qid, self.gid))
+            pairs.append(equal_pairs(self.qid, self.gid))
         if self.qcam is not None and self.gcam is not None:
             # (identity, camera) as one integer: the two renumbered 0.. by a sort each (no sort of rows)
             identity = torch.unique(torch.cat((self.qy, self.gy)), return_inverse=True)[1]
             camera = torch.unique(torch.cat((self.qcam, self.gcam)), return_inverse=True)[1]
             key = identity * (int(camera.max()) + 1) + camera
-            pairs.append(_pairs(key[: len(self.qy)], key[len(self.qy) :]))
+            pairs.append(equal_pairs(key[: len(self.qy)], key[len(self.qy) :]))
         flat = torch.unique(torch.cat([q * G + j for q, j in pairs])) if pairs else torch.zeros(0, dtype=torch.int64)
         self.ex_q, self.ex_g, self.ex_flat = flat // G, flat % G, flat  # sorted by query
         # the matchable gallery items, sorted by label once for `_positives`
@@ -541,10 +457,10 @@ class _Scorer:
         """`sorted_ranks` of queries s..e (``scores``: their `blocks` over the ranked columns), no row sorted.
 
         A correct item's rank is 1 + the items before it in (score, position) order. Each row's scores
-        go through a monotone map into ``M = G / BIN_SHARE`` bins of their own (`_bins`: every float
+        go through a monotone map into ``M = G / BIN_SHARE`` bins of their own (`score_bins`: every float
         step is monotone, so a lower bin holds lower scores). In slices of rows (`SLICE_ELEMENTS`), a
         histogram counts the items of the bins that no correct item shares, and a lookup lists the items
-        of the bins that correct items share ("near" items: a few a correct item); `_near_ranks` orders
+        of the bins that correct items share ("near" items: a few a correct item); `near_ranks` orders
         each row's near items exactly (score, then position: the ties of `sorted_ranks`' stable sort)
         and adds a correct item's place among them to the items counted in lower bins. Scores crowded
         into a few bins make many near items: their sort costs at most a sort of the row. Near items are
@@ -554,8 +470,8 @@ class _Scorer:
         q, j = q - s, self.column[j]
         M = min(BIN_LIMIT, max(8, G // BIN_SHARE))
         step = max(1, min(SLICE_ELEMENTS // max(G, 1), BIN_LIMIT // M))
-        scale, offset = _bin_maps(q, scores[q, j], rows, M)
-        unbase = _MAGIC_BITS - (torch.arange(rows) % step * M).to(torch.int32)  # and the row's first bin
+        scale, offset = bin_maps(q, scores[q, j], rows, M)
+        unbase = MAGIC_BITS - (torch.arange(rows) % step * M).to(torch.int32)  # and the row's first bin
         bounds = torch.searchsorted(q, torch.arange(0, rows + step, step).clamp(max=rows)).tolist()
         buffer = torch.empty(min(step, rows) * G)
         rank = torch.zeros(len(q), dtype=torch.int64)
@@ -564,7 +480,7 @@ class _Scorer:
         for i, a in enumerate(range(0, rows, step)):
             b = min(rows, a + step)
             block, u, v = scores[a:b], bounds[i], bounds[i + 1]
-            bins = _bins(block, scale[a:b], offset[a:b], unbase[a:b], M, buffer)
+            bins = score_bins(block, scale[a:b], offset[a:b], unbase[a:b], M, buffer)
             qs = q[u:v] - a
             key = bins.index_select(0, qs * G + j[u:v]).to(torch.int64)
             shared = torch.zeros((b - a) * M, dtype=torch.bool)
@@ -576,12 +492,12 @@ class _Scorer:
             counted.append(
                 below.index_select(0, key) - below.index_select(0, first_bin) + hist.index_select(0, first_bin)
             )
-            flat = _true_positions(torch.index_select(shared, 0, bins))
+            flat = true_positions(torch.index_select(shared, 0, bins))
             nears.append(block.reshape(-1).index_select(0, flat))
             flats.append(flat + a * G)
             held += len(flat)
             if held >= step * G or b == rows:
-                rank[done:v] = _near_ranks(
+                rank[done:v] = near_ranks(
                     torch.cat(flats), torch.cat(nears), q[done:v], j[done:v], torch.cat(counted), G
                 )
                 flats, nears, counted, done, held = [], [], [], v, 0
@@ -598,7 +514,7 @@ class _Scorer:
 
     def _positives(self, s: int, e: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(query, gallery) index pairs of the correct items of queries s..e, by query then position."""
-        q, at = _pairs(self.qy[s:e], self.gy[self.match_index], self.match_sorted)
+        q, at = equal_pairs(self.qy[s:e], self.gy[self.match_index], self.match_sorted)
         q, j = q + s, self.match_index[at]
         a, b = torch.searchsorted(self.ex_q, torch.tensor([s, e])).tolist()
         if b > a:
