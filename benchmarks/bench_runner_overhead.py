@@ -109,12 +109,12 @@ def main() -> int:
         sweep.progress = Progress(1, 0, quiet=True, stream=open("/dev/null", "w"))
         cell = sweep.plan.cells[0]
         best = optuna.trial.create_trial(params={}, distributions={}, value=0.0, user_attrs={"slot": 0})
-        finals = sweep.finals[cell.id]
+        finals = sweep.finals[cell.id][0]  # tuning draw 0's final seeds
 
         def runner_run() -> float:
             slot = finals.claim()
             start = time.perf_counter()
-            sweep._final(cell, finals, slot, best)
+            sweep._final(cell, finals, slot, best, 0, slot.slot)
             return time.perf_counter() - start
 
         finals.claim()  # slot 0 also writes report artifacts: leave it out of the comparison
