@@ -23,7 +23,7 @@ This is the one exception to the protocol's geometry rule (docs/PROTOCOL.md).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from copy import deepcopy as copy_module
 from typing import TYPE_CHECKING, Any
@@ -126,7 +126,8 @@ def kept_embeddings(data_x: Any) -> Iterator[None]:
         _KEPT = outer
 
 
-def _raw_embeddings(model: nn.Module, x: Any, batch_size: int, device: torch.device) -> torch.Tensor:
+def _raw_embeddings(model: nn.Module, x: Any, batch_size: int, device: torch.device, fold: bool = True) -> torch.Tensor:
+    """The model's raw embeddings of ``x``; ``fold=False`` runs the model as it is (no `_folded` copy)."""
     kept = _KEPT[1] if _KEPT is not None and _KEPT[0] is x else None
     key = (id(model), batch_size, str(device))
     if kept is not None:
@@ -139,7 +140,7 @@ def _raw_embeddings(model: nn.Module, x: Any, batch_size: int, device: torch.dev
     was_training = model.training
     model.eval()
     try:
-        runner = _folded(model, x, device)
+        runner = _folded(model, x, device) if fold else model
         with torch.no_grad(), _channels_last_on_cpu(runner, x, device):
             out = [runner(xb).float().cpu() for xb in _inputs(x, _cpu_batch(x, batch_size, device), device)]
     finally:
@@ -152,11 +153,12 @@ def _raw_embeddings(model: nn.Module, x: Any, batch_size: int, device: torch.dev
     return raw
 
 
-# On the CPU a model embeds images in batches of at most about this many input values (1 MB), in channels-last
-# order, its BatchNorm folded (`_folded`): small batches stay in cache, which makes Conv-4's evaluation about
-# 2.8x faster than batches of 512 (`benchmarks/bench_embed.py`; benchmarks/README.md). None of it changes a
-# value beyond rounding, and an embedding's rows do not depend on the batch they were in.
-CPU_EVAL_INPUT_VALUES = 1 << 18
+# On the CPU a model embeds images in batches of at most about this many input values (256 KB), in channels-last
+# order, as its rearranged copy (`_folded`): small batches keep a first convolution's output (64 channels of
+# 28x28 for 64 Omniglot images: 13 MB) near the core; Conv-4 embeds Omniglot's test set fastest in batches of
+# 32-64 (`benchmarks/bench_embed.py`; benchmarks/README.md). None of it changes a value beyond the fold's
+# rounding: an embedding's rows do not depend on the batch they were in (bit for bit, tests/test_evaluation.py).
+CPU_EVAL_INPUT_VALUES = 1 << 16
 CPU_EVAL_MIN_BATCH = 16
 
 
@@ -173,11 +175,17 @@ FOLD_MIN_IMAGES = 256  # below this many images the copy costs more than the fol
 
 
 def _folded(model: nn.Module, x: Any, device: torch.device) -> nn.Module:
-    """For many images (4-d tensors) on the CPU, a copy of the eval-mode ``model`` whose ``BatchNorm2d``
-    layers that directly follow a ``Conv2d`` in an ``nn.Sequential`` are folded into that convolution's
-    weights and bias (``torch.nn.utils.fusion.fuse_conv_bn_eval``): the same function, one pass less over
-    every activation. Conv-4's BatchNorm took a third of its convolutions' time over Omniglot's test set.
-    Otherwise, or when there is nothing to fold, the model itself."""
+    """For many images (4-d tensors) on the CPU, a copy of the eval-mode ``model`` rearranged to compute the
+    same function with less work, in two ways, both inside an ``nn.Sequential``:
+
+    * a ``BatchNorm2d`` that directly follows a ``Conv2d`` is folded into that convolution's weights and bias
+      (``torch.nn.utils.fusion.fuse_conv_bn_eval``): one pass less over every activation (Conv-4's BatchNorm
+      took a third of its convolutions' time over Omniglot's test set); equal up to rounding;
+    * a ``ReLU`` directly followed by a ``MaxPool2d`` runs after it: ``max(relu(a), relu(b)) = relu(max(a, b))``
+      exactly (both are monotone, and ReLU rounds nothing; a pool's -inf padding becomes 0 either way), so
+      the ReLU passes over a quarter of the values of a 2x2 pool, bit for bit the same output.
+
+    Otherwise, or when there is nothing to rearrange, the model itself."""
     image = isinstance(x, torch.Tensor) and x.dim() == 4 and len(x) >= FOLD_MIN_IMAGES
     if device.type != "cpu" or not image or model.training:
         return model
@@ -191,9 +199,12 @@ def _folded(model: nn.Module, x: Any, device: torch.device) -> nn.Module:
             and norm.running_var is not None
         )
 
-    if not any(
-        foldable(seq, i) for seq in model.modules() if isinstance(seq, nn.Sequential) for i in range(len(seq) - 1)
-    ):
+    def swappable(seq: nn.Sequential, i: int) -> bool:
+        relu, pool = seq[i], seq[i + 1]
+        return type(relu) is nn.ReLU and type(pool) is nn.MaxPool2d and not pool.return_indices
+
+    pairs = [(seq, i) for seq in model.modules() if isinstance(seq, nn.Sequential) for i in range(len(seq) - 1)]
+    if not any(foldable(seq, i) or swappable(seq, i) for seq, i in pairs):
         return model
 
     copy = copy_module(model)
@@ -203,6 +214,8 @@ def _folded(model: nn.Module, x: Any, device: torch.device) -> nn.Module:
             if foldable(seq, i):
                 assert isinstance(conv, nn.Conv2d) and isinstance(norm, nn.BatchNorm2d)
                 seq[i], seq[i + 1] = fuse_conv_bn_eval(conv, norm), nn.Identity()
+            elif swappable(seq, i):
+                seq[i], seq[i + 1] = seq[i + 1], seq[i]
     return copy.eval()
 
 
@@ -284,21 +297,48 @@ def evaluate(
     emb = to_geometry(raw, geometry(normalize))
     ranking = retrieval_metrics(emb, data.y, ks=ks)
     ranking.pop("num_queries", None)
-    if lake_runs:
-        lake = lake_runs_accuracy(lambda x: embed(model, x, batch_size, device, normalize), lake_runs)
+    lake_raw = _runs_embedder(model, lake_runs, batch_size, torch.device(device)) if lake_runs else None
+    if lake_raw is not None:
+        lake = lake_runs_accuracy(lambda x: to_geometry(lake_raw(x), geometry(normalize)), lake_runs)
         ranking["lake_accuracy"] = float(lake["accuracy"])
     metrics = ranking
     if metric is not None:
         metrics = ranked_by_metric(metric, raw, data.y, ks)
-        if lake_runs:
+        if lake_raw is not None:
             by_g = lake_runs_accuracy(
-                lambda x: metric.prepare(embed(model, x, batch_size, device)), lake_runs, pair_score=metric
+                lambda x: metric.prepare(to_geometry(lake_raw(x), geometry(False))), lake_runs, pair_score=metric
             )
             metrics["lake_accuracy"] = float(by_g["accuracy"])
         metrics.update({EMBEDDING_PREFIX + k: v for k, v in ranking.items()})
     if clustering:
         metrics.update(clustering_metrics(emb, data.y, seed=seed))
     return metrics
+
+
+def _runs_embedder(
+    model: nn.Module, runs: Sequence[Any], batch_size: int, device: torch.device
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The raw embedding of each image set of Lake's one-shot runs (``train_x``, ``test_x``), all of them
+    embedded in one pass rather than one call per set: returns a function from such a set to its rows (any
+    other tensor is embedded as `embed` would). The values are those of embedding each set alone: the model
+    as it is (a set of 20 is too small for `_folded`), and a row does not depend on the batch it is in; one
+    pass spares Lake's 40 sets 40 model set-ups and small batches."""
+    sets = [t for run in runs for t in (getattr(run, "train_x", None), getattr(run, "test_x", None))]
+    images = [t for t in sets if isinstance(t, torch.Tensor) and t.dim() == 4 and len(t)]
+    if not images or any(t.shape[1:] != images[0].shape[1:] or t.dtype != images[0].dtype for t in images):
+        return lambda x: _raw_embeddings(model, x, batch_size, device)
+    raw = _raw_embeddings(model, torch.cat(images), batch_size, device, fold=False)
+    rows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    start = 0
+    for t in images:
+        rows[id(t)] = (t, raw[start : start + len(t)])  # the set is held so that its id stays its own
+        start += len(t)
+
+    def rows_of(x: torch.Tensor) -> torch.Tensor:
+        held = rows.get(id(x))
+        return held[1] if held is not None and held[0] is x else _raw_embeddings(model, x, batch_size, device)
+
+    return rows_of
 
 
 # --------------------------------------------------------------------------- a protocol's evaluation

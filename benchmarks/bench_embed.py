@@ -2,9 +2,11 @@
 
 The plain side is what evaluation did before: the model as it comes, batches
 of 512 in PyTorch's default memory order. `embed` now runs a model of 2-d
-convolutions in channels-last order, in batches of about 2^18 input values
+convolutions in channels-last order, in batches of about 2^16 input values
 (`bench.evaluation.CPU_EVAL_INPUT_VALUES`), with each BatchNorm that follows
-a convolution folded into it (on a copy), putting the model back as it was. Both sides use the same trunk (random weights: the time does not
+a convolution folded into it and each ReLU run after the max-pool that
+follows it (on a copy), putting the model back as it was. Both sides use
+the same trunk (random weights: the time does not
 depend on them), the same images and one thread; runs alternate (plain,
 embed, embed, plain, ...) and the ratio is of the medians. The largest
 difference between the two sides' embeddings is printed too.

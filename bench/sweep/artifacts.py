@@ -60,7 +60,7 @@ def write_cell_artifacts(
     pos, neg = d[same][:PAIR_SAMPLE].numpy(), d[~same][:PAIR_SAMPLE].numpy()
     # positives are rare among random pairs: add every positive pair of up to PAIR_SAMPLE anchors
     if len(pos) < PAIR_SAMPLE:
-        i, j = torch.where((y[:, None] == y[None, :]).triu(1))
+        i, j = positive_pairs(y)
         order = torch.randperm(len(i), generator=generator)[:PAIR_SAMPLE]
         pos = distance(i[order], j[order]).numpy()
     written = [directory / tables.PAIR_DISTANCES]
@@ -69,3 +69,25 @@ def write_cell_artifacts(
         written.append(directory / tables.EMBEDDING_2D)
         write_npz(written[1], x=emb.numpy(), y=y.numpy())
     return written
+
+
+def positive_pairs(y: Any) -> tuple[Any, Any]:
+    """Every pair ``(i, j)`` with ``i < j`` and ``y[i] == y[j]``, in row-major order (by ``i``, then ``j``): what
+    ``torch.where((y[:, None] == y[None, :]).triu(1))`` gives, built class by class in memory of the pairs
+    themselves rather than of the N x N mask (174 million entries for Omniglot's 13,180 test images)."""
+    import torch
+
+    n = len(y)
+    members = torch.argsort(y, stable=True)  # each class's samples together, ascending within it
+    _, counts = torch.unique_consecutive(y[members], return_counts=True)
+    starts = torch.cumsum(counts, 0) - counts
+    keys = []
+    for size in torch.unique(counts).tolist():
+        if size < 2:
+            continue
+        first = starts[counts == size]
+        rows = members[first[:, None] + torch.arange(size)]  # (classes of this size, size), ascending
+        a, b = torch.triu_indices(size, size, 1)
+        keys.append((rows[:, a] * n + rows[:, b]).reshape(-1))
+    key = torch.sort(torch.cat(keys)).values if keys else torch.empty(0, dtype=torch.int64)
+    return key // n, key % n
