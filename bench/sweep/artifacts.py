@@ -75,8 +75,6 @@ def positive_pairs(y: Any) -> tuple[Any, Any]:
     """Every pair ``(i, j)`` with ``i < j`` and ``y[i] == y[j]``, in row-major order (by ``i``, then ``j``): what
     ``torch.where((y[:, None] == y[None, :]).triu(1))`` gives, built class by class in memory of the pairs
     themselves rather than of the N x N mask (174 million entries for Omniglot's 13,180 test images)."""
-    import torch
-
     n = len(y)
     members = torch.argsort(y, stable=True)  # each class's samples together, ascending within it
     _, counts = torch.unique_consecutive(y[members], return_counts=True)
