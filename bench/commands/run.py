@@ -222,12 +222,18 @@ def remaining_line(name: str, left: dict[str, Any]) -> str:
             "tables are left: rerun the same command to finish"
         )
     eta = left.get("estimated_s")
-    when = "unknown (nothing finished in this chunk)" if eta is None else f"about {_duration(eta)}"
+    if eta is None:  # a unit still running at the limit is given back, so the same limit may never advance it
+        return (
+            f"{name}: stopped at --stop-after with work left: {left['cells']} of {left['of_cells']} cells, "
+            f"{left['trials']} trials and {left['seeds']} final seeds, {left['iterations']:,} of "
+            f"{left['of_iterations']:,} iterations; estimated time left unknown: nothing finished in this "
+            "chunk, so rerun with a --stop-after longer than one trial or final seed takes here"
+        )
     return (
         f"{name}: stopped at --stop-after with work left: {left['cells']} of {left['of_cells']} cells, "
         f"{left['trials']} trials and {left['seeds']} final seeds, {left['iterations']:,} of "
-        f"{left['of_iterations']:,} iterations; estimated time left {when} at this worker's pace; "
-        "rerun the same command to resume"
+        f"{left['of_iterations']:,} iterations; estimated time left about {_duration(eta)} at this worker's "
+        "pace; rerun the same command to resume"
     )
 
 

@@ -93,7 +93,8 @@ def test_a_stopped_run_says_what_is_left_and_when_it_may_end() -> None:
     line = remaining_line("tiny", left)
     assert "2 of 3 cells, 4 trials and 6 final seeds, 12,000 of 30,000 iterations" in line
     assert "about 1 h 02 min" in line
-    assert "unknown" in remaining_line("tiny", {**left, "estimated_s": None})
+    stuck = remaining_line("tiny", {**left, "estimated_s": None})
+    assert "unknown: nothing finished in this chunk" in stuck and "--stop-after longer than one trial" in stuck
     assert "untrained floor" in remaining_line("tiny", {**left, "cells": 0, "trials": 0, "seeds": 0})
 
 
