@@ -23,6 +23,8 @@ This is the one exception to the protocol's geometry rule (docs/PROTOCOL.md).
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from copy import deepcopy as copy_module
@@ -162,11 +164,18 @@ CPU_EVAL_INPUT_VALUES = 1 << 16
 CPU_EVAL_MIN_BATCH = 16
 
 
+def _images(x: Any) -> bool:
+    """Whether ``x`` is N x C x H x W images: a 4-d tensor, or image files (`bench.data.images.ImageFiles`,
+    decoded batch by batch), which embed as their decoded tensor would: the same batch cap, fold and
+    memory order on the CPU (files embedded without them took twice as long: benchmarks/README.md)."""
+    return getattr(x, "ndim", None) == 4
+
+
 def _cpu_batch(x: Any, batch_size: int, device: torch.device) -> int:
-    """The evaluation batch: ``batch_size``, capped on the CPU for image tensors (`CPU_EVAL_INPUT_VALUES`)."""
-    if device.type != "cpu" or not isinstance(x, torch.Tensor) or x.dim() < 3 or len(x) == 0:
+    """The evaluation batch: ``batch_size``, capped on the CPU for images (`CPU_EVAL_INPUT_VALUES`)."""
+    if device.type != "cpu" or getattr(x, "ndim", 0) < 3 or len(x) == 0:
         return batch_size
-    per_image = max(1, x[0].numel())
+    per_image = max(1, math.prod(x.shape[1:]))
     cap = 1 << max(0, (CPU_EVAL_INPUT_VALUES // per_image).bit_length() - 1)  # a power of two
     return min(batch_size, max(CPU_EVAL_MIN_BATCH, cap))
 
@@ -186,7 +195,7 @@ def _folded(model: nn.Module, x: Any, device: torch.device) -> nn.Module:
       the ReLU passes over a quarter of the values of a 2x2 pool, bit for bit the same output.
 
     Otherwise, or when there is nothing to rearrange, the model itself."""
-    image = isinstance(x, torch.Tensor) and x.dim() == 4 and len(x) >= FOLD_MIN_IMAGES
+    image = _images(x) and len(x) >= FOLD_MIN_IMAGES
     if device.type != "cpu" or not image or model.training:
         return model
 
@@ -224,8 +233,7 @@ def _channels_last_on_cpu(model: nn.Module, x: Any, device: torch.device) -> Ite
     """Within it a model of 2-d convolutions embeds images (4-d tensors) on the CPU in channels-last order;
     a model not already in that order is put back as it was (its values are untouched either way)."""
     convs = [m.weight for m in model.modules() if isinstance(m, nn.Conv2d)]
-    image = isinstance(x, torch.Tensor) and x.dim() == 4
-    if device.type != "cpu" or not image or not convs:
+    if device.type != "cpu" or not _images(x) or not convs:
         yield
         return
     already = all(w.is_contiguous(memory_format=torch.channels_last) for w in convs)

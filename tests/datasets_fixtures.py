@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.io
@@ -196,3 +197,46 @@ def write_market(
     for split in written:
         written[split].sort()
     return written
+
+
+# The field's shipped protocols at the scale of a test (tests/protocol/test_field_protocols.py's module
+# docstring): kept here, beside the fixtures they run on, so that any test module can import them.
+def _shrink(value: Any, floor: int = 32) -> Any:
+    """Every image size in a pipeline or data.image_size divided by 4 (227 -> 56, [256, 128] -> [64, 32])."""
+    if isinstance(value, list):
+        return [_shrink(v, floor) for v in value]
+    return max(floor, int(value) // 4)  # ResNets need 32 pixels a side
+
+
+def tiny(doc: dict[str, Any]) -> dict[str, Any]:
+    """The shipped protocol at the scale of a test (tests/protocol/test_field_protocols.py)."""
+    doc["name"] += "-tiny"
+    data = doc["data"]
+    bninception = doc["model"]["trunk"] == "bninception"
+    floor = 64 if bninception else 32  # 227 / 4 = 56 does not fit BN-Inception's stride-2 blocks; 64 does
+    data["image_size"] = _shrink(data["image_size"], floor)
+    for side in data.get("augment", {}).values():
+        for item in side:
+            for params in item.values():
+                if isinstance(params, dict) and "size" in params:
+                    params["size"] = _shrink(params["size"], floor)
+    folds = doc["final"].get("mode") == "folds"  # the Reality Check's fold models: two, each stopping on its fold
+    data["validation"] = {"folds": 2, "use": 2 if folds else 1}
+    data["loader"] = {"workers": 0}
+    doc["model"].update(trunk="bninception" if bninception else "resnet18", pretrained=None, embedding_dim=8)
+    doc["training"].update(device="cpu", iterations=2, P=2, K=2)
+    if not bninception and doc["training"].get("precision") == "bf16":
+        # a random ResNet-18 on 2 x 2 images of 64x32 in bf16 on a CPU with AMX (oneDNN's kernels) gets NaN
+        # weights from its first Adam step, where AVX2's bf16 and fp32 do not: the variant checks the
+        # protocol's shape, so it trains in fp32 there (known issue, docs/hostile-input.md)
+        doc["training"]["precision"] = "fp32"
+    if doc["training"].get("early_stopping"):
+        doc["training"]["early_stopping"].update(check_every=1, patience=1, max_iterations=2)
+    doc["evaluation"]["ks"] = [1, 2]  # a fixture's few test images: Recall@1000 would be 1 for every method
+    doc["tuning"] = {"trials": 1, "startup_trials": 1, "pruner": {"type": "none"}}
+    doc["final"] = {"seeds": 1, **({"mode": "folds"} if folds else {})}
+    first = doc["grid"]["losses"][0]
+    first["miners"] = first.get("miners", ["none"])[:1]
+    doc["grid"]["losses"] = [first]
+    doc["grid"]["miners"] = [m for m in doc["grid"]["miners"] if m.get("label", m["name"]) in first["miners"]]
+    return doc

@@ -368,8 +368,7 @@ def test_a_proxy_loss_lr_searched_alone_is_live() -> None:
 def test_a_proxy_cell_of_the_tiny_cub_protocol_runs_end_to_end(tmp_path: Path) -> None:
     """The shipped ProxyNCA cell (its proxies' lr searched) through `dmlbench run` on the CUB fixture, at the
     field tests' tiny scale: BN-Inception from random weights at 64x64, BNInceptionInput, 2 iterations."""
-    from datasets_fixtures import write_cub
-    from test_field_protocols import tiny
+    from datasets_fixtures import tiny, write_cub
 
     from bench.cli import main
 

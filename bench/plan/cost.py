@@ -188,13 +188,14 @@ def measured_cost(protocol: Protocol, m: Measured) -> TrunkCost:
 def bounded_by_loader(
     protocol: Protocol, cost: TrunkCost, images_per_s: float | None, source: str = ""
 ) -> tuple[TrunkCost, str]:
-    """The cost with every training step at least a batch's loading time at ``images_per_s`` (what the
+    """The cost with every training step paying a batch's loading time at ``images_per_s`` (what the
     loader delivers: ``--loader-rate``, ``benchmarks/bench_loader.py``'s loader or cache row, or
-    `bench.plan.measure.measure_loader`'s timing here, which ``source`` then names), and a line saying which
-    bounds.
+    `bench.plan.measure.measure_loader`'s timing here, which ``source`` then names), and a line saying how.
 
-    The loader and the trunk overlap (workers decode the next batches during a step), so a step takes the
-    longer of the two, not their sum."""
+    On an accelerator the loader and the trunk overlap (workers decode the next batches during a step), so
+    a step takes the longer of the two, not their sum. On the CPU the loader's workers decode on the cores
+    the trunk computes on, so a step takes both, and every image an evaluation embeds is decoded too (the
+    field-size rehearsal ran 1.9x a plan that overlapped them: benchmarks/README.md)."""
     if images_per_s is None:
         return cost, ""
     spec = protocol.spec
@@ -203,16 +204,28 @@ def bounded_by_loader(
     scale = (batch / cost.ref_batch) * (h * w / cost.ref_pixels)
     load_s = batch / images_per_s
     low, high = (s * scale for s in cost.step_s)
-    bound = "the loader" if load_s >= high else "the trunk" if load_s <= low else "the loader or the trunk"
     floor = load_s / scale  # at the cost's reference batch and size, where step_s is kept
+    rate = source or f"{images_per_s:g} images/s"
+    given = "the loader timed here" if source else "--loader-rate"
+    step = f"{low * 1000:.3g}" + ("" if low == high else f"-{high * 1000:.3g}")
+    if str(spec.training.device).startswith("cpu"):
+        bounded = replace(
+            cost,
+            step_s=(cost.step_s[0] + floor, cost.step_s[1] + floor),
+            embed_s=cost.embed_s + cost.ref_pixels / (h * w) / images_per_s,  # embed_s scales with the pixels
+            source=f"{cost.source}; plus {load_s * 1000:.3g} ms a step to load a batch ({given})".lstrip("; "),
+        )
+        note = (
+            f"loader: {rate} feeds a batch of {batch} in {load_s * 1000:.3g} ms on the cores the trunk's "
+            f"{step} ms step runs on: on the CPU a step takes both, and each evaluated image its decoding"
+        )
+        return bounded, note
+    bound = "the loader" if load_s >= high else "the trunk" if load_s <= low else "the loader or the trunk"
     bounded = replace(
         cost,
         step_s=(max(cost.step_s[0], floor), max(cost.step_s[1], floor)),
-        source=f"{cost.source}; at least {load_s * 1000:.3g} ms a step to load a batch "
-        f"({'the loader timed here' if source else '--loader-rate'})".lstrip("; "),
+        source=f"{cost.source}; at least {load_s * 1000:.3g} ms a step to load a batch ({given})".lstrip("; "),
     )
-    step = f"{low * 1000:.3g}" + ("" if low == high else f"-{high * 1000:.3g}")
-    rate = source or f"{images_per_s:g} images/s"
     note = (
         f"loader: {rate} feeds a batch of {batch} in {load_s * 1000:.3g} ms, the trunk's step "
         f"takes {step} ms: {bound} bounds the training steps"

@@ -185,19 +185,24 @@ def test_measured_step_time_and_budget_check_enter_the_estimate(grid_plan):
 
 
 def test_a_loader_slower_than_the_trunk_bounds_each_step(grid_plan, tmp_path, capsys):
-    """--loader-rate: a step takes the longer of the trunk's step and a batch's loading time, and the plan
-    says which bounds; a loader faster than the trunk changes nothing."""
+    """--loader-rate on an accelerator: a step takes the longer of the trunk's step and a batch's loading
+    time, and the plan says which bounds; a loader faster than the trunk changes nothing. On the CPU the
+    loader's workers decode on the trunk's cores: a step takes both, and each evaluated image its decoding."""
     protocol = grid_plan.protocol
+    cuda = parse_protocol(GRID.replace("iterations: 100}", "iterations: 100, device: cuda}"))
     batch = grid_plan.budget.batch_size
     steps = grid_plan.budget.total_iterations * len(grid_plan.cells)
-    base = plan(protocol, step_s=0.1)
-    assert plan(protocol, step_s=0.1, loader_rate=batch / 0.05).estimate.mid_s == base.estimate.mid_s
-    slow = plan(protocol, step_s=0.1, loader_rate=batch / 0.3)  # 0.3 s to load a batch, 0.1 s to train on it
+    base = plan(cuda, step_s=0.1)
+    assert plan(cuda, step_s=0.1, loader_rate=batch / 0.05).estimate.mid_s == base.estimate.mid_s
+    slow = plan(cuda, step_s=0.1, loader_rate=batch / 0.3)  # 0.3 s to load a batch, 0.1 s to train on it
     assert slow.estimate.mid_s - base.estimate.mid_s == pytest.approx(0.2 * steps, rel=1e-9)
     text = format_plan(slow)
     assert f"note: loader: {batch / 0.3:g} images/s feeds a batch of {batch} in 300 ms" in text
     assert "the loader bounds the training steps" in text and "(--loader-rate)" in text
-    assert "the trunk bounds" in format_plan(plan(protocol, step_s=0.1, loader_rate=batch / 0.05))
+    assert "the trunk bounds" in format_plan(plan(cuda, step_s=0.1, loader_rate=batch / 0.05))
+    cpu_base, cpu = plan(protocol, step_s=0.1), plan(protocol, step_s=0.1, loader_rate=batch / 0.05)
+    assert cpu.estimate.mid_s - cpu_base.estimate.mid_s > 0.05 * steps  # the loading added, and decoding
+    assert "on the CPU a step takes both" in format_plan(cpu)
     path = tmp_path / "grid.yaml"
     path.write_text(GRID)
     assert main(["plan", str(path), "--no-measure", "--loader-rate", "nan"]) != 0

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from datasets_fixtures import write_cars, write_cub, write_inshop, write_market, write_sop
+from datasets_fixtures import tiny, write_cars, write_cub, write_inshop, write_market, write_sop
 
 from bench.cli import main
 
@@ -30,47 +30,6 @@ FIXTURES: dict[str, Callable[[Path], Any]] = {
     "inshop": lambda root: write_inshop(root, train_items=(1, 4, 5, 6, 8), test_items=(2, 3, 7)),
     "market1501-batch-hard": lambda root: write_market(root, train_ids=(2, 7, 11, 12, 13), test_ids=(1, 3, 5)),
 }
-
-
-def _shrink(value: Any, floor: int = 32) -> Any:
-    """Every image size in a pipeline or data.image_size divided by 4 (227 -> 56, [256, 128] -> [64, 32])."""
-    if isinstance(value, list):
-        return [_shrink(v, floor) for v in value]
-    return max(floor, int(value) // 4)  # ResNets need 32 pixels a side
-
-
-def tiny(doc: dict[str, Any]) -> dict[str, Any]:
-    """The shipped protocol at the scale of a test (see the module docstring)."""
-    doc["name"] += "-tiny"
-    data = doc["data"]
-    bninception = doc["model"]["trunk"] == "bninception"
-    floor = 64 if bninception else 32  # 227 / 4 = 56 does not fit BN-Inception's stride-2 blocks; 64 does
-    data["image_size"] = _shrink(data["image_size"], floor)
-    for side in data.get("augment", {}).values():
-        for item in side:
-            for params in item.values():
-                if isinstance(params, dict) and "size" in params:
-                    params["size"] = _shrink(params["size"], floor)
-    folds = doc["final"].get("mode") == "folds"  # the Reality Check's fold models: two, each stopping on its fold
-    data["validation"] = {"folds": 2, "use": 2 if folds else 1}
-    data["loader"] = {"workers": 0}
-    doc["model"].update(trunk="bninception" if bninception else "resnet18", pretrained=None, embedding_dim=8)
-    doc["training"].update(device="cpu", iterations=2, P=2, K=2)
-    if not bninception and doc["training"].get("precision") == "bf16":
-        # a random ResNet-18 on 2 x 2 images of 64x32 in bf16 on a CPU with AMX (oneDNN's kernels) gets NaN
-        # weights from its first Adam step, where AVX2's bf16 and fp32 do not: the variant checks the
-        # protocol's shape, so it trains in fp32 there (known issue, docs/hostile-input.md)
-        doc["training"]["precision"] = "fp32"
-    if doc["training"].get("early_stopping"):
-        doc["training"]["early_stopping"].update(check_every=1, patience=1, max_iterations=2)
-    doc["evaluation"]["ks"] = [1, 2]  # a fixture's few test images: Recall@1000 would be 1 for every method
-    doc["tuning"] = {"trials": 1, "startup_trials": 1, "pruner": {"type": "none"}}
-    doc["final"] = {"seeds": 1, **({"mode": "folds"} if folds else {})}
-    first = doc["grid"]["losses"][0]
-    first["miners"] = first.get("miners", ["none"])[:1]
-    doc["grid"]["losses"] = [first]
-    doc["grid"]["miners"] = [m for m in doc["grid"]["miners"] if m.get("label", m["name"]) in first["miners"]]
-    return doc
 
 
 RETRAINED = [(name, "retrain") for name in FIXTURES if name.startswith("reality-check-")]
