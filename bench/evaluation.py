@@ -24,7 +24,6 @@ This is the one exception to the protocol's geometry rule (docs/PROTOCOL.md).
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from copy import deepcopy as copy_module
@@ -119,8 +118,13 @@ def kept_embeddings(data_x: Any) -> Iterator[None]:
     model embeds once trained, never between training steps), and embeds a `Concatenated` of kept models by
     joining theirs (`Concatenated.join`) instead of running every model over the data again: final.mode folds
     scores each fold model alone, then their concatenation. The values are those of embedding again: the same
-    models in eval mode, the same batches, row by row. Other data are embedded as always."""
+    models in eval mode, the same batches, row by row. Other data are embedded as always. Nested for the same
+    data, it keeps to the outermost's end: a final seed's fold models, kept while they are scored, are joined
+    again for its artifacts and kept model (not keeping them had each embed the test set twice)."""
     global _KEPT
+    if _KEPT is not None and _KEPT[0] is data_x:
+        yield
+        return
     outer, _KEPT = _KEPT, (data_x, {})
     try:
         yield

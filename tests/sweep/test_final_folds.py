@@ -102,6 +102,27 @@ def test_kept_embeddings_run_each_model_once_and_join_the_same_values() -> None:
     assert len(calls) == 6 + 2  # outside, nothing is kept: a runs over x again
 
 
+def test_kept_embeddings_nested_for_the_same_data_keep_to_the_outer_end() -> None:
+    """A final seed keeps the test set's embeddings around its fold models' scoring (nested) and its
+    artifacts: what the inner scope embedded is joined after it ends, not embedded again."""
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(3, 2), torch.nn.Linear(3, 4)
+    x, y = torch.randn(40, 3), torch.randn(40, 3)
+    calls: list[torch.nn.Module] = []
+    for m in (a, b):
+        m.register_forward_hook(lambda module, inputs, output: calls.append(module))
+    with kept_embeddings(x):
+        with kept_embeddings(x):
+            embed(a, x)
+            embed(b, x)
+        joined = embed(Concatenated([a, b]), x)
+        with kept_embeddings(y):  # other data: a scope of its own, x's kept again once it ends
+            embed(a, y)
+        embed(a, x)
+    assert calls == [a, b, a]
+    assert torch.equal(joined, embed(Concatenated([a, b]), x))
+
+
 @pytest.fixture(scope="module")
 def folds_sweep(tmp_path_factory, data_root) -> dict:
     root = tmp_path_factory.mktemp("folds")
