@@ -16,7 +16,7 @@ evaluates it; this script times one such evaluation here at real size.
    through the evaluation loader and every metric of the protocol is computed, exactly a floor seed's
    work, a final seed's too but for its training) in this process, and prints the wall time by part, the
    peak memory (this process and the loader's workers) and `dmlbench plan`'s estimate of the same
-   evaluation (`bench.plan.cost`, the trunk timed here just before).
+   evaluation (`bench.plan.cost`: the trunk and the loader timed here just before, as `plan` times them).
 
     .venv/bin/python scripts/rehearse_sop_eval.py --root /tmp/sop-rehearsal --generate --run --threads 2
 
@@ -39,8 +39,16 @@ import torch
 import yaml
 from PIL import Image, ImageDraw
 
-from bench.plan.cost import OVERHEAD_S_PER_RUN, _test_eval_s, _test_metrics_s, dataset_size, measured_cost, sized_test
-from bench.plan.measure import measure_trunk
+from bench.plan.cost import (
+    OVERHEAD_S_PER_RUN,
+    _test_eval_s,
+    _test_metrics_s,
+    bounded_by_loader,
+    dataset_size,
+    measured_cost,
+    sized_test,
+)
+from bench.plan.measure import measure_loader, measure_trunk
 from bench.protocol.load import parse_protocol
 from bench.sweep.floor import floor_row
 from bench.sweep.prepare import prepare
@@ -132,6 +140,9 @@ def run(root: Path, device: str, threads: int | None) -> dict:
     out["test_images"] = len(prepared.test.y)
     began = time.perf_counter()
     cost = measured_cost(protocol, measure_trunk(protocol, threads=threads))
+    rate, source = measure_loader(protocol, str(root))  # plan's own: the training loader's rate timed here
+    cost, _ = bounded_by_loader(protocol, cost, rate, source)  # on the CPU: each evaluated image decoded too
+    out["plan_loader_images_per_s"] = None if rate is None else round(rate, 1)
     out["plan_timing_s"] = round(time.perf_counter() - began, 1)
     out["plan_test_images"] = int(dataset_size(sized_test(protocol.spec.data.test), protocol.spec.data.test_classes)[1])
     out["plan_embed_ms_per_image"] = round(cost.embed_s * 1000, 2)
