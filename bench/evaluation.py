@@ -171,7 +171,7 @@ CPU_EVAL_MIN_BATCH = 16
 def _images(x: Any) -> bool:
     """Whether ``x`` is N x C x H x W images: a 4-d tensor, or image files (`bench.data.images.ImageFiles`,
     decoded batch by batch), which embed as their decoded tensor would: the same batch cap, fold and
-    memory order on the CPU (files embedded without them took twice as long: benchmarks/README.md)."""
+    memory order on the CPU (without them BN-Inception embedded files 1.5-2x slower: benchmarks/README.md)."""
     return getattr(x, "ndim", None) == 4
 
 

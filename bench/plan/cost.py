@@ -195,7 +195,7 @@ def bounded_by_loader(
     On an accelerator the loader and the trunk overlap (workers decode the next batches during a step), so
     a step takes the longer of the two, not their sum. On the CPU the loader's workers decode on the cores
     the trunk computes on, so a step takes both, and every image an evaluation embeds is decoded too (the
-    field-size rehearsal ran 1.9x a plan that overlapped them: benchmarks/README.md)."""
+    field-size rehearsals: benchmarks/README.md)."""
     if images_per_s is None:
         return cost, ""
     spec = protocol.spec
