@@ -10,19 +10,25 @@ run one input per process to read it; it includes the allocator's first
 growth (about 140 MB for the Euclidean ranking alone at N = 2,000) and
 should not grow with N. Omniglot's test set is N = 13,180; SOP's 60,502.
 
-    .venv/bin/python benchmarks/bench_learned_ranking.py [--n 13180] [--dim 64] [--threads 1]
+``--compare`` times instead, per pair input, the ranking that scores one triangle of the set (the
+default while it fits `bench.metrics.query_gallery.MIRROR_ELEMENTS`) against scoring every pair, alternated
+``--repeats`` times, and prints the medians and their ratio.
+
+    .venv/bin/python benchmarks/bench_learned_ranking.py [--n 13180] [--dim 64] [--threads 1] [--compare]
 """
 
 from __future__ import annotations
 
 import argparse
 import resource
+import statistics
 import time
 
 import torch
 
 from bench.evaluation import ranked_by_metric
 from bench.losses.learned_metric import LearnedMetric, PairScorer
+from bench.metrics import query_gallery
 
 
 def peak_rss_mb() -> float:
@@ -36,7 +42,12 @@ def main() -> None:
     parser.add_argument("--classes", type=int, default=659)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--inputs", nargs="*", default=["difference_product", "concat"])
+    parser.add_argument("--compare", action="store_true", help="one triangle against every pair, alternated")
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    if args.compare:
+        compare(args)
+        return
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     x = torch.randn(args.n, args.dim)
@@ -55,6 +66,35 @@ def main() -> None:
         print(
             f"{pair_input:19} {took:7.1f} s  peak RSS +{added:6.0f} MB  (full matrix x cost {scorer.cost(args.dim)}: "
             f"{full_mb * scorer.cost(args.dim):,.0f} MB)  map_at_r {out['map_at_r']:.4f}",
+            flush=True,
+        )
+
+
+def compare(args: argparse.Namespace) -> None:
+    """Median seconds of ranking N embeddings by g, one triangle against every pair, alternated."""
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    x = torch.randn(args.n, args.dim)
+    y = torch.arange(args.n) % args.classes
+    triangle = query_gallery.MIRROR_ELEMENTS
+    print(f"N={args.n} dim={args.dim} threads={args.threads}, {args.repeats} alternations", flush=True)
+    for pair_input in args.inputs:
+        metric = LearnedMetric(10, 3, pair_input)
+        metric.materialize(args.dim)
+        scorer = PairScorer(metric, normalize=True)
+        took: dict[str, list[float]] = {"triangle": [], "every pair": []}
+        values = set()
+        for _ in range(args.repeats):
+            for name, bound in (("triangle", triangle), ("every pair", 0)):
+                query_gallery.MIRROR_ELEMENTS = bound
+                start = time.perf_counter()
+                values.add(ranked_by_metric(scorer, x, y, (1, 2, 4, 8))["map_at_r"])
+                took[name].append(time.perf_counter() - start)
+        query_gallery.MIRROR_ELEMENTS = triangle
+        a, b = statistics.median(took["triangle"]), statistics.median(took["every pair"])
+        print(
+            f"{pair_input:19} triangle {a:6.1f} s  every pair {b:6.1f} s  ratio {a / b:.2f}  "
+            f"map_at_r {'equal' if len(values) == 1 else 'DIFFERS: ' + str(sorted(values))}",
             flush=True,
         )
 

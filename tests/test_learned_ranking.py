@@ -128,6 +128,82 @@ def test_blocks_respect_the_memory_bound(pair_input: str, monkeypatch: pytest.Mo
     assert s.cost(6) == (4 * 8 + 4 if pair_input == "concat" else 6 + 3 * 8 + 4)
 
 
+class Watched:
+    """A pair score that records the (rows, columns) it is asked for; ``symmetric`` as told."""
+
+    def __init__(self, score, symmetric: bool) -> None:
+        self.score, self.symmetric, self.shapes = score, symmetric, []
+
+    def __call__(self, q: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        self.shapes.append((len(q), len(r)))
+        return self.score(q, r)
+
+
+@pytest.mark.parametrize("pair_input", PAIR_INPUTS)
+@pytest.mark.parametrize("chunk", [1, 7, 13, 60])
+def test_a_symmetric_score_of_a_set_against_itself_is_scored_for_one_triangle(pair_input: str, chunk: int) -> None:
+    """A set ranked against itself under a symmetric g: each chunk of queries scores the columns from its
+    own first row on, the rest comes from the chunks above; the numbers are the full matrix's."""
+    s = scorer(pair_input)
+    x, y = data(60, seed=5)
+    prepared = s.prepare(x)
+    want = ref_ranking(s.metric.scores(prepared, prepared).detach(), y.tolist(), y.tolist(), True, KS)
+    watched = Watched(s, symmetric=True)
+    ids = torch.arange(60)
+    got = qg.query_gallery_metrics(
+        prepared, y, prepared, y, ks=KS, query_ids=ids, gallery_ids=ids, chunk_size=chunk, pair_score=watched
+    )
+    got.pop("num_queries"), got.pop("skipped_queries")
+    assert got == pytest.approx(want, abs=1e-12)
+    starts = range(0, 60, chunk)
+    assert watched.shapes == [(min(chunk, 60 - s0), 60 - s0) for s0 in starts]  # the columns from s0 on
+    assert sum(q * r for q, r in watched.shapes) < 60 * 60 or chunk == 60
+
+
+def test_the_triangle_is_not_taken_for_two_sets_an_asymmetric_score_or_a_set_too_large(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    s = scorer("concat")
+    x, y = data(60, seed=5)
+    prepared = s.prepare(x)
+    full = [(7, 60)] * 8 + [(4, 60)]
+
+    def shapes(query: torch.Tensor, gallery: torch.Tensor, symmetric: bool) -> list[tuple[int, int]]:
+        watched = Watched(s, symmetric)
+        qg.query_gallery_metrics(query, y, gallery, y, ks=KS, chunk_size=7, pair_score=watched)
+        return watched.shapes
+
+    assert shapes(prepared, prepared, False) == full  # not said to be symmetric
+    assert shapes(prepared, prepared.clone(), True) == full  # equal values, but not one set
+    monkeypatch.setattr(qg, "MIRROR_ELEMENTS", 60 * 60 // 4 - 1)  # what it would keep exceeds the bound
+    assert shapes(prepared, prepared, True) == full
+    monkeypatch.setattr(qg, "MIRROR_ELEMENTS", 60 * 60 // 4)
+    assert shapes(prepared, prepared, True)[1] == (7, 53)
+
+
+def test_the_triangle_ranks_re_id_as_the_full_matrix_junk_and_cameras_included() -> None:
+    """re-ID's blocks leave junk columns out after scoring: a symmetric score of one set against itself
+    gives the numbers of the full scoring."""
+    x, y = data(50, seed=6)
+    y = y.clone()
+    y[::9] = -1  # junk
+    cams = torch.arange(50) % 3
+    ids = torch.arange(50)
+
+    def squared(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.cdist(a.double(), b.double()).pow(2).float()
+
+    results = []
+    for symmetric in (False, True):
+        watched = Watched(squared, symmetric)
+        results.append(
+            qg.reid_metrics(x, y, cams, x, y, cams, ks=(1, 3), query_ids=ids, gallery_ids=ids, chunk_size=6,
+                            pair_score=watched)
+        )  # fmt: skip
+        assert (watched.shapes[-1][1] < 50) is symmetric
+    assert results[1] == pytest.approx(results[0], abs=1e-12) and 0 < results[0]["reid_map"] < 1
+
+
 def test_pair_score_of_the_wrong_shape_or_not_finite_is_refused() -> None:
     x, y = data(10)
     with pytest.raises(BenchError, match=r"pair_score returned \(10, 9\), expected \(10, 10\)"):

@@ -174,6 +174,10 @@ class PairScorer:
     and returned as float32 on the CPU; on the CPU in tiles of about `CPU_TILE_PAIRS` pairs.
     """
 
+    # g(a, b) == g(b, a) for both pair inputs (concat is symmetrised, difference_product's input is
+    # symmetric), up to rounding: ranking a set against itself scores one triangle (`bench.metrics.query_gallery`)
+    symmetric = True
+
     def __init__(self, metric: LearnedMetric, normalize: bool) -> None:
         self.metric, self.normalize = metric, normalize
 

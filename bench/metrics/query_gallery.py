@@ -31,6 +31,9 @@ columns; (query, gallery) pairs of the same sample or the same identity and came
 * Recall@K, P@1, R-Precision and MAP@R look at most ``K = max(max(ks), largest R)`` items
   deep, found by `top_ranked` (column-group minima pick the candidates, ranked by (score,
   position); a row tied at the k-th score goes to `ranked_prefix`);
+* a learned pair score that says it is symmetric (``pair_score.symmetric``), ranking a set against
+  itself, scores one triangle: each chunk the columns from its first row on, the rest the transposes
+  kept by the chunks above (``MIRROR_ELEMENTS``);
 * re-ID mAP needs every correct item's rank: junk columns are left out of the scores (never
   ranked, so never scored), and `_Scorer.positive_ranks` maps each row's scores monotonically
   into histogram bins, slice by slice of rows, counts the items in bins before each correct
@@ -72,6 +75,12 @@ RANK_COST, REID_COST = 2, 4
 # most bins in one slice (their numbers exact in float32: `score_bins` adds 2^23, below 2^24); the elements
 # of a slice (its scores, bins and lookup stay in a core's cache through the passes over them)
 BIN_SHARE, BIN_LIMIT, SLICE_ELEMENTS = 8, 1 << 22, 1 << 19
+# A symmetric pair score (``pair_score.symmetric``) of a set ranked against itself is computed for one
+# triangle only: each chunk scores the gallery from its own first row on and keeps, for the chunks below it,
+# the columns they will read transposed. What is kept peaks at about N^2 / 4 values, so this is done only
+# while that stays within MIRROR_ELEMENTS x 4 bytes (256 MB: N up to 16,384; Omniglot's test set is 13,180);
+# larger sets score every row in full, as without the symmetry.
+MIRROR_ELEMENTS = 1 << 26
 
 
 def query_gallery_metrics(
@@ -366,6 +375,15 @@ class _Scorer:
         self.gcam = _per_sample(gallery_cameras, len(self.gy), "gallery_cameras")
         self.distance, self.chunk_size = distance, chunk_size
         self.junk, self.distractor = junk_label, distractor_label
+        # one set against itself under a symmetric score: one triangle scored (MIRROR_ELEMENTS)
+        n = len(self.gy)
+        self.mirrors = (
+            pair_score is not None
+            and getattr(pair_score, "symmetric", False) is True
+            and query is gallery
+            and n * n // 4 <= MIRROR_ELEMENTS
+        )
+        self.mirror: dict[int, list[torch.Tensor]] | None = None
         self._exclusions()
 
     def rows(self, cost: int) -> int:
@@ -431,6 +449,7 @@ class _Scorer:
             kept = self.column[ex_g] >= 0
             ex_q, ex_g, never = ex_q[kept], self.column[ex_g[kept]], never[:0]
         g_t = g_op.T  # a transposed view: BLAS reads it as is, no copy of the gallery
+        self.mirror = {} if self.mirrors else None  # the kept transposes, by the chunk start that reads them
         out = torch.empty(min(rows, len(self.qy)), len(g_op)) if self.pair_score is None else None
         inf = float("inf")
         for s in range(0, len(self.qy), rows):
@@ -439,7 +458,7 @@ class _Scorer:
                 if out is not None:
                     scores = torch.matmul(q_op[s:e], g_t, out=out[: e - s])
                 else:
-                    scores = self._learned(s, e)
+                    scores = self._learned(s, e, rows)
                     if drop:
                         scores = scores[:, self.ranked]
             if len(never):
@@ -522,13 +541,26 @@ class _Scorer:
             q, j = q[keep], j[keep]
         return q, j
 
-    def _learned(self, s: int, e: int) -> torch.Tensor:
-        """``pair_score`` of queries s..e against the gallery, checked: (e - s, gallery) finite float32."""
+    def _learned(self, s: int, e: int, rows: int) -> torch.Tensor:
+        """``pair_score`` of queries s..e against the gallery: (e - s, gallery) float32. Under `mirrors`
+        only the columns from s on are scored; those before s are the transposes the chunks above kept,
+        and this chunk keeps its columns from e on for the chunks of ``rows`` queries below it."""
+        if self.mirror is None:
+            return self._scored(self.q[s:e], self.g)
+        n = len(self.gy)
+        fresh = self._scored(self.q[s:e], self.g[s:])
+        for t in range(e, n, rows):  # clones: the block is rewritten (exclusions) once returned
+            self.mirror.setdefault(t, []).append(fresh[:, t - s : min(t + rows, n) - s].clone())
+        above = self.mirror.pop(s, [])
+        return torch.cat([piece.T for piece in above] + [fresh], dim=1) if above else fresh
+
+    def _scored(self, query: torch.Tensor, gallery: torch.Tensor) -> torch.Tensor:
+        """``pair_score`` of query rows against gallery rows, checked: (queries, gallery) finite float32."""
         assert self.pair_score is not None
-        scores = self.pair_score(self.q[s:e], self.g)
-        if not isinstance(scores, torch.Tensor) or tuple(scores.shape) != (e - s, len(self.gy)):
+        scores = self.pair_score(query, gallery)
+        if not isinstance(scores, torch.Tensor) or tuple(scores.shape) != (len(query), len(gallery)):
             shape = tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__
-            raise BenchError(f"pair_score returned {shape}, expected ({e - s}, {len(self.gy)})")
+            raise BenchError(f"pair_score returned {shape}, expected ({len(query)}, {len(gallery)})")
         scores = scores.detach().to("cpu", torch.float32)
         if not bool(torch.isfinite(scores).all()):
             raise BenchError("pair_score returned NaN or inf")

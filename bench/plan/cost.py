@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from bench import registry
+from bench.metrics.query_gallery import MIRROR_ELEMENTS
 from bench.plan.types import Budget, Cell, Estimate, TrunkCost
 from bench.protocol import Protocol
 
@@ -117,11 +118,18 @@ STEP_FIXED_S = 0.005  # per step whatever the batch: optimiser, loss and miner c
 # N = 13,180 and 659 classes, 0.5 s at 4,800 and 240.
 RETRIEVAL_S_PER_PAIR = 6.0e-9
 KMEANS_S_PER_POINT_CLUSTER = 1.0e-5
-# A learned-metric cell ranks by g, its metric network on every (query, reference) pair in tiles: about 1.1-1.5e-7
-# s a pair on one thread at 64-d with the 3 x 10 network (`benchmarks/bench_learned_ranking.py`,
-# benchmarks/README.md), about 25 s for Omniglot's 13,180 test images; validation sets are ranked the same way.
+# A learned-metric cell ranks by g, its metric network on (query, reference) pairs in tiles: about 1.1-1.5e-7
+# s a scored pair on one thread at 64-d with the 3 x 10 network, ranking included (`benchmarks/bench_learned_ranking.py`,
+# benchmarks/README.md); a set ranked against itself scores one triangle while it is small enough
+# (`learned_pairs`). Validation sets are ranked the same way.
 LEARNED_S_PER_PAIR = 1.5e-7
 LAKE_IMAGES = 20 * 40  # Lake's 20 one-shot runs: 20 test + 20 training images each
+
+
+def learned_pairs(images: float) -> float:
+    """Pairs g scores to rank a set of ``images`` against itself: one triangle where what that keeps fits
+    `bench.metrics.query_gallery.MIRROR_ELEMENTS`, else every pair."""
+    return images * (images + 1) / 2 if images * images / 4 <= MIRROR_ELEMENTS else images**2
 
 
 def dataset_size(spec: Any, classes: Any) -> tuple[float, float]:
@@ -265,8 +273,8 @@ def estimate_cell(
     learned = bool(cell.loss_params.get("learned_metric"))  # ranked by g on validation and test (`LEARNED_S_PER_PAIR`)
     if learned:
         _, test_images = dataset_size(sized_test(spec.data.test), spec.data.test_classes)
-        one_val += slow * LEARNED_S_PER_PAIR * val_images**2
-        test_eval += slow * LEARNED_S_PER_PAIR * test_images**2
+        one_val += slow * LEARNED_S_PER_PAIR * learned_pairs(val_images)
+        test_eval += slow * LEARNED_S_PER_PAIR * learned_pairs(test_images)
     tuning_eval = budget.tuning_runs * (1 + checks) * one_val
     # a final seed scores its model; under final.mode folds each fold model (early-stopped on its fold's
     # validation classes) alone, then their concatenation: on a one-set test side joined from the fold

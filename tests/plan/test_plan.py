@@ -414,14 +414,17 @@ def test_a_busy_machine_is_named_with_the_idle_time_of_the_same_work():
 
 
 def test_a_learned_metric_cell_pays_for_ranking_by_g():
-    """Ranking by g runs the metric network on every test pair (and validation pair), for every final seed
-    and every seed of the cell's own floor: the plan counts it, or a learned cell's time is a quarter short."""
-    from bench.plan.cost import LEARNED_S_PER_PAIR
+    """Ranking by g runs the metric network on the test pairs (and validation pairs), one triangle of the
+    set against itself, for every final seed and every seed of the cell's own floor: the plan counts it, or
+    a learned cell's time is a quarter short."""
+    from bench.plan.cost import LEARNED_S_PER_PAIR, learned_pairs
 
     p = plan(load_protocol(REPO / "protocols" / "omniglot-quick.yaml"), measure=False)
     euclidean = p.estimates["quadruplet+margohnm"].mid_s
     learned = p.estimates["quadruplet-learned-dp+margohnm-w1"].mid_s
-    test_pairs = 13_180**2
+    test_pairs = learned_pairs(13_180)
+    assert test_pairs == 13_180 * 13_181 / 2  # a triangle: what it keeps fits MIRROR_ELEMENTS
+    assert learned_pairs(60_502) == 60_502**2  # SOP's test set: every pair
     finals_and_floor = 2 * p.budget.seeds
     assert learned - euclidean >= finals_and_floor * test_pairs * LEARNED_S_PER_PAIR
     assert learned - euclidean < 2 * (finals_and_floor + p.budget.tuning_runs) * test_pairs * LEARNED_S_PER_PAIR
