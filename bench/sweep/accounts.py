@@ -15,7 +15,7 @@ import os
 import platform
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from bench.plan import Cell
 from bench.plan.seeds import stops_at
@@ -41,6 +41,50 @@ def request_stop() -> None:
     lands in a garbage-collection callback Python only prints it and training runs on), so the sweep
     also checks this flag at every progress step of a training run."""
     STOP.set()
+
+
+class Counts(NamedTuple):
+    """A sweep's store as a worker counts it (`Accounts._done_iterations`)."""
+
+    done: int  # allotted iterations recorded (a run stopped early spends its allotment)
+    finished: set[str]  # cells whose finals are all recorded
+    trained: int  # iterations the recorded runs trained
+    left: int  # iterations the runs not yet recorded are expected to train
+
+
+class Expected:
+    """Iterations trained and expected: where early stopping or pruning ends runs before their allotment, the
+    time left is the pace per trained iteration times what the unfinished runs will train, each expected to
+    train its allotment scaled by what the finished runs of its kind trained of theirs (trials of the same
+    allotment, a successive-halving rung; a cell's final seeds by its own, else by every cell's), its whole
+    allotment while none of its kind has finished. A finished run without a recorded count (a worker
+    killed mid-run) trained an unknown share and counts in neither."""
+
+    def __init__(self) -> None:
+        self.trained = 0
+        self.spent: dict[Any, list[int]] = {}  # kind -> [trained, allotted] of its finished runs
+        self.pending: list[tuple[Any, Any, int]] = []  # (kind, the kind to fall back on, allotment)
+
+    def unit(self, kind: Any, fallback: Any, allotted: int, trial: Any) -> None:
+        """One run (``trial`` None: not started): finished, it counts; else it is pending."""
+        if trial is None or not trial.state.is_finished():
+            self.pending.append((kind, fallback, allotted))
+            return
+        got = trial.user_attrs.get("iterations")
+        if isinstance(got, int):
+            self.trained += got
+            for k in (kind, fallback):
+                if k is not None:
+                    pair = self.spent.setdefault(k, [0, 0])
+                    pair[0] += got
+                    pair[1] += allotted
+
+    def left(self) -> int:
+        total = 0.0
+        for kind, fallback, allotted in self.pending:
+            trained, of = self.spent.get(kind) or self.spent.get(fallback) or (1, 1)
+            total += allotted * (trained / of if of else 1.0)
+        return round(total)
 
 
 class Accounts(Worker):
@@ -89,14 +133,19 @@ class Accounts(Worker):
             return values, len(values) == b.seeds
         return values, stops_at(values, b.seeds_min, b.seeds, b.half_width) is not None
 
-    def _done_iterations(self) -> tuple[int, set[str]]:
-        """Allotted iterations already recorded, and the cells whose finals are all recorded."""
+    def _done_iterations(self) -> Counts:
+        """Allotted iterations already recorded, the cells whose finals are all recorded, and for the time left
+        the iterations the finished runs trained and those the unfinished ones are expected to train
+        (`Expected`)."""
         b = self.plan.budget
         done, finished = 0, set()
+        expected = Expected()
         for cell in self.plan.cells:
+            cb = b.for_cell(cell)
             over = 0  # the cell's draws that are over: finals all recorded, or no trial completed
             for r, tuning in enumerate(self.tuning[cell.id]):
-                trials = [s for s, t in tuning.counted().items() if t.state.is_finished()]
+                counted = tuning.counted()
+                trials = [s for s, t in counted.items() if t.state.is_finished()]
                 values, stopped = self._seed_values(cell, r)
                 no_winner = self._no_winner(cell, r)
                 # a seed range that stopped early counts the seeds it did not need as done, as a cell with no
@@ -104,15 +153,25 @@ class Accounts(Worker):
                 done += sum(b.slot_iterations(s) for s in trials) * b.folds
                 done += (b.seeds if no_winner or stopped else len(values)) * b.per_final
                 over += no_winner or stopped
+                for s in range(tuning.n):
+                    allotted = b.folds * cb.slot_iterations(s)
+                    expected.unit(("trial", allotted), None, allotted, counted.get(s))
+                seeds = [t for study in self._seed_studies(cell, r) for t in study.counted().values()]
+                for t in seeds:
+                    expected.unit(("final", cell.id), "final", b.per_final, t)
+                if not (no_winner or stopped):
+                    unfinished = cb.seeds - sum(t.state.is_finished() for t in seeds)
+                    for _ in range(max(unfinished, 0)):
+                        expected.unit(("final", cell.id), "final", b.per_final, None)
             if over == b.draws:
                 finished.add(cell.id)
-        return done, finished
+        return Counts(done, finished, expected.trained, expected.left())
 
     def remaining(self) -> dict[str, Any]:
         """What the sweep has left: cells, trials and final seeds not yet recorded (across workers), the
         iterations they hold, and the time they would take at this worker's pace so far (None: no pace yet)."""
         b = self.plan.budget
-        done, finished = self._done_iterations()
+        done, finished, *_ = self._done_iterations()
         trials = seeds = 0
         for cell in self.plan.cells:
             for tuning, finals in zip(self.tuning[cell.id], self.finals[cell.id]):

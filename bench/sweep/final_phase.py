@@ -83,7 +83,8 @@ class FinalPhase(Accounts):
             else final_iterations(self.protocol, best.user_attrs.get("best_iterations", [])),
         )
         result = run.result
-        self.progress.recorded(self._done_iterations()[0])
+        counts = self._done_iterations()
+        self.progress.recorded(counts.done, counts.trained, counts.left)
         self.progress.final(cell.id, seed, result.state, run.metrics, self.primary, result.wall_time_s, result.reason)
         # the final's time: its loop, its test scoring and artifacts, its set-up, and records (the rest)
         self.ledger.add("training", result.train_s)

@@ -1,9 +1,11 @@
 """What a sweep shows while it runs: bars on a terminal, plain lines anywhere else.
 
 On a terminal, three tqdm bars on stderr: cells, the runs of the current cell (trials x
-folds, then final seeds), and iterations over the whole sweep, whose rate
-gives the estimate of the time left. A resumed sweep starts the iteration
-bar at what is already recorded, so the estimate covers only what remains.
+folds, then final seeds), and iterations over the whole sweep (allotted: a run that stops
+early spends its allotment). A resumed sweep starts the iteration bar at what is already
+recorded. The time left in the plain lines is paced by the iterations trained since this
+process started, times what the unfinished runs are expected to train (under early
+stopping much less than their allotment: `bench.sweep.accounts.Expected`).
 When stderr is not a terminal (a log file, CI, `| tee`) bars would be
 escape-code noise, so there are none: one line per finished trial or final
 run, ending with the share of the sweep's iterations done and the time
@@ -52,6 +54,10 @@ class Progress:
         self._run_done = 0
         self.total = total_iterations
         self.done = self._done_at_start = done_iterations
+        # iterations trained (the store's, from the first `recorded` that gives them) and those expected to
+        # be left, for the pace where runs stop before their allotment; this run's so far, not yet recorded
+        self._trained_at_start: int | None = None
+        self._trained = self._left = self._run_trained = 0
         self.cells = self.runs = self.iterations = None
         if self.bars:
             from tqdm import tqdm
@@ -86,7 +92,7 @@ class Progress:
     def run_started(self, iterations: int) -> None:
         """A training run of ``iterations`` begins: ``iteration`` calls count into it, ``run_finished``
         settles the rest."""
-        self._run_total, self._run_done = iterations, 0
+        self._run_total, self._run_done, self._run_trained = iterations, 0, 0
 
     def _advance(self, n: int) -> None:
         if n > 0:
@@ -98,7 +104,7 @@ class Progress:
         """The training loop's progress callback: advance the sweep's iteration count."""
         if it > self._run_done:
             self._advance(it - self._run_done)
-            self._run_done = it
+            self._run_done = self._run_trained = it
             if self.iterations is not None:
                 self.iterations.set_postfix(loss=f"{loss:.4f}", refresh=False)
             elif not self.quiet and time.monotonic() - self._last_line >= EVERY_S:
@@ -115,19 +121,30 @@ class Progress:
         """Folds a failed or pruned trial never started still count as spent, for the time left."""
         self._advance(iterations)
 
-    def recorded(self, iterations: int) -> None:
+    def recorded(self, iterations: int, trained: int | None = None, left: int | None = None) -> None:
         """The iterations the storage holds as spent, by every worker: the count moves up to it (never down,
-        since this process's running run is not in the store yet)."""
+        since this process's running run is not in the store yet). With ``trained`` (what the recorded runs
+        trained) and ``left`` (what the others are expected to train: `bench.sweep.accounts.Expected`), the
+        time left is paced by trained iterations: runs that stop early spend less than their allotment."""
         self._advance(iterations - self.done)
+        if trained is not None and left is not None:
+            if self._trained_at_start is None:
+                self._trained_at_start = self._trained = trained
+            self._trained = max(self._trained, trained)
+            self._left, self._run_trained = left, 0
 
     def eta(self) -> str:
-        """`37% of iterations, ~0:21:05 left`, at the pace of what was spent since this process started
-        (other workers' runs included once ``recorded`` has seen them)."""
+        """`37% of iterations, ~0:21:05 left`, at the pace of what was trained since this process started
+        (other workers' runs included once ``recorded`` has seen them); the share is of the allotted
+        iterations. Without the store's trained counts, paced by allotted iterations."""
         pct = 100 * self.done / self.total if self.total else 100.0
-        ran = self.done - self._done_at_start
+        if self._trained_at_start is not None:
+            ran, left_it = self._trained - self._trained_at_start + self._run_trained, self._left - self._run_trained
+        else:
+            ran, left_it = self.done - self._done_at_start, self.total - self.done
         if ran <= 0:
             return f"{pct:.0f}% of iterations"
-        left = (time.monotonic() - self.start) / ran * max(self.total - self.done, 0)
+        left = (time.monotonic() - self.start) / ran * max(left_it, 0)
         return f"{pct:.0f}% of iterations, ~{hms(left)} left"
 
     # ---- lines

@@ -115,13 +115,14 @@ class Sweep(TrialPhase, FinalPhase, FloorPhase):
         already holds), then the tables written; returns what ran and where the tables are."""
         start = self.born
         self.setup()
-        done, finished = self._done_iterations()
-        self.progress = Progress(len(self.plan.cells), self.plan.total_iterations, done, self.options.quiet)
-        self.progress.cell_done(len(finished))
+        counts = self._done_iterations()
+        self.progress = Progress(len(self.plan.cells), self.plan.total_iterations, counts.done, self.options.quiet)
+        self.progress.recorded(counts.done, counts.trained, counts.left)
+        self.progress.cell_done(len(counts.finished))
         self.ledger.add("start-up", time.perf_counter() - start)
-        self.trained_from = (time.perf_counter(), done)
+        self.trained_from = (time.perf_counter(), counts.done)
         try:
-            pending = [c for c in self.plan.cells if c.id not in finished]
+            pending = [c for c in self.plan.cells if c.id not in counts.finished]
             while pending:
                 waiting = []
                 for cell in pending:
@@ -153,7 +154,12 @@ class Sweep(TrialPhase, FinalPhase, FloorPhase):
         finally:
             self.progress.close()
         return SweepOutcome(
-            self.results, refused, len(self.plan.cells), time.perf_counter() - start, done, self.plan.total_iterations
+            self.results,
+            refused,
+            len(self.plan.cells),
+            time.perf_counter() - start,
+            counts.done,
+            self.plan.total_iterations,
         )
 
     def _work(self, cell: Cell) -> bool:

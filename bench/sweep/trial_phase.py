@@ -134,7 +134,8 @@ class TrialPhase(Accounts):
         except optuna.exceptions.UpdateFinishedTrialError:
             self.line(taken_over(cell.id, f"trial {slot.slot}"))
             return
-        self.progress.recorded(self._done_iterations()[0])
+        counts = self._done_iterations()
+        self.progress.recorded(counts.done, counts.trained, counts.left)
         self.progress.trial(
             cell.id,
             slot.slot,
