@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import optuna
+import pandas as pd
 import pytest
 import torch
 from _shared import RUNNER_TINY
 from _shared import sweep_options as _options
 
+from bench.cli import main
 from bench.data import LabeledData, load
 from bench.errors import BenchError
 from bench.plan import plan
@@ -128,7 +130,9 @@ def test_final_iterations_are_the_mean_best_checkpoint_in_checks() -> None:
 
 
 @pytest.mark.slow
-def test_a_sweep_early_stops_trials_on_their_fold_and_finals_to_the_best_trials_length(tmp_path, data_root) -> None:
+def test_a_sweep_early_stops_trials_on_their_fold_and_finals_to_the_best_trials_length(
+    tmp_path, data_root, capsys
+) -> None:
     path = tmp_path / "tiny.yaml"
     path.write_text(_tiny(iterations=40, stopping=STOPPING.replace("patience: 2, check_every: 5", SHORT)))
     protocol = parse_protocol(path.read_text())
@@ -156,6 +160,19 @@ def test_a_sweep_early_stops_trials_on_their_fold_and_finals_to_the_best_trials_
         mine = finals[(finals.cell == cell.id) & (finals.state == "COMPLETE")]
         assert len(mine) and (mine.iterations == want).all(), cell.id
     assert stopped_early  # patience 1, 20 checks: some run stopped before the budget
+
+    # its budget check trains each cell's seeds twice as long as the cell's finals trained, and counts that
+    # length (not twice the protocol's maximum) in its progress
+    stores = ["--storage", f"sqlite:///{tmp_path / 'optuna.db'}", "--tracking-uri", str(tmp_path / "mlruns")]
+    capsys.readouterr()
+    check = ["budget-check", str(path), "--results-dir", str(tmp_path / "results"), *stores]
+    assert main([*check, "--data-root", str(data_root), "--threads", "1", "--quiet"]) == 0
+    rows = pd.read_csv(tmp_path / "results" / "tiny" / "budget_check.csv")
+    assert len(rows) and (rows.iterations < 2 * 40).any()  # a cell's finals stopped early: the check too
+    for cell, group in rows.groupby("cell"):
+        assert (group.iterations == 2 * finals[finals.cell == cell].iterations.max()).all(), cell
+    lines = [line for line in capsys.readouterr().err.splitlines() if " x2 seed " in line]
+    assert len(lines) == len(rows) and lines[-1].endswith("| 100% of iterations, ~0:00:00 left"), lines
 
 
 def test_the_audit_refuses_a_short_complete_trial_only_without_early_stopping() -> None:

@@ -14,7 +14,7 @@ import click
 
 from bench.cli import quiet_libraries
 from bench.commands._output import log, quiet_option
-from bench.commands.run import sweep_options
+from bench.commands.run import device_option, sweep_options
 from bench.protocol import load_protocol
 
 
@@ -35,6 +35,7 @@ from bench.protocol import load_protocol
     help="train only the K-th of every N (cell, seed) pairs: start N workers with 1/N ... N/N",
 )
 @sweep_options
+@device_option
 @quiet_option
 def command(
     file: str,
@@ -45,6 +46,7 @@ def command(
     results_dir: str,
     data_root: str | None,
     threads: int | None,
+    device: str | None,
     quiet: bool,
 ) -> int:
     """Retrain every cell of FILE's finished run at MULTIPLE x its budget, on the same final seeds.
@@ -72,6 +74,8 @@ def command(
         signal.signal(signal.SIGTERM, interrupt)
     STOP.clear()
     protocol = load_protocol(file)
+    if device is not None:  # a check of a CPU run may train on a GPU: its rows agree within rounding
+        protocol = protocol.with_device(device)
     quiet_libraries()
     k, sep, n = shard.partition("/")
     if not (sep and k.isdigit() and n.isdigit()):

@@ -84,6 +84,17 @@ def _set_store_retry(ctx: click.Context, param: click.Parameter, value: float | 
         os.environ[WINDOW_ENV] = f"{value:g}"
 
 
+# `run --device` and `budget-check --device`: where the training runs, the records the protocol's own
+device_option = click.option(
+    "--device",
+    default=None,
+    metavar="DEVICE",
+    help="train on DEVICE (cpu, cuda, cuda:1, mps) instead of the protocol's training.device: the same "
+    "records, resumed; the records name the device (run: the manifest's device_override; results agree "
+    "across devices only within rounding)",
+)
+
+
 @click.command("run")
 @click.argument("file", type=click.Path(dir_okay=False))
 @sweep_options
@@ -112,14 +123,7 @@ def _set_store_retry(ctx: click.Context, param: click.Parameter, value: float | 
     "past it (by the longest this worker has run), one still running then is given back; prints what "
     "remains and exits 4 when work is left (the same command resumes)",
 )
-@click.option(
-    "--device",
-    default=None,
-    metavar="DEVICE",
-    help="train on DEVICE (cpu, cuda, cuda:1, mps) instead of the protocol's training.device: the same "
-    "records, resumed; the manifest's device_override names it (results agree across devices only within "
-    "rounding)",
-)
+@device_option
 @format_option
 @quiet_option
 def command(

@@ -47,6 +47,7 @@ from typing import Any
 import pandas as pd
 
 from bench.atomic import locked, write_with
+from bench.devices import describe as describe_device
 from bench.errors import BenchError
 from bench.plan import Cell, cell_key
 from bench.plan import plan as make_plan
@@ -257,11 +258,12 @@ def budget_check(
     keys = {t.cell.id: cell_key(protocol, t.cell) for t in cells}
     done = {_key(r) for r in read_rows(path, protocol, keys) if r["params"] == ran.get(str(r["cell"]))}
     pairs = [(t, s) for t in cells for s in protocol.final_seeds]
-    todo = [(t, s) for i, (t, s) in enumerate(pairs) if i % n == k - 1 and (t.cell.id, s, multiple) not in done]
+    mine = [pair for i, pair in enumerate(pairs) if i % n == k - 1]
+    todo = [(t, s) for t, s in mine if (t.cell.id, s, multiple) not in done]
     check = _Check(protocol, multiple, prepared, path, keys, tracking_uri, fingerprints, quiet)
-    kept = len([i for i in range(len(pairs)) if i % n == k - 1]) - len(todo)
+    kept = [(t, s) for t, s in mine if (t.cell.id, s, multiple) in done]
     check.run(cells, todo, kept)
-    return CheckOutcome(path, len(todo), kept, time.perf_counter() - start)
+    return CheckOutcome(path, len(todo), len(kept), time.perf_counter() - start)
 
 
 class _Check:
@@ -288,21 +290,30 @@ class _Check:
             train_fingerprint=fingerprints["train"],
             test_fingerprint=fingerprints["test"],
             data_fingerprint=protocol.data,
+            device=describe_device(
+                protocol.spec.training.device
+            ),  # `--device`: a check may train where the run did not
         )
         self.mlflow = MlflowRecords(protocol, tracking_uri, base_tags)
         self.quiet = quiet
 
-    def run(self, cells: list[Tuned], todo: list[tuple[Tuned, int]], kept: int) -> None:
+    def length(self, tuned: Tuned) -> int:
+        """The iterations one seed of ``tuned`` trains here: the multiple of the budget, or under early
+        stopping of what its finals trained."""
+        return self.iterations if tuned.stop_after is None else tuned.stop_after * self.multiple
+
+    def run(self, cells: list[Tuned], todo: list[tuple[Tuned, int]], kept: list[tuple[Tuned, int]]) -> None:
         """Train what is missing, cell by cell; Ctrl-C (or SIGTERM through the sweep's stop flag,
         `bench.sweep.accounts.STOP`) leaves the running seed unrecorded and every finished one recorded."""
         seeds = len(self.protocol.final_seeds)
-        assigned = kept + len(todo)  # this worker's (cell, seed) pairs: all of them, or its shard's
-        self.progress = Progress(len(cells), assigned * self.iterations, kept * self.iterations, self.quiet)
+        assigned = len(kept) + len(todo)  # this worker's (cell, seed) pairs: all of them, or its shard's
+        done = sum(self.length(t) for t, _ in kept)
+        self.progress = Progress(len(cells), done + sum(self.length(t) for t, _ in todo), done, self.quiet)
         left = {t.cell.id for t, _ in todo}
         self.progress.cell_done(len(cells) - len(left))
         if kept:
             self.progress.line(
-                f"budget check x{self.multiple}: {kept} of the {assigned} seeds "
+                f"budget check x{self.multiple}: {len(kept)} of the {assigned} seeds "
                 f"{'this shard checks' if assigned < len(cells) * seeds else 'to check'} already in "
                 f"{self.path.name}, kept"
             )

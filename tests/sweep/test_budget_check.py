@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from _sweeps import CELLS, sweep, sweep_base  # noqa: F401  (fixtures)
 from scipy import stats as st
 
@@ -107,6 +108,19 @@ def test_rows_at_the_multiple_with_the_finals_seeds_and_params(checked: Path) ->
         assert len(row) == 1 and r.data.tags["state"] == "COMPLETE" and r.info.status == "FINISHED"
         assert r.data.metrics["map_at_r"] == pytest.approx(float(row["map_at_r"].iloc[0]))
         assert r.data.metrics["iterations"] == row["iterations"].iloc[0]
+        assert r.data.tags["dmlbench.device"].startswith("cpu")  # where the check trained (`--device`)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where there is no CUDA device")
+def test_a_check_on_a_device_this_machine_lacks_is_refused_in_one_line(
+    checked: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _copy(checked, tmp_path / "run")
+    before = _table(run)
+    capsys.readouterr()
+    assert main(_args(run, "--multiple", "3", "--device", "cuda")) == 2
+    assert "training.device: 'cuda' but no CUDA device is available" in _error_line(capsys)
+    assert _table(run).equals(before)  # nothing recorded, nothing lost
 
 
 def test_a_killed_check_resumes_without_redoing_finished_seeds(
