@@ -13,6 +13,11 @@
 # Exit: dmlbench's own: 0 the sweep is done, 4 stopped with work left (run again with the same STORES_DIR),
 # 1 done but a cell without a result, 2 bad input, 75 a store unavailable, 130 interrupted.
 #
+# CHECK=MULTIPLE: the finished run's budget check instead (`dmlbench budget-check --multiple MULTIPLE
+# --device cuda`, rows to STORES_DIR/results/<name>/budget_check.csv). It has no --stop-after: SIGTERM at
+# SECONDS - MARGIN_S stops it with every finished seed recorded (exit 130, reported as work left; the seed
+# then running is trained again next time). Exit 0: the check is done.
+#
 # Needs torch with CUDA and the project's dependencies importable; wheels for those the machine lacks may
 # lie in ./.whl (as for scripts/gpu_checks.sh); Omniglot is read from $DMLBENCH_DATA.
 set -u
@@ -42,14 +47,22 @@ mkdir -p "$stores"
 stores=$(cd "$stores" && pwd)
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 start=$SECONDS
-timeout --signal=TERM "$limit" python3 -m bench.cli run "$proto" --device cuda \
-    --stop-after "$((limit - margin))" \
-    --storage "sqlite:///$stores/optuna.db" --tracking-uri "$stores/mlflow.db" --results-dir "$stores/results" \
-    --quiet
-code=$?
+records=(--storage "sqlite:///$stores/optuna.db" --tracking-uri "$stores/mlflow.db" --results-dir "$stores/results")
+if [ -n "${CHECK:-}" ]; then
+    timeout --signal=TERM "$((limit - margin))" python3 -m bench.cli budget-check "$proto" --device cuda \
+        --multiple "$CHECK" "${records[@]}" --quiet
+    code=$?
+    [ "$code" -eq 124 ] && code=130  # timeout's own status when the signal ended it
+    done_what="the budget check is done" left=130
+else
+    timeout --signal=TERM "$limit" python3 -m bench.cli run "$proto" --device cuda \
+        --stop-after "$((limit - margin))" "${records[@]}" --quiet
+    code=$?
+    done_what="the sweep is done" left=4
+fi
 case $code in
-    0) what="the sweep is done" ;;
-    4) what="stopped with work left: run again with the same STORES_DIR to resume" ;;
+    0) what=$done_what ;;
+    "$left") what="stopped with work left: run again with the same STORES_DIR to resume" ;;
     *) what="see above" ;;
 esac
 echo "gpu_chunk: exit $code in $((SECONDS - start)) s: $what"
