@@ -57,7 +57,8 @@ class Expected:
     time left is the pace per trained iteration times what the unfinished runs will train, each expected to
     train its allotment scaled by what the finished runs of its kind trained of theirs (trials of the same
     allotment, a successive-halving rung; a cell's final seeds by its own, else by every cell's), its whole
-    allotment while none of its kind has finished. A finished run without a recorded count (a worker
+    allotment while none of its kind has finished. A failed run's count is trained but says nothing of how
+    long its kind trains (a diverging cell's trials fail at once); one without a recorded count (a worker
     killed mid-run) trained an unknown share and counts in neither."""
 
     def __init__(self) -> None:
@@ -73,6 +74,8 @@ class Expected:
         got = trial.user_attrs.get("iterations")
         if isinstance(got, int):
             self.trained += got
+            if trial.state.name == "FAIL":
+                return
             for k in (kind, fallback):
                 if k is not None:
                     pair = self.spent.setdefault(k, [0, 0])

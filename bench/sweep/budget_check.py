@@ -290,9 +290,8 @@ class _Check:
             train_fingerprint=fingerprints["train"],
             test_fingerprint=fingerprints["test"],
             data_fingerprint=protocol.data,
-            device=describe_device(
-                protocol.spec.training.device
-            ),  # `--device`: a check may train where the run did not
+            # `--device`: a check may train where the run did not
+            device=describe_device(protocol.spec.training.device),
         )
         self.mlflow = MlflowRecords(protocol, tracking_uri, base_tags)
         self.quiet = quiet

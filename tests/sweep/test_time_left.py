@@ -49,12 +49,13 @@ def test_each_unfinished_run_is_scaled_by_its_own_kind() -> None:
     e.unit(("final", "a"), "final", 1000, _run(200))  # cell a's seeds stop at a fifth
     e.unit(("final", "a"), "final", 1000, _run(None, TrialState.FAIL))  # killed: no count, no share
     e.unit(("final", "b"), "final", 1000, _run(400))  # cell b's at two fifths
+    e.unit(("trial", 100), None, 100, _run(3, TrialState.FAIL))  # diverged at once: trained, no share
     e.unit(("trial", 100), None, 100, None)  # 100
     e.unit(("trial", 300), None, 300, _run(None, TrialState.RUNNING))  # 150
     e.unit(("trial", 900), None, 900, None)  # no rung of 900 finished: its allotment, 900
     e.unit(("final", "a"), "final", 1000, None)  # cell a's own: 200
     e.unit(("final", "c"), "final", 1000, None)  # none of cell c's: every cell's, 600 of 2000 -> 300
-    assert e.trained == 100 + 150 + 200 + 400
+    assert e.trained == 100 + 150 + 200 + 400 + 3
     assert e.left() == 100 + 150 + 900 + 200 + 300
 
 
