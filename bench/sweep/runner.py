@@ -131,7 +131,8 @@ class Sweep(TrialPhase, FinalPhase, FloorPhase):
                         self._write(finished=False)
                     else:
                         waiting.append(cell)
-                if waiting and len(waiting) == len(pending):
+                # nothing to claim in any cell: a floor seed instead, else wait for the other workers
+                if waiting and len(waiting) == len(pending) and not self.floor_while_waiting():
                     self.line(
                         f"waiting for other workers: {', '.join(c.id for c in waiting[:3])}"
                         + (" ..." if len(waiting) > 3 else "")

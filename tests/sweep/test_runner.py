@@ -12,6 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import optuna
 import pandas as pd
 import pytest
 import torch
@@ -240,7 +241,6 @@ def test_floor_is_the_untrained_trunk_scored_like_the_finals(sweep, data_root, m
 
 
 def test_best_trial_is_chosen_on_validation_only_and_ties_go_to_the_lower_slot():
-    import optuna
     from optuna.trial import TrialState, create_trial
 
     from bench.sweep.tuning import best_trial
@@ -344,6 +344,33 @@ def test_records_and_manifest_name_the_commit_each_cell_ran(sweep):
     assert (finals["git_commit"] == head).all() and (trials["git_commit"] == head).all()
     assert (finals["git_dirty"] == dirty).all() and (trials["git_dirty"] == dirty).all()
     assert manifest["cell_commits"] == {cell: [head + ("+dirty" if dirty else "")] for cell in CELLS}
+
+
+def test_a_worker_with_nothing_to_claim_scores_the_floor_instead_of_waiting(sweep, data_root, tmp_path, monkeypatch):
+    """Every cell waiting on other workers (here: `_work` says so for the first pass), a worker scores floor
+    seeds; the floor phase finds them done, scores none twice, and the table is the plain sweep's floor."""
+    from bench.sweep import runner
+
+    root, path, _, _ = sweep
+    real, passes = runner.Sweep._work, []
+
+    def work(self, cell):
+        passes.append(cell.id)
+        return False if len(passes) <= 3 else real(self, cell)  # the first pass over the 3 cells: all wait
+
+    monkeypatch.setattr(runner.Sweep, "_work", work)
+    out = tmp_path / "run"
+    lines = []
+    monkeypatch.setattr(runner.Sweep, "line", lambda self, text: lines.append(text))
+    run_protocol(path, _options(out, data_root))
+    assert any(x.startswith("floor seed 0 scored while the cells wait") for x in lines), lines
+    assert not any(x.startswith("waiting for other workers") for x in lines)  # a floor seed, not a wait
+    storage = open_storage(f"sqlite:///{out / 'optuna.db'}")
+    (name,) = [s for s in optuna.get_all_study_names(storage) if s.endswith(":floor")]
+    trials = optuna.load_study(study_name=name, storage=storage).trials
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]  # each seed scored once
+    want = read(root / "results" / "tiny")["floor"]
+    assert read(out / "results" / "tiny")["floor"].equals(want)
 
 
 def test_read_gives_an_empty_floor_when_there_is_none(sweep, tmp_path):
