@@ -26,14 +26,18 @@ class Ledger:
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = dict.fromkeys(ACCOUNTS, 0.0)
+        self.open: list[_Timing] = []  # timings in progress, innermost last
 
     def add(self, account: str, seconds: float) -> None:
         if account not in self.seconds:
             raise KeyError(f"unknown account {account!r}: expected one of {', '.join(ACCOUNTS)}")
         self.seconds[account] += max(0.0, seconds)
+        if self.open:  # seconds spent inside the timing in progress: not its own as well
+            self.open[-1].inner += max(0.0, seconds)
 
     def timing(self, account: str) -> _Timing:
-        """A context adding the seconds spent in it to ``account``."""
+        """A context adding the seconds spent in it to ``account``. Timings may nest: an inner one's seconds
+        go to its own account and not to the outer one's as well, so the accounts never sum past the wall."""
         return _Timing(self, account)
 
     def table(self, wall_s: float) -> dict[str, Any]:
@@ -60,8 +64,13 @@ class _Timing:
         self.ledger, self.account = ledger, account
 
     def __enter__(self) -> _Timing:
-        self.start = time.perf_counter()
+        self.start, self.inner = time.perf_counter(), 0.0
+        self.ledger.open.append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.ledger.add(self.account, time.perf_counter() - self.start)
+        spent = time.perf_counter() - self.start
+        self.ledger.open.remove(self)
+        self.ledger.add(self.account, spent - self.inner)  # which counts it inside the enclosing timing too
+        if self.ledger.open:
+            self.ledger.open[-1].inner += self.inner  # and the seconds of the timings inside this one

@@ -31,10 +31,9 @@ class FloorPhase(Accounts):
     def floor(self) -> None:
         """floor.csv and cell_floor.csv updated with every final seed's rows, and their MLflow runs."""
         self._floor_records(update_floor(self.protocol, self.prepared, self.results, self._floor_rows()))
+        rows = self._cell_floor_rows()  # times its own scoring, records and waiting: not inside "floor" again
         with self.ledger.timing("floor"):
-            cell_floor = update_cell_floor(
-                self.protocol, self.prepared, self.results, self.plan.cells, self._cell_floor_rows()
-            )
+            cell_floor = update_cell_floor(self.protocol, self.prepared, self.results, self.plan.cells, rows)
         self._floor_records(cell_floor)
 
     def floor_while_waiting(self) -> bool:
