@@ -173,6 +173,10 @@ def test_a_sweep_early_stops_trials_on_their_fold_and_finals_to_the_best_trials_
         assert (group.iterations == 2 * finals[finals.cell == cell].iterations.max()).all(), cell
     lines = [line for line in capsys.readouterr().err.splitlines() if " x2 seed " in line]
     assert len(lines) == len(rows) and lines[-1].endswith("| 100% of iterations, ~0:00:00 left"), lines
+    # the leaderboard says what the check trained: each cell's finals' length twice, not one length for all
+    assert main(["leaderboard", str(tmp_path / "results" / "tiny")]) == 0
+    lengths = f"{rows.iterations.min():,}-{rows.iterations.max():,} iterations a run, 2x each cell's finals"
+    assert f"at 2x the budget ({lengths}, the same final seeds)" in capsys.readouterr().out
 
 
 def test_the_audit_refuses_a_short_complete_trial_only_without_early_stopping() -> None:

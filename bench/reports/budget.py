@@ -58,6 +58,7 @@ class BudgetCheck:
     ranks_at_multiple: dict[str, int]
     tau: float
     missing: list[str] = field(default_factory=list)  # ranked cells with no completed seed at the multiple
+    fewest: int = 0  # the shortest run at the multiple: under early stopping each cell's finals' length x it
 
     @property
     def moved(self) -> list[str]:
@@ -80,8 +81,11 @@ class BudgetCheck:
     def summary(self) -> str:
         """One sentence: the multiple, tau, the cells that moved and those the check lacks."""
         tau = f"{self.tau:.2f}" if math.isfinite(self.tau) else "undefined (fewer than 2 cells)"
+        length = f"{self.iterations:,} iterations a run"
+        if 0 < self.fewest < self.iterations:  # early stopping: the multiple of what each cell's finals trained
+            length = f"{self.fewest:,}-{self.iterations:,} iterations a run, {self.multiple}x each cell's finals"
         text = (
-            f"at {self.multiple}x the budget ({self.iterations:,} iterations a run, the same final seeds), "
+            f"at {self.multiple}x the budget ({length}, the same final seeds), "
             f"Kendall's tau between the rankings of {self.metric} is {tau}; cells that moved: "
             f"{self.describe_moves()}"
         )
@@ -167,16 +171,17 @@ def check(res: Results, multiple: int | None = None) -> BudgetCheck | None:
     ranked = [c for c in res.cells if c in changes]
     ranks = ranking({c: base[c] for c in ranked})
     ranks_at = ranking({c: changes[c].at_multiple.mean for c in ranked})
-    iterations = int(pd.to_numeric(at["iterations"], errors="coerce").max()) if len(at) else 0
+    lengths = pd.to_numeric(at["iterations"], errors="coerce") if len(at) else pd.Series(dtype=float)
     return BudgetCheck(
         multiple,
-        iterations,
+        int(lengths.max()) if len(lengths) else 0,
         metric,
         changes,
         ranks,
         ranks_at,
         kendall_tau(ranks, ranks_at),
         [c for c in res.cells if c not in changes],
+        int(lengths.min()) if len(lengths) else 0,
     )
 
 

@@ -27,6 +27,7 @@ class FloorPhase(Accounts):
 
     _units: list[tuple[str, Callable[[int], dict[str, Any]]]] | None = None  # `_floor_units`, made once
     _floor_claimed = False  # every floor seed claimed (by any worker): `floor_while_waiting` looks no more
+    _learned: list[Cell] | None = None  # `_learned_cells`, found once
 
     def floor(self) -> None:
         """floor.csv and cell_floor.csv updated with every final seed's rows, and their MLflow runs."""
@@ -41,12 +42,13 @@ class FloorPhase(Accounts):
         worker does when every cell it could work on waits for other workers. False when none is left."""
         if self._floor_claimed:
             return False
-        for name, score in self._floor_units():
+        for (name, score), cell in zip(self._floor_units(), [None, *self._learned_cells()]):
             study = SlotStudy(self.storage, name, len(self.protocol.final_seeds))
             slot = self._claim(study)
             if slot is not None:
                 self._score_slot(study, slot, score)
-                self.line(f"floor seed {self.protocol.final_seeds[slot.slot]} scored while the cells wait ({name})")
+                whose = "the floor" if cell is None else f"{cell.id}'s own floor"
+                self.line(f"{whose}, seed {self.protocol.final_seeds[slot.slot]}, scored while the cells wait")
                 return True
         self._floor_claimed = True
         return False
@@ -62,7 +64,7 @@ class FloorPhase(Accounts):
                 lambda slot: floor_row(self.protocol, self.prepared, seeds[slot]),
             )
         ]
-        for cell in learned_metric_cells(self.protocol, self.plan.cells):
+        for cell in self._learned_cells():
 
             def score(slot: int, cell: Cell = cell) -> dict[str, Any]:
                 return cell_floor_row(self.protocol, self.prepared, cell, seeds[slot])
@@ -70,6 +72,12 @@ class FloorPhase(Accounts):
             units.append((f"{study_name(self.protocol, cell)}:floor", score))
         self._units = units
         return units
+
+    def _learned_cells(self) -> list[Cell]:
+        """The learned-metric cells, whose own floors follow the floor's in `_floor_units` (found once)."""
+        if self._learned is None:
+            self._learned = learned_metric_cells(self.protocol, self.plan.cells)
+        return self._learned
 
     def _floor_rows(self) -> dict[int, dict[str, Any]]:
         """The floor's rows, each seed scored by one worker: seeds are slots of the study
@@ -83,9 +91,8 @@ class FloorPhase(Accounts):
         """A learned-metric cell's own floor (its untrained trunk and metric, ranked by g: seconds to minutes a
         seed on a CPU), each seed scored by one worker as the floor's are: slots of the study ``<cell's
         study>:floor``."""
-        cells = learned_metric_cells(self.protocol, self.plan.cells)
         out: dict[tuple[str, int], dict[str, Any]] = {}
-        for cell, (name, score) in zip(cells, self._floor_units()[1:]):
+        for cell, (name, score) in zip(self._learned_cells(), self._floor_units()[1:]):
             rows = self._shared_rows(name, score)
             out.update({(cell.id, seed): row for seed, row in rows.items()})
         return out

@@ -363,7 +363,7 @@ def test_a_worker_with_nothing_to_claim_scores_the_floor_instead_of_waiting(swee
     lines = []
     monkeypatch.setattr(runner.Sweep, "line", lambda self, text: lines.append(text))
     run_protocol(path, _options(out, data_root))
-    assert any(x.startswith("floor seed 0 scored while the cells wait") for x in lines), lines
+    assert any(x == "the floor, seed 0, scored while the cells wait" for x in lines), lines
     assert not any(x.startswith("waiting for other workers") for x in lines)  # a floor seed, not a wait
     storage = open_storage(f"sqlite:///{out / 'optuna.db'}")
     (name,) = [s for s in optuna.get_all_study_names(storage) if s.endswith(":floor")]
