@@ -31,9 +31,8 @@ columns; (query, gallery) pairs of the same sample or the same identity and came
 * Recall@K, P@1, R-Precision and MAP@R look at most ``K = max(max(ks), largest R)`` items
   deep, found by `top_ranked` (column-group minima pick the candidates, ranked by (score,
   position); a row tied at the k-th score goes to `ranked_prefix`);
-* a learned pair score that says it is symmetric (``pair_score.symmetric``), ranking a set against
-  itself, scores one triangle: each chunk the columns from its first row on, the rest the transposes
-  kept by the chunks above (``MIRROR_ELEMENTS``);
+* a symmetric learned pair score (``pair_score.symmetric``) ranking a set against itself scores one
+  triangle: each chunk from its first row on, the rest kept by the chunks above (``MIRROR_ELEMENTS``);
 * re-ID mAP needs every correct item's rank: junk columns are left out of the scores (never
   ranked, so never scored), and `_Scorer.positive_ranks` maps each row's scores monotonically
   into histogram bins, slice by slice of rows, counts the items in bins before each correct
@@ -75,11 +74,9 @@ RANK_COST, REID_COST = 2, 4
 # most bins in one slice (their numbers exact in float32: `score_bins` adds 2^23, below 2^24); the elements
 # of a slice (its scores, bins and lookup stay in a core's cache through the passes over them)
 BIN_SHARE, BIN_LIMIT, SLICE_ELEMENTS = 8, 1 << 22, 1 << 19
-# A symmetric pair score (``pair_score.symmetric``) of a set ranked against itself is computed for one
-# triangle only: each chunk scores the gallery from its own first row on and keeps, for the chunks below it,
-# the columns they will read transposed. What is kept peaks at about N^2 / 4 values, so this is done only
-# while that stays within MIRROR_ELEMENTS x 4 bytes (256 MB: N up to 16,384; Omniglot's test set is 13,180);
-# larger sets score every row in full, as without the symmetry.
+# A symmetric pair score of a set against itself is scored for one triangle (`_Scorer._learned`), keeping at
+# most ~N^2 / 4 values: only within MIRROR_ELEMENTS x 4 bytes (256 MB: N up to 16,384; Omniglot's test set is
+# 13,180); larger sets score every pair.
 MIRROR_ELEMENTS = 1 << 26
 
 
@@ -376,13 +373,8 @@ class _Scorer:
         self.distance, self.chunk_size = distance, chunk_size
         self.junk, self.distractor = junk_label, distractor_label
         # one set against itself under a symmetric score: one triangle scored (MIRROR_ELEMENTS)
-        n = len(self.gy)
-        self.mirrors = (
-            pair_score is not None
-            and getattr(pair_score, "symmetric", False) is True
-            and query is gallery
-            and n * n // 4 <= MIRROR_ELEMENTS
-        )
+        symmetric = pair_score is not None and getattr(pair_score, "symmetric", False) is True
+        self.mirrors = symmetric and query is gallery and len(self.gy) ** 2 // 4 <= MIRROR_ELEMENTS
         self.mirror: dict[int, list[torch.Tensor]] | None = None
         self._exclusions()
 

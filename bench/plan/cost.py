@@ -18,7 +18,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from bench import registry
-from bench.metrics.query_gallery import MIRROR_ELEMENTS
 from bench.plan.types import Budget, Cell, Estimate, TrunkCost
 from bench.protocol import Protocol
 
@@ -129,6 +128,8 @@ LAKE_IMAGES = 20 * 40  # Lake's 20 one-shot runs: 20 test + 20 training images e
 def learned_pairs(images: float) -> float:
     """Pairs g scores to rank a set of ``images`` against itself: one triangle where what that keeps fits
     `bench.metrics.query_gallery.MIRROR_ELEMENTS`, else every pair."""
+    from bench.metrics.query_gallery import MIRROR_ELEMENTS  # torch: not at `validate`'s option parsing
+
     return images * (images + 1) / 2 if images * images / 4 <= MIRROR_ELEMENTS else images**2
 
 
