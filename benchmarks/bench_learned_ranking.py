@@ -14,7 +14,11 @@ should not grow with N. Omniglot's test set is N = 13,180; SOP's 60,502.
 default while it fits `bench.metrics.query_gallery.MIRROR_ELEMENTS`) against scoring every pair, alternated
 ``--repeats`` times, and prints the medians and their ratio.
 
-    .venv/bin/python benchmarks/bench_learned_ranking.py [--n 13180] [--dim 64] [--threads 1] [--compare]
+``--kernel`` times the same ranking with g scored by the compiled kernel (`bench.losses.pair_kernel`)
+against the torch tiles (`LearnedMetric.tile`), alternated, and prints the medians, their ratio and
+whether MAP@R agrees.
+
+    .venv/bin/python benchmarks/bench_learned_ranking.py [--n 13180] [--dim 64] [--threads 1] [--compare | --kernel]
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import time
 import torch
 
 from bench.evaluation import ranked_by_metric
+from bench.losses import pair_kernel
 from bench.losses.learned_metric import LearnedMetric, PairScorer
 from bench.metrics import query_gallery
 
@@ -43,9 +48,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--inputs", nargs="*", default=["difference_product", "concat"])
     parser.add_argument("--compare", action="store_true", help="one triangle against every pair, alternated")
+    parser.add_argument("--kernel", action="store_true", help="the compiled kernel against the torch tiles")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    if args.compare:
+    if args.compare or args.kernel:
         compare(args)
         return
     torch.set_num_threads(args.threads)
@@ -71,30 +77,37 @@ def main() -> None:
 
 
 def compare(args: argparse.Namespace) -> None:
-    """Median seconds of ranking N embeddings by g, one triangle against every pair, alternated."""
+    """Median seconds of ranking N embeddings by g, alternated: one triangle against every pair (``--compare``),
+    or the compiled kernel against the torch tiles (``--kernel``)."""
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     x = torch.randn(args.n, args.dim)
     y = torch.arange(args.n) % args.classes
-    triangle = query_gallery.MIRROR_ELEMENTS
+    triangle, fused = query_gallery.MIRROR_ELEMENTS, pair_kernel.scores
+    if args.kernel:
+        print(f"g by {pair_kernel.status()}", flush=True)
+        names = {"kernel": (triangle, fused), "torch tiles": (triangle, lambda *a: None)}
+    else:
+        names = {"triangle": (triangle, fused), "every pair": (0, fused)}
     print(f"N={args.n} dim={args.dim} threads={args.threads}, {args.repeats} alternations", flush=True)
     for pair_input in args.inputs:
         metric = LearnedMetric(10, 3, pair_input)
         metric.materialize(args.dim)
         scorer = PairScorer(metric, normalize=True)
-        took: dict[str, list[float]] = {"triangle": [], "every pair": []}
-        values = set()
+        took: dict[str, list[float]] = {name: [] for name in names}
+        values: dict[str, float] = {}
         for _ in range(args.repeats):
-            for name, bound in (("triangle", triangle), ("every pair", 0)):
-                query_gallery.MIRROR_ELEMENTS = bound
+            for name, (bound, scores) in names.items():
+                query_gallery.MIRROR_ELEMENTS, pair_kernel.scores = bound, scores
                 start = time.perf_counter()
-                values.add(ranked_by_metric(scorer, x, y, (1, 2, 4, 8))["map_at_r"])
+                values[name] = ranked_by_metric(scorer, x, y, (1, 2, 4, 8))["map_at_r"]
                 took[name].append(time.perf_counter() - start)
-        query_gallery.MIRROR_ELEMENTS = triangle
-        a, b = statistics.median(took["triangle"]), statistics.median(took["every pair"])
+        query_gallery.MIRROR_ELEMENTS, pair_kernel.scores = triangle, fused
+        (a_name, b_name), (a, b) = names, [statistics.median(took[n]) for n in names]
+        first, second = values[a_name], values[b_name]
+        agree = "equal" if first == second else f"{first:.6f} against {second:.6f}"
         print(
-            f"{pair_input:19} triangle {a:6.1f} s  every pair {b:6.1f} s  ratio {a / b:.2f}  "
-            f"map_at_r {'equal' if len(values) == 1 else 'DIFFERS: ' + str(sorted(values))}",
+            f"{pair_input:19} {a_name} {a:6.1f} s  {b_name} {b:6.1f} s  ratio {a / b:.2f}  map_at_r {agree}",
             flush=True,
         )
 

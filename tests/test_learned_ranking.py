@@ -16,6 +16,7 @@ from torch import nn
 
 from bench.errors import BenchError
 from bench.evaluation import EMBEDDING_PREFIX, evaluate, pair_scorer_of, ranked_by_metric
+from bench.losses import pair_kernel
 from bench.losses.learned_metric import LearnedMetric, PairScorer
 from bench.metrics import query_gallery as qg
 from bench.metrics.fewshot import OneShotRun, lake_runs_accuracy
@@ -106,11 +107,11 @@ def test_blocks_respect_the_memory_bound(pair_input: str, monkeypatch: pytest.Mo
     the metric is asked for row blocks, never the N x N matrix."""
     s = scorer(pair_input)
     x, y = data(60, seed=5)
-    budget = 30_000
-    monkeypatch.setattr(qg, "BLOCK_ELEMENTS", budget)
     cost = qg.RANK_COST + s.cost(6)
+    budget = cost * 60 * 7 + 5  # seven rows a chunk, whichever path scores g
+    monkeypatch.setattr(qg, "BLOCK_ELEMENTS", budget)
     rows = budget // (cost * 60)
-    assert 1 < rows < 60
+    assert rows == 7
     shapes: list[tuple[int, int]] = []
 
     def watched(q: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
@@ -125,6 +126,9 @@ def test_blocks_respect_the_memory_bound(pair_input: str, monkeypatch: pytest.Mo
     assert all(q * 60 * cost <= budget for q, _ in shapes)
     assert len(shapes) == math.ceil(60 / rows) and sum(q for q, _ in shapes) == 60
     assert got["map_at_r"] == pytest.approx(ranked_by_metric(s, x, y, (1, 2, 4, 8), chunk_size=60)["map_at_r"])
+    # the compiled kernel holds two values a pair; the torch layout's bound is the network's width
+    assert s.cost(6) == (pair_kernel.pair_cost(s.metric) if pair_kernel.applies(s.metric) else s.metric.pair_cost(6))
+    monkeypatch.setattr(pair_kernel, "applies", lambda metric: False)
     assert s.cost(6) == (4 * 8 + 4 if pair_input == "concat" else 6 + 3 * 8 + 4)
 
 

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bench.errors import BenchError
+from bench.losses import pair_kernel
 
 PAIR_INPUTS = ("concat", "difference_product")
 
@@ -171,7 +172,8 @@ class PairScorer:
     Embeddings are given raw (the trunk's outputs) and L2-normalised here
     when the loss trained on normalised ones (``normalize``), as the loss
     does before the metric. Blocks are computed on the metric's device, in its dtype (`LearnedMetric.tile`),
-    and returned as float32 on the CPU; on the CPU in tiles of about `CPU_TILE_PAIRS` pairs.
+    and returned as float32 on the CPU; on the CPU by the compiled kernel (`bench.losses.pair_kernel`), else in
+    tiles of about `CPU_TILE_PAIRS` pairs.
     """
 
     # g(a, b) == g(b, a) for both pair inputs (concat is symmetrised, difference_product's input is
@@ -192,6 +194,9 @@ class PairScorer:
         with torch.no_grad():
             if p.device.type != "cpu":
                 return self.metric.tile(q, r).float().cpu()
+            fused = pair_kernel.scores(self.metric, q, r)  # None where the compiled kernel does not apply
+            if fused is not None:
+                return fused
             cols = max(1, min(len(r), CPU_TILE_COLUMNS))
             rows = max(1, CPU_TILE_PAIRS // cols)
             out = torch.empty(len(q), len(r), dtype=p.dtype)
@@ -201,7 +206,11 @@ class PairScorer:
             return out.float()
 
     def cost(self, dim: int) -> int:
-        """Float values of working memory per scored pair (`LearnedMetric.pair_cost`)."""
+        """Float values of working memory per scored pair: the compiled kernel's (`pair_kernel.pair_cost`),
+        else the torch layout's (`LearnedMetric.pair_cost`). A smaller cost lets ranking take more query rows
+        a chunk: fewer calls, and fewer pieces of the triangle kept (`bench.metrics.query_gallery`)."""
+        if pair_kernel.applies(self.metric):
+            return pair_kernel.pair_cost(self.metric)
         return self.metric.pair_cost(dim)
 
     def paired(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
