@@ -14,6 +14,8 @@ sweep fits an afternoon or a GPU allocation, not a promise.
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -117,11 +119,23 @@ STEP_FIXED_S = 0.005  # per step whatever the batch: optimiser, loss and miner c
 # N = 13,180 and 659 classes, 0.5 s at 4,800 and 240.
 RETRIEVAL_S_PER_PAIR = 6.0e-9
 KMEANS_S_PER_POINT_CLUSTER = 1.0e-5
-# A learned-metric cell ranks by g, its metric network on (query, reference) pairs in tiles: about 1.1-1.5e-7
-# s a scored pair on one thread at 64-d with the 3 x 10 network, ranking included (`benchmarks/bench_learned_ranking.py`,
-# benchmarks/README.md); a set ranked against itself scores one triangle while it is small enough
-# (`learned_pairs`). Validation sets are ranked the same way.
+# A learned-metric cell ranks by g, its metric network on (query, reference) pairs: by the compiled pair
+# kernel (`bench.losses.pair_kernel`) about 2.6e-8 (`concat`) and 4.4e-8 (`difference_product`) s a scored pair on
+# one thread at 64-d with the 3 x 10 network, ranking included, on an AVX-512 machine; by the torch tiles (no C
+# compiler) 1.1-1.5e-7 (`benchmarks/bench_learned_ranking.py --kernel`, benchmarks/README.md). The kernel's figure
+# is rounded up for machines with narrower vectors. A set ranked against itself scores one triangle while it is
+# small enough (`learned_pairs`). Validation sets are ranked the same way.
 LEARNED_S_PER_PAIR = 1.5e-7
+LEARNED_S_PER_PAIR_KERNEL = 6.0e-8
+
+
+def learned_s_per_pair() -> float:
+    """Seconds a scored pair of g here: the kernel's figure where it can be built (a C compiler on the path, not
+    switched off), else the torch tiles'. Decided without building it, so `plan` stays quick."""
+    off = os.environ.get("DMLBENCH_PAIR_KERNEL", "1") == "0"
+    return LEARNED_S_PER_PAIR if off or shutil.which(os.environ.get("CC", "cc")) is None else LEARNED_S_PER_PAIR_KERNEL
+
+
 LAKE_IMAGES = 20 * 40  # Lake's 20 one-shot runs: 20 test + 20 training images each
 
 
@@ -271,11 +285,12 @@ def estimate_cell(
     checks = 0 if every is None else budget.iterations // every
     one_val = val_images * embed_one + slow * _metrics_s(val_images, 0, clustering=False)
     test_eval = _test_eval_s(protocol, cost)
-    learned = bool(cell.loss_params.get("learned_metric"))  # ranked by g on validation and test (`LEARNED_S_PER_PAIR`)
+    learned = bool(cell.loss_params.get("learned_metric"))  # ranked by g on validation and test (`learned_s_per_pair`)
     if learned:
         _, test_images = dataset_size(sized_test(spec.data.test), spec.data.test_classes)
-        one_val += slow * LEARNED_S_PER_PAIR * learned_pairs(val_images)
-        test_eval += slow * LEARNED_S_PER_PAIR * learned_pairs(test_images)
+        per_pair = learned_s_per_pair()
+        one_val += slow * per_pair * learned_pairs(val_images)
+        test_eval += slow * per_pair * learned_pairs(test_images)
     tuning_eval = budget.tuning_runs * (1 + checks) * one_val
     # a final seed scores its model; under final.mode folds each fold model (early-stopped on its fold's
     # validation classes) alone, then their concatenation: on a one-set test side joined from the fold

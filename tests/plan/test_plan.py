@@ -413,12 +413,20 @@ def test_a_busy_machine_is_named_with_the_idle_time_of_the_same_work():
     )
 
 
-def test_a_learned_metric_cell_pays_for_ranking_by_g():
+@pytest.mark.parametrize("kernel", [True, False])
+def test_a_learned_metric_cell_pays_for_ranking_by_g(kernel: bool, monkeypatch: pytest.MonkeyPatch):
     """Ranking by g runs the metric network on the test pairs (and validation pairs), one triangle of the
     set against itself, for every final seed and every seed of the cell's own floor: the plan counts it, or
-    a learned cell's time is a quarter short."""
-    from bench.plan.cost import LEARNED_S_PER_PAIR, learned_pairs
+    a learned cell's time is a quarter short; at the compiled kernel's pace where it can be built, else the
+    torch tiles'."""
+    from bench.plan.cost import LEARNED_S_PER_PAIR, LEARNED_S_PER_PAIR_KERNEL, learned_pairs, learned_s_per_pair
 
+    if not kernel:
+        monkeypatch.setenv("DMLBENCH_PAIR_KERNEL", "0")
+    elif learned_s_per_pair() != LEARNED_S_PER_PAIR_KERNEL:
+        pytest.skip("no C compiler here: the plan counts the torch tiles' pace")
+    per_pair = LEARNED_S_PER_PAIR_KERNEL if kernel else LEARNED_S_PER_PAIR
+    assert learned_s_per_pair() == per_pair
     p = plan(load_protocol(REPO / "protocols" / "omniglot-quick.yaml"), measure=False)
     euclidean = p.estimates["quadruplet+margohnm"].mid_s
     learned = p.estimates["quadruplet-learned-dp+margohnm-w1"].mid_s
@@ -426,8 +434,8 @@ def test_a_learned_metric_cell_pays_for_ranking_by_g():
     assert test_pairs == 13_180 * 13_181 / 2  # a triangle: what it keeps fits MIRROR_ELEMENTS
     assert learned_pairs(60_502) == 60_502**2  # SOP's test set: every pair
     finals_and_floor = 2 * p.budget.seeds
-    assert learned - euclidean >= finals_and_floor * test_pairs * LEARNED_S_PER_PAIR
-    assert learned - euclidean < 2 * (finals_and_floor + p.budget.tuning_runs) * test_pairs * LEARNED_S_PER_PAIR
+    assert learned - euclidean >= finals_and_floor * test_pairs * per_pair
+    assert learned - euclidean < 2 * (finals_and_floor + p.budget.tuning_runs) * test_pairs * per_pair
 
 
 LOADER_PROTOCOL = """
