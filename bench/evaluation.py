@@ -113,19 +113,21 @@ _KEPT: tuple[Any, dict[tuple[int, int, str], tuple[nn.Module, torch.Tensor]]] | 
 
 
 @contextmanager
-def kept_embeddings(data_x: Any) -> Iterator[None]:
+def kept_embeddings(data_x: Any, store: dict[Any, Any] | None = None) -> Iterator[None]:
     """Within it, `embed` keeps each model's raw embeddings of ``data_x`` (one data set: the test set, which a
     model embeds once trained, never between training steps), and embeds a `Concatenated` of kept models by
     joining theirs (`Concatenated.join`) instead of running every model over the data again: final.mode folds
     scores each fold model alone, then their concatenation. The values are those of embedding again: the same
     models in eval mode, the same batches, row by row. Other data are embedded as always. Nested for the same
     data, it keeps to the outermost's end: a final seed's fold models, kept while they are scored, are joined
-    again for its artifacts and kept model (not keeping them had each embed the test set twice)."""
+    again for its artifacts and kept model (not keeping them had each embed the test set twice). ``store``: the
+    caller's dict to keep them in, which outlives the context (the floor keeps an untrained trunk's for the
+    learned-metric cells' own floors of that seed: `bench.sweep.floor`); it must be for these data alone."""
     global _KEPT
     if _KEPT is not None and _KEPT[0] is data_x:
         yield
         return
-    outer, _KEPT = _KEPT, (data_x, {})
+    outer, _KEPT = _KEPT, (data_x, {} if store is None else store)
     try:
         yield
     finally:

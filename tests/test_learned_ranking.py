@@ -361,6 +361,41 @@ def test_cell_floor_is_the_cells_untrained_trunk_and_metric_scored_the_same_way(
     assert seen == [None] * 3 and plain.metric is None and "embedding_map_at_r" not in plain.metrics
 
 
+@pytest.mark.slow
+def test_a_learned_cells_floor_reuses_the_test_embedding_of_the_floor_of_its_seed(data_root, monkeypatch):
+    """The floor of seed s and a learned-metric cell's own floor of s start from one trunk: a worker that scored
+    one embeds the test set no more for the other (either order), and every row is that of scoring it alone."""
+    from bench import evaluation
+    from bench.plan import plan
+    from bench.protocol import parse_protocol
+    from bench.sweep import floor
+    from bench.sweep.prepare import prepare
+
+    protocol = parse_protocol(TINY)
+    prepared = prepare(protocol, str(data_root))
+    (cell,) = floor.learned_metric_cells(protocol, plan(protocol).cells)
+    embedded: list[int] = []
+    real = evaluation._folded
+    monkeypatch.setattr(
+        evaluation, "_folded", lambda m, x, d: (embedded.append(1) if x is prepared.test.x else None, real(m, x, d))[1]
+    )
+    monkeypatch.setattr(floor._Untrained, "LIMIT_VALUES", 0)  # nothing kept: each row alone
+    monkeypatch.setattr(floor, "_UNTRAINED", floor._Untrained())
+    alone = [floor.floor_row(protocol, prepared, 0), floor.cell_floor_row(protocol, prepared, cell, 0)]
+    alone += [floor.cell_floor_row(protocol, prepared, cell, 1), floor.floor_row(protocol, prepared, 1)]
+    assert len(embedded) == 4
+    monkeypatch.undo()
+    monkeypatch.setattr(
+        evaluation, "_folded", lambda m, x, d: (embedded.append(1) if x is prepared.test.x else None, real(m, x, d))[1]
+    )
+    monkeypatch.setattr(floor, "_UNTRAINED", floor._Untrained())
+    embedded.clear()
+    kept = [floor.floor_row(protocol, prepared, 0), floor.cell_floor_row(protocol, prepared, cell, 0)]
+    assert len(embedded) == 1
+    kept += [floor.cell_floor_row(protocol, prepared, cell, 1), floor.floor_row(protocol, prepared, 1)]
+    assert len(embedded) == 2 and kept == alone
+
+
 def test_reports_compare_a_learned_metric_cell_with_its_own_floor(tmp_path) -> None:
     import pandas as pd
 
