@@ -144,25 +144,12 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     cc = os.environ.get("CC", "cc")
     if shutil.which(cc) is None:
         return None, f"no C compiler ({cc!r} not found; set CC)"
-    from bench.data.cache import cache_dir
-
-    key = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), _compiler_id(cc), " ".join(FLAGS).encode(), _cpu_id()):
-        key.update(part)
-    target = cache_dir() / "kernels" / f"pair_kernel-{key.hexdigest()[:20]}.so"
-    if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")  # then renamed: two workers may build at once
-        try:
-            done = subprocess.run(
-                [cc, *FLAGS, "-o", str(tmp), str(SOURCE)], capture_output=True, text=True, timeout=120
-            )
-        except (OSError, subprocess.SubprocessError) as e:
-            return None, f"{cc} failed: {e}"
-        if done.returncode != 0:
-            first = (done.stderr.strip().splitlines() or ["no message"])[0]
-            return None, f"{cc} failed: {first}"
-        os.replace(tmp, target)
+    try:  # a missing source (an install without its package data) or an unwritable cache: the torch tiles
+        target = _built(cc)
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"cannot build the kernel: {e}"
+    if isinstance(target, str):
+        return None, target
     try:
         lib = ctypes.CDLL(str(target))
     except OSError as e:
@@ -170,6 +157,26 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     for f in (lib.g_concat, lib.g_dp):
         f.restype = None
     return lib, f"{cc}, {target}"
+
+
+def _built(cc: str) -> Path | str:
+    """The kernel's shared library in the cache, built there if missing; or why the build failed."""
+    from bench.data.cache import cache_dir
+
+    key = hashlib.sha256()
+    for part in (SOURCE.read_bytes(), _compiler_id(cc), " ".join(FLAGS).encode(), _cpu_id()):
+        key.update(part)
+    target = cache_dir() / "kernels" / f"pair_kernel-{key.hexdigest()[:20]}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")  # then renamed: two workers may build at once
+    done = subprocess.run([cc, *FLAGS, "-o", str(tmp), str(SOURCE)], capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        return f"{cc} failed: {(done.stderr.strip().splitlines() or ['no message'])[0]}"
+    os.replace(tmp, target)
+    return target
 
 
 def _compiler_id(cc: str) -> bytes:
