@@ -32,7 +32,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -234,25 +234,29 @@ class MlflowRecords(MlflowWriter):
         """The run with this key (made by `key`): the existing one (reopened) or a new one.
 
         A key that several workers may create at once (``shared``: a cell's parent run, a floor seed; trial
-        and seed keys are claimed through Optuna first) is looked up again after a settle time, and every
-        worker keeps the oldest run and deletes its own if newer. The wait matters: MLflow stamps a run's
-        start time in the client before the insert, so a worker that looked at once could miss a run
-        stamped earlier but inserted later, and both would keep their own (seen on PostgreSQL)."""
-        full_key = key
-        found = self._find(full_key)
-        if found:
-            run_id = found[0].info.run_id
-            if found[0].info.status != "RUNNING":
-                self.client.update_run(run_id, status="RUNNING")
+        and seed keys are claimed through Optuna first) is found or created under the store's lock where the
+        store is a local SQLite file (the workers that share it are on this machine): one creates, the others
+        find it. Elsewhere it is looked up again after a settle time, and every worker keeps the oldest run and
+        deletes its own if newer. The wait matters there: MLflow stamps a run's start time in the client
+        before the insert, so a worker that looked at once could miss a run stamped earlier but inserted later,
+        and both would keep their own (seen on PostgreSQL). On SQLite the lock spares every shared run that
+        second (a real two-worker omniglot-quick sweep slept ~22 s of its 30 s of records)."""
+        local = shared and sqlite_path(self.uri) is not None
+        with _creation_lock(self.uri) if local else nullcontext():
+            found = self._find(key)
+            if found:
+                run_id = found[0].info.run_id
+                if found[0].info.status != "RUNNING":
+                    self.client.update_run(run_id, status="RUNNING")
+                return run_id
+            run_id = self.create(name, {**(tags or {}), "dmlbench.key": key}, parent)
+            if shared and not local:
+                time.sleep(SETTLE_S)
+            found = self._find(key)
+            if len(found) > 1 and found[0].info.run_id != run_id:
+                self.client.delete_run(run_id)
+                return str(found[0].info.run_id)
             return run_id
-        run_id = self.create(name, {**(tags or {}), "dmlbench.key": full_key}, parent)
-        if shared:
-            time.sleep(SETTLE_S)
-        found = self._find(full_key)
-        if len(found) > 1 and found[0].info.run_id != run_id:
-            self.client.delete_run(run_id)
-            return str(found[0].info.run_id)
-        return run_id
 
     @_retried
     def cell_run(self, cell: Cell) -> str:

@@ -6,19 +6,29 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from bench.protocol import load_protocol
 from bench.stores.mlflow_runs import SETTLE_S, MlflowRecords
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_a_shared_key_stamped_first_but_inserted_last_ends_as_one_run(tmp_path, monkeypatch):
-    """The PostgreSQL flake: worker B stamps its run's start time first, but its insert lands after worker A
-    has inserted and looked. Both must keep the same run (the older by start time), and the other is deleted."""
+@pytest.fixture
+def mlflow_server(tmp_path):
+    from tests._servers import MlflowServer
+
+    server = MlflowServer(tmp_path / "mlflow-server")
+    yield server
+    server.close()
+
+
+def stamped_first_inserted_last(uri: str, monkeypatch) -> tuple[list[str], dict[str, str], float]:
+    """Worker B stamps a shared run's start time first, but its insert waits; worker A stamps later and looks
+    while B's insert still waits. Returns the runs of the key, the run each kept, and A's seconds."""
     protocol = load_protocol(ROOT / "protocols" / "omniglot-smoke.yaml")
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     early, late = MlflowRecords(protocol, uri, {}), MlflowRecords(protocol, uri, {})
-    store = late.client._tracking_client.store  # the SQL store (one per URI, shared by both clients)
+    store = late.client._tracking_client.store  # one store object per URI, shared by both clients
     insert = store.create_run
 
     def slow_insert(*args, **kwargs):  # B's insert waits after the client stamped its start time
@@ -34,11 +44,27 @@ def test_a_shared_key_stamped_first_but_inserted_last_ends_as_one_run(tmp_path, 
     )
     b.start()
     time.sleep(SETTLE_S / 10)  # A stamps later, inserts first, and looks while B's insert still waits
+    start = time.perf_counter()
     kept["a"] = early.run(early.key(None, "floor", 0), "floor seed 0", shared=True)
+    took = time.perf_counter() - start
     b.join()
+    return [r.info.run_id for r in early._find(f"{protocol.shared_key}/floor/0")], kept, took
 
-    runs = early._find(f"{protocol.shared_key}/floor/0")
-    assert [r.info.run_id for r in runs] == [kept["a"]] == [kept["b"]]
+
+def test_a_shared_key_stamped_first_but_inserted_last_ends_as_one_run_on_sqlite(tmp_path, monkeypatch):
+    """On a local SQLite store the shared key is found or created under the store's lock: A waits for B's
+    insert and finds B's run, one run in all, and nobody sleeps the settle time."""
+    runs, kept, took = stamped_first_inserted_last(f"sqlite:///{tmp_path / 'mlflow.db'}", monkeypatch)
+    assert runs == [kept["a"]] == [kept["b"]]
+    assert took < SETTLE_S  # B's insert (SETTLE_S / 2), not a settle on top
+
+
+def test_a_shared_key_stamped_first_but_inserted_last_ends_as_one_run_on_a_server(mlflow_server, monkeypatch):
+    """The PostgreSQL flake, on a store no file lock reaches (a tracking server): both look again after the
+    settle time, keep the same run (the older by start time), and the other is deleted."""
+    runs, kept, took = stamped_first_inserted_last(mlflow_server.uri, monkeypatch)
+    assert runs == [kept["a"]] == [kept["b"]]
+    assert took >= SETTLE_S
 
 
 def test_two_workers_logging_a_shared_runs_parameters_at_once_both_succeed(tmp_path, monkeypatch):
