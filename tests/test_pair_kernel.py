@@ -76,10 +76,15 @@ def test_pair_scorer_uses_the_kernel_and_ranks_as_the_tiles(monkeypatch: pytest.
 
 
 def test_where_the_kernel_does_not_apply_the_scorer_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    """float64 weights, more units than the kernel holds: None, and `PairScorer` still scores by the tiles."""
+    """float64 weights, more units than the kernel holds, an embedding not finite: None, and `PairScorer`
+    still scores by the tiles (which carry a NaN to the ranking's check)."""
     wide = metric("concat", pair_kernel.MAX_HIDDEN + 1, 2, 4)
     x = torch.randn(3, 4)
     assert pair_kernel.scores(wide, x, x) is None
+    nan = x.clone()
+    nan[1, 2] = float("nan")
+    assert pair_kernel.scores(metric("difference_product", 10, 3, 4), nan, x) is None
+    assert torch.isnan(PairScorer(metric("difference_product", 10, 3, 4), normalize=False)(nan, x)[1]).all()
     assert pair_kernel.scores(metric("concat", 5, 2, 4).double(), x.double(), x.double()) is None
     assert PairScorer(wide, normalize=False)(x, x).shape == (3, 3)
 

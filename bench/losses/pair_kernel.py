@@ -65,6 +65,8 @@ def scores(metric: Any, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None
     Rows are split across torch's intra-op threads (the kernel releases the GIL)."""
     if not applies(metric):
         return None
+    if not (bool(torch.isfinite(x).all()) and bool(torch.isfinite(y).all())):
+        return None  # the kernel's ReLU turns NaN into 0; the torch layers carry it to the caller's check
     lib = _library()[0]
     assert lib is not None
     args = _Arguments(metric, x.float().contiguous(), y.float().contiguous())
