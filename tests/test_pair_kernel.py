@@ -125,3 +125,14 @@ def test_the_kernel_is_built_once_into_the_cache_and_reused(monkeypatch: pytest.
     monkeypatch.delenv("CC")
     monkeypatch.setattr(pair_kernel, "_loaded", None)
     assert pair_kernel.status().startswith("compiled kernel") and built[0].stat().st_mtime_ns == stamp
+
+
+def test_a_metric_not_yet_materialised_is_left_to_the_torch_path() -> None:
+    """The first layer's width comes from the first input (a lazy layer): the torch path makes it; the kernel
+    takes the metric from then on."""
+    g = LearnedMetric(hidden=10, layers=3, pair_input="concat")
+    assert not pair_kernel.applies(g)
+    x = torch.randn(5, 6)
+    got = PairScorer(g, normalize=True)(x, x)
+    assert got.shape == (5, 5) and not torch.nn.parameter.is_lazy(g.first.weight)
+    assert pair_kernel.applies(g) or pair_kernel._library()[0] is None

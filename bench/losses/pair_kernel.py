@@ -48,7 +48,9 @@ def status() -> str:
 def applies(metric: Any) -> bool:
     """Whether `scores` takes this metric: float32 weights on the CPU, at most `MAX_HIDDEN` units, a kernel built."""
     w = metric.first.weight
-    if w.dtype != torch.float32 or w.device.type != "cpu" or metric.hidden > MAX_HIDDEN:
+    if torch.nn.parameter.is_lazy(w) or w.dtype != torch.float32 or w.device.type != "cpu":
+        return False  # a lazy first layer is made by the torch path's first call (its width is the input's)
+    if metric.hidden > MAX_HIDDEN:
         return False
     return _library()[0] is not None
 
