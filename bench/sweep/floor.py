@@ -89,21 +89,30 @@ def same(a: Any, b: Any) -> bool:
 _UNTRAINED = _Untrained()
 
 
-def floor_row(protocol: Protocol, prepared: Prepared, seed: int) -> dict[str, Any]:
-    """One row of floor.csv: the protocol version, the seed, every metric of the finals table."""
-    metrics = metric_names(protocol.spec.evaluation)
-    trunk = initial_trunk(protocol, seed, tuple(prepared.train.x.shape[1:]))
+def _scored_untrained(
+    protocol: Protocol, prepared: Prepared, seed: int, trunk: Any, device: str, metric: Any = None
+) -> dict[str, float]:
+    """Final seed ``seed``'s untrained ``trunk`` scored as its final is (ranked by ``metric``, a learned
+    metric's scorer, if given), its test embedding shared with the other floors of that seed (`_Untrained`)."""
     trunk, keeping = _UNTRAINED.scoring(protocol, prepared, seed, trunk)
     with keeping:
-        scores = score_model(
+        return score_model(
             protocol.spec,
             trunk,
             prepared.test,
             clustering=clusters_on_test(protocol.spec),
             lake_runs=prepared.lake_runs,
-            device=protocol.spec.training.device,
+            device=device,
             seed=final_seed(protocol.seed, seed),
+            metric=metric,
         )
+
+
+def floor_row(protocol: Protocol, prepared: Prepared, seed: int) -> dict[str, Any]:
+    """One row of floor.csv: the protocol version, the seed, every metric of the finals table."""
+    metrics = metric_names(protocol.spec.evaluation)
+    trunk = initial_trunk(protocol, seed, tuple(prepared.train.x.shape[1:]))
+    scores = _scored_untrained(protocol, prepared, seed, trunk, protocol.spec.training.device)
     return {
         "protocol_hash": protocol.hash,
         "shared_key": protocol.shared_key,
@@ -137,18 +146,7 @@ def cell_floor_row(protocol: Protocol, prepared: Prepared, cell: Any, seed: int)
     seed_everything(config.seed)
     in_shape, num_classes = tuple(prepared.train.x.shape[1:]), classes_of(prepared.train.y)
     trunk, loss, _ = build_cell(config, in_shape, num_classes, torch.device(config.device))
-    trunk, keeping = _UNTRAINED.scoring(protocol, prepared, seed, trunk.eval())
-    with keeping:
-        scores = score_model(
-            protocol.spec,
-            trunk,
-            prepared.test,
-            clustering=clusters_on_test(protocol.spec),
-            lake_runs=prepared.lake_runs,
-            device=config.device,
-            seed=config.seed,
-            metric=pair_scorer_of(loss),
-        )
+    scores = _scored_untrained(protocol, prepared, seed, trunk.eval(), config.device, pair_scorer_of(loss))
     metrics = metric_names(protocol.spec.evaluation)
     return {
         "protocol_hash": protocol.hash,
