@@ -9,7 +9,7 @@ PML's ``AccuracyCalculator`` does. The numbers equal PML's
 Why not call PML: its k-NN holds a whole (query batch x N) distance matrix and
 makes several passes over it (cdist, clamp, sqrt, topk), so memory is large and
 grows with N. Here queries go in chunks of rows scored against all N by one
-matrix product into a reused buffer of at most ``BLOCK_ELEMENTS`` scores, so the
+matrix product into a reused buffer of at most ``KNN_BLOCK_ELEMENTS`` scores, so the
 block memory stays fixed as N grows (plus ``N x K`` neighbours, with
 ``K = max(largest class size - 1, max(ks))``). The top-K of a row is found
 without a full ``torch.topk`` over it: the row is cut into groups of ``g``
@@ -46,6 +46,11 @@ from bench.errors import BenchError
 
 RETRIEVAL_DISTANCES = ("euclidean", "cosine")
 BLOCK_ELEMENTS = 1 << 25  # scores in one block of query rows x N: 128 MB of float32
+# The k-NN's own blocks are smaller (16 MB): its passes over a block (group minima, top-K, gather) run more
+# from cache. `benchmarks/bench_knn_blocks.py` (one thread, the 2-core Xeon with AMX): Omniglot's 13,180 x 64
+# 0.64 s at 2^25, 0.35 s at 2^22; SOP's 60,502 x 128 10.4 s and 9.8 s; values equal. Query/gallery ranking
+# keeps BLOCK_ELEMENTS (a learned metric's g ran 2-10% slower in smaller chunks).
+KNN_BLOCK_ELEMENTS = 1 << 22
 
 
 def as_embeddings_and_labels(embeddings: object, labels: object) -> tuple[torch.Tensor, torch.Tensor]:
@@ -108,14 +113,14 @@ def nearest_neighbours(
 
     A row is never its own neighbour, even when duplicates lie at distance 0.
     ``chunk_size`` rows are scored against all N at a time (default: as many as
-    fit in ``BLOCK_ELEMENTS`` scores). ``group_size`` is the width of the column
+    fit in ``KNN_BLOCK_ELEMENTS`` scores). ``group_size`` is the width of the column
     groups whose minima pre-select candidates (default: chosen from N and k; 1
     means a plain ``torch.topk`` over each row). Requires ``1 <= k <= N - 1``.
     """
     n = x.shape[0]
     if not 1 <= k <= n - 1:
         raise BenchError(f"k must be in 1..{n - 1} for {n} embeddings, got {k}")
-    rows = min(n, chunk_size if chunk_size is not None else max(1, BLOCK_ELEMENTS // n))
+    rows = min(n, chunk_size if chunk_size is not None else max(1, KNN_BLOCK_ELEMENTS // n))
     g = group_size if group_size is not None else _group_size(n, k)
     if g > 1 and -(-n // g) < k + 2:
         g = 1  # too few groups to hold k of them with finite scores: see below
@@ -188,7 +193,7 @@ def retrieval_metrics(
     ``R`` of a query is the number of other samples of its class. Recall@k with
     ``k >= N - 1`` looks at all other samples, so it is 1. ``chunk_size`` is the
     number of queries scored at a time, against all N (``chunk_size x N`` float32
-    scores); by default as many as fit in ``BLOCK_ELEMENTS`` (128 MB), whatever N.
+    scores); by default as many as fit in ``KNN_BLOCK_ELEMENTS`` (16 MB), whatever N.
 
     Raises ``BenchError`` on malformed input, on a ``distance`` other than
     ``"euclidean"``/``"cosine"``, and when no class has two samples (then there is
