@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from copy import deepcopy as copy_module
 from typing import TYPE_CHECKING, Any
 
@@ -107,9 +107,32 @@ class Concatenated(nn.Module):
         return torch.cat([nn.functional.normalize(p.float(), dim=1) for p in parts], dim=1)
 
 
-# Raw embeddings kept by `kept_embeddings`: the data kept for, and (model, batch size, device) -> (model,
-# embeddings); the data and models are held so that their ids stay theirs while kept
-_KEPT: tuple[Any, dict[tuple[int, int, str], tuple[nn.Module, torch.Tensor]]] | None = None
+# Raw embeddings kept by `kept_embeddings`: the data kept for, and (model, batch size, device, autocast dtype) ->
+# (model, embeddings); the data and models are held so that their ids stay theirs while kept
+_KEPT: tuple[Any, dict[tuple[int, int, str, Any], tuple[nn.Module, torch.Tensor]]] | None = None
+
+# The dtype `embed` runs a trunk's forward in under autocast (`scoring_precision`); None: as the model is (fp32)
+_SCORING_DTYPE: torch.dtype | None = None
+
+
+@contextmanager
+def scoring_precision(spec: Spec) -> Iterator[None]:
+    """Within it, `embed` runs the trunk in the precision the protocol scores in (``evaluation.precision``):
+    fp32, the default, whatever training ran in; or ``training``, under autocast in the precision the sweep
+    trains in (``training.precision`` as resolved: a sweep's ``auto`` is resolved before anything is scored),
+    which on a CPU with AMX embeds in bf16 at under half fp32's time. The metrics and learned metrics run in
+    fp32 either way; the embeddings come back as fp32. Validation, test, floor, artifacts and kept embeddings
+    enter it; training (and its dataset-level miners' embedding) does not."""
+    global _SCORING_DTYPE
+    precision = spec.training.precision if spec.evaluation.precision == "training" else "fp32"
+    if precision == "auto":
+        raise BenchError("evaluation.precision: training needs the sweep's training precision; auto is unresolved")
+    dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    outer, _SCORING_DTYPE = _SCORING_DTYPE, dtype
+    try:
+        yield
+    finally:
+        _SCORING_DTYPE = outer
 
 
 @contextmanager
@@ -137,19 +160,21 @@ def kept_embeddings(data_x: Any, store: dict[Any, Any] | None = None) -> Iterato
 def _raw_embeddings(model: nn.Module, x: Any, batch_size: int, device: torch.device, fold: bool = True) -> torch.Tensor:
     """The model's raw embeddings of ``x``; ``fold=False`` runs the model as it is (no `_folded` copy)."""
     kept = _KEPT[1] if _KEPT is not None and _KEPT[0] is x else None
-    key = (id(model), batch_size, str(device))
+    dtype = _SCORING_DTYPE
+    key = (id(model), batch_size, str(device), dtype)
     if kept is not None:
         if key in kept:
             return kept[key][1].clone()
         if isinstance(model, Concatenated):
-            keys = [(id(m), batch_size, str(device)) for m in model.parts]
+            keys = [(id(m), batch_size, str(device), dtype) for m in model.parts]
             if all(k in kept for k in keys):
                 return Concatenated.join([kept[k][1] for k in keys])
     was_training = model.training
     model.eval()
     try:
         runner = _folded(model, x, device) if fold else model
-        with torch.no_grad(), _channels_last_on_cpu(runner, x, device):
+        autocast = torch.autocast(device.type, dtype=dtype) if dtype is not None else nullcontext()
+        with torch.no_grad(), _channels_last_on_cpu(runner, x, device), autocast:
             out = [runner(xb).float().cpu() for xb in _inputs(x, _cpu_batch(x, batch_size, device), device)]
     finally:
         model.train(was_training)
@@ -378,19 +403,20 @@ def score_model(
     ``metric``: the cell's learned metric, which then ranks (module docstring)."""
     from bench.data.query_gallery import QueryGallery
 
-    if isinstance(data, QueryGallery):
-        return score_query_gallery(spec, model, data, device=device, metric=metric)
-    return evaluate(
-        model,
-        data,
-        ks=spec.evaluation.ks,
-        lake_runs=lake_runs,
-        clustering=clustering,
-        device=device,
-        seed=seed,
-        normalize=spec.model.normalize,
-        metric=metric,
-    )
+    with scoring_precision(spec):
+        if isinstance(data, QueryGallery):
+            return score_query_gallery(spec, model, data, device=device, metric=metric)
+        return evaluate(
+            model,
+            data,
+            ks=spec.evaluation.ks,
+            lake_runs=lake_runs,
+            clustering=clustering,
+            device=device,
+            seed=seed,
+            normalize=spec.model.normalize,
+            metric=metric,
+        )
 
 
 def score_query_gallery(

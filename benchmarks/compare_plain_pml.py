@@ -36,7 +36,7 @@ import plain_pml_script  # noqa: E402
 from bench.commands.train import parse_params  # noqa: E402
 from bench.data import load, load_lake_runs  # noqa: E402
 from bench.errors import BenchError  # noqa: E402
-from bench.evaluation import evaluate
+from bench.evaluation import evaluate, scoring_precision
 from bench.plan import plan  # noqa: E402
 from bench.protocol import Protocol, load_protocol  # noqa: E402
 from bench.stats import t_interval, welch  # noqa: E402
@@ -90,9 +90,10 @@ def harness_run(config: TrainConfig, protocol: Protocol, lake_runs: list[Any]) -
     train_data = load(data.train, None, data.image_size)
     test_data = load(data.test, None, data.image_size)
     result = train(config, train_data)
-    return evaluate(
-        result.model, test_data, lake_runs=lake_runs, clustering=False, normalize=protocol.spec.model.normalize
-    )
+    with scoring_precision(protocol.spec):
+        return evaluate(
+            result.model, test_data, lake_runs=lake_runs, clustering=False, normalize=protocol.spec.model.normalize
+        )
 
 
 def _summary(name: str, values: list[float]) -> str:

@@ -110,3 +110,61 @@ def test_positive_pairs_are_the_masks_in_its_order(n: int, classes: int) -> None
     mask_i, mask_j = torch.where((y[:, None] == y[None, :]).triu(1))
     assert torch.equal(i, mask_i) and torch.equal(j, mask_j)
     assert i.dtype == mask_i.dtype == torch.int64
+
+
+def _spec(evaluation_precision: str | None, training_precision: str):
+    """omniglot-quick's spec with the given ``evaluation.precision`` (None: absent) and training precision."""
+    from bench.protocol import parse_protocol
+
+    text = (Path(__file__).resolve().parents[1] / "protocols" / "omniglot-quick.yaml").read_text()
+    if evaluation_precision is not None:
+        text = text.replace("  ks: [1, 2, 4, 8]\n", f"  ks: [1, 2, 4, 8]\n  precision: {evaluation_precision}\n")
+    protocol = parse_protocol(text, "quick.yaml")
+    assert protocol.spec.evaluation.precision == (evaluation_precision or "fp32")
+    return protocol.with_precision(training_precision, True).spec
+
+
+def test_scoring_precision_embeds_in_the_training_precision_only_when_asked(test_images: torch.Tensor) -> None:
+    """``evaluation.precision: training`` embeds under the sweep's training autocast; fp32 (absent, written, or
+    training in fp32) is the plain fp32 path bit for bit. The embeddings come back as fp32 either way."""
+    from bench.evaluation import scoring_precision
+
+    model = _trained_like()
+    fp32 = embed(model, test_images)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        bf16 = embed(model, test_images)
+    assert (bf16 - fp32).abs().max() > 1e-4  # bf16 is another number, so the checks below can tell them apart
+    for evaluation, training, expected in [
+        (None, "bf16", fp32),
+        ("fp32", "bf16", fp32),
+        ("training", "fp32", fp32),
+        ("training", "bf16", bf16),
+    ]:
+        with scoring_precision(_spec(evaluation, training)):
+            got = embed(model, test_images)
+        assert got.dtype == torch.float32 and torch.equal(got, expected), (evaluation, training)
+    assert torch.equal(embed(model, test_images), fp32)  # the context ends with its block
+
+
+def test_kept_embeddings_keep_each_precision_apart(test_images: torch.Tensor) -> None:
+    """A model's test embedding kept in fp32 is not handed out for a bf16 scoring, nor the other way."""
+    from bench.evaluation import kept_embeddings, scoring_precision
+
+    model = _trained_like(1)
+    fp32 = embed(model, test_images)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        bf16 = embed(model, test_images)
+    with kept_embeddings(test_images):
+        assert torch.equal(embed(model, test_images), fp32)
+        with scoring_precision(_spec("training", "bf16")):
+            assert torch.equal(embed(model, test_images), bf16)
+            assert torch.equal(embed(model, test_images), bf16)
+        assert torch.equal(embed(model, test_images), fp32)
+
+
+def test_scoring_precision_refuses_an_unresolved_auto() -> None:
+    from bench.errors import BenchError
+    from bench.evaluation import scoring_precision
+
+    with pytest.raises(BenchError, match="auto is unresolved"), scoring_precision(_spec("training", "auto")):
+        pass

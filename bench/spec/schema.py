@@ -266,6 +266,7 @@ SCHEMA: dict[str, Any] = {
                 "metrics": {"type": "array", "items": {"enum": list(METRICS)}, "minItems": 1, "uniqueItems": True},
                 "primary": {"enum": list(RETRIEVAL_METRICS[:3])},
                 "ks": {"type": "array", "items": _POS_INT, "minItems": 1, "uniqueItems": True},
+                "precision": {"enum": ["fp32", "training"]},
             },
         },
         "tuning": {
@@ -393,6 +394,9 @@ ABSENT_DEFAULTS: dict[str, Any] = {
     # a cell with nothing searched: "all" gives it tuning.trials trials, which differ by seed alone (the best is
     # the luckiest seed); "one" gives it one trial. Absent is "all", which protocols written before it ran.
     "tuning.unsearched": "all",
+    # the trunk's forward when it embeds for scoring (validation, test, floor, artifacts): fp32 whatever training
+    # ran in, or "training", the sweep's training precision (autocast; fp32 training embeds in fp32 either way)
+    "evaluation.precision": "fp32",
     # each final seed's model and test embeddings kept as MLflow artifacts (bench.sweep.kept); false for large
     # trunks. What is kept changes no result, so the key is in no hash (bench.protocol.hashing.HASH_EXCLUDED)
     "final.keep_models": True,

@@ -163,11 +163,13 @@ class TrainingSpec:
 
 @dataclass(frozen=True)
 class EvaluationSpec:
-    """``evaluation``: the metrics scored on the test classes (canonical order), the primary one, the ks."""
+    """``evaluation``: the metrics scored on the test classes (canonical order), the primary one, the ks, and the
+    precision the trunk embeds in for scoring (`bench.evaluation.scoring_precision`)."""
 
     metrics: tuple[str, ...]
     primary: str
     ks: tuple[int, ...] = (1, 2, 4, 8)
+    precision: str = "fp32"
 
 
 @dataclass(frozen=True)
@@ -300,6 +302,7 @@ class Spec:
                 metrics=tuple(doc["evaluation"]["metrics"]),
                 primary=doc["evaluation"]["primary"],
                 ks=tuple(doc["evaluation"].get("ks", (1, 2, 4, 8))),
+                precision=_absent(doc, "evaluation.precision"),
             ),
             tuning=TuningSpec(
                 trials=tuning["trials"],

@@ -44,7 +44,14 @@ from typing import TYPE_CHECKING, Any
 
 from bench.data.query_gallery import one_set
 from bench.data.splits import fold_label
-from bench.evaluation import EMBEDDING_PREFIX, Concatenated, clusters_on_test, kept_embeddings, score_model
+from bench.evaluation import (
+    EMBEDDING_PREFIX,
+    Concatenated,
+    clusters_on_test,
+    kept_embeddings,
+    score_model,
+    scoring_precision,
+)
 from bench.plan import Cell
 from bench.protocol import Protocol
 from bench.stores.retry import StoreUnavailableError
@@ -191,14 +198,16 @@ def train_final(
         # a learned-metric cell's embedding-distance ranking: a labelled secondary result, logged beside the table's
         secondary = {m: float(v) for m, v in result.metrics.items() if m.startswith(EMBEDDING_PREFIX)}
         run = FinalRun(seed, config, result, metrics, run_id, folds=folds if result.state == "COMPLETE" else [])
-        if artifacts is not None and result.state == "COMPLETE":
-            began = time.perf_counter()
-            _artifacts(protocol, prepared, result, artifacts, mlflow, run_id)
-            run.artifacts_s = time.perf_counter() - began
-        if keep and result.state == "COMPLETE":
-            began = time.perf_counter()
-            _keep(protocol, prepared, cell, params, seed, result, folds, mlflow, run_id)
-            run.artifacts_s += time.perf_counter() - began
+        # the artifacts' and the kept model's embeddings are those the seed was scored on: the same precision
+        with scoring_precision(protocol.spec):
+            if artifacts is not None and result.state == "COMPLETE":
+                began = time.perf_counter()
+                _artifacts(protocol, prepared, result, artifacts, mlflow, run_id)
+                run.artifacts_s = time.perf_counter() - began
+            if keep and result.state == "COMPLETE":
+                began = time.perf_counter()
+                _keep(protocol, prepared, cell, params, seed, result, folds, mlflow, run_id)
+                run.artifacts_s += time.perf_counter() - began
     # MLflow first, the record last: a recorded seed always has its MLflow run (a worker stopped in between
     # trains the seed again, and the run, found by key, keeps the values it logged)
     mlflow.log(

@@ -16,7 +16,7 @@ from typing import Any
 
 from bench.data.splits import ClassSplit, fold_label
 from bench.errors import BenchError, DivergedError, MethodError
-from bench.evaluation import evaluate, pair_scorer_of, score_model
+from bench.evaluation import evaluate, pair_scorer_of, score_model, scoring_precision
 from bench.plan import Cell
 from bench.protocol import Protocol
 from bench.sweep.prepare import Prepared, TestLeakError
@@ -88,16 +88,17 @@ class Hooks:
 
 def validation_metrics(protocol: Protocol, model: Any, data: Any, device: Any, metric: Any) -> dict[str, float]:
     """A model scored on validation classes as pruning and early stopping both read it: the protocol's ks and
-    geometry, no clustering, ranked by the cell's learned `metric` when it has one."""
-    return evaluate(
-        model,
-        data,
-        ks=tuple(protocol.spec.evaluation.ks),
-        clustering=False,
-        device=device,
-        normalize=protocol.spec.model.normalize,
-        metric=metric,
-    )
+    geometry and scoring precision, no clustering, ranked by the cell's learned `metric` when it has one."""
+    with scoring_precision(protocol.spec):
+        return evaluate(
+            model,
+            data,
+            ks=tuple(protocol.spec.evaluation.ks),
+            clustering=False,
+            device=device,
+            normalize=protocol.spec.model.normalize,
+            metric=metric,
+        )
 
 
 def train_config(
