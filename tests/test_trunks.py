@@ -218,8 +218,8 @@ PROTOCOL = (REPO / "protocols" / "omniglot-quick.yaml").read_text()
 
 def test_new_keys_keep_existing_hashes() -> None:
     quick = load_protocol(REPO / "protocols" / "omniglot-quick.yaml")
-    # precision: auto (issue 25; 0ae40b96d7d6 before), after the grid gained quadruplet-learned-dp (83aedfbd1fe3 before)
-    assert quick.hash == "155ed2e8f1bcd652f355f3c4f765430be47a79c8ced72d67d6fe4306da25288e"
+    # evaluation.precision: training (155ed2e8f1bc before)
+    assert quick.hash == "4b7f40195b11cb8ece083535f8f01cd2db151bf19a6726c54488de131b889e51"
     lr = quick.doc["training"]["lr"]
     explicit = PROTOCOL.replace("\nmodel:\n", "\nmodel:\n  pretrained: null\n  freeze_bn: false\n", 1).replace(
         "\ntraining:\n", f"\ntraining:\n  trunk_lr: {lr}\n", 1

@@ -28,6 +28,7 @@ import inspect
 import statistics
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,8 +134,10 @@ def measure_trunk(
             cpu_before, wall_before = time.process_time(), time.perf_counter()
             step_s, steps, trunk = _time_steps(model, training, config, in_shape, batch, device, budget_s)
             cpu, wall = time.process_time() - cpu_before, time.perf_counter() - wall_before
+            # evaluation embeds in fp32 unless the protocol scores in the training precision (evaluation.precision)
+            scoring = training.precision if spec.evaluation.precision == "training" else "fp32"
             embed_s, timed_batch = _time_embedding(
-                trunk, in_shape, device, budget_s / 2, max(1, min(embed_batch, EMBED_BATCH))
+                trunk, in_shape, device, budget_s / 2, max(1, min(embed_batch, EMBED_BATCH)), scoring
             )
     finally:
         torch.set_num_threads(before)
@@ -209,14 +212,21 @@ def _stepper(
 
 
 def _time_embedding(
-    trunk: torch.nn.Module, in_shape: tuple[int, ...], device: torch.device, budget_s: float, target: int
+    trunk: torch.nn.Module,
+    in_shape: tuple[int, ...],
+    device: torch.device,
+    budget_s: float,
+    target: int,
+    precision: str = "fp32",
 ) -> tuple[float, int]:
-    """Seconds per image of a no-gradient forward in eval mode at batch ``target``, or at the largest batch
-    (growing 4x from 16) whose timing fits ``budget_s``, as `bench.evaluation.embed` runs it."""
+    """Seconds per image of a no-gradient forward in eval mode (under ``precision``'s autocast) at batch
+    ``target``, or at the largest batch (growing 4x from 16) whose timing fits ``budget_s``, as
+    `bench.evaluation.embed` runs it."""
     trunk.eval()
     began = time.perf_counter()
     size, per_image = min(16, target), 0.0
-    with torch.no_grad():
+    autocast = torch.autocast(device.type, dtype=DTYPES[precision]) if precision != "fp32" else nullcontext()
+    with torch.no_grad(), autocast:
         while True:
             x = torch.randn(size, *in_shape, device=device)
             times = []

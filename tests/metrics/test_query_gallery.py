@@ -348,7 +348,7 @@ def test_existing_protocols_keep_their_hash() -> None:
     expected = {
         "fashion-mnist-2d": "4108208131a8",
         "omniglot-full": "f30213de2382",  # 7ed6579b38fc before precision: auto and the learned-metric cells (issues 23, 25)
-        "omniglot-quick": "155ed2e8f1bc",  # 0ae40b96d7d6 before precision: auto, 83aedfbd1fe3 before quadruplet-learned-dp
+        "omniglot-quick": "4b7f40195b11",  # 155ed2e8f1bc before evaluation.precision: training
         "omniglot-smoke": "73249472d7ea",
     }
     for name, hash12 in expected.items():

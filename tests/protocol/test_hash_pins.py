@@ -27,7 +27,7 @@ PINNED = {
     "omniglot-demo.yaml": ("7d56fd8712d9", "236b928bfe40"),
     "omniglot-full.yaml": ("f30213de2382", "167d5c553369"),
     "omniglot-mlrc.yaml": ("6735f0f4a45d", "72deb0ff8b0a"),
-    "omniglot-quick.yaml": ("155ed2e8f1bc", "9c6fa2495931"),
+    "omniglot-quick.yaml": ("4b7f40195b11", "455ae9609074"),
     "omniglot-smoke.yaml": ("73249472d7ea", "998aea3a4a2e"),
     "omniglot-standard.yaml": ("6b03d10fd0ca", "a846eb51ef8c"),
     "omniglot-standard-sha.yaml": ("7a8dbd9cda4f", "a6ff341e40a9"),
@@ -85,6 +85,7 @@ def test_typed_sections_say_what_the_document_says(name):
     stopping = doc["training"].get("early_stopping")
     assert (spec.training.early_stopping is None) == (not stopping)
     assert list(spec.evaluation.metrics) == doc["evaluation"]["metrics"]
+    assert spec.evaluation.precision == doc["evaluation"].get("precision", "fp32")
     assert spec.tuning.pruner.type == doc["tuning"]["pruner"]["type"]
     assert spec.tuning.repeats == doc["tuning"].get("repeats", 1)
     seeds = doc["final"]["seeds"]

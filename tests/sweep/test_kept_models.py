@@ -131,5 +131,5 @@ def test_keep_models_is_in_no_hash() -> None:
         other = parse_protocol(PROTOCOL.format(keep=f", keep_models: {value}"))
         assert (other.hash, other.shared_hash) == (kept.hash, kept.shared_hash)
     assert load_protocol(Path(__file__).resolve().parents[2] / "protocols" / "omniglot-quick.yaml").hash12 == (
-        "155ed2e8f1bc"
+        "4b7f40195b11"
     )
