@@ -124,11 +124,12 @@ def scoring_precision(spec: Spec) -> Iterator[None]:
     fp32 either way; the embeddings come back as fp32. Validation, test, floor, artifacts and kept embeddings
     enter it; training (and its dataset-level miners' embedding) does not."""
     global _SCORING_DTYPE
-    precision = spec.training.precision if spec.evaluation.precision == "training" else "fp32"
+    from bench.training import DTYPES  # (bench.training imports this module)
+
+    precision = spec.scored_in
     if precision == "auto":
         raise BenchError("evaluation.precision: training needs the sweep's training precision; auto is unresolved")
-    dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-    outer, _SCORING_DTYPE = _SCORING_DTYPE, dtype
+    outer, _SCORING_DTYPE = _SCORING_DTYPE, None if precision == "fp32" else DTYPES[precision]
     try:
         yield
     finally:

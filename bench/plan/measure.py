@@ -134,10 +134,8 @@ def measure_trunk(
             cpu_before, wall_before = time.process_time(), time.perf_counter()
             step_s, steps, trunk = _time_steps(model, training, config, in_shape, batch, device, budget_s)
             cpu, wall = time.process_time() - cpu_before, time.perf_counter() - wall_before
-            # evaluation embeds in fp32 unless the protocol scores in the training precision (evaluation.precision)
-            scoring = training.precision if spec.evaluation.precision == "training" else "fp32"
-            embed_s, timed_batch = _time_embedding(
-                trunk, in_shape, device, budget_s / 2, max(1, min(embed_batch, EMBED_BATCH)), scoring
+            embed_s, timed_batch = _time_embedding(  # in the precision every score embeds in
+                trunk, in_shape, device, budget_s / 2, max(1, min(embed_batch, EMBED_BATCH)), spec.scored_in
             )
     finally:
         torch.set_num_threads(before)

@@ -269,6 +269,12 @@ class Spec:
     final: FinalSpec
     grid: GridSpec
 
+    @property
+    def scored_in(self) -> str:
+        """The precision the trunk embeds in for every score (``evaluation.precision``): fp32, or the training
+        precision (``auto`` until a sweep resolves it)."""
+        return self.training.precision if self.evaluation.precision == "training" else "fp32"
+
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> Spec:
         """The sections of a normalised protocol document (`bench.protocol.load`)."""
