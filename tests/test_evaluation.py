@@ -3,6 +3,7 @@ any size, Lake's runs embedded in one pass, the artifacts' positive pairs withou
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,8 @@ def _spec(evaluation_precision: str | None, training_precision: str):
     from bench.protocol import parse_protocol
 
     text = (Path(__file__).resolve().parents[1] / "protocols" / "omniglot-quick.yaml").read_text()
+    text = re.sub(r"\n  precision: training[^\n]*", "", text)  # the shipped file's own setting, out
+    assert "precision: training" not in text
     if evaluation_precision is not None:
         text = text.replace("  ks: [1, 2, 4, 8]\n", f"  ks: [1, 2, 4, 8]\n  precision: {evaluation_precision}\n")
     protocol = parse_protocol(text, "quick.yaml")
