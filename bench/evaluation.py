@@ -33,6 +33,7 @@ import torch
 from torch import nn
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
+from bench.devices import DTYPE_NAMES
 from bench.errors import BenchError
 from bench.spec.schema import REID_METRICS
 
@@ -124,12 +125,10 @@ def scoring_precision(spec: Spec) -> Iterator[None]:
     fp32 either way; the embeddings come back as fp32. Validation, test, floor, artifacts and kept embeddings
     enter it; training (and its dataset-level miners' embedding) does not."""
     global _SCORING_DTYPE
-    from bench.training import DTYPES  # (bench.training imports this module)
-
     precision = spec.scored_in
     if precision == "auto":
         raise BenchError("evaluation.precision: training needs the sweep's training precision; auto is unresolved")
-    outer, _SCORING_DTYPE = _SCORING_DTYPE, None if precision == "fp32" else DTYPES[precision]
+    outer, _SCORING_DTYPE = _SCORING_DTYPE, None if precision == "fp32" else getattr(torch, DTYPE_NAMES[precision])
     try:
         yield
     finally:

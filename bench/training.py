@@ -42,7 +42,7 @@ from torch import nn
 
 from bench.cell import HARNESS, build_cell, classes_of, method_call
 from bench.cell import optimizer as make_optimizer
-from bench.devices import AUTO, device_problem, precision_problem
+from bench.devices import AUTO, DTYPE_NAMES, device_problem, precision_problem
 from bench.errors import BenchError, DivergedError, MethodError
 from bench.evaluation import embed
 from bench.models.weights import resolve
@@ -51,7 +51,7 @@ SYNC_EVERY = 25  # iterations between reads of the loss buffer (progress, diverg
 FINAL_LOSS_WINDOW = 50  # final_loss is the mean of the last this-many losses
 AUGMENTATIONS = ("shift", "affine")
 OPTIMIZERS = ("adam", "sgd", "rmsprop")  # rmsprop: the Reality Check's
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # bench.devices.PRECISIONS
+DTYPES = {p: getattr(torch, name) for p, name in DTYPE_NAMES.items()}  # bench.devices.PRECISIONS
 SCHEDULES = ("constant", "cosine", "step", "exponential")
 
 
