@@ -173,9 +173,15 @@ def _raw_embeddings(model: nn.Module, x: Any, batch_size: int, device: torch.dev
     model.eval()
     try:
         runner = _folded(model, x, device) if fold else model
-        autocast = torch.autocast(device.type, dtype=dtype) if dtype is not None else nullcontext()
-        with torch.no_grad(), _channels_last_on_cpu(runner, x, device), autocast:
-            out = [runner(xb).float().cpu() for xb in _inputs(x, _cpu_batch(x, batch_size, device), device)]
+
+        def forward(xb: torch.Tensor) -> torch.Tensor:
+            # autocast around the forward alone: image files decode (here, or in loader workers forked here)
+            # outside it, as in fp32 (their resizing would otherwise run in bf16)
+            with torch.autocast(device.type, dtype=dtype) if dtype is not None else nullcontext():
+                return runner(xb)
+
+        with torch.no_grad(), _channels_last_on_cpu(runner, x, device):
+            out = [forward(xb).float().cpu() for xb in _inputs(x, _cpu_batch(x, batch_size, device), device)]
     finally:
         model.train(was_training)
     if not out:

@@ -171,3 +171,23 @@ def test_scoring_precision_refuses_an_unresolved_auto() -> None:
 
     with pytest.raises(BenchError, match="auto is unresolved"), scoring_precision(_spec("training", "auto")):
         pass
+
+
+def test_image_files_decode_outside_the_scoring_autocast(tmp_path: Path) -> None:
+    """Image files streamed through the loader (and its forked workers) are decoded and resized as in fp32, and
+    only the trunk's forward runs in bf16: the embeddings equal those of the decoded tensor under autocast. (A
+    first version ran the decoding inside autocast, and the resize failed on a bfloat16 tensor.)"""
+    from bench.data.images import ImageFiles
+    from bench.evaluation import scoring_precision
+    from tests._shared import write_folder
+
+    write_folder(tmp_path / "faces", [f"p{i}" for i in range(4)], per_class=40, size=(40, 33))
+    data = load(f"folder:{tmp_path / 'faces'}", size=28)
+    assert isinstance(data.x, ImageFiles)  # streamed, not a tensor
+    decoded = torch.stack([data.x.decode(i, False) for i in range(len(data.x))])
+    model = _trained_like(2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = embed(model, decoded)
+    with scoring_precision(_spec("training", "bf16")):
+        got = embed(model, data.x)
+    assert torch.equal(got, expected)
