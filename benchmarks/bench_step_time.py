@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from bench import training
+from bench.cell import build
 from bench.data import load
 from bench.evaluation import embed
 from bench.registry import build_trunk
@@ -45,7 +46,9 @@ def _sync(device: str) -> None:
 @contextmanager
 def _plain_loop() -> Iterator[None]:
     """`train` as a plain loop: each step's indices copied alone (`PKSampler.iterate`), the default optimiser."""
-    batches, fused = training._batches, training._fused
+    # the loop's two departures from a plain loop: its batch source (training._batches) and the fused
+    # optimiser choice (bench.cell.build._fused, looked up there when `train` builds the optimiser)
+    batches, fused = training._batches, build._fused
 
     def plain(x: Any, labels: torch.Tensor, config: TrainConfig, device: torch.device, start: int = 0) -> Any:
         if not isinstance(x, torch.Tensor):
@@ -53,11 +56,11 @@ def _plain_loop() -> Iterator[None]:
         sampler = training._pk_sampler(labels, config)
         return ((x[idx], idx) for idx in (i.to(device) for i in sampler.iterate(start)))
 
-    training._batches, training._fused = plain, lambda groups: False  # type: ignore[assignment]
+    training._batches, build._fused = plain, lambda groups: False  # type: ignore[assignment]
     try:
         yield
     finally:
-        training._batches, training._fused = batches, fused  # type: ignore[assignment]
+        training._batches, build._fused = batches, fused  # type: ignore[assignment]
 
 
 def compare(args: argparse.Namespace, background: Any) -> None:
