@@ -11,7 +11,15 @@
 # longest it has run), gives back one still running then, and prints what remains. A `timeout` at SECONDS
 # is the backstop (SIGTERM: the running trial is given back, exit 130).
 # Exit: dmlbench's own: 0 the sweep is done, 4 stopped with work left (run again with the same STORES_DIR),
-# 1 done but a cell without a result, 2 bad input, 75 a store unavailable, 130 interrupted.
+# 1 done but a cell without a result, 2 bad input, 75 a store unavailable, 130 interrupted; 3 the records
+# could not be packed to come back (below).
+#
+# Coming back: where $OUT is set (the lent machine's return folder; PACK_TO names another), the records this
+# chunk wrote are packed there as stores.tgz.00, .01, ... (`scripts/stores_pack.py`: parts under the 16 MiB a
+# returned file may have; the artifacts too, wherever the experiment keeps them). Here, with the sweep's
+# workers stopped since the stores were carried:
+#
+#   python3 scripts/stores_pack.py unpack RETURNED_FOLDER STORES_DIR
 #
 # CHECK=MULTIPLE: the finished run's budget check instead (`dmlbench budget-check --multiple MULTIPLE
 # --device cuda`, rows to STORES_DIR/results/<name>/budget_check.csv). It has no --stop-after: SIGTERM at
@@ -47,6 +55,10 @@ mkdir -p "$stores"
 stores=$(cd "$stores" && pwd)
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 start=$SECONDS
+pack_to=${PACK_TO:-${OUT:-}}
+if [ -n "$pack_to" ]; then
+    python3 scripts/stores_pack.py stamp "$stores" || exit 2
+fi
 records=(--storage "sqlite:///$stores/optuna.db" --tracking-uri "$stores/mlflow.db" --results-dir "$stores/results")
 if [ -n "${CHECK:-}" ]; then
     timeout --signal=TERM "$((limit - margin))" python3 -m bench.cli budget-check "$proto" --device cuda \
@@ -66,4 +78,10 @@ case $code in
     *) what="see above" ;;
 esac
 echo "gpu_chunk: exit $code in $((SECONDS - start)) s: $what"
+if [ -n "$pack_to" ]; then
+    python3 scripts/stores_pack.py pack "$stores" "$pack_to" || {
+        echo "gpu_chunk: the records of this chunk could not be packed to come back" >&2
+        exit 3
+    }
+fi
 exit "$code"

@@ -1,0 +1,114 @@
+"""scripts/stores_pack.py: a chunk's records come back from a lent machine whole, in parts small enough to be
+returned, and are refused where they would replace records written here meanwhile. Real stores: an MLflow
+SQLite store whose experiment keeps its artifacts in an absolute folder outside it (a run carried from
+elsewhere), and an Optuna SQLite storage."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("stores_pack", ROOT / "scripts" / "stores_pack.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _trials(stores: Path) -> int:
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{stores / 'optuna.db'}")
+    return len(study.trials)
+
+
+def _step(stores: Path, artifact: str, size: int = 10) -> str:
+    """One unit of a sweep's work: an Optuna trial, an MLflow run with an artifact, a results table line."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{stores / 'optuna.db'}", load_if_exists=True)
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
+    client = MlflowClient(tracking_uri=f"sqlite:///{stores / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("e")
+    run = client.create_run(experiment.experiment_id)
+    (stores / "payload").write_bytes(os.urandom(size))  # incompressible, so the parts' sizes are known
+    client.log_artifact(run.info.run_id, str(stores / "payload"), artifact)
+    (stores / "payload").unlink()
+    with (stores / "results" / "sweep" / "trials.csv").open("a") as f:
+        f.write(f"{run.info.run_id}\n")
+    return run.info.run_id
+
+
+@pytest.fixture()
+def carried(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A run's stores here (one unit done, its artifacts in an absolute folder) and the copy carried away."""
+    here, artifacts = tmp_path / "here", tmp_path / "artifacts"
+    (here / "results" / "sweep").mkdir(parents=True)
+    MlflowClient(tracking_uri=f"sqlite:///{here / 'mlflow.db'}").create_experiment(
+        "e", artifact_location=artifacts.as_uri()
+    )
+    first = _step(here, "old")
+    away = tmp_path / "away"
+    shutil.copytree(here, away)
+    return here, away, artifacts, first
+
+
+def test_a_chunk_comes_back_whole_in_parts(carried, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    here, away, artifacts, first = carried
+    script = _script()
+    assert script.main(["stamp", str(away)]) == 0
+    kept_here = tmp_path / "artifacts-here"
+    artifacts.rename(kept_here)  # the lent machine has none of the run's earlier artifacts
+    new = [_step(away, "new", size=700_000) for _ in range(3)]
+    out = tmp_path / "out"
+    assert script.main(["pack", str(away), str(out), "--part-mib", "1"]) == 0
+    parts = sorted(out.iterdir())
+    assert len(parts) >= 2 and all(p.stat().st_size <= 1 << 20 for p in parts)
+    shutil.rmtree(artifacts)
+    kept_here.rename(artifacts)
+    assert _trials(here) == 1
+    assert script.main(["unpack", str(out), str(here)]) == 0
+    assert _trials(here) == 4  # the carried-away trials are here now
+    # read without MLflow's client, whose store this process keeps open on the replaced file
+    with sqlite3.connect(here / "mlflow.db") as con:
+        runs = dict(con.execute("SELECT run_uuid, artifact_uri FROM runs").fetchall())
+    assert sorted(runs) == sorted([first, *new])
+    for run_id, uri in runs.items():  # every run's artifact, the earlier one included
+        assert len(list(Path(unquote(urlparse(uri).path)).rglob("payload"))) == 1, run_id
+    assert (here / "results" / "sweep" / "trials.csv").read_text().split() == [first, *new]
+    assert not (here / ".carried.json").exists()
+
+
+def test_unpack_refuses_where_the_stores_here_moved_on(carried, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    here, away, _artifacts, _first = carried
+    script = _script()
+    script.main(["stamp", str(away)])
+    _step(away, "new")
+    out = tmp_path / "out"
+    assert script.main(["pack", str(away), str(out)]) == 0
+    _step(here, "meanwhile")  # a worker here went on after the stores were carried
+    before = (here / "optuna.db").read_bytes()
+    assert script.main(["unpack", str(out), str(here)]) == 2
+    assert "not the database that was carried" in capsys.readouterr().err
+    assert (here / "optuna.db").read_bytes() == before and _trials(here) == 2
+
+
+def test_a_pack_too_large_to_come_back_writes_nothing(carried, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    _here, away, _artifacts, _first = carried
+    script = _script()
+    script.main(["stamp", str(away)])
+    _step(away, "new", size=3_000_000)
+    out = tmp_path / "out"
+    assert script.main(["pack", str(away), str(out), "--part-mib", "1", "--max-files", "2"]) == 3
+    assert "run shorter chunks" in capsys.readouterr().err
+    assert not out.exists()
+    assert script.main(["pack", str(tmp_path / "nowhere"), str(out)]) == 2
