@@ -21,6 +21,9 @@
 #
 #   python3 scripts/stores_pack.py unpack RETURNED_FOLDER STORES_DIR
 #
+# WORKERS=N (default 1) workers share the GPU, started 5 s apart, each with THREADS=T CPU threads (default: the cores / N);
+# a small trunk leaves most of the GPU to the others (`scripts/workers_per_device.py` measures how many pay).
+#
 # CHECK=MULTIPLE: the finished run's budget check instead (`dmlbench budget-check --multiple MULTIPLE
 # --device cuda`, rows to STORES_DIR/results/<name>/budget_check.csv). It has no --stop-after: SIGTERM at
 # SECONDS - MARGIN_S stops it with every finished seed recorded (exit 130, reported as work left; the seed
@@ -60,18 +63,37 @@ if [ -n "$pack_to" ]; then
     python3 scripts/stores_pack.py stamp "$stores" || exit 2
 fi
 records=(--storage "sqlite:///$stores/optuna.db" --tracking-uri "$stores/mlflow.db" --results-dir "$stores/results")
+workers=${WORKERS:-1}
+threads=${THREADS:-$(( $(nproc) / workers > 0 ? $(nproc) / workers : 1 ))}
+pids=()
+for ((k = 1; k <= workers; k++)); do
+    lag=$((5 * (k - 1)))  # a few seconds apart, each still ending by the limit
+    if [ -n "${CHECK:-}" ]; then
+        timeout --signal=TERM "$((limit - margin - lag))" python3 -m bench.cli budget-check "$proto" \
+            --device cuda --multiple "$CHECK" --shard "$k/$workers" --threads "$threads" "${records[@]}" --quiet &
+    else
+        timeout --signal=TERM "$((limit - lag))" python3 -m bench.cli run "$proto" --device cuda \
+            --stop-after "$((limit - margin - lag))" --threads "$threads" "${records[@]}" --quiet &
+    fi
+    pids+=($!)
+    [ "$k" -lt "$workers" ] && sleep 5
+done
 if [ -n "${CHECK:-}" ]; then
-    timeout --signal=TERM "$((limit - margin))" python3 -m bench.cli budget-check "$proto" --device cuda \
-        --multiple "$CHECK" "${records[@]}" --quiet
-    code=$?
-    [ "$code" -eq 124 ] && code=130  # timeout's own status when the signal ended it
     done_what="the budget check is done" left=130
 else
-    timeout --signal=TERM "$limit" python3 -m bench.cli run "$proto" --device cuda \
-        --stop-after "$((limit - margin))" "${records[@]}" --quiet
-    code=$?
     done_what="the sweep is done" left=4
 fi
+code=0  # all done: 0; else work left if any worker left some; else the first other failure
+for pid in "${pids[@]}"; do
+    wait "$pid"
+    c=$?
+    [ "$c" -eq 124 ] && c=130  # timeout's own status when its signal ended the worker
+    if [ "$c" -eq "$left" ] && [ "$code" -eq 0 ]; then
+        code=$c
+    elif [ "$c" -ne 0 ] && [ "$c" -ne "$left" ] && { [ "$code" -eq 0 ] || [ "$code" -eq "$left" ]; }; then
+        code=$c
+    fi
+done
 case $code in
     0) what=$done_what ;;
     "$left") what="stopped with work left: run again with the same STORES_DIR to resume" ;;
