@@ -10,7 +10,8 @@
 #   ONLY="cuda_tests workers_per_device" bash scripts/gpu_checks.sh    # these parts alone
 #
 # Needs torch with CUDA and the project's dependencies importable. Wheels for those the machine lacks may lie
-# in ./.whl (installed with --no-deps into a private folder); Omniglot is read from $DMLBENCH_DATA.
+# in ./.whl (`scripts/gpu_wheels.sh` fetches them here; installed with --no-deps into a private folder);
+# Omniglot is read from $DMLBENCH_DATA.
 set -u
 cd "$(dirname "$0")/.."
 out=${1:-gpu-checks}
