@@ -15,14 +15,14 @@
 # could not be packed to come back (below).
 #
 # Coming back: where $OUT is set (the lent machine's return folder; PACK_TO names another), the records this
-# chunk wrote are packed there as stores.tgz.00, .01, ... (`scripts/stores_pack.py`: parts under the 16 MiB a
-# returned file may have; the artifacts too, wherever the experiment keeps them). Here, with the sweep's
-# workers stopped since the stores were carried:
+# chunk wrote are packed there as stores.tgz.00, .01, ... and stores.sha256 (`scripts/stores_pack.py`: parts
+# under the 16 MiB a returned file may have; the artifacts too, wherever the experiment keeps them). Here,
+# with the sweep's workers stopped since the stores were carried:
 #
 #   python3 scripts/stores_pack.py unpack RETURNED_FOLDER STORES_DIR
 #
-# WORKERS=N (default 1) workers share the GPU, started 5 s apart, each with THREADS=T CPU threads (default: the cores / N);
-# a small trunk leaves most of the GPU to the others (`scripts/workers_per_device.py` measures how many pay).
+# WORKERS=N (default 1) workers share the GPU, started 5 s apart, each with THREADS=T CPU threads (default:
+# the cores / N); a small trunk leaves most of the GPU to the others (`scripts/workers_per_device.py` measures how many pay).
 #
 # CHECK=MULTIPLE: the finished run's budget check instead (`dmlbench budget-check --multiple MULTIPLE
 # --device cuda`, rows to STORES_DIR/results/<name>/budget_check.csv). It has no --stop-after: SIGTERM at

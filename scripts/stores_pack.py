@@ -7,7 +7,7 @@ made elsewhere). The machine returns at most a few files of at most 16 MiB each,
 down, so the records come back packed:
 
     python3 scripts/stores_pack.py stamp STORES_DIR                 # on arrival, before the sweep runs
-    python3 scripts/stores_pack.py pack STORES_DIR OUT              # after it: OUT/stores.tgz.00, .01, ...
+    python3 scripts/stores_pack.py pack STORES_DIR OUT              # after it: OUT/stores.tgz.00, ..., stores.sha256
     python3 scripts/stores_pack.py unpack PARTS_DIR STORES_DIR      # here, from the returned parts
 
 `pack` takes every file of STORES_DIR but its artifact folders, and of each artifact folder the files
@@ -33,6 +33,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import zlib
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import unquote, urlparse
@@ -41,6 +42,7 @@ DATABASES = ("optuna.db", "mlflow.db")
 STAMP = ".carried.json"  # the databases' digests and the time as the stores arrived
 INDEX = "pack.json"  # inside the pack: the stamp, and where each artifact folder belongs
 PART = "stores.tgz."
+SUMS = "stores.sha256"  # beside the parts: each part's digest, so a missing or damaged one is named
 
 
 class Refused(Exception):
@@ -147,10 +149,12 @@ def pack(stores: Path, out: Path, part_mib: int, max_files: int, max_mib: int) -
                 f"({max_files} files, {max_mib} MiB): run shorter chunks"
             )
         out.mkdir(parents=True, exist_ok=True)
+        sums = "".join(f"{_digest(p)}  {p.name}\n" for p in parts.files)
         done = []
         for p in parts.files:
             shutil.move(p, out / p.name)
             done.append(out / p.name)
+        (out / SUMS).write_text(sums)
     print(f"stores_pack: {len(members)} files, {total / 2**20:.1f} MiB in {len(done)} part(s) in {out}")
     return done
 
@@ -165,9 +169,14 @@ def _replace(source: Path, target: Path) -> None:
 
 
 def unpack(parts_dir: Path, stores: Path) -> int:
-    parts = sorted(parts_dir.glob(f"{PART}[0-9][0-9]"))
-    if not parts:
-        raise Refused(f"{parts_dir}: no {PART}NN parts")
+    if not (parts_dir / SUMS).exists():
+        raise Refused(f"{parts_dir}: no {SUMS} (the list of the parts `pack` wrote): did it come back?")
+    parts = []
+    for line in (parts_dir / SUMS).read_text().splitlines():
+        digest, name = line.split(maxsplit=1)
+        if _digest(parts_dir / name) != digest:
+            raise Refused(f"{parts_dir / name}: missing or not the part `pack` wrote: nothing unpacked")
+        parts.append(parts_dir / name)
     with tempfile.TemporaryDirectory() as tmp:
         joined = Path(tmp) / "pack.tgz"
         with joined.open("wb") as f:
@@ -177,8 +186,8 @@ def unpack(parts_dir: Path, stores: Path) -> int:
         try:
             with tarfile.open(joined, "r:gz") as tar:
                 tar.extractall(unpacked, filter="data")
-        except (tarfile.TarError, EOFError) as e:
-            raise Refused(f"{parts_dir}: the parts do not make a whole pack ({e}): a part is missing?") from None
+        except (tarfile.TarError, EOFError, zlib.error) as e:
+            raise Refused(f"{parts_dir}: the parts do not make a whole pack ({e}): nothing unpacked") from None
         index = json.loads((unpacked / INDEX).read_text())
         for name in DATABASES:
             here, carried = _digest(stores / name), index["arrived"].get(name)
@@ -212,7 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("stores", type=Path)
     p.add_argument("out", type=Path)
     p.add_argument("--part-mib", type=int, default=15, help="the largest part (the machine returns files <= 16 MiB)")
-    p.add_argument("--max-files", type=int, default=6, help="the most parts (8 files come back, logs among them)")
+    p.add_argument(
+        "--max-files", type=int, default=6, help="the most parts (8 files come back, the sums and logs among them)"
+    )
     p.add_argument("--max-mib", type=int, default=60, help="the most in all (64 MiB come back)")
     u = sub.add_parser("unpack")
     u.add_argument("parts", type=Path)
@@ -226,7 +237,6 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "pack":
             pack(args.stores, args.out, args.part_mib, args.max_files, args.max_mib)
         else:
-            args.stores.mkdir(parents=True, exist_ok=True)
             unpack(args.parts, args.stores)
     except Refused as e:
         print(f"stores_pack: {e}", file=sys.stderr)

@@ -71,8 +71,13 @@ def test_a_chunk_comes_back_whole_in_parts(carried, tmp_path: Path) -> None:  # 
     new = [_step(away, "new", size=700_000) for _ in range(3)]
     out = tmp_path / "out"
     assert script.main(["pack", str(away), str(out), "--part-mib", "1"]) == 0
-    parts = sorted(out.iterdir())
+    parts = sorted(out.glob("stores.tgz.*"))
     assert len(parts) >= 2 and all(p.stat().st_size <= 1 << 20 for p in parts)
+    held = parts[1].read_bytes()
+    parts[1].unlink()  # a part that did not come back: named, nothing written
+    assert script.main(["unpack", str(out), str(here)]) == 2
+    assert _trials(here) == 1
+    parts[1].write_bytes(held)
     shutil.rmtree(artifacts)
     kept_here.rename(artifacts)
     assert _trials(here) == 1
