@@ -22,7 +22,8 @@
 #   python3 scripts/stores_pack.py unpack RETURNED_FOLDER STORES_DIR
 #
 # WORKERS=N (default 1) workers share the GPU, started 5 s apart, each with THREADS=T CPU threads (default:
-# the cores / N); a small trunk leaves most of the GPU to the others (`scripts/workers_per_device.py` measures how many pay).
+# the cores / N); a small trunk leaves most of the GPU to the others (`scripts/workers_per_device.py`
+# measures how many pay).
 #
 # CHECK=MULTIPLE: the finished run's budget check instead (`dmlbench budget-check --multiple MULTIPLE
 # --device cuda`, rows to STORES_DIR/results/<name>/budget_check.csv). It has no --stop-after: SIGTERM at
