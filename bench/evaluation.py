@@ -124,10 +124,17 @@ def scoring_precision(spec: Spec) -> Iterator[None]:
     which on a CPU with AMX embeds in bf16 at under half fp32's time. The metrics and learned metrics run in
     fp32 either way; the embeddings come back as fp32. Validation, test, floor, artifacts and kept embeddings
     enter it; training (and its dataset-level miners' embedding) does not."""
-    global _SCORING_DTYPE
     precision = spec.scored_in
     if precision == "auto":
         raise BenchError("evaluation.precision: training needs the sweep's training precision; auto is unresolved")
+    with embedding_precision(precision):
+        yield
+
+
+@contextmanager
+def embedding_precision(precision: str) -> Iterator[None]:
+    """Within it, `embed` runs the trunk under autocast in ``precision`` (a resolved one: fp32, none)."""
+    global _SCORING_DTYPE
     outer, _SCORING_DTYPE = _SCORING_DTYPE, None if precision == "fp32" else getattr(torch, DTYPE_NAMES[precision])
     try:
         yield
@@ -181,7 +188,7 @@ def _raw_embeddings(model: nn.Module, x: Any, batch_size: int, device: torch.dev
                 return runner(xb)
 
         with torch.no_grad(), _channels_last_on_cpu(runner, x, device):
-            out = [forward(xb).float().cpu() for xb in _inputs(x, _cpu_batch(x, batch_size, device), device)]
+            out = [forward(xb).float().cpu() for xb in _inputs(x, evaluation_batch(x, batch_size, device), device)]
     finally:
         model.train(was_training)
     if not out:
@@ -208,7 +215,7 @@ def _images(x: Any) -> bool:
     return getattr(x, "ndim", None) == 4
 
 
-def _cpu_batch(x: Any, batch_size: int, device: torch.device) -> int:
+def evaluation_batch(x: Any, batch_size: int, device: torch.device) -> int:
     """The evaluation batch: ``batch_size``, capped on the CPU for images (`CPU_EVAL_INPUT_VALUES`)."""
     if device.type != "cpu" or getattr(x, "ndim", 0) < 3 or len(x) == 0:
         return batch_size

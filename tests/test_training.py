@@ -236,15 +236,15 @@ def test_embed_restores_the_mode_and_batches(omniglot) -> None:
 
 
 def test_embed_on_the_cpu_runs_channels_last_in_small_batches_and_leaves_the_model_as_it_was(omniglot) -> None:
-    """The CPU evaluation path (`bench.evaluation._cpu_batch`, `_channels_last_on_cpu`, `_folded`): the same
+    """The CPU evaluation path (`bench.evaluation.evaluation_batch`, `_channels_last_on_cpu`, `_folded`): the same
     embeddings as the model run plainly over the whole set, running statistics included, the model's memory
     order put back and its BatchNorm kept, a channels-last model left channels-last."""
-    from bench.evaluation import _cpu_batch
+    from bench.evaluation import evaluation_batch
 
     x = omniglot[1].x[:300]
-    assert _cpu_batch(x, 512, torch.device("cpu")) == 64  # 28x28: 2^16 values / 784 a image, a power of two
-    assert _cpu_batch(torch.zeros(2, 3, 224, 224), 512, torch.device("cpu")) == 16  # never below the minimum
-    assert _cpu_batch(x, 64, torch.device("cpu")) == 64 and _cpu_batch(x, 512, torch.device("meta")) == 512
+    assert evaluation_batch(x, 512, torch.device("cpu")) == 64  # 28x28: 2^16 values / 784 a image, a power of two
+    assert evaluation_batch(torch.zeros(2, 3, 224, 224), 512, torch.device("cpu")) == 16  # never below the minimum
+    assert evaluation_batch(x, 64, torch.device("cpu")) == 64 and evaluation_batch(x, 512, torch.device("meta")) == 512
     model = build_trunk("conv4", in_shape=(1, 28, 28), embedding_dim=8).eval()
     with torch.no_grad():
         plain = model(x)

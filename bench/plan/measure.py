@@ -10,8 +10,8 @@ protocol's shape (P x K images, its image size and channels), what training
 does a step: the forward in the protocol's precision and memory format, a
 backward, an optimiser step. One or two warm-up steps, then the median of a
 few, their number capped by ``budget_s``. It also times the no-gradient
-forward that evaluation embeds with, per image at evaluation's batch size
-(or the largest batch that fits the budget, for a big trunk on a CPU).
+embedding evaluation runs (`bench.evaluation.embed`, its batches and, on the CPU, its folded copy), per
+image over up to 1,024 images (fewer where a big trunk's images do not fit the budget).
 
 `measure_loader` times the protocol's training loader where the images are
 files read a step: a step takes at least a batch's loading time
@@ -28,7 +28,6 @@ import inspect
 import statistics
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +35,7 @@ import torch
 
 from bench.devices import device_problem
 from bench.errors import BenchError
-from bench.evaluation import embed
+from bench.evaluation import embed, embedding_precision, evaluation_batch
 from bench.protocol import Protocol
 from bench.spec import DataSpec, ModelSpec, TrainingSpec
 from bench.training import DTYPES, OPTIMIZERS, TrainConfig, use_channels_last
@@ -209,6 +208,9 @@ def _stepper(
     return step
 
 
+EMBED_TIMED_MAX = 1024  # images: enough for the evaluation's folded copy (`FOLD_MIN_IMAGES`) and its batches
+
+
 def _time_embedding(
     trunk: torch.nn.Module,
     in_shape: tuple[int, ...],
@@ -217,29 +219,33 @@ def _time_embedding(
     target: int,
     precision: str = "fp32",
 ) -> tuple[float, int]:
-    """Seconds per image of a no-gradient forward in eval mode (under ``precision``'s autocast) at batch
-    ``target``, or at the largest batch (growing 4x from 16) whose timing fits ``budget_s``, as
-    `bench.evaluation.embed` runs it."""
-    trunk.eval()
+    """Seconds per image of `bench.evaluation.embed` (``target`` its batch size, under ``precision``'s
+    autocast) on sets of 16, 64, 256 and 1,024 random images, the largest whose timing fits ``budget_s``,
+    and the batch it embedded in. Timing `embed` itself, not the trunk's forward, times what evaluation
+    runs: on the CPU its folded copy, channels-last order and capped batches, which embed Conv-4 about 3x
+    faster than the trunk as trained (the forward alone made `plan` overestimate scoring)."""
+    was_training = trunk.training
     began = time.perf_counter()
-    size, per_image = min(16, target), 0.0
-    autocast = torch.autocast(device.type, dtype=DTYPES[precision]) if precision != "fp32" else nullcontext()
-    with torch.no_grad(), autocast:
-        while True:
-            x = torch.randn(size, *in_shape, device=device)
-            times = []
-            for _ in range(3):  # the first of each size warms it up
-                _sync(device)
-                start = time.perf_counter()
-                trunk(x)
-                _sync(device)
-                times.append(time.perf_counter() - start)
-            per_image = min(times[1:]) / size  # the less disturbed of two, on a shared machine
-            bigger = min(size * 4, target)
-            left = budget_s - (time.perf_counter() - began)
-            if size == target or 3 * per_image * bigger > left:
-                return per_image, size
-            size = bigger
+    size, per_image = 16, 0.0
+    try:
+        with embedding_precision(precision):
+            while True:
+                x = torch.randn(size, *in_shape)
+                times = []
+                for _ in range(3):  # the first of each size warms it up
+                    _sync(device)
+                    start = time.perf_counter()
+                    embed(trunk, x, batch_size=target, device=device)
+                    _sync(device)
+                    times.append(time.perf_counter() - start)
+                per_image = min(times[1:]) / size  # the less disturbed of two, on a shared machine
+                bigger = size * 4
+                left = budget_s - (time.perf_counter() - began)
+                if bigger > EMBED_TIMED_MAX or 3 * per_image * bigger > left:
+                    return per_image, evaluation_batch(x, target, device)
+                size = bigger
+    finally:
+        trunk.train(was_training)
 
 
 # --------------------------------------------------------------------------- precision and memory format

@@ -284,6 +284,9 @@ def test_a_bf16_estimate_says_the_table_is_fp32_and_whether_this_cpu_has_amx():
 def test_the_trunk_is_timed_here_at_the_protocols_shape(grid_plan):
     """plan(measure=True) times the protocol's trunk on this machine at its batch and image size (no scaling),
     on the threads asked for; --step-ms overrides it; the estimate's steps follow the timed step."""
+    import torch
+
+    from bench.evaluation import evaluation_batch
     from bench.plan.cost import STEP_FIXED_S
     from bench.plan.measure import channels_of, measure_trunk
 
@@ -292,6 +295,10 @@ def test_the_trunk_is_timed_here_at_the_protocols_shape(grid_plan):
     m = measure_trunk(protocol, budget_s=0.5, threads=1, embed_batch=64)
     assert m.step_s > 0 and 1 <= m.steps <= 7 and m.threads == 1 and m.device == "cpu"
     assert m.embed_s > 0 and 16 <= m.embed_batch <= 64
+    # timed as evaluation embeds (`bench.evaluation.embed`): on the CPU in its capped batches, whatever the
+    # batch asked for (the trunk's bare forward at 512 made plan overestimate Conv-4's scoring ~4x)
+    wide = measure_trunk(protocol, budget_s=2.0, threads=1, embed_batch=512)
+    assert wide.embed_batch == evaluation_batch(torch.zeros(1, 1, 28, 28), 512, torch.device("cpu")) == 64
     timed = plan(protocol, measure=True, threads=1)
     cost = timed.cost
     assert cost.threads == 1 and cost.ref_batch == 32 and cost.ref_pixels == 28 * 28 and cost.ref_hw == (28, 28)
