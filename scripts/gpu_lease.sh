@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# On a lent GPU, one call: the GPU checks, then the next chunk of a sweep on the stores carried in runs/gpu
+# (`scripts/gpu_prepare.sh` made them here), its records packed into $OUT to come back.
+#
+#   bash scripts/gpu_lease.sh PROTOCOL [SECONDS]      # SECONDS: the call's limit (default 570)
+#
+# SKIP_CHECKS=1 leaves out the checks (a second call on a warm machine); their logs go to ./gpu-checks, not
+# $OUT, whose 8 returned files are kept for the records. WORKERS (default 8) sweep workers share the GPU
+# (`scripts/gpu_chunk.sh`); CHECK=2 runs the finished sweep's budget check instead. Here, afterwards:
+# `python3 scripts/stores_pack.py unpack RETURNED_FOLDER runs/gpu/stores`, then copy the databases and
+# results/NAME back where the sweep keeps them.
+set -u
+cd "$(dirname "$0")/.."
+if [ $# -lt 1 ]; then
+    echo "usage: bash scripts/gpu_lease.sh PROTOCOL [SECONDS]" >&2
+    exit 2
+fi
+proto=$1 limit=${2:-570}
+start=$SECONDS
+export DMLBENCH_DATA=$PWD/runs/gpu/data
+[ -d runs/gpu/stores ] || { echo "gpu_lease: no runs/gpu/stores: carry what scripts/gpu_prepare.sh made" >&2; exit 2; }
+if [ -z "${SKIP_CHECKS:-}" ]; then
+    bash scripts/gpu_checks.sh gpu-checks
+    echo "gpu_lease: the checks took $((SECONDS - start)) s"
+fi
+left=$((limit - (SECONDS - start)))
+WORKERS=${WORKERS:-8} bash scripts/gpu_chunk.sh "$proto" runs/gpu/stores "$left"
