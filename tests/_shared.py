@@ -1,12 +1,15 @@
 """What several test folders share: the runner's tiny protocol, a sweep's options, the CLI in a child process,
-an image folder of learnable classes, the smallest valid protocol."""
+an image folder of learnable classes, the smallest valid protocol, a script of scripts/ or benchmarks/ as a
+module."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 from PIL import Image
@@ -98,3 +101,14 @@ def write_folder(
             image = Image.fromarray(pixels, "L")
             (image.convert("RGB") if mode == "RGB" else image).save(root / name / f"{j}.png")
     return root
+
+
+def load_script(path: str | Path) -> ModuleType:
+    """The script at ``path`` (relative to the repository: scripts/ and benchmarks/ are no packages) as a fresh
+    module, run as imported (its ``main`` not called)."""
+    file = Path(__file__).resolve().parents[1] / path
+    spec = importlib.util.spec_from_file_location(file.stem, file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

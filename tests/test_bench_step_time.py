@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _shared import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -25,15 +27,10 @@ def test_the_plain_loop_comparison_runs_and_reports_a_ratio(data_root: Path) -> 
 
 
 def test_the_plain_loop_swaps_both_departures_and_restores_them() -> None:
-    import importlib.util
-
     from bench import training
     from bench.cell import build
 
-    spec = importlib.util.spec_from_file_location("bench_step_time", ROOT / "benchmarks" / "bench_step_time.py")
-    assert spec and spec.loader
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("benchmarks/bench_step_time.py")
     batches, fused = training._batches, build._fused
     with script._plain_loop():
         assert training._batches is not batches and build._fused is not fused

@@ -3,10 +3,10 @@ rehearsal, with BN-Inception explicitly at random initialisation."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import yaml
+from _shared import load_script
 from PIL import Image
 
 from bench.data.cub import read_cub200
@@ -16,11 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("rehearse_cub", ROOT / "scripts" / "rehearse_cub.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/rehearse_cub.py")
 
 
 def test_generated_folder_reads_as_cub(tmp_path: Path) -> None:

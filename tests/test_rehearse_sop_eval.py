@@ -4,7 +4,6 @@ estimate beside the measured time."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from _shared import load_script
 
 from bench.data.sop import read_sop
 
@@ -21,11 +21,7 @@ SCRIPT = ROOT / "scripts" / "rehearse_sop_eval.py"
 
 
 def _script():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("rehearse_sop_eval", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/rehearse_sop_eval.py")
 
 
 def test_product_counts_are_sops() -> None:

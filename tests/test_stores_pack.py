@@ -5,7 +5,6 @@ elsewhere), and an Optuna SQLite storage."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import sqlite3
@@ -14,17 +13,12 @@ from urllib.parse import unquote, urlparse
 
 import optuna
 import pytest
+from _shared import load_script
 from mlflow.tracking import MlflowClient
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("stores_pack", ROOT / "scripts" / "stores_pack.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/stores_pack.py")
 
 
 def _trials(stores: Path) -> int:
