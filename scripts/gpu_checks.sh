@@ -17,7 +17,9 @@ cd "$(dirname "$0")/.."
 out=${1:-gpu-checks}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
-if compgen -G ".whl/*.whl" >/dev/null; then
+# the wheels only where the project's dependencies are missing (a lent machine's image): not over an environment
+# that has them
+if compgen -G ".whl/*.whl" >/dev/null && ! python3 -c "import optuna, mlflow, pytorch_metric_learning" 2>/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/dmlbench-site \
         .whl/*.whl || exit 99
     export PYTHONPATH="/tmp/dmlbench-site:$PWD${PYTHONPATH:+:$PYTHONPATH}"

@@ -44,20 +44,25 @@ if [ "$limit" -le "$((margin + 30))" ]; then
     exit 2
 fi
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
-if compgen -G ".whl/*.whl" >/dev/null; then
+# the wheels only where the project's dependencies are missing (a lent machine's image): not over an environment
+# that has them
+if compgen -G ".whl/*.whl" >/dev/null && ! python3 -c "import optuna, mlflow, pytorch_metric_learning" 2>/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/dmlbench-site \
         .whl/*.whl || exit 99
     export PYTHONPATH="/tmp/dmlbench-site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 else
     export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
-python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
-    echo "gpu_chunk: no CUDA device here" >&2
-    exit 2
-}
+device=${DEVICE:-cuda}  # DEVICE=cpu runs the same chunk on the CPU (how the tests check this script)
+if [[ $device == cuda* ]]; then
+    python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
+        echo "gpu_chunk: no CUDA device here" >&2
+        exit 2
+    }
+    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+fi
 mkdir -p "$stores"
 stores=$(cd "$stores" && pwd)
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 start=$SECONDS
 pack_to=${PACK_TO:-${OUT:-}}
 if [ -n "$pack_to" ]; then
@@ -71,9 +76,9 @@ for ((k = 1; k <= workers; k++)); do
     lag=$((5 * (k - 1)))  # a few seconds apart, each still ending by the limit
     if [ -n "${CHECK:-}" ]; then
         timeout --signal=TERM "$((limit - margin - lag))" python3 -m bench.cli budget-check "$proto" \
-            --device cuda --multiple "$CHECK" --shard "$k/$workers" --threads "$threads" "${records[@]}" --quiet &
+            --device "$device" --multiple "$CHECK" --shard "$k/$workers" --threads "$threads" "${records[@]}" --quiet &
     else
-        timeout --signal=TERM "$((limit - lag))" python3 -m bench.cli run "$proto" --device cuda \
+        timeout --signal=TERM "$((limit - lag))" python3 -m bench.cli run "$proto" --device "$device" \
             --stop-after "$((limit - margin - lag))" --threads "$threads" "${records[@]}" --quiet &
     fi
     pids+=($!)

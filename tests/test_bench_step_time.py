@@ -8,11 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from _shared import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # real training in a child process
 def test_the_plain_loop_comparison_runs_and_reports_a_ratio(data_root: Path) -> None:
     done = subprocess.run(
         [sys.executable, "benchmarks/bench_step_time.py", "--device", "cpu", "--compare", "1", "--iterations", "3",
