@@ -21,6 +21,8 @@
 #
 #   python3 scripts/stores_pack.py unpack RETURNED_FOLDER STORES_DIR
 #
+# DEVICE=cpu: the same chunk on the CPU (tests/test_gpu_chunk.py checks the script so).
+#
 # WORKERS=N (default 1) workers share the GPU, started 5 s apart, each with THREADS=T CPU threads (default:
 # the cores / N); a small trunk leaves most of the GPU to the others (`scripts/workers_per_device.py`
 # measures how many pay).
