@@ -222,30 +222,26 @@ def _time_embedding(
     """Seconds per image of `bench.evaluation.embed` (``target`` its batch size, under ``precision``'s
     autocast) on sets of 16, 64, 256 and 1,024 random images, the largest whose timing fits ``budget_s``,
     and the batch it embedded in. Timing `embed` itself, not the trunk's forward, times what evaluation
-    runs: on the CPU its folded copy, channels-last order and capped batches, which embed Conv-4 about 3x
+    runs: on the CPU its folded copy, channels-last order and capped batches, which embed Conv-4 3-4x
     faster than the trunk as trained (the forward alone made `plan` overestimate scoring)."""
-    was_training = trunk.training
     began = time.perf_counter()
     size, per_image = 16, 0.0
-    try:
-        with embedding_precision(precision):
-            while True:
-                x = torch.randn(size, *in_shape)
-                times = []
-                for _ in range(3):  # the first of each size warms it up
-                    _sync(device)
-                    start = time.perf_counter()
-                    embed(trunk, x, batch_size=target, device=device)
-                    _sync(device)
-                    times.append(time.perf_counter() - start)
-                per_image = min(times[1:]) / size  # the less disturbed of two, on a shared machine
-                bigger = size * 4
-                left = budget_s - (time.perf_counter() - began)
-                if bigger > EMBED_TIMED_MAX or 3 * per_image * bigger > left:
-                    return per_image, evaluation_batch(x, target, device)
-                size = bigger
-    finally:
-        trunk.train(was_training)
+    with embedding_precision(precision):  # `embed` itself runs in eval mode and puts the mode back
+        while True:
+            x = torch.randn(size, *in_shape)
+            times = []
+            for _ in range(3):  # the first of each size warms it up
+                _sync(device)
+                start = time.perf_counter()
+                embed(trunk, x, batch_size=target, device=device)
+                _sync(device)
+                times.append(time.perf_counter() - start)
+            per_image = min(times[1:]) / size  # the less disturbed of two, on a shared machine
+            bigger = size * 4
+            left = budget_s - (time.perf_counter() - began)
+            if bigger > EMBED_TIMED_MAX or 3 * per_image * bigger > left:
+                return per_image, min(size, evaluation_batch(x, target, device))
+            size = bigger
 
 
 # --------------------------------------------------------------------------- precision and memory format
