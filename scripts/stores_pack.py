@@ -173,7 +173,10 @@ def unpack(parts_dir: Path, stores: Path) -> int:
         raise Refused(f"{parts_dir}: no {SUMS} (the list of the parts `pack` wrote): did it come back?")
     parts = []
     for line in (parts_dir / SUMS).read_text().splitlines():
-        digest, name = line.split(maxsplit=1)
+        fields = line.split(maxsplit=1)
+        if len(fields) != 2 or not fields[1].startswith(PART):
+            raise Refused(f"{parts_dir / SUMS}: not the list `pack` writes ({line!r}): nothing unpacked")
+        digest, name = fields
         if _digest(parts_dir / name) != digest:
             raise Refused(f"{parts_dir / name}: missing or not the part `pack` wrote: nothing unpacked")
         parts.append(parts_dir / name)
