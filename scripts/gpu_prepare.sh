@@ -7,8 +7,9 @@
 # those to runs/gpu/stores/ (results under runs/gpu/stores/results/NAME), the datasets' published files
 # (DATASETS, default "omniglot", from $DMLBENCH_DATA or ../shared/data) to runs/gpu/data/, and the wheels
 # the machine lacks to .whl (`scripts/gpu_wheels.sh`, once). Named datasets only: a `folder:` dataset is
-# read beside its protocol file, so both travel together in the checkout or in runs/gpu. Stop the sweep's workers here first: the
-# records that come back replace these databases (`scripts/stores_pack.py unpack` refuses if they moved on).
+# read beside its protocol file, so both travel together in the checkout or in runs/gpu. Stop the sweep's
+# workers here first: the records that come back replace these databases (`scripts/stores_pack.py unpack`
+# refuses if they moved on).
 # Then, in one call carrying `runs/gpu` and `.whl`: `bash scripts/gpu_lease.sh protocols/NAME.yaml 570`.
 set -eu
 cd "$(dirname "$0")/.."
