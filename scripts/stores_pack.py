@@ -16,6 +16,19 @@ folders they were recorded in, then the results, then the databases, so no recor
 artifact; it refuses (exit 2, nothing written) when a database here is not the one that was carried, since
 replacing it would drop the records written here meanwhile.
 
+A long sweep whose sessions may each get another machine keeps its place in a checkpoint instead, a pack of
+the same form taken whole, without a stamp, while its workers run:
+
+    python3 scripts/stores_pack.py checkpoint STORES_DIR OUT [--pause PID ...]   # OUT/stores.tgz.NN, ..., checkpoint.json
+    python3 scripts/stores_pack.py unpack OUT STORES_DIR                          # on the next machine: restore
+
+`checkpoint` copies each database through SQLite's backup API (a consistent copy of a database that workers
+hold open), STORES_DIR/results, and the artifacts but the kept models and test embeddings (`final.keep_models`:
+4 MB a final seed, which no later step of a sweep reads). The two databases are copied with the workers given by
+--pause stopped (SIGSTOP, then SIGCONT), so the checkpoint is the stores as a kill -9 of every worker at that
+moment would leave them, which the runner resumes; without --pause the workers must already be stopped.
+`unpack` restores it as it unpacks a chunk: refused where a database is there that is not the checkpoint's.
+
 Exit: 0 done; 2 bad input or a refusal; 3 the pack would not fit the limits (--max-files, --max-mib):
 nothing is written, and the chunk should be shorter.
 """
@@ -28,6 +41,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import sys
 import tarfile
@@ -43,6 +57,11 @@ STAMP = ".carried.json"  # the databases' digests and the time as the stores arr
 INDEX = "pack.json"  # inside the pack: the stamp, and where each artifact folder belongs
 PART = "stores.tgz."
 SUMS = "stores.sha256"  # beside the parts: each part's digest, so a missing or damaged one is named
+SUMMARY = "checkpoint.json"  # beside a checkpoint's parts: when, what it holds, the sweep's progress
+# bench.sweep.kept's files, a final seed's model and test embeddings for a user to reuse: left out of a checkpoint
+KEPT = ("final_model.pt", "test_embeddings.npz")
+LOCK_TRIES = 20  # a paused worker holding a database's write lock is let go on for a moment this often
+LOCK_WAIT_S = 2.0  # how long each try waits for that lock
 
 
 class Refused(Exception):
@@ -119,7 +138,46 @@ class _Parts(io.RawIOBase):
         super().close()
 
 
-def pack(stores: Path, out: Path, part_mib: int, max_files: int, max_mib: int) -> list[Path]:
+def _write_pack(
+    members: list[tuple[Path, str]],
+    index: dict,
+    out: Path,
+    limits: tuple[float, int, int],
+    hint: str,
+) -> tuple[list[Path], int]:
+    """``members`` (file, name in the pack) and ``index`` as parts in OUT with their sums; the parts of an earlier
+    pack in OUT are replaced. ``limits``: the largest part and the most parts and MiB in all; ``hint``, what to do
+    when they are passed. Returns the parts and their total size."""
+    part_mib, max_files, max_mib = limits
+    with tempfile.TemporaryDirectory() as tmp:  # built aside, so a pack too large leaves OUT untouched
+        parts = _Parts(Path(tmp), int(part_mib * 2**20))
+        with tarfile.open(fileobj=parts, mode="w|gz") as tar:
+            data = json.dumps(index, indent=1).encode()
+            info = tarfile.TarInfo(INDEX)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+            for path, name in members:
+                tar.add(path, arcname=name, recursive=False)
+        parts.close()
+        total = sum(p.stat().st_size for p in parts.files)
+        if len(parts.files) > max_files or total > max_mib << 20:
+            raise TooLarge(
+                f"{total / 2**20:.1f} MiB in {len(parts.files)} parts exceeds the limits "
+                f"({max_files} files, {max_mib} MiB): {hint}"
+            )
+        out.mkdir(parents=True, exist_ok=True)
+        for old in out.glob(f"{PART}*"):
+            old.unlink()
+        sums = "".join(f"{_digest(p)}  {p.name}\n" for p in parts.files)
+        done = []
+        for p in parts.files:
+            shutil.move(p, out / p.name)
+            done.append(out / p.name)
+        (out / SUMS).write_text(sums)
+    return done, total
+
+
+def pack(stores: Path, out: Path, part_mib: float, max_files: int, max_mib: int) -> list[Path]:
     if not (stores / STAMP).exists():
         raise Refused(f"{stores}: no {STAMP}: run `stores_pack.py stamp` on arrival, before the sweep")
     record = json.loads((stores / STAMP).read_text())
@@ -132,31 +190,113 @@ def pack(stores: Path, out: Path, part_mib: int, max_files: int, max_mib: int) -
         for path in sorted(p for p in root.rglob("*") if p.is_file() and p.stat().st_mtime >= record["time"] - 1):
             members.append((path, f"roots/{i}/{path.relative_to(root).as_posix()}"))
     index = {**record, "roots": {str(i): str(r) for i, r in enumerate(roots)}}
-    with tempfile.TemporaryDirectory() as tmp:  # built aside, so a pack too large leaves OUT untouched
-        parts = _Parts(Path(tmp), part_mib << 20)
-        with tarfile.open(fileobj=parts, mode="w|gz") as tar:
-            data = json.dumps(index, indent=1).encode()
-            info = tarfile.TarInfo(INDEX)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-            for path, name in members:
-                tar.add(path, arcname=name, recursive=False)
-        parts.close()
-        total = sum(p.stat().st_size for p in parts.files)
-        if len(parts.files) > max_files or total > max_mib << 20:
-            raise TooLarge(
-                f"{total / 2**20:.1f} MiB in {len(parts.files)} parts exceeds what comes back "
-                f"({max_files} files, {max_mib} MiB): run shorter chunks"
-            )
-        out.mkdir(parents=True, exist_ok=True)
-        sums = "".join(f"{_digest(p)}  {p.name}\n" for p in parts.files)
-        done = []
-        for p in parts.files:
-            shutil.move(p, out / p.name)
-            done.append(out / p.name)
-        (out / SUMS).write_text(sums)
+    done, total = _write_pack(members, index, out, (part_mib, max_files, max_mib), "run shorter chunks")
     print(f"stores_pack: {len(members)} files, {total / 2**20:.1f} MiB in {len(done)} part(s) in {out}")
     return done
+
+
+class _Locked(Exception):
+    pass
+
+
+def _backup(db: Path, target: Path) -> None:
+    """A consistent copy of SQLite database ``db``, which workers may hold open, through SQLite's backup API."""
+    source = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=LOCK_WAIT_S, isolation_level=None)
+    copy = sqlite3.connect(target)
+    try:
+        # a read transaction first, which waits at most LOCK_WAIT_S for a writer that is committing: holding it, no
+        # writer can commit, so the backup copies in one step (Python's backup retries a busy source for ever)
+        source.execute("BEGIN")
+        source.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        source.backup(copy)
+    except sqlite3.OperationalError as e:  # a writer holds the database: its transaction is not committed yet
+        raise _Locked(str(e)) from None
+    finally:
+        copy.close()
+        source.close()
+
+
+def _signal(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:  # a worker that ended meanwhile holds nothing
+            pass
+
+
+def _snapshot(stores: Path, target: Path, pause: list[int]) -> None:
+    """The databases of STORES_DIR copied into ``target`` with the workers ``pause`` stopped; a stopped worker
+    that holds a write lock is let go on for a moment and stopped again."""
+    for attempt in range(LOCK_TRIES):
+        _signal(pause, signal.SIGSTOP)
+        try:
+            for name in DATABASES:
+                if (stores / name).exists():
+                    _backup(stores / name, target / name)
+            return
+        except _Locked as e:
+            if attempt == LOCK_TRIES - 1:
+                raise Refused(f"{stores}: a database stayed locked by a writer ({e}): nothing written") from None
+        finally:
+            _signal(pause, signal.SIGCONT)
+        time.sleep(LOCK_WAIT_S / 4)
+
+
+def _progress(optuna_db: Path) -> dict[str, int]:
+    """The sweep's Optuna trials by state (tuning trials and final seeds alike)."""
+    if not optuna_db.exists():
+        return {}
+    with sqlite3.connect(f"file:{optuna_db}?mode=ro", uri=True) as con:
+        return dict(con.execute("SELECT state, COUNT(*) FROM trials GROUP BY state").fetchall())
+
+
+def behind(stores: Path, out: Path) -> str:
+    """What the stores lack of the progress a checkpoint in OUT recorded ("" when nothing): fewer complete
+    trials than the checkpoint means they were left by an earlier session, and another went on from there."""
+    here = _progress(stores / "optuna.db").get("COMPLETE", 0)
+    there = json.loads((out / SUMMARY).read_text())["trials"].get("COMPLETE", 0)
+    return f"{here} complete trials here, {there} in the checkpoint" if here < there else ""
+
+
+def checkpoint(stores: Path, out: Path, part_mib: float, max_files: int, max_mib: int, pause: list[int]) -> None:
+    if not any((stores / name).exists() for name in DATABASES):
+        raise Refused(f"{stores}: no {' or '.join(DATABASES)}: not a sweep's stores")
+    with tempfile.TemporaryDirectory() as tmp:
+        copied = Path(tmp)
+        _snapshot(stores, copied, pause)
+        roots = artifact_roots(copied)
+        members = [(copied / n, f"stores/{n}") for n in DATABASES if (copied / n).exists()]
+        results = stores / "results"
+        files = sorted(p for p in results.rglob("*") if p.is_file()) if results.is_dir() else []
+        members += [(p, f"stores/{p.relative_to(stores).as_posix()}") for p in files]
+        left_out = 0
+        for i, root in enumerate(roots):
+            for path in sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []:
+                if path.name in KEPT:
+                    left_out += 1
+                else:
+                    members.append((path, f"roots/{i}/{path.relative_to(root).as_posix()}"))
+        # a checkpoint "arrived" as itself: `unpack` restores it where there is no database, or the same one
+        index = {
+            "arrived": {n: _digest(copied / n) for n in DATABASES},
+            "time": time.time(),
+            "roots": {str(i): str(r) for i, r in enumerate(roots)},
+        }
+        done, total = _write_pack(members, index, out, (part_mib, max_files, max_mib), "raise --max-mib")
+        summary = {
+            "made": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "stores": str(stores.resolve()),
+            "trials": _progress(copied / "optuna.db"),
+            "files": len(members),
+            "kept_files_left_out": left_out,
+            "parts": len(done),
+            "mib": round(total / 2**20, 2),
+        }
+        (out / SUMMARY).write_text(json.dumps(summary, indent=1) + "\n")
+    print(
+        f"stores_pack: checkpoint of {stores}: {len(members)} files ({left_out} kept models and embeddings left "
+        f"out), {total / 2**20:.1f} MiB in {len(done)} part(s) in {out}; trials {summary['trials']}"
+    )
 
 
 def _replace(source: Path, target: Path) -> None:
@@ -223,11 +363,25 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("pack")
     p.add_argument("stores", type=Path)
     p.add_argument("out", type=Path)
-    p.add_argument("--part-mib", type=int, default=15, help="the largest part (the machine returns files <= 16 MiB)")
+    p.add_argument("--part-mib", type=float, default=15, help="the largest part (the machine returns files <= 16 MiB)")
     p.add_argument(
         "--max-files", type=int, default=6, help="the most parts (8 files come back, the sums and logs among them)"
     )
     p.add_argument("--max-mib", type=int, default=60, help="the most in all (64 MiB come back)")
+    c = sub.add_parser("checkpoint")
+    c.add_argument("stores", type=Path)
+    c.add_argument("out", type=Path)
+    c.add_argument("--part-mib", type=float, default=1.9, help="the largest part (what a repository takes well)")
+    c.add_argument("--max-files", type=int, default=40, help="the most parts")
+    c.add_argument("--max-mib", type=int, default=64, help="the most in all")
+    c.add_argument(
+        "--pause", type=int, action="append", default=[], metavar="PID",
+        help="a worker to stop while the databases are copied (repeatable)",
+    )  # fmt: skip
+    b = sub.add_parser("behind", help="print what the stores lack of the checkpoint's progress, if anything")
+    b.add_argument("stores", type=Path)
+    b.add_argument("out", type=Path)
+    sub.add_parser("progress", help="the stores' Optuna trials by state").add_argument("stores", type=Path)
     u = sub.add_parser("unpack")
     u.add_argument("parts", type=Path)
     u.add_argument("stores", type=Path)
@@ -239,6 +393,12 @@ def main(argv: list[str] | None = None) -> int:
             stamp(args.stores)
         elif args.command == "pack":
             pack(args.stores, args.out, args.part_mib, args.max_files, args.max_mib)
+        elif args.command == "checkpoint":
+            checkpoint(args.stores, args.out, args.part_mib, args.max_files, args.max_mib, args.pause)
+        elif args.command == "behind":
+            print(behind(args.stores, args.out))
+        elif args.command == "progress":
+            print(json.dumps(_progress(args.stores / "optuna.db")))
         else:
             unpack(args.parts, args.stores)
     except Refused as e:

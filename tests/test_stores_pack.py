@@ -1,20 +1,26 @@
 """scripts/stores_pack.py: a chunk's records come back from a lent machine whole, in parts small enough to be
-returned, and are refused where they would replace records written here meanwhile. Real stores: an MLflow
-SQLite store whose experiment keeps its artifacts in an absolute folder outside it (a run carried from
+returned, and are refused where they would replace records written here meanwhile; a checkpoint of a sweep its
+workers are running restores on another machine and resumes to the tables of an uninterrupted run. Real stores:
+an MLflow SQLite store whose experiment keeps its artifacts in an absolute folder outside it (a run carried from
 elsewhere), and an Optuna SQLite storage."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import optuna
+import pandas as pd
 import pytest
-from _shared import load_script
+from _shared import RUNNER_TINY, cli, load_script
 from mlflow.tracking import MlflowClient
+
+from bench.sweep.tables import read
 
 
 def _script():  # type: ignore[no-untyped-def]
@@ -111,3 +117,101 @@ def test_a_pack_too_large_to_come_back_writes_nothing(carried, tmp_path: Path, c
     assert "run shorter chunks" in capsys.readouterr().err
     assert not out.exists()
     assert script.main(["pack", str(tmp_path / "nowhere"), str(out)]) == 2
+
+
+def _artifact_names(artifacts: Path) -> list[str]:
+    return sorted(p.name for p in artifacts.rglob("*") if p.is_file())
+
+
+def test_a_checkpoint_restores_the_records_but_the_kept_models(carried, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    here, _away, artifacts, _first = carried
+    script = _script()
+    _step(here, "second")
+    reader = sqlite3.connect(here / "optuna.db")  # a worker holding the storage open does not stop a checkpoint
+    reader.execute("SELECT COUNT(*) FROM trials").fetchone()
+    out = tmp_path / "checkpoint"
+    assert script.main(["checkpoint", str(here), str(out)]) == 0
+    reader.close()
+    summary = json.loads((out / "checkpoint.json").read_text())
+    assert summary["trials"] == {"COMPLETE": 2} and summary["kept_files_left_out"] == 0
+    (here / "w1.log").write_text("a worker's log\n")  # neither a record nor a table
+    kept = next(artifacts.rglob("payload"))  # now a final seed's kept model (bench.sweep.kept), which no step reads
+    kept.rename(kept.with_name("final_model.pt"))
+    assert script.main(["checkpoint", str(here), str(out), "--part-mib", "0.001"]) == 0
+    assert json.loads((out / "checkpoint.json").read_text())["kept_files_left_out"] == 1
+    parts = sorted(out.glob("stores.tgz.*"))
+    assert len(parts) > 1 and all(p.stat().st_size <= 1049 for p in parts)
+    assert script.main(["checkpoint", str(here), str(out)]) == 0  # a refresh leaves no part of the last one
+    assert [p.name for p in out.glob("stores.tgz.*")] == ["stores.tgz.00"]
+    shutil.rmtree(artifacts)  # another machine: nothing of the run but the checkpoint
+    there = tmp_path / "there"
+    assert script.main(["unpack", str(out), str(there)]) == 0
+    assert _trials(there) == 2 and (there / "results" / "sweep" / "trials.csv").read_text().count("\n") == 2
+    assert not (there / "w1.log").exists()  # only the stores' databases, results and artifacts
+    assert _artifact_names(artifacts) == ["payload"]  # the other run's artifact, back where its record says
+    assert script.main(["unpack", str(out), str(there)]) == 0  # the same databases there: restored again
+    _step(there, "later")
+    assert script.main(["unpack", str(out), str(there)]) == 2  # a store that went on is never replaced
+    assert _trials(there) == 3
+
+
+def test_a_checkpoint_waits_for_a_writer_then_refuses(carried, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    here, _away, _artifacts, _first = carried
+    script = _script()
+    script.LOCK_TRIES, script.LOCK_WAIT_S = 2, 0.1
+    writer = sqlite3.connect(here / "optuna.db", isolation_level=None)
+    writer.execute("BEGIN EXCLUSIVE")  # a worker stopped mid-commit holds the database
+    out = tmp_path / "checkpoint"
+    assert script.main(["checkpoint", str(here), str(out)]) == 2
+    assert "stayed locked" in capsys.readouterr().err and not out.exists()
+    writer.execute("ROLLBACK")
+    writer.close()
+    (tmp_path / "empty").mkdir()
+    assert script.main(["checkpoint", str(tmp_path / "empty"), str(out)]) == 2
+    assert "not a sweep's stores" in capsys.readouterr().err
+
+
+def _run(protocol: Path, stores: Path, data_root: Path):  # type: ignore[no-untyped-def]
+    return cli(
+        ["run", str(protocol), "--storage", f"sqlite:///{stores / 'optuna.db'}", "--tracking-uri",
+         str(stores / "mlflow.db"), "--results-dir", str(stores / "results"), "--data-root", str(data_root),
+         "--threads", "1", "--quiet"]
+    )  # fmt: skip
+
+
+def _count(db: Path, state: str) -> int:
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as con:
+            return con.execute("SELECT COUNT(*) FROM trials WHERE state = ?", (state,)).fetchone()[0]
+    except sqlite3.Error:  # not made yet
+        return 0
+
+
+@pytest.mark.slow  # two real sweeps in child processes
+def test_a_checkpoint_of_a_running_sweep_resumes_elsewhere_to_the_same_tables(tmp_path: Path, data_root: Path) -> None:
+    protocol = tmp_path / "tiny.yaml"
+    protocol.write_text(RUNNER_TINY.replace("ITERATIONS", "150"))
+    stores, clean, out = tmp_path / "stores", tmp_path / "clean", tmp_path / "checkpoint"
+    reference = _run(protocol, clean, data_root)  # the uninterrupted run, alongside
+    worker = _run(protocol, stores, data_root)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and worker.poll() is None:
+        if _count(stores / "optuna.db", "COMPLETE") >= 2 and _count(stores / "optuna.db", "RUNNING") >= 1:
+            break
+        time.sleep(0.05)
+    assert worker.poll() is None, "the sweep ended before its checkpoint"
+    assert _script().main(["checkpoint", str(stores), str(out), "--pause", str(worker.pid)]) == 0
+    assert json.loads((out / "checkpoint.json").read_text())["trials"].get("RUNNING", 0) >= 1  # mid-training
+    worker.kill()  # the machine is gone, and the stores with it
+    worker.communicate()
+    shutil.rmtree(stores)
+    assert _script().main(["unpack", str(out), str(stores)]) == 0
+    resumed = _run(protocol, stores, data_root)
+    text, _ = resumed.communicate(timeout=300)
+    assert resumed.returncode == 1, text  # finished; the diverging cell has no result
+    ref_text, _ = reference.communicate(timeout=300)
+    assert reference.returncode == 1, ref_text
+    a, b = read(clean / "results" / "tiny"), read(stores / "results" / "tiny")
+    for name in ("trials", "finals", "summary"):
+        pd.testing.assert_frame_equal(*(f[name].drop(columns=["wall_time_s"], errors="ignore") for f in (a, b)))
+    assert json.loads((stores / "results" / "tiny" / "manifest.json").read_text())["finished"]

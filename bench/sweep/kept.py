@@ -165,7 +165,8 @@ def load_final(
     if not {MODEL_FILE, EMBEDDINGS_FILE} <= names:
         raise BenchError(
             f"load_final: final seed {seed} of {cell} kept no model (its run {run.info.run_id} has no "
-            f"{MODEL_FILE}: the protocol had final.keep_models: false, or the seed failed)"
+            f"{MODEL_FILE}: the protocol had final.keep_models: false, the seed failed, or its stores were restored "
+            "from a checkpoint, which leaves kept models out)"
         )
     with tempfile.TemporaryDirectory() as tmp:
         state = torch.load(client.download_artifacts(run.info.run_id, MODEL_FILE, tmp), weights_only=True)

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# A sweep longer than a session, whose next session may get another machine: while a session runs its stores
+# live on this machine, between sessions in the repository as a checkpoint (checkpoints/NAME/, committed).
+# Every session runs the same command first:
+#
+#   bash scripts/long_run.sh start NAME        # restore the checkpoint where the stores are missing, start the workers
+#   bash scripts/long_run.sh checkpoint NAME   # refresh checkpoints/NAME from the stores, the workers paused a moment
+#   bash scripts/long_run.sh stop NAME         # SIGTERM the workers (each gives its running unit back), then wait
+#   bash scripts/long_run.sh status NAME       # the workers running, and the trials by state
+#
+# checkpoints/NAME/run.env fixes the run for all its parts: PROTOCOL (the protocol file), COMMIT (the code every
+# part runs, so no part trains with other code), TREE (a worktree at COMMIT with its own .venv, made by `start`
+# when missing; "." is this checkout, which must then be at COMMIT), STORES (the stores' folder: optuna.db,
+# mlflow.db, the artifacts, results/), WORKERS and THREADS (`dmlbench run --threads`). A checkpoint is what a
+# kill -9 of every worker would leave (`scripts/stores_pack.py checkpoint`); the runner resumes it, and records
+# each part's hardware in the manifest. Commit the refreshed checkpoint before the session ends.
+# CHECKPOINTS names another folder than checkpoints/ (the tests'); STAGGER_S (default 60) is the wait between
+# two workers' starts, so the first reads the data into the cache alone.
+# Exit: 0 done; 2 bad input (no run.env, a tree at another commit, workers already running for `start`).
+set -u
+cd "$(dirname "$0")/.."
+if [ $# -ne 2 ]; then
+    echo "usage: bash scripts/long_run.sh start|checkpoint|stop|status NAME" >&2
+    exit 2
+fi
+action=$1 name=$2
+here=$PWD
+dir=${CHECKPOINTS:-checkpoints}/$name
+[ -f "$dir/run.env" ] || { echo "long_run: $dir/run.env: no such file" >&2; exit 2; }
+# shellcheck source=/dev/null
+. "$dir/run.env"
+for key in PROTOCOL COMMIT TREE STORES WORKERS THREADS; do
+    [ -n "${!key:-}" ] || { echo "long_run: $dir/run.env sets no $key" >&2; exit 2; }
+done
+[ "$TREE" = . ] && TREE=$here
+
+workers() {  # the pids of this run's workers: their command lines name its Optuna storage
+    pgrep -f -- "dmlbench run .*--storage sqlite:///$STORES/optuna.db" || true
+}
+
+case $action in
+start)
+    [ -z "$(workers)" ] || { echo "long_run: $name's workers are running already: $(workers | xargs)" >&2; exit 2; }
+    if [ ! -d "$TREE" ]; then
+        git worktree add --detach "$TREE" "$COMMIT" || exit 2
+    fi
+    at=$(git -C "$TREE" rev-parse HEAD 2>/dev/null)
+    case $at in
+    "$COMMIT"*) ;;
+    *) echo "long_run: $TREE is at ${at:-no commit}, the run's parts all run $COMMIT" >&2; exit 2 ;;
+    esac
+    if [ ! -x "$TREE/.venv/bin/dmlbench" ]; then
+        make -C "$TREE" .venv/.installed || exit 2
+    fi
+    mkdir -p "$STORES"
+    if [ ! -f "$STORES/optuna.db" ] && [ -f "$dir/stores.sha256" ]; then
+        python3 scripts/stores_pack.py unpack "$dir" "$STORES" || exit 2
+    elif [ -f "$dir/checkpoint.json" ]; then
+        # stores left here by an earlier session, while a later one on another machine went on: resuming them
+        # and checkpointing would throw that work away
+        behind=$(python3 scripts/stores_pack.py behind "$STORES" "$dir") || exit 2
+        [ -z "$behind" ] || { echo "long_run: $STORES is behind the checkpoint ($behind): move it away to restore" >&2; exit 2; }
+    fi
+    for i in $(seq 1 "$WORKERS"); do
+        [ "$i" -eq 1 ] || sleep "${STAGGER_S:-60}"
+        # niced, in a session of its own: the workers outlive this shell and leave the cores to interactive work
+        # (every descriptor away from this shell's, so a caller reading its output is not held till they end)
+        (cd "$TREE" && exec setsid nohup nice -n 19 .venv/bin/dmlbench run "$PROTOCOL" --threads "$THREADS" --quiet \
+            --storage "sqlite:///$STORES/optuna.db" --tracking-uri "$STORES/mlflow.db" \
+            --results-dir "$STORES/results") >>"$STORES/w$i.log" 2>&1 </dev/null &
+    done
+    sleep 2
+    echo "long_run: $name: $WORKERS worker(s) started in $TREE ($COMMIT), stores $STORES, logs $STORES/w*.log"
+    ;;
+checkpoint)
+    pause=()
+    for pid in $(workers); do pause+=(--pause "$pid"); done
+    python3 scripts/stores_pack.py checkpoint "$STORES" "$dir" "${pause[@]}" || exit $?
+    echo "long_run: now commit $dir"
+    ;;
+stop)
+    pids=$(workers)
+    [ -z "$pids" ] || kill -TERM $pids
+    for pid in $pids; do
+        while kill -0 "$pid" 2>/dev/null; do sleep 1; done
+    done
+    echo "long_run: $name: $(echo $pids | wc -w) worker(s) stopped"
+    ;;
+status)
+    echo "long_run: $name: workers $(workers | xargs)"
+    python3 scripts/stores_pack.py progress "$STORES"
+    ;;
+*)
+    echo "long_run: unknown action $action (start, checkpoint, stop, status)" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,80 @@
+"""scripts/long_run.sh: a sweep that outlives its machine. Two workers start, a checkpoint is taken while they
+train, they stop; the stores are lost with the machine, and the same `start` restores the checkpoint and finishes
+the sweep. Stores older than the checkpoint are refused, and so is a second start."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from _shared import RUNNER_TINY
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _long_run(action: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", "scripts/long_run.sh", action, "tiny"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def _complete(stores: Path) -> int:
+    try:
+        with sqlite3.connect(f"file:{stores / 'optuna.db'}?mode=ro", uri=True, timeout=1) as con:
+            return con.execute("SELECT COUNT(*) FROM trials WHERE state = 'COMPLETE'").fetchone()[0]
+    except sqlite3.Error:  # not made yet
+        return 0
+
+
+@pytest.mark.slow  # two real workers, twice
+def test_a_run_restored_from_its_checkpoint_finishes(tmp_path: Path, data_root: Path) -> None:
+    protocol, checkpoints, stores = tmp_path / "tiny.yaml", tmp_path / "checkpoints", tmp_path / "stores"
+    protocol.write_text(RUNNER_TINY.replace("ITERATIONS", "1500"))
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    (checkpoints / "tiny").mkdir(parents=True)
+    (checkpoints / "tiny" / "run.env").write_text(
+        f"PROTOCOL={protocol}\nCOMMIT={commit}\nTREE=.\nSTORES={stores}\nWORKERS=2\nTHREADS=1\n"
+    )
+    env = {
+        **os.environ,
+        "CHECKPOINTS": str(checkpoints),
+        "STAGGER_S": "1",
+        "DMLBENCH_DATA": str(data_root),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",  # python3: this environment's
+    }
+    assert _long_run("start", env).returncode == 0
+    try:
+        again = _long_run("start", env)
+        assert again.returncode == 2 and "running already" in again.stderr
+        deadline = time.monotonic() + 120
+        while _complete(stores) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        done = _long_run("checkpoint", env)
+        assert done.returncode == 0, done.stderr
+    finally:
+        assert _long_run("stop", env).returncode == 0
+    summary = json.loads((checkpoints / "tiny" / "checkpoint.json").read_text())
+    assert summary["trials"]["COMPLETE"] >= 3
+    shutil.copytree(stores, tmp_path / "earlier")  # what this machine had when the checkpoint was taken
+    shutil.rmtree(stores)  # the machine is gone
+    assert _long_run("start", env).returncode == 0  # restored, resumed
+    deadline = time.monotonic() + 300
+    while "workers \n" not in _long_run("status", env).stdout and time.monotonic() < deadline:
+        time.sleep(1)
+    manifest = json.loads((stores / "results" / "tiny" / "manifest.json").read_text())
+    assert manifest["finished"]
+    finals = pd.read_csv(stores / "results" / "tiny" / "finals.csv")
+    assert {"triplet+none", "triplet+batch_hard"} <= set(finals.loc[finals["state"] == "COMPLETE", "cell"])
+    assert _long_run("checkpoint", env).returncode == 0
+    shutil.rmtree(stores)
+    (tmp_path / "earlier").rename(stores)  # a later session on the first machine finds its old stores
+    stale = _long_run("start", env)
+    assert stale.returncode == 2 and "behind the checkpoint" in stale.stderr
