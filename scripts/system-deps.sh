@@ -3,6 +3,7 @@
 #   dataset-fashion-mnist  the Fashion-MNIST files (/usr/share/datasets/fashion-mnist)
 #   chromium               renders the leaderboard page in a real headless browser
 #   postgresql             a real server for the shared-storage (many workers) test
+#   procps                 pgrep, with which scripts/long_run.sh finds a run's workers
 # Needs root (CI runs as root); without it, says what to install and exits 1.
 set -euo pipefail
 
@@ -10,6 +11,7 @@ need=()
 [ -d /usr/share/datasets/fashion-mnist ] || need+=(dataset-fashion-mnist)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+command -v pgrep >/dev/null 2>&1 || need+=(procps)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -ne 0 ]; then
