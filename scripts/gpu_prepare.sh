@@ -30,6 +30,13 @@ for d in ${DATASETS:-omniglot}; do
     [ -d "$data/$d" ] || { echo "gpu_prepare: $data/$d: no such folder (DMLBENCH_DATA names where the data lie)" >&2; exit 2; }
     cp -r "$data/$d" runs/gpu/data/
 done
+# a run of many sessions runs one commit's code in every part (checkpoints/NAME/run.env); the call runs this
+# checkout's, so say where the package differs from it (the manifest's cell_commits will list both)
+if [ -f "checkpoints/$name/run.env" ]; then
+    commit=$(sed -n 's/^COMMIT=//p' "checkpoints/$name/run.env")
+    git diff --quiet "$commit" HEAD -- bench || echo "gpu_prepare: warning: bench/ here differs from the run's" \
+        "commit ${commit:0:12} (git diff ${commit:0:12} HEAD -- bench): the chunk would train with other code"
+fi
 [ -n "$(ls .whl 2>/dev/null)" ] || bash scripts/gpu_wheels.sh
 tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -n 1 | cut -f1)
 carried=$(du -cb runs/gpu .whl | tail -n 1 | cut -f1)
