@@ -6,6 +6,9 @@
 #   bash scripts/long_run.sh start NAME        # restore the checkpoint where the stores are missing, start the workers
 #   bash scripts/long_run.sh checkpoint NAME   # refresh checkpoints/NAME from the stores, the workers paused a moment
 #   bash scripts/long_run.sh stop NAME         # SIGTERM the workers (each gives its running unit back), then wait
+#
+# At a session's end: stop, checkpoint, commit; the stores here then equal the checkpoint, and the next session,
+# here or elsewhere, goes on from the same place.
 #   bash scripts/long_run.sh status NAME       # the workers running, and the trials by state
 #
 # checkpoints/NAME/run.env fixes the run for all its parts: PROTOCOL (the protocol file), COMMIT (the code every
