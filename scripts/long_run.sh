@@ -45,6 +45,7 @@ case $action in
 start)
     [ -z "$(workers)" ] || { echo "long_run: $name's workers are running already: $(workers | xargs)" >&2; exit 2; }
     if [ ! -d "$TREE" ]; then
+        git worktree prune  # a worktree of that path removed by hand is still registered
         git worktree add --detach "$TREE" "$COMMIT" || exit 2
     fi
     at=$(git -C "$TREE" rev-parse HEAD 2>/dev/null)
