@@ -1,6 +1,6 @@
 """scripts/stores_pack.py: a chunk's records come back from a lent machine whole, in parts small enough to be
-returned, and are refused where they would replace records written here meanwhile; a checkpoint of a sweep its
-workers are running restores on another machine and resumes to the tables of an uninterrupted run. Real stores:
+returned, and are refused where they would replace records written here meanwhile; a checkpoint restores the
+records elsewhere (a running sweep's: tests/test_long_run.py). Real stores:
 an MLflow SQLite store whose experiment keeps its artifacts in an absolute folder outside it (a run carried from
 elsewhere), and an Optuna SQLite storage."""
 
@@ -10,17 +10,13 @@ import json
 import os
 import shutil
 import sqlite3
-import time
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import optuna
-import pandas as pd
 import pytest
-from _shared import RUNNER_TINY, cli, load_script
+from _shared import load_script
 from mlflow.tracking import MlflowClient
-
-from bench.sweep.tables import read
 
 
 def _script():  # type: ignore[no-untyped-def]
@@ -169,49 +165,3 @@ def test_a_checkpoint_waits_for_a_writer_then_refuses(carried, tmp_path: Path, c
     (tmp_path / "empty").mkdir()
     assert script.main(["checkpoint", str(tmp_path / "empty"), str(out)]) == 2
     assert "not a sweep's stores" in capsys.readouterr().err
-
-
-def _run(protocol: Path, stores: Path, data_root: Path):  # type: ignore[no-untyped-def]
-    return cli(
-        ["run", str(protocol), "--storage", f"sqlite:///{stores / 'optuna.db'}", "--tracking-uri",
-         str(stores / "mlflow.db"), "--results-dir", str(stores / "results"), "--data-root", str(data_root),
-         "--threads", "1", "--quiet"]
-    )  # fmt: skip
-
-
-def _count(db: Path, state: str) -> int:
-    try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as con:
-            return con.execute("SELECT COUNT(*) FROM trials WHERE state = ?", (state,)).fetchone()[0]
-    except sqlite3.Error:  # not made yet
-        return 0
-
-
-@pytest.mark.slow  # two real sweeps in child processes
-def test_a_checkpoint_of_a_running_sweep_resumes_elsewhere_to_the_same_tables(tmp_path: Path, data_root: Path) -> None:
-    protocol = tmp_path / "tiny.yaml"
-    protocol.write_text(RUNNER_TINY.replace("ITERATIONS", "150"))
-    stores, clean, out = tmp_path / "stores", tmp_path / "clean", tmp_path / "checkpoint"
-    reference = _run(protocol, clean, data_root)  # the uninterrupted run, alongside
-    worker = _run(protocol, stores, data_root)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and worker.poll() is None:
-        if _count(stores / "optuna.db", "COMPLETE") >= 2 and _count(stores / "optuna.db", "RUNNING") >= 1:
-            break
-        time.sleep(0.05)
-    assert worker.poll() is None, "the sweep ended before its checkpoint"
-    assert _script().main(["checkpoint", str(stores), str(out), "--pause", str(worker.pid)]) == 0
-    assert json.loads((out / "checkpoint.json").read_text())["trials"].get("RUNNING", 0) >= 1  # mid-training
-    worker.kill()  # the machine is gone, and the stores with it
-    worker.communicate()
-    shutil.rmtree(stores)
-    assert _script().main(["unpack", str(out), str(stores)]) == 0
-    resumed = _run(protocol, stores, data_root)
-    text, _ = resumed.communicate(timeout=300)
-    assert resumed.returncode == 1, text  # finished; the diverging cell has no result
-    ref_text, _ = reference.communicate(timeout=300)
-    assert reference.returncode == 1, ref_text
-    a, b = read(clean / "results" / "tiny"), read(stores / "results" / "tiny")
-    for name in ("trials", "finals", "summary"):
-        pd.testing.assert_frame_equal(*(f[name].drop(columns=["wall_time_s"], errors="ignore") for f in (a, b)))
-    assert json.loads((stores / "results" / "tiny" / "manifest.json").read_text())["finished"]
