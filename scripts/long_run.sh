@@ -36,6 +36,11 @@ for key in PROTOCOL COMMIT TREE STORES WORKERS THREADS; do
     [ -n "${!key:-}" ] || { echo "long_run: $dir/run.env sets no $key" >&2; exit 2; }
 done
 [ "$TREE" = . ] && TREE=$here
+# the data as this checkout finds it, wherever the tree lies (its own ../shared/data may not exist)
+if [ -z "${DMLBENCH_DATA:-}" ] && [ -d ../shared/data ]; then
+    DMLBENCH_DATA=$(cd ../shared/data && pwd)
+    export DMLBENCH_DATA
+fi
 
 workers() {  # the pids of this run's workers: their command lines name its Optuna storage
     pgrep -f -- "dmlbench run .*--storage sqlite:///$STORES/optuna.db" || true
