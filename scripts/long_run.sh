@@ -6,19 +6,19 @@
 #   bash scripts/long_run.sh start NAME        # restore the checkpoint where the stores are missing, start the workers
 #   bash scripts/long_run.sh checkpoint NAME   # refresh checkpoints/NAME from the stores, the workers paused a moment
 #   bash scripts/long_run.sh stop NAME         # SIGTERM the workers (each gives its running unit back), then wait
+#   bash scripts/long_run.sh status NAME       # the workers running, and the trials by state
 #
 # At a session's end: stop, checkpoint, commit; the stores here then equal the checkpoint, and the next session,
 # here or elsewhere, goes on from the same place.
-#   bash scripts/long_run.sh status NAME       # the workers running, and the trials by state
 #
 # checkpoints/NAME/run.env fixes the run for all its parts: PROTOCOL (the protocol file), COMMIT (the code every
 # part runs, so no part trains with other code), TREE (a worktree at COMMIT with its own .venv, made by `start`
 # when missing; "." is this checkout, which must then be at COMMIT), STORES (the stores' folder: optuna.db,
 # mlflow.db, the artifacts, results/), WORKERS and THREADS (`dmlbench run --threads`). A checkpoint is what a
 # kill -9 of every worker would leave (`scripts/stores_pack.py checkpoint`); the runner resumes it, and records
-# each part's hardware in the manifest. Commit the refreshed checkpoint before the session ends.
+# each part's hardware in the manifest.
 # CHECKPOINTS names another folder than checkpoints/ (the tests'); STAGGER_S (default 60) is the wait between
-# two workers' starts, so the first reads the data into the cache alone.
+# two workers' starts, so the first reads the data into the cache alone; NICE (default 19) their niceness.
 # Exit: 0 done; 2 bad input (no run.env, a tree at another commit, workers already running for `start`).
 set -u
 cd "$(dirname "$0")/.."
@@ -68,15 +68,21 @@ start)
         # stores left here by an earlier session, while a later one on another machine went on: resuming them
         # and checkpointing would throw that work away
         behind=$(python3 scripts/stores_pack.py behind "$STORES" "$dir") || exit 2
-        [ -z "$behind" ] || { echo "long_run: $STORES is behind the checkpoint ($behind): move it away to restore" >&2; exit 2; }
+        if [ -n "$behind" ]; then
+            echo "long_run: $STORES is behind the checkpoint ($behind): move it away to restore" >&2
+            exit 2
+        fi
     fi
     for i in $(seq 1 "$WORKERS"); do
         [ "$i" -eq 1 ] || sleep "${STAGGER_S:-60}"
-        # niced, in a session of its own: the workers outlive this shell and leave the cores to interactive work
-        # (every descriptor away from this shell's, so a caller reading its output is not held till they end)
-        (cd "$TREE" && exec setsid nohup nice -n 19 .venv/bin/dmlbench run "$PROTOCOL" --threads "$THREADS" --quiet \
-            --storage "sqlite:///$STORES/optuna.db" --tracking-uri "$STORES/mlflow.db" \
-            --results-dir "$STORES/results") >>"$STORES/w$i.log" 2>&1 </dev/null &
+        # in a session of its own, so the workers outlive this shell; niced, and so is the session's scheduling
+        # group (Linux's autogroup: a process's nice weighs only within its group), so they leave the cores to
+        # interactive work and tests; every descriptor away from this shell's, so a caller reading its output is
+        # not held till they end
+        (cd "$TREE" && exec setsid bash -c 'echo "$0" >/proc/self/autogroup 2>/dev/null; exec nohup nice -n "$0" "$@"' \
+            "${NICE:-19}" \
+            .venv/bin/dmlbench run "$PROTOCOL" --threads "$THREADS" --quiet --storage "sqlite:///$STORES/optuna.db" \
+            --tracking-uri "$STORES/mlflow.db" --results-dir "$STORES/results") >>"$STORES/w$i.log" 2>&1 </dev/null &
     done
     sleep 2
     echo "long_run: $name: $WORKERS worker(s) started in $TREE ($COMMIT), stores $STORES, logs $STORES/w*.log"

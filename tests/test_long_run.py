@@ -50,6 +50,7 @@ def test_a_run_restored_from_its_checkpoint_finishes(tmp_path: Path, data_root: 
         **os.environ,
         "CHECKPOINTS": str(checkpoints),
         "STAGGER_S": "1",
+        "NICE": "0",  # not behind the other tests of a parallel run
         "DMLBENCH_DATA": str(data_root),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",  # python3: this environment's
     }
