@@ -61,6 +61,7 @@ def collect(plan: Plan, storage: Any) -> Records:
     """Every finished trial and final run of the plan's cells, from the Optuna storage (each cell's studies,
     found by its key: a cell trained under an earlier version with the same cell key is read as it was);
     ``protocol_hash`` names the version the tables are of, ``cell_key`` what the row's records are keyed by."""
+    from bench.sweep.seeds import for_draw
     from bench.sweep.tuning import extra_seed_study, study_name
 
     protocol = plan.protocol
@@ -82,15 +83,22 @@ def collect(plan: Plan, storage: Any) -> Records:
         records.trials += trial_rows
         records.history[cell.id] = history(trial_rows)
         for r in range(draws):
-            studies = [study_name(protocol, cell, finals=True, draw=r)] + [
-                extra_seed_study(protocol, cell, r, k) for k in range(plan.budget.seeds_min, plan.budget.seeds)
+            seeds = for_draw(protocol, r).final_seeds
+            # (study, index of its slot 0 in final.seeds): the first seeds share the finals study, slot = index
+            studies = [(study_name(protocol, cell, finals=True, draw=r), 0)] + [
+                (extra_seed_study(protocol, cell, r, k), k) for k in range(plan.budget.seeds_min, plan.budget.seeds)
             ] * plan.budget.adaptive_seeds
-            for t in (t for name in studies for t in _counted(_study(storage, name))):
+            for t, index in (
+                (t, first + t.user_attrs["slot"]) for name, first in studies for t in _counted(_study(storage, name))
+            ):
                 a = t.user_attrs
+                # a seed given back (interrupted) is failed before its replacement is enqueued: read in between,
+                # or left so by a kill in between, it holds its slot with none of a run's attributes
+                given_back = "seed" not in a
                 row = {
                     **base,
                     **({"draw": r} if draws > 1 else {}),
-                    "seed": a["seed"],
+                    "seed": seeds[index] if given_back else a["seed"],
                     "params": _json(a.get("params", {})),
                     "train_fingerprint": a.get("train_fingerprint"),
                     "test_fingerprint": a.get("test_fingerprint"),
@@ -100,7 +108,8 @@ def collect(plan: Plan, storage: Any) -> Records:
                     f"val_{primary}": a.get("val_value"),
                 }
                 row.update({m: a.get("metrics", {}).get(m, math.nan) for m in metrics})
-                row.update({"state": t.state.name, "reason": a.get("reason", ""), **_code(a)})
+                reason = "given back (interrupted) before it recorded" if given_back else a.get("reason", "")
+                row.update({"state": t.state.name, "reason": reason, **_code(a)})
                 row["separate"] = a.get("separate")  # final.mode folds: the fold models scored alone (their mean)
                 records.finals.append(row)
     return records

@@ -283,6 +283,39 @@ def test_failed_final_seed_stays_visible_and_is_counted(sweep):
     assert (written["n_failed"] == 0).all()  # the real sweep: nothing failed in the finals
 
 
+def test_a_final_seed_given_back_mid_write_is_read_as_its_seed(sweep, tmp_path):
+    """Ctrl-C gives a final seed back in two writes (failed, then re-enqueued): a worker writing its tables in
+    between, or a kill in between, finds the slot held by a failed trial with no record. It is read as the seed
+    its slot stands for, a labelled FAIL row, not a crash; once re-enqueued, the slot is open again."""
+    from optuna.trial import TrialState
+
+    from bench.sweep.records import collect
+    from bench.sweep.tuning import study_name
+    from bench.sweep.tuning._slots import _requeue
+
+    root, path, _, _ = sweep
+    shutil.copy(root / "optuna.db", tmp_path / "optuna.db")
+    storage = open_storage(f"sqlite:///{tmp_path / 'optuna.db'}")
+    protocol = parse_protocol(path.read_text())
+    manifest = json.loads((root / "results" / "tiny" / "manifest.json").read_text())
+    p = plan(protocol.with_data(manifest["data_fingerprint"]))
+    cell = next(c for c in p.cells if c.id == "triplet+none")
+    name = study_name(p.protocol, cell, finals=True)
+    optuna.delete_study(study_name=name, storage=storage)  # its seeds not yet trained, in this copy
+    finals = SlotStudy(storage, name, len(protocol.final_seeds))
+    slot = finals.claim()
+    assert slot is not None and slot.slot == 0
+    storage.set_trial_state_values(slot.trial_id, TrialState.FAIL)  # abandon's first write
+
+    rows = [r for r in collect(p, storage).finals if r["cell"] == "triplet+none"]
+    assert [(r["seed"], r["state"]) for r in rows] == [(protocol.final_seeds[0], "FAIL")]
+    assert rows[0]["reason"].startswith("given back")
+
+    _requeue(finals.study, storage.get_trial(slot.trial_id), "interrupted")  # abandon's second
+    assert [r for r in collect(p, storage).finals if r["cell"] == "triplet+none"] == []
+    assert finals.open_slots()
+
+
 class RaisesLater(torch.nn.Module):
     """A plugin loss with a bug that shows only in training: its second call on raises (always, or only when
     trained on every training class, as the final seeds are); its first call, the pre-flight's, passes."""
