@@ -27,12 +27,13 @@ sysdeps:
 
 # lint, types and the docs build first: each is quick next to the tests and names the line of a broken rule,
 # signature or link
+# the slowest tests are listed at the end: CI's log shows where its time goes (the goal: under 20 minutes)
 test: $(STAMP) sysdeps
 	$(BIN)/ruff check bench tests benchmarks scripts
 	$(BIN)/ruff format --check bench tests benchmarks scripts
 	$(BIN)/mypy bench
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
-	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider
+	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider --durations=25
 
 # the documentation site (mkdocs.yml) into site/: strict, so a broken link, anchor or API reference fails;
 # nothing is downloaded while building (no web fonts, no plugin that fetches)
