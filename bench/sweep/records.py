@@ -19,6 +19,7 @@ from typing import Any
 
 from bench.plan import Plan, cell_key, trained_cell
 from bench.spec import EvaluationSpec
+from bench.sweep.seeds import for_draw
 
 
 def metric_names(evaluation: EvaluationSpec) -> list[str]:
@@ -61,7 +62,6 @@ def collect(plan: Plan, storage: Any) -> Records:
     """Every finished trial and final run of the plan's cells, from the Optuna storage (each cell's studies,
     found by its key: a cell trained under an earlier version with the same cell key is read as it was);
     ``protocol_hash`` names the version the tables are of, ``cell_key`` what the row's records are keyed by."""
-    from bench.sweep.seeds import for_draw
     from bench.sweep.tuning import extra_seed_study, study_name
 
     protocol = plan.protocol
