@@ -138,7 +138,13 @@ class Worker:
         }  # the device also tags every MLflow run (`dmlbench.device`), so a leaderboard read from MLflow shows it
         self.plan = replace(self.plan, protocol=self.protocol)
         moved = tables.claim_dir(self.results, self.protocol.shared_hash, self.protocol.data)
-        self.part = provenance.hardware()  # this worker's CPU and threads; the manifest lists every part's
+        # this worker's CPU, threads and the device it trains on (with --device, the override too): the
+        # manifest lists every part's, so a sweep resumed on a lent GPU says which parts trained there
+        self.part = {
+            **provenance.hardware(),
+            "device": self.code["device"],
+            **({"device_override": self.options.device} if self.options.device else {}),
+        }
         earlier = (tables.read_manifest(self.results) or {}).get("hardware") or []
         self._warn_threads(earlier)
         self.fingerprints = self.prepared.fingerprints()

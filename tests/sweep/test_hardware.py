@@ -13,6 +13,7 @@ import torch
 from _shared import MINIMAL
 
 from bench.cli import main
+from bench.devices import cpu_model
 from bench.stores import provenance
 
 XEON = """\
@@ -87,5 +88,8 @@ def test_the_manifest_and_mlflow_record_the_cpu_and_threads_and_a_resume_with_ot
         assert len(err) == 1 and "trains with 2 thread(s)" in err[0] and "so far with 1" in err[0], err
         manifest = json.loads((tmp_path / "results" / "tiny" / "manifest.json").read_text())
         assert manifest["threads"] == 2 and [p["threads"] for p in manifest["hardware"]] == [1, 2]
+        model = cpu_model()  # as every record's `device` names the CPU
+        assert [p["device"] for p in manifest["hardware"]] == [f"cpu: {model} (1 thread)", f"cpu: {model} (2 threads)"]
+        assert not any("device_override" in p for p in manifest["hardware"])
     finally:
         torch.set_num_threads(before)

@@ -131,6 +131,8 @@ def test_a_device_override_is_recorded_in_the_manifest(tmp_path, data_root):
     manifest = json.loads((tmp_path / "results" / "tiny" / "manifest.json").read_text())
     assert manifest["device_override"] == "cpu"
     assert "device: cuda" in manifest["protocol_text"]  # the file as written, its hash unchanged
+    (part,) = manifest["hardware"]  # the part itself names where it trained, whoever writes the manifest next
+    assert part["device_override"] == "cpu" and part["device"].startswith("cpu: ")
 
 
 def test_a_trial_still_running_at_the_limit_is_given_back(tmp_path, data_root, capsys):
