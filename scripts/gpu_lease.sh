@@ -4,9 +4,10 @@
 #
 #   bash scripts/gpu_lease.sh PROTOCOL [SECONDS]      # SECONDS: the call's limit (default 570)
 #
-# SKIP_CHECKS=1 leaves out the checks (a second call on a warm machine); their logs go to ./gpu-checks, not
-# $OUT, whose 8 returned files are kept for the records. WORKERS (default 8) sweep workers share the GPU
-# (`scripts/gpu_chunk.sh`); CHECK=2 runs the finished sweep's budget check instead. Here, afterwards:
+# SKIP_CHECKS=1 leaves out the checks (a second call on a warm machine, made without carrying runs/gpu: the
+# stores there have moved on with the first chunk, and a carried copy would replace them); the checks' logs go
+# to ./gpu-checks, not $OUT, whose 8 returned files are kept for the records. WORKERS (default 8) sweep workers
+# share the GPU (`scripts/gpu_chunk.sh`); CHECK=2 runs the finished sweep's budget check instead. Here, afterwards:
 # `python3 scripts/stores_pack.py unpack RETURNED_FOLDER runs/gpu/stores`, then copy the databases and
 # results/NAME back where the sweep keeps them.
 set -u
