@@ -253,6 +253,8 @@ def _progress(optuna_db: Path) -> dict[str, int]:
 def behind(stores: Path, out: Path) -> str:
     """What the stores lack of the progress a checkpoint in OUT recorded ("" when nothing): fewer complete
     trials than the checkpoint means they were left by an earlier session, and another went on from there."""
+    if not (out / SUMMARY).is_file():
+        raise Refused(f"{out}: no {SUMMARY}: not a checkpoint (the order is: behind STORES_DIR CHECKPOINT_DIR)")
     here = _progress(stores / "optuna.db").get("COMPLETE", 0)
     there = json.loads((out / SUMMARY).read_text())["trials"].get("COMPLETE", 0)
     return f"{here} complete trials here, {there} in the checkpoint" if here < there else ""

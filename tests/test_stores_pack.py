@@ -149,6 +149,15 @@ def test_a_checkpoint_restores_the_records_but_the_kept_models(carried, tmp_path
     _step(there, "later")
     assert script.main(["unpack", str(out), str(there)]) == 2  # a store that went on is never replaced
     assert _trials(there) == 3
+    assert script.main(["behind", str(there), str(out)]) == 0  # ahead of the checkpoint: nothing lacking
+
+
+def test_behind_names_a_folder_that_holds_no_checkpoint(carried, capsys) -> None:  # type: ignore[no-untyped-def]
+    here, _away, _artifacts, _first = carried
+    capsys.readouterr()
+    assert _script().main(["behind", str(here), str(here)]) == 2  # the stores given as the checkpoint too
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a checkpoint" in err[0], err
 
 
 def test_a_checkpoint_waits_for_a_writer_then_refuses(carried, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
