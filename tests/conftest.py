@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,29 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 
 # Two cores and `pytest -n 2`: one intra-op thread per worker avoids oversubscription.
 torch.set_num_threads(1)
+
+# Temporary folders on a RAM file system where the machine has one with room (set before pytest makes its
+# base folder, and inherited by the xdist workers and every subprocess): the tests' Optuna and MLflow
+# SQLite stores fsync on each commit, milliseconds apiece on a virtual disk against a tenth of one on
+# tmpfs, and a session commits tens of thousands of times (docs/benchmarks.md has the measurement). Nothing a test checks needs data to outlive the machine: a
+# kill -9 leaves the page cache, so resume tests see what they would on disk. A TMPDIR already set wins.
+RAM_TMP = Path("/dev/shm")
+RAM_TMP_ROOM = 8 << 30  # a whole session writes ~3 GiB
+
+
+def _ram_temp_root() -> None:
+    if "TMPDIR" in os.environ or not (RAM_TMP.is_dir() and os.access(RAM_TMP, os.W_OK)):
+        return
+    stat = os.statvfs(RAM_TMP)
+    if stat.f_bavail * stat.f_frsize < RAM_TMP_ROOM:
+        return
+    root = RAM_TMP / f"dmlbench-tests-{os.getuid()}"
+    root.mkdir(mode=0o755, exist_ok=True)
+    os.environ["TMPDIR"] = str(root)
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+
+
+_ram_temp_root()
 
 
 @pytest.fixture(scope="session")
