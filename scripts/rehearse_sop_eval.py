@@ -16,7 +16,8 @@ evaluates it; this script times one such evaluation here at real size.
    through the evaluation loader and every metric of the protocol is computed, exactly a floor seed's
    work, a final seed's too but for its training) in this process, and prints the wall time by part, the
    peak memory (this process and the loader's workers) and `dmlbench plan`'s estimate of the same
-   evaluation (`bench.plan.cost`: the trunk and the loader timed here just before, as `plan` times them).
+   evaluation (`bench.plan.cost`: the trunk's embedding and the loader timed here just before, as `plan`
+   times them; plan's training steps are not timed, an evaluation trains nothing).
 
     .venv/bin/python scripts/rehearse_sop_eval.py --root /tmp/sop-rehearsal --generate --run --threads 2
 
@@ -139,7 +140,8 @@ def run(root: Path, device: str, threads: int | None) -> dict:
     out["prepare_s"] = round(time.perf_counter() - began, 1)
     out["test_images"] = len(prepared.test.y)
     began = time.perf_counter()
-    cost = measured_cost(protocol, measure_trunk(protocol, threads=threads))
+    # the embedding only: an evaluation trains nothing, and one BN-Inception step at SOP's batch takes minutes
+    cost = measured_cost(protocol, measure_trunk(protocol, threads=threads, train_steps=False))
     rate, source = measure_loader(protocol, str(root))  # plan's own: the training loader's rate timed here
     cost, _ = bounded_by_loader(protocol, cost, rate, source)  # on the CPU: each evaluated image decoded too
     out["plan_loader_images_per_s"] = None if rate is None else round(rate, 1)

@@ -25,6 +25,7 @@ What is not timed here: the loss and miner (a small fixed term a step, or
 from __future__ import annotations
 
 import inspect
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -109,12 +110,18 @@ def _optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
 
 
 def measure_trunk(
-    protocol: Protocol, budget_s: float = 3.0, threads: int | None = None, embed_batch: int = EMBED_BATCH
+    protocol: Protocol,
+    budget_s: float = 3.0,
+    threads: int | None = None,
+    embed_batch: int = EMBED_BATCH,
+    train_steps: bool = True,
 ) -> Measured:
     """Time the protocol's trunk here: training steps for up to about ``budget_s`` seconds, then embedding
     for up to about half that (each at least once after a warm-up). ``threads``: torch CPU threads while
     timing (None: as set now, what `run` uses without ``--threads``); ``embed_batch``: the batch evaluation
-    embeds in (`EMBED_BATCH`, or the whole test set when it is smaller)."""
+    embeds in (`EMBED_BATCH`, or the whole test set when it is smaller). ``train_steps=False`` times the
+    embedding only (``step_s`` NaN, ``steps`` 0, the slowdown that of the embedding): for an estimate of
+    evaluation alone, which trains nothing, where a large trunk's step costs minutes on a CPU core."""
     spec = protocol.spec
     model, training = spec.model, spec.training
     assert training.optimizer in OPTIMIZERS
@@ -131,11 +138,17 @@ def measure_trunk(
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # every RNG left as it was
             torch.manual_seed(0)
             cpu_before, wall_before = time.process_time(), time.perf_counter()
-            step_s, steps, trunk = _time_steps(model, training, config, in_shape, batch, device, budget_s)
+            if train_steps:
+                step_s, steps, trunk = _time_steps(model, training, config, in_shape, batch, device, budget_s)
+            else:
+                step_s, steps = math.nan, 0
+                trunk = _stepper(model, training, config, in_shape, batch, device).trunk  # type: ignore[attr-defined]
             cpu, wall = time.process_time() - cpu_before, time.perf_counter() - wall_before
             embed_s, timed_batch = _time_embedding(  # in the precision every score embeds in
                 trunk, in_shape, device, budget_s / 2, max(1, min(embed_batch, EMBED_BATCH)), spec.scored_in
             )
+            if not train_steps:  # the slowdown of what was timed
+                cpu, wall = time.process_time() - cpu_before, time.perf_counter() - wall_before
     finally:
         torch.set_num_threads(before)
     slowdown = max(1.0, wall * used / cpu) if device.type == "cpu" and cpu > 0 else 1.0
