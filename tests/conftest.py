@@ -126,6 +126,26 @@ def _calls_a_sweep(item: pytest.Item) -> bool:
     return any(call in body for call in SLOW_CALLS)
 
 
+# The longest test files, longest first (90-370 s of one worker each on a 2-core CPU: benchmarks/README.md).
+# `make test` hands whole files to its two workers (`--dist loadfile`: a file's module fixtures, sweeps of
+# a minute, are built once) and gives a worker the next file when it frees; so these run first, and no
+# long file met last keeps one worker busy while the other idles (longest first, the classic rule).
+FIRST = (
+    "tests/test_determinism.py",
+    "tests/sweep/test_runner.py",
+    "tests/protocol/test_field_protocols.py",
+    "tests/stores/test_faults.py",
+    "tests/test_smoke.py",
+    "tests/sweep/test_halving.py",
+    "tests/test_long_run.py",
+    "tests/test_training.py",
+    "tests/test_bad_inputs.py",
+    "tests/test_gpu_chunk.py",
+    "tests/sweep/test_stop_after.py",
+    "tests/data/test_own_data.py",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "slow" in item.keywords:
@@ -133,3 +153,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         name = getattr(item, "originalname", item.name)
         if name in SLOW_TESTS or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) or _calls_a_sweep(item):
             item.add_marker(pytest.mark.slow)
+    rank = {path: i for i, path in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(FIRST)))  # stable: files stay whole
