@@ -33,7 +33,7 @@ test: $(STAMP) sysdeps
 	$(BIN)/ruff format --check bench tests benchmarks scripts
 	$(BIN)/mypy bench
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile -p no:cacheprovider --durations=25
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -p no:cacheprovider --durations=25
 
 # the documentation site (mkdocs.yml) into site/: strict, so a broken link, anchor or API reference fails;
 # nothing is downloaded while building (no web fonts, no plugin that fetches)

@@ -128,7 +128,8 @@ def _calls_a_sweep(item: pytest.Item) -> bool:
 
 # The longest test files, longest first (90-370 s of one worker each on a 2-core CPU: benchmarks/README.md).
 # `make test` hands whole files to its two workers (`--dist loadfile`: a file's module fixtures, sweeps of
-# a minute, are built once) and gives a worker the next file when it frees; so these run first, and no
+# a minute, are built once) and, with `--no-loadscope-reorder`, in this order (xdist would otherwise order
+# files by their count of tests), the next file to a worker as it frees; so these run first, and no
 # long file met last keeps one worker busy while the other idles (longest first, the classic rule).
 FIRST = (
     "tests/test_determinism.py",

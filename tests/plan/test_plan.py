@@ -302,7 +302,7 @@ def test_the_trunk_is_timed_here_at_the_protocols_shape(grid_plan):
     # the embedding alone (an evaluation's estimate): no step timed, the embedding timed as above
     alone = measure_trunk(protocol, budget_s=0.5, threads=1, embed_batch=64, train_steps=False)
     assert alone.steps == 0 and alone.step_s != alone.step_s  # NaN: nothing to stand for a step's time
-    assert alone.embed_s > 0 and alone.embed_batch == m.embed_batch and alone.slowdown >= 1.0
+    assert alone.embed_s > 0 and 16 <= alone.embed_batch <= 64 and alone.slowdown >= 1.0  # the budget sizes it
     timed = plan(protocol, measure=True, threads=1)
     cost = timed.cost
     assert cost.threads == 1 and cost.ref_batch == 32 and cost.ref_pixels == 28 * 28 and cost.ref_hw == (28, 28)
