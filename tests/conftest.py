@@ -19,8 +19,9 @@ torch.set_num_threads(1)
 # Temporary folders on a RAM file system where the machine has one with room (set before pytest makes its
 # base folder, and inherited by the xdist workers and every subprocess): the tests' Optuna and MLflow
 # SQLite stores fsync on each commit, milliseconds apiece on a virtual disk against a tenth of one on
-# tmpfs, and a session commits tens of thousands of times (docs/benchmarks.md has the measurement). Nothing a test checks needs data to outlive the machine: a
-# kill -9 leaves the page cache, so resume tests see what they would on disk. A TMPDIR already set wins.
+# tmpfs, and a session commits tens of thousands of times (benchmarks/README.md has the measurement).
+# Nothing a test checks needs data to outlive the machine: a kill -9 leaves the page cache, so resume
+# tests see what they would on disk. A TMPDIR already set wins.
 RAM_TMP = Path("/dev/shm")
 RAM_TMP_ROOM = 8 << 30  # a whole session writes ~3 GiB
 
