@@ -114,6 +114,27 @@ class Results:
         return None
 
     @property
+    def unreported(self) -> list[str]:
+        """Cells of the whole grid with no final row, or refused by the budget audit.
+
+        The grid is every planned cell, all jobs' under `run --cells` (the manifest's ``planned_cells``, else
+        its ``cells``, else the re-planned protocol's). While one of them has no result the grid's best cell
+        is unknown: it may be that one. A cell whose every trial failed in a finished sweep (a summary row
+        with no seed) has its result: it failed.
+        """
+        m = self.manifest
+        listed = m.get("planned_cells") if isinstance(m.get("planned_cells"), list) else m.get("cells")
+        if isinstance(listed, list):
+            grid = [str(c) for c in listed]
+        else:
+            grid = [c.id for c in self.plan.cells] if self.plan is not None else []
+        known = {trained_cell(c) for c in self.reported_cells}
+        s = self.summary
+        if m.get("finished") and s is not None and {"cell", "n_seeds"} <= set(s.columns):
+            known |= {trained_cell(c) for c in s.loc[s["n_seeds"] == 0, "cell"].astype(str)}
+        return [c for c in dict.fromkeys([*grid, *self.refused]) if c not in known]
+
+    @property
     def refused(self) -> dict[str, str]:
         """Cells the runner's budget audit refused: never reported beside the others."""
         r = self.manifest.get("refused") or {}

@@ -186,6 +186,62 @@ def test_verdicts_on_a_real_sweep(sweep_copy: Path, tmp_path: Path, capsys: pyte
     assert all(k in printed for k in got)
 
 
+def test_the_best_cell_is_unknown_while_a_planned_cell_has_no_result(sweep_copy: Path, tmp_path: Path) -> None:
+    """Results with a planned cell missing (an unfinished run, one job of a split sweep) judge the claims on the
+    cells they have and none on "best": the best of the cells that have results is another claim. Once no cell
+    has a completed seed, "best" is not testable either."""
+    (sweep_copy / "floor.csv").unlink(missing_ok=True)
+    manifest = json.loads((sweep_copy / "manifest.json").read_text())
+    cf = _claims_file(tmp_path / "c.yaml", manifest["protocol"])
+
+    def verdicts(out: str) -> dict[str, dict]:
+        assert main(["claims", str(cf), "--results", str(sweep_copy), "--out", str(tmp_path / out), "-q"]) == 0
+        return {v["id"]: v for v in json.loads((tmp_path / out / "claims-c.json").read_text())["verdicts"]}
+
+    whole = verdicts("whole")
+    best = whole["people"]["records"]["cells"][0]
+    assert whole["people"]["verdict"] != "not testable"
+    gone = next(c for c in CELLS if c != best)  # the best of the rest is the same cell: a verdict was possible
+    finals = pd.read_csv(sweep_copy / "finals.csv")
+    finals[finals["cell"] != gone].to_csv(sweep_copy / "finals.csv", index=False)
+    (sweep_copy / "manifest.json").write_text(json.dumps({**manifest, "finished": None}))  # mid-sweep tables
+    part = verdicts("part")
+    assert part["people"]["verdict"] == "not testable"
+    assert (
+        f"the best cell of the grid is unknown: 1 planned cell(s) have no result ({gone})" in part["people"]["reason"]
+    )
+    for cid, v in part.items():
+        named = set(v["records"]["cells"]) if "records" in v else set()
+        if cid == "people":
+            continue
+        if gone in {c for c in (whole[cid]["records"]["cells"])}:
+            assert v["verdict"] == "not testable" and f"cell {gone} has no result" in v["reason"], v
+        else:  # the same cells, the same effect and interval (Holm's correction counts fewer claims)
+            assert named == set(whole[cid]["records"]["cells"]) and v["verdict"] != "not testable"
+            assert (v["effect"], v["ci_low"], v["ci_high"]) == pytest.approx(
+                (whole[cid]["effect"], whole[cid]["ci_low"], whole[cid]["ci_high"])
+            )
+
+    # A finished sweep whose cell failed every trial (a summary row with no seed): that cell's result is
+    # known, it failed, and the best of the others is the grid's best.
+    summary = pd.read_csv(sweep_copy / "summary.csv")
+    summary.loc[summary["cell"] == gone, "n_seeds"] = 0
+    summary.to_csv(sweep_copy / "summary.csv", index=False)
+    (sweep_copy / "manifest.json").write_text(json.dumps(manifest))
+    failed_cell = verdicts("failed-cell")
+    assert failed_cell["people"]["verdict"] == whole["people"]["verdict"]
+    assert failed_cell["people"]["records"]["cells"] == [best]
+
+    # No completed seed in any cell: the command refuses the folder (exit 2), and a claim on "best" judged on
+    # such results in memory is not testable rather than an error.
+    (sweep_copy / "manifest.json").write_text(json.dumps({**manifest, "finished": None}))
+    finals.assign(state="FAIL").to_csv(sweep_copy / "finals.csv", index=False)
+    assert main(["claims", str(cf), "--results", str(sweep_copy), "--out", str(tmp_path / "none")]) == 2
+    res = Results(sweep_copy, manifest, finals.assign(state="FAIL"))
+    v = _judge("reaches", {}, res, cell="best", value=0.3)
+    assert v.verdict == "not testable" and "the best cell of the grid is unknown: no cell has a result" in v.reason
+
+
 def test_results_dir_from_the_claims_file(sweep_copy: Path, tmp_path: Path) -> None:
     manifest = json.loads((sweep_copy / "manifest.json").read_text())
     cf = _claims_file(tmp_path / "c.yaml", manifest["protocol"], results=sweep_copy)

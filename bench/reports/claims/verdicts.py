@@ -231,6 +231,8 @@ def _untestable(res: Results, cell: str, name: str, claim: dict[str, Any]) -> st
             return f"cell {cell} was refused by the budget audit ({res.refusal(cell)})"
         if cell in res.reported_cells:
             return f"cell {cell} has no completed final seed ({len(res.failed(cell))} failed)"
+        if cell in res.unreported:
+            return f"cell {cell} has no result: no final seed is recorded (not run, or the run is unfinished)"
         return f"the grid has no cell {cell!r} (no cell {cell!r} in {res.root})"
     n = len(res.values(cell, res.primary))
     if n < 2:
@@ -282,15 +284,23 @@ def judge(claim: dict[str, Any], res: Results, cf: ClaimsFile) -> Verdict:
         if kind in ("reaches", "against_reference")
         else list(claim["cells"])
     )
-    cells = [best_cell(res) if n == "best" else n for n in names]
+    # "best" is the best of the whole grid: while a planned cell has no result (an unfinished run, a job of
+    # `run --cells`, a cell the budget audit refused) or no cell has a completed seed, it is not known, and
+    # the best of the rest would be another claim
+    unknown = "best" in names and (res.unreported or not res.cells)
+    cells = [best_cell(res) if n == "best" and not unknown else n for n in names]
     if len(set(cells)) < len(cells):
         raise BenchError(f"{cf.path}: claim {cid}: a cell is named twice ({', '.join(cells)})")
     grid = set(res.reported_cells) | set(res.refused) | ({c.id for c in res.plan.cells} if res.plan else set())
     for cell in cells:  # a name the grid does not hold is a typo in the claims file, as `run --cells` treats it
-        if cell not in grid:
+        if cell not in grid and not (unknown and cell == "best"):
             raise BenchError(
                 f"{cf.path}: claim {cid}: no cell {cell!r} in {res.protocol}; cells: {', '.join(sorted(grid))}"
             )
+    if unknown:
+        gaps = res.unreported
+        gap = f"{len(gaps)} planned cell(s) have no result ({', '.join(gaps)})" if gaps else "no cell has a result"
+        return _refused(claim, metric, cells, f"the best cell of the grid is unknown: {gap}")
     for name, cell in zip(names, cells):
         why = _untestable(res, cell, name, claim)
         if why:
