@@ -119,8 +119,8 @@ class Results:
 
         The grid is every planned cell, all jobs' under `run --cells` (the manifest's ``planned_cells``, else
         its ``cells``, else the re-planned protocol's). While one of them has no result the grid's best cell
-        is unknown: it may be that one. A cell whose every trial failed in a finished sweep (a summary row
-        with no seed) has its result: it failed.
+        is unknown: it may be that one. A cell whose every trial failed in a finished sweep
+        (`failed_every_trial`) has its result: it failed.
         """
         m = self.manifest
         listed = m.get("planned_cells") if isinstance(m.get("planned_cells"), list) else m.get("cells")
@@ -128,11 +128,20 @@ class Results:
             grid = [str(c) for c in listed]
         else:
             grid = [c.id for c in self.plan.cells] if self.plan is not None else []
-        known = {trained_cell(c) for c in self.reported_cells}
-        s = self.summary
-        if m.get("finished") and s is not None and {"cell", "n_seeds"} <= set(s.columns):
-            known |= {trained_cell(c) for c in s.loc[s["n_seeds"] == 0, "cell"].astype(str)}
+        known = {trained_cell(c) for c in self.reported_cells} | set(self.failed_every_trial)
         return [c for c in dict.fromkeys([*grid, *self.refused]) if c not in known]
+
+    @property
+    def failed_every_trial(self) -> list[str]:
+        """Cells of a finished sweep whose every tuning trial failed: a summary row with no seed and no final
+        row (mid-sweep such a cell may still be tuning)."""
+        s = self.summary
+        if not self.manifest.get("finished") or s is None or not {"cell", "n_seeds"} <= set(s.columns):
+            return []
+        rows = {trained_cell(c) for c in self.finals["cell"].astype(str)} if "cell" in self.finals else set()
+        return [
+            c for c in dict.fromkeys(s.loc[s["n_seeds"] == 0, "cell"].astype(str).map(trained_cell)) if c not in rows
+        ]
 
     @property
     def refused(self) -> dict[str, str]:

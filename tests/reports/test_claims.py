@@ -214,7 +214,7 @@ def test_the_best_cell_is_unknown_while_a_planned_cell_has_no_result(sweep_copy:
         named = set(v["records"]["cells"]) if "records" in v else set()
         if cid == "people":
             continue
-        if gone in {c for c in (whole[cid]["records"]["cells"])}:
+        if gone in whole[cid]["records"]["cells"]:
             assert v["verdict"] == "not testable" and f"cell {gone} has no result" in v["reason"], v
         else:  # the same cells, the same effect and interval (Holm's correction counts fewer claims)
             assert named == set(whole[cid]["records"]["cells"]) and v["verdict"] != "not testable"
@@ -231,6 +231,12 @@ def test_the_best_cell_is_unknown_while_a_planned_cell_has_no_result(sweep_copy:
     failed_cell = verdicts("failed-cell")
     assert failed_cell["people"]["verdict"] == whole["people"]["verdict"]
     assert failed_cell["people"]["records"]["cells"] == [best]
+    for cid, v in failed_cell.items():
+        if gone in whole[cid]["records"]["cells"]:
+            assert (
+                v["verdict"] == "not testable"
+                and f"cell {gone} has no result: every tuning trial failed" in v["reason"]
+            )
 
     # No completed seed in any cell: the command refuses the folder (exit 2), and a claim on "best" judged on
     # such results in memory is not testable rather than an error.

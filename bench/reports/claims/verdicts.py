@@ -233,6 +233,8 @@ def _untestable(res: Results, cell: str, name: str, claim: dict[str, Any]) -> st
             return f"cell {cell} has no completed final seed ({len(res.failed(cell))} failed)"
         if cell in res.unreported:
             return f"cell {cell} has no result: no final seed is recorded (not run, or the run is unfinished)"
+        if cell in res.failed_every_trial:
+            return f"cell {cell} has no result: every tuning trial failed"
         return f"the grid has no cell {cell!r} (no cell {cell!r} in {res.root})"
     n = len(res.values(cell, res.primary))
     if n < 2:
