@@ -42,6 +42,7 @@ from bench.errors import BenchError
 from bench.plan import Cell, cell_key
 from bench.protocol import Protocol
 from bench.stores import retry
+from bench.stores.mlflow_template import seed_new_store
 from bench.stores.tracking import check_reachable, search_all
 from bench.stores.urls import parse, redact, sqlite_path
 
@@ -97,6 +98,9 @@ class MlflowWriter:
         target = _target(uri)
         with _creation_lock(uri):
             if target is None:
+                path = sqlite_path(uri)
+                if path is not None:
+                    seed_new_store(path)  # a new local store: a copy of an empty one, not MLflow's migrations
                 self._open(uri, experiment)
             else:  # reached a moment ago: a server going away now is waited for, as later
                 retry.call(target, lambda: self._open(uri, experiment))
