@@ -21,6 +21,7 @@ from bench import registry
 from bench.cell import build_cell, classes_of
 from bench.errors import BenchError
 from bench.evaluation import evaluate, pair_scorer_of
+from bench.metrics import geometry
 from bench.spec import DataSpec, LoaderSpec, SplitSpec, ValidationSpec
 from bench.stores import provenance, tracking
 from bench.stores.mlflow_runs import MlflowWriter
@@ -161,7 +162,6 @@ def train_and_evaluate(
     the resize mode and channels (default: every class, stretched, as stored).
     """
     from bench import data as datasets
-    from bench.metrics import geometry
     from bench.sweep.prepare import load_sides, make_guard, select_sides
 
     check_config(config)

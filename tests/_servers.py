@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.stores.mlflow_template import seed_new_store
+
 DATABASES = ("optuna", "mlflow")
 
 
@@ -151,6 +153,7 @@ class MlflowServer:
     def __init__(self, home: Path, auth: tuple[str, str] | None = None, extra_path: str | None = None) -> None:
         self.home, self.auth, self.extra_path = home, auth, extra_path
         home.mkdir(parents=True, exist_ok=True)
+        seed_new_store(home / "mlflow.db")  # what dmlbench does for a new SQLite store: spares the migrations
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
         self.start()

@@ -47,7 +47,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -58,9 +57,7 @@ from bench.data.labeled import LabeledData
 from bench.data.resize import resize_area
 from bench.data.roots import candidate_roots
 from bench.errors import BenchError
-
-if TYPE_CHECKING:
-    from bench.metrics.fewshot import OneShotRun
+from bench.metrics.fewshot import OneShotRun
 
 DATASET = "omniglot"
 TORCHVISION = "omniglot-py"  # torchvision's Omniglot(root) folder
@@ -391,8 +388,6 @@ def load_lake_runs(root: str | Path | None = None, size: int = 28) -> list[OneSh
     the position in ``train_x`` of the class of test image ``i``, read from
     the run's class_labels.txt. Images are (1, size, size), ink 1.0.
     """
-    from bench.metrics.fewshot import OneShotRun  # bench.metrics imports scikit-learn
-
     path = _find(root, _run_candidates)
     if path is None:
         raise _not_found(

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from sklearn.cluster import KMeans
-from sklearn.metrics import adjusted_mutual_info_score, normalized_mutual_info_score
 
 from bench.errors import BenchError
 from bench.metrics.retrieval import as_embeddings_and_labels
@@ -27,6 +25,8 @@ def kmeans_labels(embeddings: torch.Tensor | np.ndarray, n_clusters: int, seed: 
     Exposed so that a check can hand the very same clustering to another
     implementation (e.g. as PML's ``kmeans_func``).
     """
+    from sklearn.cluster import KMeans  # scikit-learn takes seconds to import: only a run that scores NMI pays
+
     x = embeddings.detach().cpu().numpy() if isinstance(embeddings, torch.Tensor) else np.asarray(embeddings)
     if not 1 <= n_clusters <= len(x):
         raise BenchError(f"k-means needs 1 <= n_clusters <= {len(x)} samples, got {n_clusters}")
@@ -45,6 +45,8 @@ def clustering_metrics(
     scikit-learn then warns and returns fewer non-empty clusters, which lowers
     the scores as it should. Raises ``BenchError`` on malformed input.
     """
+    from sklearn.metrics import adjusted_mutual_info_score, normalized_mutual_info_score
+
     x, y = as_embeddings_and_labels(embeddings, labels)
     n_classes = int(torch.unique(y).numel())
     clusters = kmeans_labels(x, n_classes, seed=seed)

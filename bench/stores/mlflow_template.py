@@ -22,7 +22,6 @@ import tempfile
 from pathlib import Path
 
 from bench.atomic import atomic_file, locked
-from bench.data.cache import cache_dir
 
 __all__ = ["seed_new_store", "template_path"]
 
@@ -32,6 +31,8 @@ def template_path() -> Path:
     import alembic
     import mlflow
     import sqlalchemy
+
+    from bench.data.cache import cache_dir  # the data package: torch, which a store of records does not need
 
     versions = f"{mlflow.__version__}-{sqlalchemy.__version__}-{alembic.__version__}"
     return cache_dir() / "mlflow" / f"empty-store-{versions}.db"
