@@ -75,8 +75,9 @@ def _build(path: Path) -> None:
 
 def seed_new_store(path: Path) -> None:
     """Copy the template to ``path`` where no store is yet (making the template first if needed); leave an
-    existing file alone. The caller holds the store's creation lock, so no other worker here is making it."""
-    if path.exists():
+    existing file alone, and a path whose folder is missing (MLflow's to refuse, as without a template). The
+    caller holds the store's creation lock, so no other worker here is making it."""
+    if path.exists() or not path.parent.is_dir():
         return
     try:
         from mlflow.store.db import utils
