@@ -194,6 +194,8 @@ class MlflowServer:
                 f"database_uri = sqlite:///{self.home / 'basic_auth.db'}\n"
                 f"admin_username = {self.auth[0]}\n"
                 "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+                # a successful password check kept a minute: the app's PBKDF2 check costs 0.5-1 s a request here
+                "auth_cache_ttl_seconds = 60\n"
             )
             env["MLFLOW_AUTH_CONFIG_PATH"] = str(config)
             env["MLFLOW_AUTH_ADMIN_PASSWORD"] = self.auth[1]
