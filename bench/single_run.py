@@ -26,7 +26,7 @@ from bench.spec import DataSpec, LoaderSpec, SplitSpec, ValidationSpec
 from bench.stores import provenance, tracking
 from bench.stores.mlflow_runs import MlflowWriter
 from bench.sweep.progress import is_terminal
-from bench.training import TrainConfig, seed_everything, train
+from bench.training import TrainConfig, check_classes, seed_everything, train
 from bench.trunks import check_size
 
 DEFAULT_TRAIN = "omniglot:background"
@@ -172,6 +172,9 @@ def train_and_evaluate(
     make_guard(d, train_all, test_all, test_split).check(train_split.classes, "train")
     train_data, test_data = train_all.subset(train_split.classes), test_all.subset(test_split.classes)
     lake_runs = datasets.load_lake_runs(data_root, size) if d.split is None and test_spec == DEFAULT_TEST else None
+    miner = registry.get("miner", config.miner) if config.miner else None
+    if miner is None or not miner.dataset_level(config.miner_params):
+        check_classes(config, len(train_data.classes))  # refused before a run is recorded, not as a FAILED one
 
     uri = tracking.resolve_tracking_uri(tracking_uri)
     prints = split_fingerprints(train_data.classes, test_data.classes)

@@ -342,12 +342,17 @@ def seed_everything(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def check_classes(config: TrainConfig, num_classes: int) -> None:
+    """A PK batch of ``config.P`` classes needs that many training classes (and any loss two): what `train`
+    refuses before its first step unless the miner picks its own batches (a dataset-level miner)."""
+    if num_classes < 2 or config.P > num_classes:
+        raise BenchError(f"P={config.P} classes per batch, but the training data has {num_classes} classes")
+
+
 def _pk_sampler(labels: torch.Tensor, config: TrainConfig) -> Any:
     from bench.data.samplers import PKSampler
 
-    num_classes = int(torch.unique(labels).numel())
-    if num_classes < 2 or config.P > num_classes:
-        raise BenchError(f"P={config.P} classes per batch, but the training data has {num_classes} classes")
+    check_classes(config, int(torch.unique(labels).numel()))
     return PKSampler(labels, config.P, config.K, config.seed)
 
 

@@ -480,6 +480,28 @@ def test_train_command_rejects_bad_input_in_one_line(argv: list[str], capsys: py
     assert err.startswith("dmlbench: error:") and err.count("\n") == 1
 
 
+def test_train_refuses_too_few_classes_for_P_before_recording_a_run(tmp_path, capsys) -> None:
+    """P classes a batch on data with fewer: one line, exit 2, and the MLflow store holds no run for it (a
+    refusal of the input is not a failed run); a run that can train is then recorded as usual."""
+    from _shared import write_folder
+    from mlflow.tracking import MlflowClient
+
+    pool = write_folder(tmp_path / "faces", ["ann", "bob", "cid", "dan", "eve", "fay"])
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    common = [
+        "train", "--data", f"folder:{pool}", "--split", "0.5", "--trunk", "mlp", "--embedding-dim", "8",
+        "--size", "8", "--K", "2", "--iterations", "2", "--threads", "1", "--tracking-uri", store, "--quiet",
+    ]  # fmt: skip
+    assert main([*common, "--P", "4"]) == 2  # 3 training classes
+    err = capsys.readouterr().err
+    assert err == "dmlbench: error: P=4 classes per batch, but the training data has 3 classes\n"
+    client = MlflowClient(tracking_uri=store)
+    runs = lambda: [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]  # noqa: E731
+    assert runs() == []
+    assert main([*common, "--P", "3"]) == 0
+    assert [r.info.status for r in runs()] == ["FINISHED"]
+
+
 class _UnevenNorms(torch.nn.Module):
     """A fixed (untrained, seeded) trunk whose output norms vary with the input by a factor of up to e^6."""
 
