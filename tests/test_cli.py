@@ -242,6 +242,39 @@ def test_sigterm_during_run_exits_130(tmp_path: Path, data_root: Path) -> None:
     assert err.strip().splitlines()[-1] == "dmlbench: interrupted"
 
 
+def test_an_interrupt_lost_in_a_callback_still_ends_the_work_as_interrupted(monkeypatch) -> None:
+    """Ctrl-C landing in a weakref callback: Python swallows the KeyboardInterrupt there and goes on, so the
+    work inside `stop_on_signals` must still end as interrupted (exit 130 for `run`, not a sweep that went on
+    to exit 0), a new claim must not begin, and Python's "Exception ignored" notice must not reach stderr."""
+    import weakref
+
+    from bench.sweep.accounts import STOP, Accounts, stop_on_signals
+
+    class Thing:
+        pass
+
+    def callback(_: object) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)  # the handler runs here, inside the callback, and its KeyboardInterrupt is lost
+
+    before = signal.getsignal(signal.SIGINT)
+    unraisable: list[object] = []  # what Python would print as "Exception ignored in: ..."
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    went_on = False
+    with pytest.raises(KeyboardInterrupt):
+        with stop_on_signals():
+            thing = Thing()
+            ref = weakref.ref(thing, callback)
+            del thing
+            went_on = ref() is None and STOP.is_set()  # the lost interrupt: the code went on, the flag is set
+            with pytest.raises(KeyboardInterrupt):
+                Accounts._claim(None, None)  # type: ignore[arg-type]  # refused before touching anything
+    assert went_on and unraisable == []
+    assert signal.getsignal(signal.SIGINT) is before  # restored
+    with stop_on_signals():  # a later command starts with the flag down
+        assert not STOP.is_set()
+
+
 def test_a_refused_run_leaves_no_results_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     results = tmp_path / "new" / "results"
     assert main(["run", str(SMOKE), "--results-dir", str(results), "--data-root", str(tmp_path / "nowhere")]) == 2

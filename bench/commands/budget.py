@@ -7,9 +7,6 @@ pointing at the run being checked; rerunning the same command resumes.
 
 from __future__ import annotations
 
-import signal
-import threading
-
 import click
 
 from bench.cli import quiet_libraries
@@ -60,19 +57,11 @@ def command(
     """
     import torch
 
-    from bench.sweep.accounts import STOP, request_stop
+    from bench.sweep.accounts import stop_on_signals
     from bench.sweep.budget_check import budget_check, describe
 
     if threads is not None:
         torch.set_num_threads(threads)
-
-    def interrupt(signum: int, frame: object) -> None:
-        request_stop()
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, interrupt)
-    STOP.clear()
     protocol = load_protocol(file)
     if device is not None:  # a check of a CPU run may train on a GPU: its rows agree within rounding
         protocol = protocol.with_device(device)
@@ -80,15 +69,16 @@ def command(
     k, sep, n = shard.partition("/")
     if not (sep and k.isdigit() and n.isdigit()):
         raise click.BadParameter(f"expected K/N, for example 1/2, got {shard!r}", param_hint="--shard")
-    outcome = budget_check(
-        protocol,
-        multiple,
-        storage=storage,
-        tracking_uri=tracking_uri,
-        results_dir=results_dir,
-        data_root=data_root,
-        quiet=quiet,
-        shard=(int(k), int(n)),
-    )
+    with stop_on_signals():
+        outcome = budget_check(
+            protocol,
+            multiple,
+            storage=storage,
+            tracking_uri=tracking_uri,
+            results_dir=results_dir,
+            data_root=data_root,
+            quiet=quiet,
+            shard=(int(k), int(n)),
+        )
     log.info(describe(outcome, multiple))
     return 0

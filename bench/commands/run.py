@@ -8,8 +8,6 @@ once. See bench/sweep/runner.py for what is recorded where and how workers share
 from __future__ import annotations
 
 import os
-import signal
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -152,36 +150,30 @@ def command(
     """
     import torch
 
-    from bench.sweep.accounts import TimeUp, request_stop
+    from bench.sweep.accounts import TimeUp, stop_on_signals
     from bench.sweep.runner import run_protocol
     from bench.sweep.worker import Options
 
     if threads is not None:
         torch.set_num_threads(threads)
-
-    def interrupt(signum: int, frame: object) -> None:
-        request_stop()  # kept even when the KeyboardInterrupt below is lost in a garbage-collection callback
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is threading.main_thread():  # only there can Python install a handler
-        signal.signal(signal.SIGTERM, interrupt)
     protocol = load_protocol(file)  # a malformed file fails before storage, data or MLflow are touched
     quiet_libraries()  # the sweep's pre-flight (bench.sweep.preflight) then refuses what `validate` refuses
     try:
-        result = run_protocol(
-            protocol,
-            Options(
-                storage=storage,
-                tracking_uri=tracking_uri,
-                results_dir=results_dir,
-                data_root=data_root,
-                quiet=quiet,
-                redo=redo,
-                cells=tuple(c.strip() for c in cells.split(",") if c.strip()),
-                stop_after_s=stop_after,
-                device=device,
-            ),
-        )
+        with stop_on_signals():
+            result = run_protocol(
+                protocol,
+                Options(
+                    storage=storage,
+                    tracking_uri=tracking_uri,
+                    results_dir=results_dir,
+                    data_root=data_root,
+                    quiet=quiet,
+                    redo=redo,
+                    cells=tuple(c.strip() for c in cells.split(",") if c.strip()),
+                    stop_after_s=stop_after,
+                    device=device,
+                ),
+            )
     except TimeUp as stopped:  # said even when quiet: the sweep is not finished
         log.warning(remaining_line(protocol.name, stopped.remaining))
         return EXIT_STOPPED

@@ -68,7 +68,7 @@ import pandas as pd
 from bench.errors import BenchError
 from bench.reports.leaderboard.cells import fmt, fmt_interval
 from bench.reports.source import Results
-from bench.stats import Difference, Interval, paired, t_interval, welch
+from bench.stats import Difference, Interval, metric_range, paired, t_interval, welch
 
 TOLERANCE = 0.01
 ALPHA = 0.05
@@ -295,6 +295,12 @@ def compare(
     for res in (baseline, current):
         if metric not in res.metrics:
             raise BenchError(f"{res.root}: no metric {metric!r} (have: {', '.join(res.metrics)})")
+    low, high = metric_range(metric)
+    if tolerance >= high - low:  # no drop the metric can make would count: a check that always passes
+        raise BenchError(
+            f"--tolerance {tolerance:g} is not below the width of {metric}'s range [{low:g}, {high:g}]: no drop "
+            "could fail the check"
+        )
     lost = [m for m in ("seed", *baseline.metrics) if m in baseline.finals and m not in current.finals]
     versions = match_versions(baseline, current)
     out: list[CellChange] = []

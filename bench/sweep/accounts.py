@@ -11,10 +11,14 @@ The wall time is accounted by `bench.clock.Ledger` (`time_table`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+import signal
+import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from bench.plan import Cell
@@ -41,6 +45,42 @@ def request_stop() -> None:
     lands in a garbage-collection callback Python only prints it and training runs on), so the sweep
     also checks this flag at every progress step of a training run."""
     STOP.set()
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Ctrl-C (SIGINT) and SIGTERM as a stop request for the work inside: a KeyboardInterrupt where the signal
+    lands, and the `STOP` flag that every training step and every claim checks, since that KeyboardInterrupt
+    is lost when it lands in a garbage-collection or weakref callback (Python then prints "Exception ignored"
+    and goes on; that notice is kept off stderr). A stop asked as the work ends still ends it as interrupted:
+    Ctrl-C always means exit 130, never a run that went on to exit 0. Handlers only in the main thread, the
+    one place Python allows them; restored on the way out."""
+    STOP.clear()
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        request_stop()
+        raise KeyboardInterrupt
+
+    def unraisable(info: Any) -> None:
+        if not (isinstance(info.exc_value, KeyboardInterrupt) and STOP.is_set()):
+            hook(info)
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    hook = sys.unraisablehook
+    for s in before:
+        signal.signal(s, interrupt)
+    sys.unraisablehook = unraisable
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+        sys.unraisablehook = hook
+    if STOP.is_set():
+        raise KeyboardInterrupt
 
 
 class Counts(NamedTuple):
@@ -201,6 +241,8 @@ class Accounts(Worker):
         return {"worker": f"{platform.node()}:{os.getpid()}", **self.ledger.table(wall_s)}
 
     def _claim(self, study: SlotStudy, *sampler: Any) -> Slot | None:
+        if STOP.is_set():  # a stop whose KeyboardInterrupt was lost (`stop_on_signals`): nothing new is begun
+            raise KeyboardInterrupt
         with self.ledger.timing("records"):
             if self.deadline is not None and study.open_slots():
                 self._check_time(self.longest_s)

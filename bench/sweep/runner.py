@@ -146,8 +146,11 @@ class Sweep(TrialPhase, FinalPhase, FloorPhase):
             self.manifest["time"] = self.time_table(time.perf_counter() - start)
             refused = self._write(finished=True)
         except KeyboardInterrupt:
-            with suppress(StoreUnavailableError):  # a store away when stopped gets nothing; the rerun resumes
-                for run_id in self.cell_runs.values():  # cells left open; a resumed sweep reopens them
+            # the cells left open are marked KILLED where the store lets us: one away, or locked by the call the
+            # interrupt cut short, gets nothing (the rerun reopens them and resumes), and no traceback hides
+            # the interruption
+            with suppress(Exception):
+                for run_id in self.cell_runs.values():
                     self.mlflow.end(run_id, "KILLED")
             with suppress(StoreUnavailableError):
                 self._write(finished=False)

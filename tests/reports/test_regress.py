@@ -183,6 +183,9 @@ def test_unusable_inputs(sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixt
     assert "--alpha" in _error_line(capsys)
     assert main(["regress", "--baseline", str(sweep), "--current", str(sweep), "--metric", "accuracy"]) == 2
     assert "no metric 'accuracy'" in _error_line(capsys)
+    for wide in ("1", "5"):  # a drop of MAP@R (in [0, 1]) can never exceed it: a check that always passes
+        assert main(["regress", "--baseline", str(sweep), "--current", str(sweep), "--tolerance", wide]) == 2
+        assert "no drop could fail the check" in _error_line(capsys)
 
 
 def test_two_different_protocols_are_named_as_such(capsys: pytest.CaptureFixture[str]) -> None:
