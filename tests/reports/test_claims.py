@@ -443,6 +443,33 @@ def test_a_claim_about_another_method_is_refused(sweep_copy: Path, tmp_path: Pat
     assert all(v["verdict"] == "not testable" and "was not found" in v["reason"] for v in got.values())
 
 
+def test_a_requirement_keyed_by_nothing_the_claim_names_is_refused(tmp_path: Path, capsys) -> None:
+    """A `requires` key that is neither a role of the claim nor a cell it names (a misspelt cell id) would be
+    a requirement never checked: the file is refused in one line, whatever the results."""
+    base = {"id": "x", "kind": "reaches", "cell": "triplet+batch_hard", "value": 0.5, "source": "s"}
+    for key in ("triplet+batch-hard", "b", "zzz"):
+        doc = {"protocol": "p", "claims": [{**base, "requires": {key: {"loss": "contrastive"}}}]}
+        (tmp_path / "c.yaml").write_text(yaml.safe_dump(doc))
+        assert main(["claims", str(tmp_path / "c.yaml"), "--results", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert f"claims[0].requires: {key!r} is neither a role of claim 'x' (cell)" in err and err.count("\n") == 1
+    for key in ("cell", "triplet+batch_hard"):  # the role, or the cell it names
+        doc = {"protocol": "p", "claims": [{**base, "requires": {key: {"loss": "contrastive"}}}]}
+        (tmp_path / "c.yaml").write_text(yaml.safe_dump(doc))
+        assert claims.parse(tmp_path / "c.yaml").claims[0]["requires"] == {key: {"loss": "contrastive"}}
+
+
+def test_a_number_the_metric_cannot_take_is_refused_even_when_a_cell_is_not_testable() -> None:
+    """`points: 3` on MAP@R is an error before any cell is looked at: a claim that is not testable today must
+    not hide a bound that would make it always true once its cells have results."""
+    values = {"A": [0.50, 0.51, 0.52], "B": [0.51]}  # B: one seed, not testable
+    assert _verdict("within", values, a="A", b="B", points=0.03) == "not testable"
+    with pytest.raises(BenchError, match="points 3 is wider than map_at_r's whole range"):
+        _judge("within", values, a="A", b="B", points=3)
+    with pytest.raises(BenchError, match="value 150 lies outside map_at_r's range"):
+        _judge("reaches", values, cell="B", value=150, unit="percent")
+
+
 def test_shipped_requires_match_the_planned_cells() -> None:
     """The shipped claims name the methods they test, and the protocol's cells are those methods."""
     from bench.plan import plan

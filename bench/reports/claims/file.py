@@ -144,6 +144,8 @@ def parse(path: str | Path) -> ClaimsFile:
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
         raise BenchError(f"{path}: claim ids must be unique; repeated: {', '.join(dup)}")
+    for i, claim in enumerate(doc["claims"]):
+        _check_requires(path, i, claim)
     return ClaimsFile(
         path,
         doc["protocol"],
@@ -152,6 +154,20 @@ def parse(path: str | Path) -> ClaimsFile:
         float(doc.get("equivalence", DELTA)),
         doc["claims"],
     )
+
+
+def _check_requires(path: Path, i: int, claim: dict[str, Any]) -> None:
+    """Each key of a claim's `requires` names one of its roles (`a`, `b`, `cell`) or a cell it names (a role's,
+    or one of `cells`): a key naming anything else (a misspelt cell id) would be a requirement never checked,
+    and the verdict would read as if it held."""
+    roles = [r for r in ("a", "b", "cell") if r in claim]
+    names = [str(claim[r]) for r in roles] + [str(c) for c in claim.get("cells", [])]
+    for key in claim.get("requires", {}):
+        if key not in roles and key not in names:
+            raise BenchError(
+                f"{path}: claims[{i}].requires: {key!r} is neither a role of claim {claim['id']!r} "
+                f"({', '.join(roles) or 'none'}) nor a cell it names ({', '.join(names)})"
+            )
 
 
 def _non_finite(value: Any, where: str = "") -> tuple[str, float] | None:

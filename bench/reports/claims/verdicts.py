@@ -278,6 +278,9 @@ def judge(claim: dict[str, Any], res: Results, cf: ClaimsFile) -> Verdict:
         raise BenchError(f"{cf.path}: claim {cid}: no metric {metric!r} in {res.root} (have: {', '.join(res.metrics)})")
     own = "margin" in claim  # else the file's equivalence margin, on the metric's own scale
     delta = scaled(cf, claim if own else {"equivalence": cf.equivalence}, "margin" if own else "equivalence", metric)
+    for key in ("points", "value", "below"):  # a number the metric cannot take is an error whatever the cells
+        if key in claim:
+            scaled(cf, claim, key, metric)
     kind = claim["kind"]
     names = (
         [claim["a"], claim["b"]]
