@@ -15,6 +15,7 @@ from typing import Any
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # each precision's torch dtype, by name
+FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max: the largest rate an optimiser's float32 holds
 AUTO = "auto"  # a protocol's: the fastest of fp32/bf16 (with or without channels-last), chosen at a sweep's start
 FP16_ON_CPU = "fp16 needs a CUDA device (on the CPU float16 autocast is slow and has no grad scaler): use bf16 or fp32"
 

@@ -42,7 +42,7 @@ from torch import nn
 
 from bench.cell import HARNESS, build_cell, classes_of, method_call
 from bench.cell import optimizer as make_optimizer
-from bench.devices import AUTO, DTYPE_NAMES, device_problem, precision_problem
+from bench.devices import AUTO, DTYPE_NAMES, FLOAT32_MAX, device_problem, precision_problem
 from bench.errors import BenchError, DivergedError, MethodError
 from bench.evaluation import embed
 from bench.models.weights import resolve
@@ -101,8 +101,9 @@ class TrainConfig:
                 raise BenchError(f"{name} must be a positive integer, got {value!r}")
         if self.K < 2:
             raise BenchError(f"K must be at least 2 (a batch needs positive pairs), got {self.K}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral):
-            raise BenchError(f"seed must be an integer, got {self.seed!r}")
+        # NumPy's and scikit-learn's generators (the data order, k-means) take seeds in [0, 2**32)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or not 0 <= self.seed < 2**32:
+            raise BenchError(f"seed must be an integer in [0, 4294967295], got {self.seed!r}")
         for name in ("lr", "weight_decay"):
             value = getattr(self, name)
             if (
@@ -111,8 +112,12 @@ class TrainConfig:
                 or not math.isfinite(value)
                 or value < 0
                 or (name == "lr" and value == 0)
+                or value > FLOAT32_MAX  # held as float32 by the optimiser: its first step would overflow
             ):
-                raise BenchError(f"{name} must be a finite number {'> 0' if name == 'lr' else '>= 0'}, got {value!r}")
+                raise BenchError(
+                    f"{name} must be a finite number {'> 0' if name == 'lr' else '>= 0'} and at most "
+                    f"{FLOAT32_MAX:.4g} (float32's largest), got {value!r}"
+                )
         if self.optimizer not in OPTIMIZERS:
             raise BenchError(f"unknown optimizer {self.optimizer!r}: expected one of {', '.join(OPTIMIZERS)}")
         if self.augmentation is not None and self.augmentation not in AUGMENTATIONS:

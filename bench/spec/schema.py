@@ -9,13 +9,18 @@ default out explicitly must not make another protocol.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
-from bench.devices import AUTO, PRECISIONS
+from bench.devices import AUTO, FLOAT32_MAX, PRECISIONS
 
 _NUM = {"type": "number"}
 _POS_INT = {"type": "integer", "minimum": 1}
+# a count of runs (trials, seeds): far past any budget, and a bound that keeps a typo (1e12) from filling memory
+MAX_RUNS = 100_000
+_RUNS = {"type": "integer", "minimum": 1, "maximum": MAX_RUNS}
+# a rate or decay past FLOAT32_MAX: the optimisers hold it as float32 and their first step overflows
 # \Z, not $: Python's $ also matches before a final newline, and "tiny\n" would pass as a name;
 # at most 100 characters, so a name stays a valid file name (results/<name>/, <name>.yaml)
 _NAME = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}\Z"}
@@ -244,9 +249,9 @@ SCHEMA: dict[str, Any] = {
             "required": ["optimizer", "lr", "P", "K", "iterations"],
             "properties": {
                 "optimizer": {"enum": ["adam", "sgd", "rmsprop"]},
-                "lr": {"type": "number", "exclusiveMinimum": 0},
-                "trunk_lr": {"type": ["number", "null"], "exclusiveMinimum": 0},
-                "weight_decay": {"type": "number", "minimum": 0},
+                "lr": {"type": "number", "exclusiveMinimum": 0, "maximum": FLOAT32_MAX},
+                "trunk_lr": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": FLOAT32_MAX},
+                "weight_decay": {"type": "number", "minimum": 0, "maximum": FLOAT32_MAX},
                 "P": {"type": "integer", "minimum": 2},
                 "K": {"type": "integer", "minimum": 2},
                 "short_classes": {"enum": ["repeat", "refuse"]},
@@ -274,8 +279,8 @@ SCHEMA: dict[str, Any] = {
             "additionalProperties": False,
             "required": ["trials"],
             "properties": {
-                "trials": _POS_INT,
-                "repeats": _POS_INT,
+                "trials": _RUNS,
+                "repeats": _RUNS,
                 "unsearched": {"enum": ["all", "one"]},
                 "startup_trials": {"type": "integer", "minimum": 0},
                 # multi-fidelity tuning, one rung schedule for every cell (bench.plan.rungs): trials configurations
@@ -315,11 +320,12 @@ SCHEMA: dict[str, Any] = {
                 "keep_models": {"type": "boolean"},
                 "seeds": {
                     "oneOf": [
-                        _POS_INT,
+                        _RUNS,
                         {
                             "type": "array",
                             "items": {"type": "integer", "minimum": 0},
                             "minItems": 1,
+                            "maxItems": MAX_RUNS,
                             "uniqueItems": True,
                         },
                         # a range: seeds 0, 1, ... added in order until the 95% t-interval of the primary metric
@@ -330,7 +336,7 @@ SCHEMA: dict[str, Any] = {
                             "required": ["min", "max", "half_width"],
                             "properties": {
                                 "min": {"type": "integer", "minimum": 2},
-                                "max": _POS_INT,
+                                "max": _RUNS,
                                 "half_width": {"type": "number", "exclusiveMinimum": 0},
                             },
                         },
@@ -445,10 +451,14 @@ def describe_error(error: Any) -> str:
     if v == "const":
         return f"expected {expected!r}, got {_show(value)}"
     if v in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+        if isinstance(value, float) and not math.isfinite(value):  # .inf meets a bound before the finite check
+            return f"expected a finite number, got {_show(value)}"
         sign = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[v]
         return f"expected a value {sign} {expected}, got {_show(value)}"
     if v == "minItems":
         return f"expected at least {expected} item(s), got {len(value)}"
+    if v == "maxItems":
+        return f"expected at most {expected} item(s), got {len(value)}"
     if v == "uniqueItems":
         return f"expected distinct items, got {_show(value)}"
     if v == "pattern":
@@ -470,15 +480,32 @@ def _one_of(error: Any) -> str:
             if branch.get("properties", {}).get("type", {}).get("const") == value["type"] and sub.validator != "const":
                 where = ".".join(map(str, error_path(sub)[len(error.absolute_path) :]))
                 return f"{where + ': ' if where else ''}{describe_error(sub)} (in a {value['type']} distribution)"
-    objects = [i for i, b in enumerate(branches) if b.get("type") == "object"]
-    if (
-        isinstance(value, dict) and len(objects) == 1
-    ):  # a mapping where a mapping is one choice: say what is wrong in it
+    # a value of the kind exactly one choice takes (a mapping, a list, an integer): say what is wrong in it
+    kinds = _json_kinds(value)
+    matching = [i for i, b in enumerate(branches) if b.get("type") in kinds]
+    if len(matching) == 1:
         for sub in error.context or ():
-            if sub.relative_schema_path[0] == objects[0]:
+            if sub.relative_schema_path[0] == matching[0]:
                 where = ".".join(map(str, error_path(sub)[len(error.absolute_path) :]))
                 return f"{where + ': ' if where else ''}{describe_error(sub)}"
     return f"expected {_alternatives(error.validator_value)}, got {_show(value)}"
+
+
+def _json_kinds(value: Any) -> set[str]:
+    """The JSON Schema types a YAML value has (an integer is a number too)."""
+    if isinstance(value, bool):
+        return {"boolean"}
+    if isinstance(value, int):
+        return {"integer", "number"}
+    if isinstance(value, float):
+        return {"number"}
+    if isinstance(value, list):
+        return {"array"}
+    if isinstance(value, dict):
+        return {"object"}
+    if isinstance(value, str):
+        return {"string"}
+    return {"null"} if value is None else set()
 
 
 def _alternatives(options: list[dict[str, Any]]) -> str:
