@@ -86,21 +86,33 @@ def _cut(unique: list[int], n_test: int, seed: int) -> tuple[ClassSplit, ClassSp
     return ClassSplit("train", tuple(order[n_test:])), ClassSplit("test", tuple(order[:n_test]))
 
 
+# a test side of one class ranks every neighbour as correct: every retrieval metric would be 1 whatever trained
+MIN_TEST_CLASSES = 2
+ONE_CLASS = "a test needs at least 2 classes (with one, every neighbour is of the right class and every metric is 1)"
+
+
 def split_pool(classes: Iterable[int], test_classes: float, seed: int) -> tuple[ClassSplit, ClassSplit]:
-    """(train, test) of one pool: `test_classes` is a count (an integer >= 1) or a fraction in (0, 1).
+    """(train, test) of one pool: `test_classes` is a count (an integer >= 2) or a fraction in (0, 1).
 
     What ``data.split`` of a protocol asks for; a count must leave at least
-    one training class, like a fraction.
+    one training class, like a fraction, and the test side at least 2.
     """
     if isinstance(test_classes, bool) or not isinstance(test_classes, (int, float)):
         raise BenchError(f"data.split.test_classes: expected a count or a fraction, got {test_classes!r}")
     if 0 < test_classes < 1:
-        return split_classes(classes, float(test_classes), seed)
-    unique = _unique_classes(classes, 2, "a train/test split")
-    if float(test_classes) != int(test_classes) or not 1 <= test_classes < len(unique):
+        train, test = split_classes(classes, float(test_classes), seed)
+        if len(test) < MIN_TEST_CLASSES:
+            raise BenchError(
+                f"data.split.test_classes: {test_classes:g} of {len(train) + len(test)} classes leaves "
+                f"{len(test)} test class; {ONE_CLASS}"
+            )
+        return train, test
+    unique = _unique_classes(classes, MIN_TEST_CLASSES + 1, "a train/test split")
+    if float(test_classes) != int(test_classes) or not MIN_TEST_CLASSES <= test_classes < len(unique):
         raise BenchError(
-            f"data.split.test_classes: expected a fraction in (0, 1) or a count from 1 to "
+            f"data.split.test_classes: expected a fraction in (0, 1) or a count from {MIN_TEST_CLASSES} to "
             f"{len(unique) - 1} (the pool has {len(unique)} classes), got {test_classes}"
+            + (f"; {ONE_CLASS}" if test_classes == 1 else "")
         )
     return _cut(unique, int(test_classes), seed)
 

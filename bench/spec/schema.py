@@ -119,7 +119,7 @@ CLASSES = {
     ]
 }
 
-# One dataset split for the user: test_classes is a count (an integer >= 1) or a fraction in (0, 1).
+# One dataset split for the user: test_classes is a count (an integer >= 2) or a fraction in (0, 1).
 SPLIT = {
     "type": "object",
     "additionalProperties": False,

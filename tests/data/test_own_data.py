@@ -113,7 +113,20 @@ def test_a_count_beyond_the_pool_is_one_line(tmp_path: Path, capsys: pytest.Capt
     pool = write_folder(tmp_path / "faces", ["a", "b", "c"])
     path = protocol_file(tmp_path, f"  pool: folder:{pool}\n  split: {{test_classes: 3}}")
     assert main(["validate", str(path)]) == 2
-    assert "count from 1 to 2" in capsys.readouterr().err
+    assert "count from 2 to 2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("test_classes", ["1", "1.0", "0.1"])
+def test_a_split_with_one_test_class_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], test_classes: str
+) -> None:
+    """One test class ranks every neighbour as correct: every metric 1 whatever trained, so it is refused (as a
+    count, as 1.0, or as a fraction that rounds to one class of ten)."""
+    pool = write_folder(tmp_path / "faces", [f"c{i}" for i in range(10)])
+    path = protocol_file(tmp_path, f"  pool: folder:{pool}\n  split: {{test_classes: {test_classes}}}")
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "a test needs at least 2 classes" in err and err.count("\n") == 1
 
 
 # --------------------------------------------------------------------------- class names and identities
