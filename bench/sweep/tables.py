@@ -94,6 +94,20 @@ def claim_dir(results: Path, shared_hash: str, data_fingerprint: str | None = No
     return str(target)
 
 
+def cells_kept(results: Path, shared_hash: str, data_fingerprint: str | None = None) -> set[str]:
+    """The cells whose rows ``results`` holds and keeps for this protocol version (`claim_dir` moves another
+    version's folder aside: nothing of it is kept)."""
+    manifest = read_manifest(results)
+    if manifest is None or manifest.get("shared_hash") != shared_hash:
+        return set()
+    if data_fingerprint is not None and manifest.get("data_fingerprint") != data_fingerprint:
+        return set()
+    try:
+        return set(pd.read_csv(results / SUMMARY, usecols=["cell"])["cell"].astype(str))
+    except (OSError, ValueError):  # no summary yet, or not one of ours: nothing to lose
+        return set()
+
+
 def read_manifest(results: Path) -> dict[str, Any] | None:
     """The manifest of a results directory, None when it has none; a BenchError when it cannot be read."""
     path = results / MANIFEST

@@ -128,6 +128,16 @@ class Worker:
     def setup(self) -> None:
         """Load the data, make the results directory this protocol's (moving another version aside), open
         the MLflow records and the Optuna studies, and discard the --redo cells: all before the first trial."""
+        if self.options.cells:  # a job rewrites its folder's tables with its own cells alone
+            outside = sorted(
+                tables.cells_kept(self.results, self.protocol.shared_hash, self.protocol.data) - set(self.options.cells)
+            )
+            if outside:
+                raise BenchError(
+                    f"--cells: {self.results} holds the tables of {len(outside)} cell(s) outside this job "
+                    f"({', '.join(outside[:3])}{' ...' if len(outside) > 3 else ''}), which a job would drop from "
+                    "them: give each job its own --results-dir (`dmlbench merge` joins them; docs/cluster.md)"
+                )
         # one precision for every cell: fixed, or `auto` chosen once and stored (bench.sweep.precision)
         self.protocol, self.precision = resolve_precision(self.protocol, self.storage)
         # on every record: the code it ran and the hardware it ran on (threads as set once `auto` measured)

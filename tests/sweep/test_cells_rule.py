@@ -90,3 +90,17 @@ def test_merge_exits_1_with_a_labelled_row_for_each_planned_cell_without_a_resul
     assert main(["leaderboard", str(root / "part"), "--quiet"]) == 0
     md = (root / "part" / "leaderboard.md").read_text()
     assert f"| - | `{DIVERGING}` | 0 |" in md and "no result: not run: no merged job ran it" in md
+
+
+def test_a_job_into_a_folder_holding_other_cells_is_refused_and_the_tables_kept(jobs, data_root, capsys):
+    """`run --cells` rewrites its folder's tables with its own cells alone: into a folder that holds others (a
+    finished sweep's, another job's) it is refused in one line before anything is written."""
+    root, runs = jobs
+    _, results = runs["a"]  # holds triplet+none
+    before = {p.name: p.read_bytes() for p in (results / "tiny").glob("*.csv")}
+    argv = ["run", str(root / "tiny.yaml"), "--cells", "triplet+batch_hard", "--results-dir", str(results)]
+    argv += ["--storage", f"sqlite:///{root / 'a' / 'optuna.db'}", "--tracking-uri", str(root / "a" / "mlruns")]
+    assert main([*argv, "--data-root", str(data_root), "--threads", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds the tables of 1 cell(s) outside this job (triplet+none)" in err[0], err
+    assert {p.name: p.read_bytes() for p in (results / "tiny").glob("*.csv")} == before
