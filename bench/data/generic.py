@@ -48,10 +48,11 @@ def folder_index(path: str | Path) -> FileIndex:
     One rule for what is an image: a file whose extension is one Pillow reads
     (`image_suffixes`, any case). Hidden files and folders (a leading ``.``:
     ``.DS_Store``) are skipped; any other file without such an extension
-    (``README.txt``, ``Thumbs.db``, ``labels.csv``), in a class folder or
-    beside the class folders, is skipped and counted, and the count is told
-    once as a notice; a file with an image extension that does not decode is
-    an error naming it (when its header is read, or when it is decoded).
+    (``README.txt``, ``Thumbs.db``, ``labels.csv``) in a class folder is
+    skipped and counted, and so is any file beside the class folders (an image
+    there is in no class); each count is told once as a notice; a file with an
+    image extension that does not decode is an error naming it (when its
+    header is read, or when it is decoded).
     """
     root = Path(path)
     if not root.is_dir():
@@ -61,7 +62,8 @@ def folder_index(path: str | Path) -> FileIndex:
     if len(class_dirs) < 2:
         raise BenchError(f"image folder {root} has {len(class_dirs)} class sub-folder(s); at least 2 are needed")
     suffixes = image_suffixes()
-    skipped = [f for f in root.iterdir() if f.is_file() and not f.name.startswith(".")]
+    beside = [f for f in root.iterdir() if f.is_file() and not f.name.startswith(".")]  # in no class folder
+    skipped: list[Path] = []
     paths: list[str] = []
     labels: list[int] = []
     for label, class_dir in enumerate(class_dirs):
@@ -87,19 +89,20 @@ def folder_index(path: str | Path) -> FileIndex:
             )
         paths += [f"{class_dir.name}/{name}" for name in files]
         labels += [label] * len(files)
-    if skipped:
-        names = sorted({f.name for f in skipped})
-        log.info(
-            f"folder:{root}: skipped {len(skipped)} file(s) without an image extension "
-            f"({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
-        )
+    for group, why in ((skipped, "without an image extension"), (beside, "beside the class folders, in none")):
+        if group:
+            names = sorted({f.name for f in group})
+            log.info(
+                f"folder:{root}: skipped {len(group)} file(s) {why} "
+                f"({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+            )
     return FileIndex(
         root,
         tuple(paths),
         tuple(labels),
         f"folder:{root}",
         class_names={i: d.name for i, d in enumerate(class_dirs)},
-        skipped=len(skipped),
+        skipped=len(skipped) + len(beside),
     )
 
 

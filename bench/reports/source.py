@@ -437,7 +437,7 @@ def _check_ranges(res: Results) -> None:
             row = bad.iloc[0]
             raise BenchError(
                 f"{res.finals_file}: cell {row['cell']} seed {row.get('seed', '?')}: {metric} = "
-                f"{row[metric]!r} is not a number in [{low:g}, {high:g}]: the table was edited or damaged"
+                f"{_shown(row[metric])} is not a number in [{low:g}, {high:g}]: the table was edited or damaged"
             )
 
 
@@ -451,3 +451,8 @@ def _check_hashes(res: Results) -> None:
             f"{res.finals_file}: rows of protocol hash {', '.join(h[:12] for h in other)} "
             f"but the manifest says {res.protocol_hash[:12]}: tables of two protocol versions"
         )
+
+
+def _shown(value: Any) -> str:
+    """A table's value as the file has it: a number plainly (5.0, not np.float64(5.0)), a string quoted."""
+    return repr(value.item() if hasattr(value, "item") else value)

@@ -320,7 +320,8 @@ def test_folder_skips_and_counts_files_that_are_not_images_by_extension(tmp_path
     assert len(data) == 4 and data.y.tolist() == [0, 0, 1, 1]
     assert data.meta["skipped_files"] == 4
     notices = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
-    assert len(notices) == 1 and "skipped 4 file(s)" in notices[0] and "README.txt" in notices[0]
+    assert len(notices) == 2 and "skipped 3 file(s) without an image extension" in notices[0]
+    assert "skipped 1 file(s) beside the class folders, in none (README.txt)" in notices[1]
     data.x.to_tensor()  # what is left decodes
     bad = tmp_path / "b" / "broken.jpg"
     bad.write_bytes(b"not a jpeg at all")
