@@ -20,7 +20,6 @@ _POS_INT = {"type": "integer", "minimum": 1}
 # a count of runs (trials, seeds): far past any budget, and a bound that keeps a typo (1e12) from filling memory
 MAX_RUNS = 100_000
 _RUNS = {"type": "integer", "minimum": 1, "maximum": MAX_RUNS}
-# a rate or decay past FLOAT32_MAX: the optimisers hold it as float32 and their first step overflows
 # \Z, not $: Python's $ also matches before a final newline, and "tiny\n" would pass as a name;
 # at most 100 characters, so a name stays a valid file name (results/<name>/, <name>.yaml)
 _NAME = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}\Z"}
@@ -249,6 +248,7 @@ SCHEMA: dict[str, Any] = {
             "required": ["optimizer", "lr", "P", "K", "iterations"],
             "properties": {
                 "optimizer": {"enum": ["adam", "sgd", "rmsprop"]},
+                # a rate or decay past FLOAT32_MAX: the optimisers hold it as float32, their first step overflows
                 "lr": {"type": "number", "exclusiveMinimum": 0, "maximum": FLOAT32_MAX},
                 "trunk_lr": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": FLOAT32_MAX},
                 "weight_decay": {"type": "number", "minimum": 0, "maximum": FLOAT32_MAX},
