@@ -42,10 +42,11 @@ from torch import nn
 
 from bench.cell import HARNESS, build_cell, classes_of, method_call
 from bench.cell import optimizer as make_optimizer
-from bench.devices import AUTO, DTYPE_NAMES, FLOAT32_MAX, device_problem, precision_problem
+from bench.devices import AUTO, DTYPE_NAMES, FLOAT32_MAX, describe, device_problem, precision_problem
 from bench.errors import BenchError, DivergedError, MethodError
 from bench.evaluation import embed
 from bench.models.weights import resolve
+from bench.resume import RunState, attributes, generators_state, restore_generators, set_attributes
 
 SYNC_EVERY = 25  # iterations between reads of the loss buffer (progress, divergence check)
 FINAL_LOSS_WINDOW = 50  # final_loss is the mean of the last this-many losses
@@ -179,6 +180,8 @@ class TrainResult:
     status: str = "ok"
     reason: str = ""
     best_iteration: int | None = None  # early stopping: the iteration of the checkpoint returned; None: the last
+    earlier_s: float = 0.0  # of wall_time_s, the seconds earlier attempts trained (a resumed run, `RunState`)
+    resumed: str = ""  # a resumed run's earlier parts (`RunState.described`); "" for one trained in one go
 
 
 Checkpoint = Callable[[int, nn.Module], None]
@@ -386,6 +389,7 @@ def train(
     on_built: Callable[[nn.Module, Any], None] | None = None,
     early_stopping: EarlyStopping | None = None,
     stop_after: int | None = None,
+    resume: RunState | None = None,
 ) -> TrainResult:
     """Train ``config.trunk`` on ``data`` (a LabeledData) for ``config.iterations`` steps.
 
@@ -403,6 +407,8 @@ def train(
     ``stop_after``: stop after that many iterations, the schedule still
     that of ``config.iterations`` (an early-stopped run's final retrained to
     the iteration its best checkpoint was taken at).
+    ``resume``: where the run's state is saved as it trains and read back by a later attempt at the same run,
+    which then goes on from it (`bench.resume`; not for a dataset-level miner, whose mining state it lacks).
     """
     config.check()
     device = torch.device(config.device)
@@ -423,10 +429,19 @@ def train(
     scaler = torch.amp.GradScaler(device.type) if config.precision == "fp16" else None
     dataset_level = bool(getattr(miner, "dataset_level", False))
     miner_name = str(config.miner)
-    # a dataset-level miner picks its own batches: the PK iterator is then empty and never read
-    batches: Iterator[tuple[torch.Tensor, torch.Tensor]] = (
-        iter(()) if dataset_level else _batches(x, labels, config, device)
+    if dataset_level:
+        resume = None  # its own mining state (what it mined, when it mines next) is not saved: it starts over
+    identity = (
+        resume.identity(
+            config=config.to_dict(),
+            stop_after=stop_after,
+            early_stopping=None if early_stopping is None else [early_stopping.check_every, early_stopping.patience],
+            device=device.type,
+        )
+        if resume is not None
+        else {}
     )
+    saved = resume.load(identity) if resume is not None else None
 
     def embed_indices(indices: torch.Tensor) -> torch.Tensor:
         try:
@@ -440,6 +455,27 @@ def train(
     losses = torch.zeros(total, device=device)
     samples_seen, empty_steps, checked = 0, 0, 0
     best_score, best_it, best_state, stale = -math.inf, 0, _snapshot(), 0
+    first, earlier_s = 1, 0.0
+    methods = {"trunk": trunk, "loss": loss_fn, "miner": miner}  # what a saved state holds of each (`bench.resume`)
+    if saved is not None:  # the state of an earlier attempt at this run, which goes on from its next iteration
+        for key, method in methods.items():
+            if isinstance(method, nn.Module):
+                method.load_state_dict(saved[key])
+            set_attributes(method, saved["attributes"][key])  # counters, adaptive margins, caches
+        optimizer.load_state_dict(saved["optimizer"])
+        if scaler is not None:
+            scaler.load_state_dict(saved["scaler"])
+        restore_generators(generator, saved["generators"])
+        first = int(saved["it"]) + 1
+        losses[: first - 1] = saved["losses"].to(device)
+        checked, samples_seen, empty_steps = saved["checked"], saved["samples_seen"], saved["empty_steps"]
+        best_score, best_it, stale = saved["best"]
+        best_state = saved["best_state"]
+        earlier_s = float(saved["wall_s"])
+    # a dataset-level miner picks its own batches: the PK iterator is then empty and never read
+    batches: Iterator[tuple[torch.Tensor, torch.Tensor]] = (
+        iter(()) if dataset_level else _batches(x, labels, config, device, start=first - 1)
+    )
 
     def read_back(upto: int) -> float:
         """Sync point: raise on the first non-finite loss in [checked, upto), return the latest loss."""
@@ -454,7 +490,7 @@ def train(
 
     trunk.train()
     start = time.perf_counter()
-    for it in range(1, total + 1):
+    for it in range(first, total + 1):
         if dataset_level:
             idx, tuples = method_call(
                 "miner", miner_name, it, miner.batch, it - 1, embed_indices, labels_dev, generator
@@ -512,11 +548,33 @@ def train(
                     break
         if stop_after is not None and it >= stop_after:
             break
+        # the state as the next iteration begins (this one's losses read back, its checks made), so a later
+        # attempt that loads it trains what this one would have
+        if resume is not None and it % SYNC_EVERY == 0 and it < total and resume.due():
+            resume.save(
+                {
+                    "identity": identity,
+                    "it": it,
+                    **{k: m.state_dict() if isinstance(m, nn.Module) else None for k, m in methods.items()},
+                    "attributes": {k: attributes(m) for k, m in methods.items()},
+                    "optimizer": optimizer.state_dict(),
+                    "scaler": scaler.state_dict() if scaler is not None else None,
+                    "generators": generators_state(generator),
+                    "losses": losses[:it].cpu(),
+                    "checked": checked,
+                    "samples_seen": samples_seen,
+                    "empty_steps": empty_steps,
+                    "best": [best_score, best_it, stale],
+                    "best_state": best_state,
+                    "wall_s": earlier_s + time.perf_counter() - start,
+                    "parts": [*resume.parts, {"first": first, "last": it, "device": describe(config.device)}],
+                }
+            )
     done = it
     with read_back_point(device):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        wall = time.perf_counter() - start
+        wall = earlier_s + time.perf_counter() - start
         read_back(done)
         final = float(losses[max(done - FINAL_LOSS_WINDOW, 0) : done].mean())
         if early_stopping is not None:
@@ -525,7 +583,8 @@ def train(
                     module.load_state_dict(state)
     reason = f"{empty_steps} of {done} steps had no valid tuple" if empty_steps else ""
     best = best_it if early_stopping is not None else None
-    return TrainResult(trunk.eval(), loss_fn, done, samples_seen, wall, final, "ok", reason, best)
+    resumed = resume.described() if resume is not None else ""
+    return TrainResult(trunk.eval(), loss_fn, done, samples_seen, wall, final, "ok", reason, best, earlier_s, resumed)
 
 
 def _decoded(files: Any, idx: torch.Tensor, step: int, seed: int, device: torch.device) -> torch.Tensor:

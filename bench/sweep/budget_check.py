@@ -52,6 +52,8 @@ from bench.errors import BenchError
 from bench.plan import Cell, cell_key
 from bench.plan import plan as make_plan
 from bench.protocol import Protocol
+from bench.resume import FOLDER as RESUME_DIR
+from bench.resume import RunState, state_path
 from bench.stores import provenance, tracking
 from bench.stores.mlflow_runs import MlflowRecords
 from bench.stores.urls import redact, sqlite_path
@@ -371,6 +373,11 @@ class _Row(Record):
             purpose="budget check training",
         )
         self.check, self.tuned = check, tuned
+
+    def run_state(self) -> RunState:
+        # beside the check's CSV, as a sweep's units keep theirs (`Worker.run_state`)
+        folder = self.check.path.parent / RESUME_DIR / tables.check_cell_id(self.tuned.cell.id)
+        return RunState(state_path(folder, self.key), self.key)
 
     def write(self, run: FinalRun) -> None:
         c, p, result = self.check, self.check.protocol, run.result

@@ -17,6 +17,7 @@ from typing import Any
 
 from bench.plan import Cell
 from bench.plan.seeds import seeds_wanted
+from bench.resume import RunState
 from bench.stores.retry import StoreUnavailableError
 from bench.sweep import tables
 from bench.sweep.accounts import Accounts
@@ -109,7 +110,7 @@ class _FinalSlot(Record):
             params={"best_trial": best.user_attrs["slot"]},
         )
         self.sweep, self.study, self.slot, self.best, self.draw = sweep, study, slot, best, draw
-        self.slot_cell = cell.id
+        self.cell, self.slot_cell = cell, cell.id
 
     def held(self) -> Heartbeat:
         return Heartbeat(self.sweep.storage, self.slot.trial_id)
@@ -117,6 +118,9 @@ class _FinalSlot(Record):
     def abandon(self) -> None:
         with suppress(StoreUnavailableError):
             self.study.abandon(self.slot, "interrupted")
+
+    def run_state(self) -> RunState:
+        return self.sweep.run_state(self.cell, self.key)
 
     def write(self, run: FinalRun) -> None:
         import optuna

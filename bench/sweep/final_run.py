@@ -54,6 +54,7 @@ from bench.evaluation import (
 )
 from bench.plan import Cell
 from bench.protocol import Protocol
+from bench.resume import RunState, resumed_tag
 from bench.stores.retry import StoreUnavailableError
 from bench.sweep.artifacts import write_cell_artifacts
 from bench.sweep.kept import write_final
@@ -132,6 +133,11 @@ class Record:
     def abandon(self) -> None:
         """The run was interrupted: give back what `held` claimed."""
 
+    def run_state(self) -> RunState | None:
+        """Where the run saves its state, so that a later attempt goes on from it (`bench.resume`); None:
+        nowhere (an interrupted run starts over)."""
+        return None
+
     def write(self, run: FinalRun) -> None:
         """Record the scored run in the caller's store (the Optuna slot, the CSV row)."""
         raise NotImplementedError
@@ -187,6 +193,7 @@ def train_final(
                         lake_runs=prepared.lake_runs,
                         progress=step,
                         stop_after=None if stop_after is None else stop_after * multiple,
+                        resume=record.run_state(),
                     )
         except BaseException:
             record.abandon()
@@ -223,7 +230,7 @@ def train_final(
             "samples_seen": result.samples_seen,
             "wall_time_s": result.wall_time_s,
         },
-        tags={"state": result.state, "reason": result.reason[:500]},
+        tags={"state": result.state, "reason": result.reason[:500], **resumed_tag(result.resumed)},
     )
     mlflow.end(run_id, result.state)
     record.write(run)

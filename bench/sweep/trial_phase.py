@@ -17,6 +17,7 @@ from typing import Any
 
 from bench.data.splits import fold_label
 from bench.plan import Cell
+from bench.resume import RunState, resumed_tag
 from bench.stores.retry import StoreUnavailableError
 from bench.sweep.accounts import Accounts
 from bench.sweep.seeds import for_draw
@@ -197,6 +198,10 @@ class _TrialHooks(Hooks):
     def iteration(self, it: int, total: int, loss: float) -> None:
         self.sweep.step(it, total, loss)
 
+    def run_state(self, slot: int, fold: int) -> RunState:
+        s = self.sweep
+        return s.run_state(self.cell, s.mlflow.key(self.cell, f"{draw_prefix(self.draw)}trial{slot}", f"fold{fold}"))
+
     def fold_finished(self, slot: int, fold: int, result: RunResult) -> None:
         self._timed(lambda: self._fold_finished(slot, fold, result))
 
@@ -215,7 +220,7 @@ class _TrialHooks(Hooks):
                 "final_loss": result.final_loss,
                 "wall_time_s": result.wall_time_s,
             },
-            tags={"state": result.state, "reason": result.reason[:500]},
+            tags={"state": result.state, "reason": result.reason[:500], **resumed_tag(result.resumed)},
         )
         s.mlflow.end(self.fold_run, result.state)
         self.fold_run = None

@@ -25,6 +25,8 @@ from bench.errors import BenchError
 from bench.metrics.geometry import geometry
 from bench.plan import Cell, Plan, cell_key, plan
 from bench.protocol import Protocol
+from bench.resume import FOLDER as RESUME_DIR
+from bench.resume import RunState, state_path
 from bench.stores import provenance, tracking
 from bench.stores.mlflow_runs import MlflowRecords
 from bench.stores.urls import default_url, redact
@@ -121,6 +123,9 @@ class Worker:
         self.storage_url = options.storage or default_storage()
         self.tracking_uri = tracking.resolve_tracking_uri(self.options.tracking_uri)
         self.results = tables.protocol_dir(options.results_dir, protocol.name)
+        # the running units' saved states (`bench.resume`), one folder per cell: a unit given back goes on
+        # from its state when claimed again by a worker that reads this results folder
+        self.resume_dir = self.results / RESUME_DIR
         self.storage = open_storage(self.storage_url)
         self.primary = protocol.primary
         self.metrics = metric_names(protocol.spec.evaluation)
@@ -295,7 +300,12 @@ class Worker:
                     pass
         runs = self.mlflow.delete_cell(cell)
         shutil.rmtree(tables.cell_dir(self.results, cell.id), ignore_errors=True)
+        shutil.rmtree(self.resume_dir / tables.check_cell_id(cell.id), ignore_errors=True)
         self.line(f"redo {cell.id}: discarded {studies} Optuna studies and {runs} MLflow runs")
+
+    def run_state(self, cell: Cell, key: str) -> RunState:
+        """Where the unit with MLflow key ``key`` (a trial's fold, a final seed) of ``cell`` saves its state."""
+        return RunState(state_path(self.resume_dir / tables.check_cell_id(cell.id), key), key)
 
     def _cell_run(self, cell: Cell) -> str:
         """The cell's parent MLflow run, opened once per worker."""

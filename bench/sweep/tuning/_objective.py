@@ -19,6 +19,7 @@ from bench.errors import BenchError, DivergedError, MethodError
 from bench.evaluation import evaluate, pair_scorer_of, score_model, scoring_precision
 from bench.plan import Cell
 from bench.protocol import Protocol
+from bench.resume import RunState
 from bench.sweep.prepare import Prepared, TestLeakError
 from bench.sweep.seeds import final_fold_seed, final_seed, trial_seed
 from bench.training import EarlyStopping, TrainConfig, train
@@ -41,6 +42,7 @@ class RunResult:
     score_s: float = 0.0  # scoring the trained model
     best_iteration: int | None = None  # early stopping: the iteration of the checkpoint scored; None: the last
     loss: Any = None  # the trained loss module (its own parameters: proxies, a learned metric), COMPLETE runs only
+    resumed: str = ""  # a run resumed from an earlier attempt's state: its parts (`bench.resume.RunState`)
 
 
 @dataclass
@@ -84,6 +86,11 @@ class Hooks:
     def iteration(self, it: int, total: int, loss: float) -> None:
         """The training loop's progress callback (``it`` of ``total``, the latest loss)."""
         pass
+
+    def run_state(self, slot: int, fold: int) -> RunState | None:
+        """Where the run of a fold of trial ``slot`` saves its state, so a later attempt goes on from it
+        (`bench.resume`); None: nowhere (the run starts over when interrupted)."""
+        return None
 
 
 def validation_metrics(protocol: Protocol, model: Any, data: Any, device: Any, metric: Any) -> dict[str, float]:
@@ -189,6 +196,23 @@ def suggest(trial: Any, cell: Cell) -> dict[str, Any]:
     return params
 
 
+def _ended(e: BaseException, wall_s: float, batch: int, checked_it: int) -> RunResult:
+    """The record of a run that ended without a model: diverged or its loss or miner raised (FAIL), pruned,
+    or a sampled combination the method refuses (e.g. alpha1 <= alpha2: FAIL at iteration 0)."""
+    import optuna
+
+    if isinstance(e, DivergedError):
+        done, state = e.iteration, "FAIL"
+    elif isinstance(e, MethodError):  # the loss or miner raised: its steps before that one were trained
+        done, state = max(e.iteration - 1, 0), "FAIL"
+    elif isinstance(e, optuna.TrialPruned):
+        done, state = checked_it, "PRUNED"
+    else:
+        done, state = 0, "FAIL"
+    reason = f"pruned at iteration {done}" if state == "PRUNED" else str(e)
+    return RunResult(state, done, done * batch, wall_s, reason=reason, train_s=wall_s)
+
+
 def train_and_score(
     protocol: Protocol,
     config: Any,
@@ -203,6 +227,7 @@ def train_and_score(
     stop_on: Any = None,
     on_score: Callable[[int, float], None] | None = None,
     stop_after: int | None = None,
+    resume: RunState | None = None,
 ) -> RunResult:
     """Train, then evaluate on ``score_on``; divergence, a loss or miner that raises (`MethodError`) and bad
     parameter values become a FAIL, not a crash. ``on_checkpoint(iteration, model, metric)`` gets the
@@ -213,6 +238,10 @@ def train_and_score(
     ``on_score(iteration, value)`` is told each of those scores (a pruner's report; it may raise
     ``optuna.TrialPruned``). None: the run trains ``config.iterations``, or ``stop_after`` of them
     (`bench.training.train`).
+
+    ``resume``: the run's saved state (`bench.resume`), loaded if an earlier attempt left one and removed once the
+    run has ended, whatever its outcome; the times count the earlier attempts' training too. Not with a
+    pruner's callbacks: their reports belong to the Optuna trial, which an interruption gave back.
     """
     import optuna
 
@@ -242,6 +271,8 @@ def train_and_score(
 
         early = EarlyStopping(stopping.check_every, stopping.patience, score)
 
+    if on_checkpoint is not None or on_score is not None:
+        resume = None
     try:
         result = train(
             config,
@@ -252,35 +283,17 @@ def train_and_score(
             on_built=lambda trunk, loss: built.update(loss=loss),
             early_stopping=early,
             stop_after=stop_after,
-        )
-    except DivergedError as e:
-        return RunResult(
-            "FAIL",
-            e.iteration,
-            e.iteration * batch,
-            time.perf_counter() - start,
-            reason=str(e),
-            train_s=time.perf_counter() - start,
-        )
-    except MethodError as e:  # the loss or miner raised: its steps before that one were trained
-        done = max(e.iteration - 1, 0)
-        return RunResult(
-            "FAIL", done, done * batch, time.perf_counter() - start, reason=str(e), train_s=time.perf_counter() - start
-        )
-    except optuna.TrialPruned:
-        it = last["it"]
-        return RunResult(
-            "PRUNED",
-            it,
-            it * batch,
-            time.perf_counter() - start,
-            reason=f"pruned at iteration {it}",
-            train_s=time.perf_counter() - start,
+            resume=resume,
         )
     except TestLeakError:
         raise
-    except BenchError as e:  # a sampled combination the method refuses (e.g. alpha1 <= alpha2)
-        return RunResult("FAIL", 0, 0, time.perf_counter() - start, reason=str(e), train_s=time.perf_counter() - start)
+    except (DivergedError, MethodError, optuna.TrialPruned, BenchError) as e:
+        if resume is not None:  # the run ended (failed, pruned, refused): a later attempt starts over
+            resume.clear()
+        return _ended(e, time.perf_counter() - start, batch, last["it"])
+    if resume is not None:
+        resume.clear()
+    start -= result.earlier_s  # the run's time counts its earlier attempts' training too
     metric = pair_scorer_of(result.loss_module)  # a learned-metric cell is ranked by its own g
     scoring = time.perf_counter()
     metrics = score_model(
@@ -307,6 +320,7 @@ def train_and_score(
         time.perf_counter() - scoring,
         result.best_iteration,
         result.loss_module,
+        result.resumed,
     )
 
 
@@ -379,6 +393,7 @@ def run_trial(
             stop_on=val if stopping else None,
             on_score=on_score if use_pruner and stopping else None,
             stop_after=rung.iterations if rung is not None else None,
+            resume=hooks.run_state(slot, f),
         )
         if result.best_iteration is not None:
             best_iterations.append(result.best_iteration)
