@@ -64,9 +64,17 @@ def code_digest() -> str:
     return digest.hexdigest()
 
 
-def state_path(folder: str | Path, key: str) -> Path:
-    """The state file of the run with ``key`` in ``folder``: named by the key's digest (a key holds slashes)."""
-    return Path(folder) / (hashlib.sha256(key.encode()).hexdigest()[:24] + SUFFIX)
+def state_path(folder: str | Path, key: str, kind: str = "unit") -> Path:
+    """The state file of the run with ``key`` in ``folder``: ``<kind>-<digest of the key>.pt`` (a key holds
+    slashes; the kind, a sweep's ``unit`` or a ``budget`` check's seed, lets each clear its own)."""
+    return Path(folder) / f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:24]}{SUFFIX}"
+
+
+def clear_kind(folder: str | Path, kind: str = "unit") -> None:
+    """Remove every state of ``kind`` in ``folder``, once no run of that kind is left there to go on (a
+    cell's units all recorded): a state left by a run that ended elsewhere (a lent GPU, another machine)."""
+    for path in Path(folder).glob(f"{kind}-*{SUFFIX}"):
+        path.unlink(missing_ok=True)
 
 
 class RunState:

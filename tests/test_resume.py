@@ -17,6 +17,7 @@ from bench.data import LabeledData, load
 from bench.resume import RunState, state_path
 from bench.stores.tracking import resolve_tracking_uri
 from bench.sweep.accounts import Accounts
+from bench.sweep.budget_check import _Check
 from bench.sweep.tables import read
 from bench.training import EarlyStopping, TrainConfig, train
 
@@ -203,8 +204,15 @@ def test_a_sweep_interrupted_mid_unit_goes_on_from_the_saved_states(tmp_path, da
         assert main(_args(path, root, data_root)) == 130
         assert list(resume_dir.rglob("*.pt")), "the unit given back left no state"
     monkeypatch.setattr(Accounts, "step", step)
+    # a state a unit left here before it ended on another machine (a lent GPU): removed with its cell's end
+    orphans = [
+        resume_dir / cell / "unit-0123456789abcdef01234567.pt" for cell in ("triplet+none", "triplet+batch_hard")
+    ]
+    for orphan in orphans:
+        orphan.parent.mkdir(parents=True, exist_ok=True)
+        orphan.write_bytes(b"a state")
     assert main(_args(path, root, data_root)) == 0
-    assert not list(resume_dir.rglob("*.pt"))  # every state removed once its unit ended
+    assert not list(resume_dir.rglob("*.pt"))  # every state removed once its unit (or its cell) ended
     whole, interrupted = _tables(tmp_path / "whole"), _tables(root)
     for name, frame in whole.items():
         pd.testing.assert_frame_equal(frame, interrupted[name])
@@ -214,6 +222,36 @@ def test_a_sweep_interrupted_mid_unit_goes_on_from_the_saved_states(tmp_path, da
     tags = [r.data.tags["resumed"] for r in runs]
     # each of the three interruptions left one earlier part of a unit that went on from it
     assert sum(tag.count("; ") + 1 for tag in tags) == 3, tags
+
+    # the budget check's seeds (twice the budget) alike: interrupted mid-seed, it goes on to the same rows
+    def check(at: Path) -> list[str]:
+        return ["budget-check", *_args(path, at, data_root)[1:]]
+
+    assert main(check(tmp_path / "whole")) == 0
+    seed_step, calls["n"] = _Check._step, 0
+
+    def interrupted_seed(self, it: int, total: int, loss: float) -> None:
+        calls["n"] += 1
+        if calls["n"] == 10:  # 250 iterations into a seed of 400
+            raise KeyboardInterrupt
+        seed_step(self, it, total, loss)
+
+    monkeypatch.setattr(_Check, "_step", interrupted_seed)
+    assert main(check(root)) == 130
+    (state,) = resume_dir.rglob("*.pt")
+    assert state.name.startswith("budget-")
+    kept = state.read_bytes()
+    monkeypatch.setattr(_Check, "_step", seed_step)
+    assert main(check(root)) == 0
+    assert not list(resume_dir.rglob("*.pt"))
+    columns = ["cell", "seed", "iterations", "map_at_r", "precision_at_1", "state"]
+    rows = [pd.read_csv(r / "results" / "tiny" / "budget_check.csv")[columns] for r in (tmp_path / "whole", root)]
+    pd.testing.assert_frame_equal(*rows)
+    resumed = client.search_runs([experiment.experiment_id], "tags.kind = 'budget_check' and tags.resumed != ''")
+    assert len(resumed) == 1 and resumed[0].data.tags["resumed"].startswith("resumed at iteration 226: "), resumed
+    # the state of a seed recorded since (as if it had ended on another machine): removed by the next check
+    state.write_bytes(kept)
+    assert main(check(root)) == 0 and not state.exists()
 
 
 def test_state_files_are_named_by_the_key(tmp_path) -> None:

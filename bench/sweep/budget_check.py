@@ -312,6 +312,8 @@ class _Check:
         self.progress = Progress(len(cells), done + sum(self.length(t) for t, _ in todo), done, self.quiet)
         left = {t.cell.id for t, _ in todo}
         self.progress.cell_done(len(cells) - len(left))
+        for tuned, seed in kept:  # recorded: a state it left here before it ended elsewhere is not needed
+            _Row(self, tuned, seed).run_state().clear()
         if kept:
             self.progress.line(
                 f"budget check x{self.multiple}: {len(kept)} of the {assigned} seeds "
@@ -377,7 +379,7 @@ class _Row(Record):
     def run_state(self) -> RunState:
         # beside the check's CSV, as a sweep's units keep theirs (`Worker.run_state`)
         folder = self.check.path.parent / RESUME_DIR / tables.check_cell_id(self.tuned.cell.id)
-        return RunState(state_path(folder, self.key), self.key)
+        return RunState(state_path(folder, self.key, "budget"), self.key)
 
     def write(self, run: FinalRun) -> None:
         c, p, result = self.check, self.check.protocol, run.result

@@ -128,6 +128,7 @@ class Sweep(TrialPhase, FinalPhase, FloorPhase):
                 for cell in pending:
                     if self._work(cell):
                         self.progress.cell_done()
+                        self.clear_states(cell)
                         self._write(finished=False)
                     else:
                         waiting.append(cell)

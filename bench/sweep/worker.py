@@ -26,7 +26,7 @@ from bench.metrics.geometry import geometry
 from bench.plan import Cell, Plan, cell_key, plan
 from bench.protocol import Protocol
 from bench.resume import FOLDER as RESUME_DIR
-from bench.resume import RunState, state_path
+from bench.resume import RunState, clear_kind, state_path
 from bench.stores import provenance, tracking
 from bench.stores.mlflow_runs import MlflowRecords
 from bench.stores.urls import default_url, redact
@@ -306,6 +306,11 @@ class Worker:
     def run_state(self, cell: Cell, key: str) -> RunState:
         """Where the unit with MLflow key ``key`` (a trial's fold, a final seed) of ``cell`` saves its state."""
         return RunState(state_path(self.resume_dir / tables.check_cell_id(cell.id), key), key)
+
+    def clear_states(self, cell: Cell) -> None:
+        """A cell's units all recorded: no state of them is left to go on from (one a unit left here before
+        it ended on another machine is removed)."""
+        clear_kind(self.resume_dir / tables.check_cell_id(cell.id))
 
     def _cell_run(self, cell: Cell) -> str:
         """The cell's parent MLflow run, opened once per worker."""
