@@ -213,6 +213,9 @@ def test_a_sweep_interrupted_mid_unit_goes_on_from_the_saved_states(tmp_path, da
         orphan.write_bytes(b"a state")
     assert main(_args(path, root, data_root)) == 0
     assert not list(resume_dir.rglob("*.pt"))  # every state removed once its unit (or its cell) ended
+    # and by a worker that finds the cell finished as it starts (its last units ended on another machine)
+    orphans[0].write_bytes(b"a state")
+    assert main(_args(path, root, data_root)) == 0 and not orphans[0].exists()
     whole, interrupted = _tables(tmp_path / "whole"), _tables(root)
     for name, frame in whole.items():
         pd.testing.assert_frame_equal(frame, interrupted[name])

@@ -123,6 +123,9 @@ class Sweep(TrialPhase, FinalPhase, FloorPhase):
         self.trained_from = (time.perf_counter(), counts.done)
         try:
             pending = [c for c in self.plan.cells if c.id not in counts.finished]
+            for cell in self.plan.cells:  # finished before this worker began (elsewhere, perhaps): no state to keep
+                if cell.id in counts.finished:
+                    self.clear_states(cell)
             while pending:
                 waiting = []
                 for cell in pending:
