@@ -72,9 +72,11 @@ def state_path(folder: str | Path, key: str, kind: str = "unit") -> Path:
 
 def clear_kind(folder: str | Path, kind: str = "unit") -> None:
     """Remove every state of ``kind`` in ``folder``, once no run of that kind is left there to go on (a
-    cell's units all recorded): a state left by a run that ended elsewhere (a lent GPU, another machine)."""
-    for path in Path(folder).glob(f"{kind}-*{SUFFIX}"):
-        path.unlink(missing_ok=True)
+    cell's units all recorded): a state left by a run that ended elsewhere (a lent GPU, another machine), and
+    the temp file of a write a kill -9 cut short (`bench.atomic`)."""
+    for pattern in (f"{kind}-*{SUFFIX}", f".{kind}-*{SUFFIX}-*.tmp"):
+        for path in Path(folder).glob(pattern):
+            path.unlink(missing_ok=True)
 
 
 class RunState:
