@@ -1,4 +1,5 @@
-"""What several test folders share: the runner's tiny protocol, a sweep's options, the CLI in a child process,
+"""What several test folders share: the runner's tiny protocol, a sweep's options and `run` arguments, the CLI in a
+child process,
 an image folder of learnable classes, the smallest valid protocol, a script of scripts/ or benchmarks/ as a
 module."""
 
@@ -63,6 +64,30 @@ grid:
         margin: {type: float, low: 0.05, high: 0.5}
   miners: [{name: none}, {name: batch_hard}]
 """
+
+
+# the runner's tiny protocol with its two triplet cells alone (no diverging cell): a finished sweep exits 0
+RUNNER_TINY_TRIPLET = RUNNER_TINY.split("    - name: contrastive")[0] + "  miners: [{name: none}, {name: batch_hard}]\n"
+
+
+def run_args(path: Path, root: Path, data_root: Path, *extra: str) -> list[str]:
+    """`dmlbench run` of the protocol file ``path`` on stores under ``root``: one thread, quiet."""
+    return [
+        "run",
+        str(path),
+        "--storage",
+        f"sqlite:///{root / 'optuna.db'}",
+        "--tracking-uri",
+        str(root / "mlruns"),
+        "--results-dir",
+        str(root / "results"),
+        "--data-root",
+        str(data_root),
+        "--threads",
+        "1",
+        "--quiet",
+        *extra,
+    ]
 
 
 def sweep_options(root: Path, data_root: Path, **kw) -> Options:

@@ -9,7 +9,7 @@ import mlflow
 import pandas as pd
 import pytest
 import torch
-from _shared import RUNNER_TINY
+from _shared import RUNNER_TINY_TRIPLET, run_args
 
 import bench.resume
 from bench.cli import main
@@ -153,28 +153,6 @@ def test_a_state_of_other_settings_or_a_damaged_one_is_dropped_and_the_run_start
     assert state.resumed_at == 0
 
 
-# a sweep's units of 200 iterations; a worker interrupted (as by SIGTERM) after 150 iterations of training
-TINY = RUNNER_TINY.split("    - name: contrastive")[0] + "  miners: [{name: none}, {name: batch_hard}]\n"
-
-
-def _args(path: Path, root: Path, data_root: Path) -> list[str]:
-    return [
-        "run",
-        str(path),
-        "--storage",
-        f"sqlite:///{root / 'optuna.db'}",
-        "--tracking-uri",
-        str(root / "mlruns"),
-        "--results-dir",
-        str(root / "results"),
-        "--data-root",
-        str(data_root),
-        "--threads",
-        "1",
-        "--quiet",
-    ]
-
-
 def _tables(root: Path) -> dict[str, pd.DataFrame]:
     tables = read(root / "results" / "tiny")
     return {
@@ -184,8 +162,8 @@ def _tables(root: Path) -> dict[str, pd.DataFrame]:
 
 def test_a_sweep_interrupted_mid_unit_goes_on_from_the_saved_states(tmp_path, data_root, monkeypatch) -> None:
     path = tmp_path / "tiny.yaml"
-    path.write_text(TINY.replace("ITERATIONS", "200"))
-    assert main(_args(path, tmp_path / "whole", data_root)) == 0
+    path.write_text(RUNNER_TINY_TRIPLET.replace("ITERATIONS", "200"))
+    assert main(run_args(path, tmp_path / "whole", data_root)) == 0
     monkeypatch.setattr(bench.resume, "EVERY_S", 0.0)  # a save at every sync point (25 iterations)
     step = Accounts.step
     calls = {"n": 0}
@@ -201,7 +179,7 @@ def test_a_sweep_interrupted_mid_unit_goes_on_from_the_saved_states(tmp_path, da
     resume_dir = root / "results" / "tiny" / "resume"
     for _ in range(3):
         calls["n"] = 0
-        assert main(_args(path, root, data_root)) == 130
+        assert main(run_args(path, root, data_root)) == 130
         assert list(resume_dir.rglob("*.pt")), "the unit given back left no state"
     monkeypatch.setattr(Accounts, "step", step)
     # a state a unit left here before it ended on another machine (a lent GPU): removed with its cell's end
@@ -212,11 +190,11 @@ def test_a_sweep_interrupted_mid_unit_goes_on_from_the_saved_states(tmp_path, da
     for orphan in orphans:
         orphan.parent.mkdir(parents=True, exist_ok=True)
         orphan.write_bytes(b"a state")
-    assert main(_args(path, root, data_root)) == 0
+    assert main(run_args(path, root, data_root)) == 0
     assert not [p for p in resume_dir.rglob("*") if p.is_file()]  # every state removed once its unit (or cell) ended
     # and by a worker that finds the cell finished as it starts (its last units ended on another machine)
     orphans[0].write_bytes(b"a state")
-    assert main(_args(path, root, data_root)) == 0 and not orphans[0].exists()
+    assert main(run_args(path, root, data_root)) == 0 and not orphans[0].exists()
     whole, interrupted = _tables(tmp_path / "whole"), _tables(root)
     for name, frame in whole.items():
         pd.testing.assert_frame_equal(frame, interrupted[name])
@@ -229,7 +207,7 @@ def test_a_sweep_interrupted_mid_unit_goes_on_from_the_saved_states(tmp_path, da
 
     # the budget check's seeds (twice the budget) alike: interrupted mid-seed, it goes on to the same rows
     def check(at: Path) -> list[str]:
-        return ["budget-check", *_args(path, at, data_root)[1:]]
+        return ["budget-check", *run_args(path, at, data_root)[1:]]
 
     assert main(check(tmp_path / "whole")) == 0
     seed_step, calls["n"] = _Check._step, 0

@@ -13,33 +13,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from _shared import RUNNER_TINY
+from _shared import RUNNER_TINY_TRIPLET, run_args
 
 from bench.cli import main
 from bench.commands.run import EXIT_STOPPED, remaining_line
 from bench.sweep.tables import read
-
-# two cells of 2 trials and 2 final seeds each, no diverging cell: a finished sweep exits 0
-TINY = RUNNER_TINY.split("    - name: contrastive")[0] + "  miners: [{name: none}, {name: batch_hard}]\n"
-
-
-def _args(path: Path, root: Path, data_root: Path, *extra: str) -> list[str]:
-    return [
-        "run",
-        str(path),
-        "--storage",
-        f"sqlite:///{root / 'optuna.db'}",
-        "--tracking-uri",
-        str(root / "mlruns"),
-        "--results-dir",
-        str(root / "results"),
-        "--data-root",
-        str(data_root),
-        "--threads",
-        "1",
-        "--quiet",
-        *extra,
-    ]
 
 
 def _tables(root: Path) -> dict[str, pd.DataFrame]:
@@ -52,11 +30,11 @@ def _tables(root: Path) -> dict[str, pd.DataFrame]:
 
 def test_a_sweep_run_in_chunks_ends_with_the_tables_of_one_run(tmp_path, data_root, capsys):
     path = tmp_path / "tiny.yaml"
-    path.write_text(TINY.replace("ITERATIONS", "150"))
-    assert main(_args(path, tmp_path / "whole", data_root)) == 0
+    path.write_text(RUNNER_TINY_TRIPLET.replace("ITERATIONS", "150"))
+    assert main(run_args(path, tmp_path / "whole", data_root)) == 0
     whole = _tables(tmp_path / "whole")
     began = time.perf_counter()
-    assert main(_args(path, tmp_path / "whole", data_root)) == 0  # nothing left: what a chunk costs besides units
+    assert main(run_args(path, tmp_path / "whole", data_root)) == 0  # nothing left: what a chunk costs besides units
     overhead = time.perf_counter() - began
     capsys.readouterr()
     # a chunk shorter than its start-up and one trial or seed gives that unit back and never advances, and one
@@ -70,7 +48,7 @@ def test_a_sweep_run_in_chunks_ends_with_the_tables_of_one_run(tmp_path, data_ro
 
     codes, lines = [], []
     for _ in range(40):
-        codes.append(main(_args(path, tmp_path / "chunked", data_root, "--stop-after", chunk)))
+        codes.append(main(run_args(path, tmp_path / "chunked", data_root, "--stop-after", chunk)))
         err = capsys.readouterr().err
         lines += [line for line in err.splitlines() if "stopped at --stop-after" in line]
         if codes[-1] != EXIT_STOPPED:
@@ -117,8 +95,8 @@ def test_a_stopped_run_says_what_is_left_and_when_it_may_end() -> None:
 )
 def test_a_bad_time_limit_or_device_is_one_line_and_exit_2(tmp_path, data_root, capsys, option, value, word):
     path = tmp_path / "tiny.yaml"
-    path.write_text(TINY.replace("ITERATIONS", "5"))
-    assert main(_args(path, tmp_path, data_root, option, value)) == 2
+    path.write_text(RUNNER_TINY_TRIPLET.replace("ITERATIONS", "5"))
+    assert main(run_args(path, tmp_path, data_root, option, value)) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and word in err[0], err
     assert not (tmp_path / "optuna.db").exists()
@@ -128,8 +106,8 @@ def test_a_device_override_is_recorded_in_the_manifest(tmp_path, data_root):
     import json
 
     path = tmp_path / "tiny.yaml"
-    path.write_text(TINY.replace("ITERATIONS", "5").replace("P: 4, K: 4,", "P: 4, K: 4, device: cuda,"))
-    code = main(_args(path, tmp_path, data_root, "--device", "cpu"))
+    path.write_text(RUNNER_TINY_TRIPLET.replace("ITERATIONS", "5").replace("P: 4, K: 4,", "P: 4, K: 4, device: cuda,"))
+    code = main(run_args(path, tmp_path, data_root, "--device", "cpu"))
     assert code == 0
     manifest = json.loads((tmp_path / "results" / "tiny" / "manifest.json").read_text())
     assert manifest["device_override"] == "cpu"
@@ -144,11 +122,11 @@ def test_a_trial_still_running_at_the_limit_is_given_back(tmp_path, data_root, c
     import sqlite3
 
     path = tmp_path / "tiny.yaml"
-    path.write_text(TINY.replace("ITERATIONS", "5"))
-    assert main(_args(path, tmp_path / "warm", data_root)) == 0  # imports and data warm: the limit is the trial's
+    path.write_text(RUNNER_TINY_TRIPLET.replace("ITERATIONS", "5"))
+    assert main(run_args(path, tmp_path / "warm", data_root)) == 0  # imports and data warm: the limit is the trial's
     capsys.readouterr()
-    path.write_text(TINY.replace("ITERATIONS", "100000"))
-    assert main(_args(path, tmp_path, data_root, "--stop-after", "20")) == EXIT_STOPPED
+    path.write_text(RUNNER_TINY_TRIPLET.replace("ITERATIONS", "100000"))
+    assert main(run_args(path, tmp_path, data_root, "--stop-after", "20")) == EXIT_STOPPED
     err = capsys.readouterr().err
     assert "2 of 2 cells, 4 trials and 4 final seeds" in err and "unknown" in err, err
     with sqlite3.connect(tmp_path / "optuna.db") as db:
