@@ -66,9 +66,9 @@ from typing import Any
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.reports.leaderboard.cells import fmt, fmt_interval
+from bench.reports.leaderboard.cells import CLIP_NOTE, fmt, fmt_interval
 from bench.reports.source import Results
-from bench.stats import Difference, Interval, metric_range, paired, t_interval, welch
+from bench.stats import Difference, Interval, metric_range, paired, t_interval, welch, within
 
 TOLERANCE = 0.01
 ALPHA = 0.05
@@ -303,14 +303,18 @@ def compare(
         )
     lost = [m for m in ("seed", *baseline.metrics) if m in baseline.finals and m not in current.finals]
     versions = match_versions(baseline, current)
+
+    def interval(values: list[float]) -> Interval:  # no bound beyond a value the metric can take
+        return within(t_interval(values), metric)
+
     out: list[CellChange] = []
     for cell in baseline.cells:
         b = baseline.values(cell, metric).tolist()
         if cell in versions.dropped:
-            out.append(CellChange(cell, DROPPED, t_interval(b), None, None, ("not in the current protocol version",)))
+            out.append(CellChange(cell, DROPPED, interval(b), None, None, ("not in the current protocol version",)))
             continue
         if cell not in current.cells:
-            out.append(_absent(baseline, current, cell, t_interval(b)))
+            out.append(_absent(baseline, current, cell, interval(b)))
             continue
         c = current.values(cell, metric).tolist()
         bs, cs = baseline.seeds(cell), current.seeds(cell)
@@ -326,10 +330,10 @@ def compare(
         elif extra:
             status = SEEDS_DIFFER  # a baseline row is missing: the baseline's interval is not the one it claims
         problems = tuple(seeds + nan + values + extra)
-        out.append(CellChange(cell, status, t_interval(b), t_interval(c), d, problems))
+        out.append(CellChange(cell, status, interval(b), interval(c), d, problems))
     for cell in current.cells:
         if cell not in baseline.cells or cell in versions.added:
-            out.append(CellChange(cell, "new", None, t_interval(current.values(cell, metric).tolist()), None))
+            out.append(CellChange(cell, "new", None, interval(current.values(cell, metric).tolist()), None))
     return Comparison(baseline, current, metric, tolerance, alpha, allow_missing, out, tuple(lost), versions)
 
 
@@ -353,7 +357,13 @@ def _iv(iv: Interval | None) -> dict | None:
     return (
         None
         if iv is None
-        else {"mean": _num(iv.mean), "ci_low": _num(iv.low), "ci_high": _num(iv.high), "n_seeds": iv.n}
+        else {
+            "mean": _num(iv.mean),
+            "ci_low": _num(iv.low),
+            "ci_high": _num(iv.high),
+            "n_seeds": iv.n,
+            "clipped": iv.clipped,
+        }
     )
 
 
@@ -436,6 +446,8 @@ def text_table(cmp: Comparison) -> str:
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines += [f"{c.cell}: {p}" for c in cmp.cells for p in c.problems]
+    if any(iv is not None and iv.clipped for c in cmp.cells for iv in (c.baseline, c.current)):
+        lines.append(CLIP_NOTE)
     lines += cmp.versions.lines() if cmp.versions else []
     if cmp.missing_columns:
         lines.append(f"columns of the baseline missing from the current table: {', '.join(cmp.missing_columns)}")

@@ -17,6 +17,7 @@ import pandas as pd
 
 from bench.plan import Plan
 from bench.stats import t_interval as interval
+from bench.stats import within
 from bench.sweep.budget_audit import seeds_expected
 from bench.sweep.records import Records, expand_evaluations, metric_names
 
@@ -42,12 +43,14 @@ TRIAL_COLUMNS = [
 ]
 
 
-def t_interval(values: Iterable[float], level: float = 0.95) -> tuple[float, float, float]:
-    """(mean, low, high): Student's t interval over seeds; NaN bounds with fewer than two values.
+def t_interval(values: Iterable[float], metric: str, level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): Student's t interval over seeds of ``metric``; NaN bounds with fewer than two values.
 
-    The project's one interval (`bench.stats.t_interval`), so summary.csv and the reports agree.
+    The project's one interval (`bench.stats.t_interval`), clipped to the metric's range as every report
+    clips it (`bench.stats.within`: a symmetric interval near 0 or 1 reaches values no run can take), so
+    summary.csv and the reports agree.
     """
-    iv = interval([math.nan if v is None else v for v in values], level)
+    iv = within(interval([math.nan if v is None else v for v in values], level), metric)
     return iv.mean, iv.low, iv.high
 
 
@@ -123,7 +126,7 @@ def tables(plan: Plan, records: Records, refused: dict[str, str]) -> dict[str, p
                 "samples_seen": sum(r["samples_seen"] for r in cell_trials + cell_finals),
             }
             for m in metrics:
-                mean, low, high = t_interval(draw_means(done, m) if draws else [r[m] for r in done])
+                mean, low, high = t_interval(draw_means(done, m) if draws else [r[m] for r in done], m)
                 row.update({f"{m}_mean": mean, f"{m}_ci_low": low, f"{m}_ci_high": high})
             row["params"] = cell_finals[0]["params"] if cell_finals else "{}"  # no trial completed: nothing retrained
             row[f"val_{primary}"] = cell_finals[0][f"val_{primary}"] if cell_finals else math.nan

@@ -197,3 +197,30 @@ def test_two_different_protocols_are_named_as_such(capsys: pytest.CaptureFixture
     line = _error_line(capsys)
     assert f"{quick} holds protocol omniglot-quick and {standard} protocol omniglot-standard" in line, line
     assert "two different protocols" in line and "versions of" not in line.replace("not versions of one", "")
+
+
+def test_intervals_never_reach_beyond_the_metrics_range(
+    sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Seeds near 1.0: the t interval's high bound passes 1; regress and summary.csv clip it, marked, mean kept."""
+    from bench.reports.leaderboard.cells import CLIP_NOTE
+    from bench.sweep.frames import t_interval as summary_interval
+
+    baseline = tmp_path / "baseline" / sweep.name
+    shutil.copytree(sweep, baseline)
+    finals = pd.read_csv(baseline / "finals.csv")
+    rows = finals["cell"] == CELLS[0]
+    finals.loc[rows, "map_at_r"] = [0.99, 0.999, 0.9, 0.95, 0.97][: int(rows.sum())]
+    finals.to_csv(baseline / "finals.csv", index=False)
+    out = tmp_path / "r.json"
+    assert main(["regress", "--baseline", str(baseline), "--current", str(baseline), "--json", str(out)]) == 0
+    cell = _report(out)[CELLS[0]]
+    values = finals.loc[rows, "map_at_r"].tolist()
+    assert cell["baseline"]["ci_high"] == 1.0 and cell["baseline"]["clipped"] is True
+    assert cell["baseline"]["mean"] == pytest.approx(np.mean(values))
+    assert all(c["current"]["clipped"] is False for k, c in _report(out).items() if k != CELLS[0])
+    printed = capsys.readouterr().out
+    assert "1.000]*" in printed and CLIP_NOTE in printed
+    mean, low, high = summary_interval(values, "map_at_r")
+    assert (mean, high) == (pytest.approx(np.mean(values)), 1.0) and low < 1.0
+    assert summary_interval(values, "some_unbounded_score")[2] > 1.0  # a metric with no known range: as it is
