@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import optuna
@@ -16,6 +17,7 @@ from bench.data import LabeledData, load
 from bench.errors import BenchError
 from bench.plan import plan
 from bench.protocol import parse_protocol
+from bench.reports import maximum
 from bench.sweep.budget_audit import audit
 from bench.sweep.records import Records
 from bench.sweep.runner import run_protocol
@@ -160,6 +162,19 @@ def test_a_sweep_early_stops_trials_on_their_fold_and_finals_to_the_best_trials_
         mine = finals[(finals.cell == cell.id) & (finals.state == "COMPLETE")]
         assert len(mine) and (mine.iterations == want).all(), cell.id
     assert stopped_early  # patience 1, 20 checks: some run stopped before the budget
+    # trials.csv keeps each fold's best checkpoint; a cell is ended by its maximum when its chosen trial's
+    # patience (one check of 2) had not run out at 40: its best checkpoint was the last check
+    assert (done.best_iterations.map(json.loads).map(len) == 1).all()
+    ended_at_max = {
+        cell.id: max(
+            (t for t in optuna.load_study(study_name=n, storage=storage).trials if t.state.name == "COMPLETE"),
+            key=lambda t: (t.value, -t.user_attrs["slot"]),
+        ).user_attrs["best_iterations"][0]
+        == 40
+        for cell in plan(protocol).cells
+        for n in names
+        if n.endswith(f":{cell.id}") and cell.id in set(finals.cell)
+    }
 
     # its budget check trains each cell's seeds twice as long as the cell's finals trained, and counts that
     # length (not twice the protocol's maximum) in its progress
@@ -176,7 +191,75 @@ def test_a_sweep_early_stops_trials_on_their_fold_and_finals_to_the_best_trials_
     # the leaderboard says what the check trained: each cell's finals' length twice, not one length for all
     assert main(["leaderboard", str(tmp_path / "results" / "tiny")]) == 0
     lengths = f"{rows.iterations.min():,}-{rows.iterations.max():,} iterations a run, 2x each cell's finals"
-    assert f"at 2x the budget ({lengths}, the same final seeds)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"at 2x the budget ({lengths}, the same final seeds)" in out
+    hit = sorted(c for c, v in ended_at_max.items() if v)
+    assert f"ended by a maximum rather than by early stopping: {len(hit)} of {len(ended_at_max)} cells" in out
+
+
+def _ended(folds: int, trials: list[dict]) -> dict:
+    from bench.reports.source import Results
+
+    protocol = parse_protocol(_tiny(iterations=40))  # patience 2 checks of 5: a fold best at b stops at b + 10
+    cells = sorted({t["cell"] for t in trials})
+    finals = pd.DataFrame([{"cell": c, "seed": 0, "state": "COMPLETE", "map_at_r": 0.5} for c in cells])
+    manifest = {
+        "protocol": "tiny",
+        "protocol_hash": protocol.hash,
+        "protocol_text": protocol.text,
+        "primary_metric": "map_at_r",
+        "budget": {"early_stopping": True, "folds": folds},
+    }
+    frame = pd.DataFrame([{"state": "COMPLETE", "budget_iterations": 40 * folds} | t for t in trials])
+    return maximum.ended(Results(Path("mem"), manifest, finals, frame))
+
+
+def test_a_cell_is_ended_by_its_maximum_when_its_chosen_trials_patience_had_not_run_out() -> None:
+    found = _ended(
+        1,
+        [
+            # the chosen trial (best value) was best at 35: its patience would have run out at 45, past 40
+            {"cell": "a", "trial": 0, "value": 0.6, "iterations": 40, "best_iterations": "[35]"},
+            {"cell": "a", "trial": 1, "value": 0.4, "iterations": 20, "best_iterations": "[10]"},
+            # best at 30: stopped by patience at exactly 40, the maximum not needed
+            {"cell": "b", "trial": 0, "value": 0.6, "iterations": 40, "best_iterations": "[30]"},
+            # another trial ran to the maximum, but the chosen one stopped at 25
+            {"cell": "c", "trial": 0, "value": 0.7, "iterations": 25, "best_iterations": "[15]"},
+            {"cell": "c", "trial": 1, "value": 0.3, "iterations": 40, "best_iterations": "[40]"},
+            # tables without best checkpoints: one fold that trained its whole maximum
+            {"cell": "d", "trial": 0, "value": 0.5, "iterations": 40},
+            # successive halving: the chosen trial is the best of the largest budget, not the best value
+            {"cell": "e", "trial": 0, "value": 0.9, "iterations": 20, "best_iterations": "[20]"},
+            {
+                "cell": "e",
+                "trial": 1,
+                "value": 0.5,
+                "iterations": 70,
+                "best_iterations": "[70]",
+                "budget_iterations": 80,
+            },
+        ],
+    )
+    assert {c: e.hit for c, e in found.items()} == {"a": True, "b": False, "c": False, "d": True, "e": False}
+    assert found["a"].maximum == 40 and found["e"].maximum == 80
+    text = maximum.sentence(found)
+    assert text.startswith("ended by a maximum rather than by early stopping: 2 of 5 cells (a at 40, d at 40)")
+
+
+def test_with_several_folds_each_folds_checkpoint_counts_and_a_missing_one_is_unknown() -> None:
+    found = _ended(
+        2,
+        [
+            {"cell": "a", "trial": 0, "value": 0.6, "iterations": 75, "best_iterations": "[35, 10]"},
+            {"cell": "b", "trial": 0, "value": 0.6, "iterations": 80},  # both folds trained 40
+            {"cell": "c", "trial": 0, "value": 0.6, "iterations": 60},  # 40 + 20 or 30 + 30: not known
+        ],
+    )
+    assert (found["a"].by_maximum, found["a"].folds, found["a"].unknown) == (1, 2, 0)
+    assert "1 of its chosen trial's 2 folds reached 40 iterations" in found["a"].describe()
+    assert "every fold of its chosen trial (2) reached 40" in found["b"].describe()
+    assert (found["b"].by_maximum, found["c"].by_maximum, found["c"].unknown) == (2, 0, 2)
+    assert maximum.sentence(found).endswith("; not known for c (their tables lack each fold's best checkpoint)")
 
 
 def test_the_audit_refuses_a_short_complete_trial_only_without_early_stopping() -> None:

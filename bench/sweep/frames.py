@@ -75,7 +75,10 @@ def tables(plan: Plan, records: Records, refused: dict[str, str]) -> dict[str, p
     metrics = metric_names(protocol.spec.evaluation)
     primary = protocol.primary
     draws = plan.budget.draws > 1  # tuning.repeats: a ``draw`` column, intervals over the draws' means
-    trials = pd.DataFrame(records.trials, columns=_with_draw(TRIAL_COLUMNS, "trial") if draws else TRIAL_COLUMNS)
+    trial_columns = _with_draw(TRIAL_COLUMNS, "trial") if draws else list(TRIAL_COLUMNS)
+    if protocol.spec.training.early_stopping:  # each fold's best checkpoint (bench.reports.maximum reads it)
+        trial_columns.insert(trial_columns.index("budget_iterations") + 1, "best_iterations")
+    trials = pd.DataFrame(records.trials, columns=trial_columns)
     final_columns = [
         "protocol_hash",
         "cell_key",

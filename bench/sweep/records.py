@@ -135,6 +135,8 @@ def _trial_rows(storage: Any, name: str, base: dict[str, Any], draw: int | None)
                 "wall_time_s": a.get("wall_time_s", math.nan),
                 "reason": a.get("reason", ""),
                 "budget_iterations": a.get("budget_iterations"),
+                # under early stopping each fold's best checkpoint: whether patience or the maximum ended it
+                **({"best_iterations": json.dumps(a["best_iterations"])} if "best_iterations" in a else {}),
                 **_code(a),
             }
         )

@@ -23,7 +23,7 @@ import pandas as pd
 
 from bench.plan import trained_cell
 from bench.reports import budget as budget_check
-from bench.reports import edges, floor, variance
+from bench.reports import edges, floor, maximum, variance
 from bench.reports.source import Results
 from bench.stats import Interval, spearman, t_interval, within
 
@@ -51,6 +51,7 @@ class Row:
     devices: tuple[str, ...] = ()  # the hardware its runs recorded (`bench.devices.describe`); empty: not recorded
     split: variance.Split | None = None  # under tuning.repeats: the primary metric's tuning and seed noise
     searched: bool = True  # False: the cell searched nothing (its trials differ by seed alone, or it had one)
+    ended: maximum.Ended | None = None  # under early stopping: whether a maximum, not patience, ended its tuning
 
     @property
     def collapsed(self) -> bool:
@@ -78,6 +79,8 @@ class Row:
             reasons = "; ".join(f"seed {s}: {why or 'no reason recorded'}" for s, why in sorted(self.failed.items()))
             out.append(f"{len(self.failed)} final seed(s) failed ({reasons})")
         out += [f"edge: {w}" for w in self.edge_warnings]
+        if self.ended is not None and (self.ended.hit or self.ended.unknown):
+            out.append(self.ended.describe())
         if not self.searched:
             out.append(
                 "nothing searched: one tuning trial"
@@ -103,6 +106,7 @@ class Board:
     budget: budget_check.BudgetCheck | None = None  # the cells retrained at a multiple of the budget, if checked
     missing: dict[str, str] = field(default_factory=dict)  # planned cells without a result -> why
     compute: Compute | None = None  # the sweep's total cost, every cell's runs
+    ended: dict[str, maximum.Ended] = field(default_factory=dict)  # under early stopping: how each cell ended
 
     @property
     def draws(self) -> bool:
@@ -155,6 +159,14 @@ class Board:
                 "incomplete): "
             )
             out.append(head + self.budget.summary() + ". This ranking may not be the one the methods converge to")
+        hit = [e.cell for e in self.ended.values() if e.hit]
+        if hit:
+            out.append(
+                f"{len(hit)} of {len(self.ended)} cells were ended by a training maximum, not by early stopping "
+                f"({', '.join(hit)}): the maximum, not their validation score, bounded how long they trained, so "
+                "the table may not be converged there"
+                + ("" if self.budget is None else "; the budget check shows what twice their length gives")
+            )
         rho = self.transfer
         if math.isfinite(rho) and rho < MIN_TRANSFER and len(self.rows) >= MIN_TRANSFER_CELLS:
             out.append(
@@ -246,6 +258,7 @@ def build(res: Results) -> Board:
     trials = res.trials if res.trials is not None and not res.trials.empty else None
     unranked: list[Row] = []
     plan = res.plan
+    ends = maximum.ended(res)
     for cell in res.reported_cells:
         rows = res.rows(cell)
         fail = res.failed(cell)
@@ -289,6 +302,7 @@ def build(res: Results) -> Board:
                 devices=_devices(t, every),
                 split=variance.cell_split(res, cell, primary) if res.draws and len(rows) else None,
                 searched=_searched(plan, cell),
+                ended=ends.get(trained_cell(cell)),
             )
         )
 
@@ -311,6 +325,7 @@ def build(res: Results) -> Board:
         budget_check.check(res),
         _missing(res, trials),
         _compute(res),
+        ends,
     )
 
 

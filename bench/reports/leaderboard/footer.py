@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from bench.reports import floor
+from bench.reports import floor, maximum
 from bench.reports.escape import md_code, md_text
 from bench.reports.leaderboard.board import Board
 from bench.reports.leaderboard.cells import CLIP_NOTE, devices_text, fmt_seconds
@@ -81,6 +81,8 @@ def footer_lines(board: Board) -> list[str]:
             "tuned values not checked against their search ranges: the protocol file with this hash was not found"
         )
     lines.append(budget_line(board))
+    if board.ended:
+        lines.append(md_text(maximum.sentence(board.ended)))
     lines.append(compute_line(board))
     extra = split_line(board)
     if extra:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bench.reports import maximum
 from bench.reports.escape import md_code, md_text
 from bench.reports.leaderboard.board import Board
 from bench.reports.leaderboard.cells import (
@@ -162,6 +163,8 @@ def text(board: Board, columns: tuple[str, ...] = ("precision_at_1", "lake_accur
     out += [f"left out (budget audit): {cell}: {why}" for cell, why in refused.items()]
     if board.budget is not None and board.budget.stable:  # an unstable one is the warning above the table
         out.append(f"budget check: {board.budget.summary()}")
+    if board.ended:  # under early stopping: how many cells a maximum ended (the converged table's test)
+        out.append(maximum.sentence(board.ended))
     out += [f"{r.cell}: {note}" for r in board.rows for note in r.notes]
     out += [f"{cell}: no result: {why}" for cell, why in board.missing.items()]
     if board.job:
