@@ -14,7 +14,10 @@
 # checkpoints/NAME/run.env fixes the run for all its parts: PROTOCOL (the protocol file), COMMIT (the code every
 # part runs, so no part trains with other code), TREE (a worktree at COMMIT with its own .venv, made by `start`
 # when missing; "." is this checkout, which must then be at COMMIT), STORES (the stores' folder: optuna.db,
-# mlflow.db, the artifacts, results/), WORKERS and THREADS (`dmlbench run --threads`). A checkpoint is what a
+# mlflow.db, the artifacts, results/), WORKERS and THREADS (`dmlbench run --threads`); CHECK, optional: once the
+# sweep has finished, each worker goes on with its shard of `dmlbench budget-check --multiple CHECK` (worker i of
+# N: --shard i/N) on the same stores, so a session in which the sweep ends does not leave its cores idle; a
+# later `start` resumes the check the same way (`run` on a finished sweep only rewrites its tables). A checkpoint is what a
 # kill -9 of every worker would leave (`scripts/stores_pack.py checkpoint`); the runner resumes it, and records
 # each part's hardware in the manifest.
 # CHECKPOINTS names another folder than checkpoints/ (the tests'); STAGGER_S (default 60) is the wait between
@@ -42,8 +45,9 @@ if [ -z "${DMLBENCH_DATA:-}" ] && [ -d ../shared/data ]; then
     export DMLBENCH_DATA
 fi
 
-workers() {  # the pids of this run's workers: their command lines name its Optuna storage
-    pgrep -f -- "dmlbench run .*--storage sqlite:///$STORES/optuna.db" || true
+workers() {  # the pids of this run's workers: their command lines name its Optuna storage (a worker's shell
+    # passes its commands as arguments, so it is found too, between the sweep and the check as well)
+    pgrep -f -- "dmlbench (run|budget-check) .*--storage sqlite:///$STORES/optuna.db" || true
 }
 
 case $action in
@@ -73,16 +77,26 @@ start)
             exit 2
         fi
     fi
+    stores=(--threads "$THREADS" --quiet --storage "sqlite:///$STORES/optuna.db" --tracking-uri "$STORES/mlflow.db"
+        --results-dir "$STORES/results")
     for i in $(seq 1 "$WORKERS"); do
         [ "$i" -eq 1 ] || sleep "${STAGGER_S:-60}"
+        run=(.venv/bin/dmlbench run "$PROTOCOL" "${stores[@]}")
+        check=()
+        [ -z "${CHECK:-}" ] || check=(.venv/bin/dmlbench budget-check "$PROTOCOL" --multiple "$CHECK" --shard "$i/$WORKERS" "${stores[@]}")
         # in a session of its own, so the workers outlive this shell; niced, and so is the session's scheduling
         # group (Linux's autogroup: a process's nice weighs only within its group), so they leave the cores to
         # interactive work and tests; every descriptor away from this shell's, so a caller reading its output is
-        # not held till they end
-        (cd "$TREE" && exec setsid bash -c 'echo "$0" >/proc/self/autogroup 2>/dev/null; exec nohup nice -n "$0" "$@"' \
-            "${NICE:-19}" \
-            .venv/bin/dmlbench run "$PROTOCOL" --threads "$THREADS" --quiet --storage "sqlite:///$STORES/optuna.db" \
-            --tracking-uri "$STORES/mlflow.db" --results-dir "$STORES/results") >>"$STORES/w$i.log" 2>&1 </dev/null &
+        # not held till they end. The sweep, then the check: only after a sweep that ended (0, or 1: a cell
+        # without a result), never after an interrupted one (130) or an error; the check itself refuses, one
+        # line, a sweep another worker has not finished yet.
+        (cd "$TREE" && exec setsid bash -c '
+            echo "$0" >/proc/self/autogroup 2>/dev/null
+            n=$1; shift
+            nohup nice -n "$0" "${@:1:n}"; rc=$?
+            [ $# -gt "$n" ] && { [ $rc -eq 0 ] || [ $rc -eq 1 ]; } || exit $rc
+            exec nohup nice -n "$0" "${@:n+1}"' \
+            "${NICE:-19}" "${#run[@]}" "${run[@]}" "${check[@]}") >>"$STORES/w$i.log" 2>&1 </dev/null &
     done
     sleep 2
     echo "long_run: $name: $WORKERS worker(s) started in $TREE ($COMMIT), stores $STORES, logs $STORES/w*.log"

@@ -36,6 +36,7 @@ nothing is written, and the chunk should be shorter.
 from __future__ import annotations
 
 import argparse
+import csv
 import hashlib
 import io
 import json
@@ -250,14 +251,29 @@ def _progress(optuna_db: Path) -> dict[str, int]:
         return dict(con.execute("SELECT state, COUNT(*) FROM trials GROUP BY state").fetchall())
 
 
+def _checked(stores: Path) -> int:
+    """The budget check's completed seeds (every results/*/budget_check.csv row whose state is COMPLETE): its
+    progress lives there, not in Optuna."""
+    count = 0
+    for path in sorted(stores.glob("results/*/budget_check.csv")):
+        with path.open(newline="") as f:
+            count += sum(row.get("state") == "COMPLETE" for row in csv.DictReader(f))
+    return count
+
+
 def behind(stores: Path, out: Path) -> str:
     """What the stores lack of the progress a checkpoint in OUT recorded ("" when nothing): fewer complete
-    trials than the checkpoint means they were left by an earlier session, and another went on from there."""
+    trials, or fewer budget-check seeds, than the checkpoint means they were left by an earlier session, and
+    another went on from there."""
     if not (out / SUMMARY).is_file():
         raise Refused(f"{out}: no {SUMMARY}: not a checkpoint (the order is: behind STORES_DIR CHECKPOINT_DIR)")
+    summary = json.loads((out / SUMMARY).read_text())
     here = _progress(stores / "optuna.db").get("COMPLETE", 0)
-    there = json.loads((out / SUMMARY).read_text())["trials"].get("COMPLETE", 0)
-    return f"{here} complete trials here, {there} in the checkpoint" if here < there else ""
+    there = summary["trials"].get("COMPLETE", 0)
+    if here < there:
+        return f"{here} complete trials here, {there} in the checkpoint"
+    here, there = _checked(stores), summary.get("checked", 0)  # absent: a checkpoint from before the check
+    return f"{here} budget-check seeds here, {there} in the checkpoint" if here < there else ""
 
 
 def checkpoint(stores: Path, out: Path, part_mib: float, max_files: int, max_mib: int, pause: list[int]) -> None:
@@ -289,6 +305,7 @@ def checkpoint(stores: Path, out: Path, part_mib: float, max_files: int, max_mib
             "made": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "stores": str(stores.resolve()),
             "trials": _progress(copied / "optuna.db"),
+            "checked": _checked(stores),
             "files": len(members),
             "kept_files_left_out": left_out,
             "parts": len(done),
@@ -383,7 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("behind", help="print what the stores lack of the checkpoint's progress, if anything")
     b.add_argument("stores", type=Path)
     b.add_argument("out", type=Path)
-    sub.add_parser("progress", help="the stores' Optuna trials by state").add_argument("stores", type=Path)
+    sub.add_parser("progress", help="the stores' Optuna trials by state and budget-check seeds done").add_argument(
+        "stores", type=Path
+    )
     u = sub.add_parser("unpack")
     u.add_argument("parts", type=Path)
     u.add_argument("stores", type=Path)
@@ -400,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "behind":
             print(behind(args.stores, args.out))
         elif args.command == "progress":
-            print(json.dumps(_progress(args.stores / "optuna.db")))
+            print(json.dumps({**_progress(args.stores / "optuna.db"), "budget_check_complete": _checked(args.stores)}))
         else:
             unpack(args.parts, args.stores)
     except Refused as e:

@@ -44,7 +44,7 @@ def test_a_run_restored_from_its_checkpoint_finishes(tmp_path: Path, data_root: 
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     (checkpoints / "tiny").mkdir(parents=True)
     (checkpoints / "tiny" / "run.env").write_text(
-        f"PROTOCOL={protocol}\nCOMMIT={commit}\nTREE=.\nSTORES={stores}\nWORKERS=2\nTHREADS=1\n"
+        f"PROTOCOL={protocol}\nCOMMIT={commit}\nTREE=.\nSTORES={stores}\nWORKERS=2\nTHREADS=1\nCHECK=2\n"
     )
     env = {
         **os.environ,
@@ -87,6 +87,14 @@ def test_a_run_restored_from_its_checkpoint_finishes(tmp_path: Path, data_root: 
     assert manifest["finished"]
     finals = pd.read_csv(stores / "results" / "tiny" / "finals.csv")
     assert {"triplet+none", "triplet+batch_hard"} <= set(finals.loc[finals["state"] == "COMPLETE", "cell"])
+    # the finished sweep's workers went on with the budget check, a shard each: every final seed once, at 2x
+    checked = pd.read_csv(stores / "results" / "tiny" / "budget_check.csv")
+    done = finals.loc[finals["state"] == "COMPLETE", ["cell", "seed"]]
+    assert sorted(map(tuple, checked[["cell", "seed"]].values)) == sorted(map(tuple, done.values))
+    assert (checked["state"] == "COMPLETE").all() and (checked["multiple"] == 2).all()
+    assert (checked["iterations"] == 2 * 1500).all()
+    logs = [(stores / f"w{i}.log").read_text() for i in (1, 2)]
+    assert all(" x2 seed " in log for log in logs), logs  # both shards trained
     reference.communicate(timeout=300)
     assert reference.returncode == 1  # finished; the diverging cell has no result
     a, b = read(clean / "results" / "tiny"), read(stores / "results" / "tiny")
@@ -97,3 +105,13 @@ def test_a_run_restored_from_its_checkpoint_finishes(tmp_path: Path, data_root: 
     (tmp_path / "earlier").rename(stores)  # a later session on the first machine finds its old stores
     stale = _long_run("start", env)
     assert stale.returncode == 2 and "behind the checkpoint" in stale.stderr
+    # stores with every trial but fewer budget-check seeds than the checkpoint are behind it too
+    shutil.rmtree(stores)
+    assert _long_run("start", env).returncode == 0  # restored: the sweep and the check are done, nothing trains
+    deadline = time.monotonic() + 120
+    while "workers \n" not in _long_run("status", env).stdout and time.monotonic() < deadline:
+        time.sleep(1)
+    rows = pd.read_csv(stores / "results" / "tiny" / "budget_check.csv")
+    rows.iloc[:-1].to_csv(stores / "results" / "tiny" / "budget_check.csv", index=False)
+    stale = _long_run("start", env)
+    assert stale.returncode == 2 and f"{len(rows) - 1} budget-check seeds here, {len(rows)}" in stale.stderr
