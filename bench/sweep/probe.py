@@ -1,4 +1,4 @@
-"""Dead search parameters: refused before a sweep spends its budget tuning them.
+"""Dead search parameters, and cells that train nothing: refused before a sweep spends its budget on them.
 
 A searched parameter is *dead* when the two ends of its range give the same
 gradient on the embeddings up to a positive factor (cosine within
@@ -22,6 +22,10 @@ batches shaped like the protocol's (P classes x K samples, on the unit
 sphere when the protocol normalises): random ones, and one whose classes
 are clustered, as after some training. Everything random (proxies, a
 learned metric, a miner's sampling) is seeded identically at both ends.
+
+On the same batches a whole cell is probed (`dead_cells`): its loss at its
+fixed values, the searched parameters at their defaults, low ends and high
+ends, must give some gradient somewhere, or the network never moves.
 
 Miners with a warm-up (a ``warmup_iterations`` parameter) behave
 differently during and after it; both phases are probed, and a parameter
@@ -72,13 +76,7 @@ class DeadParameter:
 
 def dead_parameters(plan: Plan) -> list[DeadParameter]:
     """Every dead (cell, searched parameter) of the plan, in grid and search-space order."""
-    spec = plan.protocol.spec
-    batches = probe_batches(
-        min(spec.training.P, MAX_CLASSES),
-        spec.training.K,
-        spec.model.embedding_dim,
-        spec.model.normalize,
-    )
+    batches = _batches(plan)
     dead: list[DeadParameter] = []
     for cell in plan.cells:
         cache: dict[
@@ -93,8 +91,41 @@ def dead_parameters(plan: Plan) -> list[DeadParameter]:
     return dead
 
 
+def dead_cells(plan: Plan) -> list[str]:
+    """The cells whose loss gives no gradient at all (on the embeddings or its own parameters) on any probe
+    batch, in any miner phase, wherever their searched parameters sit (defaults, low ends, high ends): fixed
+    values that silence the loss (a contrastive negative margin of 0 with a positive margin beyond every
+    distance), so the network never leaves its initialisation and the cell's trials and seeds are the floor
+    bought at full price. A cell every probed setting of which the method refuses says nothing: not dead."""
+    batches = _batches(plan)
+    dead = []
+    for cell in plan.cells:
+        cache: dict[tuple[str, str, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        compared = live = False
+        for where in OTHERS if cell.search_space else OTHERS[:1]:
+            for b, (x, labels) in enumerate(batches):
+                for phase in range(len(_phases(cell, cell.miner_params))):
+                    try:
+                        grads = _cached(cell, _params(cell, "", None, where), phase, b, x, labels, cache)
+                    except BenchError:
+                        continue
+                    compared = True
+                    # a non-finite gradient moves the network too (it diverges, which training reports)
+                    live = any(not float(g.norm()) <= ZERO_TOL for g in grads)
+                    if live:
+                        break
+                if live:
+                    break
+            if live:
+                break
+        if compared and not live:
+            dead.append(cell.id)
+    return dead
+
+
 def check_live(plan: Plan) -> None:
-    """Refuse a plan that searches a dead parameter, one line naming each (cell, parameter)."""
+    """Refuse a plan that searches a dead parameter, one line naming each (cell, parameter), or holds a cell
+    whose loss gives no gradient at all."""
     dead = dead_parameters(plan)
     if dead:
         raise BenchError(
@@ -102,6 +133,21 @@ def check_live(plan: Plan) -> None:
             f"same gradient up to a positive factor on all {dead[0].batches} probe batches, so tuning "
             "them tunes nothing; fix the method or drop them from search_space"
         )
+    silent = dead_cells(plan)
+    if silent:
+        raise BenchError(
+            f"cells that train nothing: {', '.join(silent)}: the loss gives a zero gradient on all "
+            f"{len(_batches(plan))} probe batches at its fixed values (and at its searched ranges' defaults and "
+            "ends), so the network would never leave its initialisation; fix the fixed params"
+        )
+
+
+def _batches(plan: Plan) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The probe batches of a plan's shape (P capped at ``MAX_CLASSES``)."""
+    spec = plan.protocol.spec
+    return probe_batches(
+        min(spec.training.P, MAX_CLASSES), spec.training.K, spec.model.embedding_dim, spec.model.normalize
+    )
 
 
 def probe_batches(P: int, K: int, dim: int, normalize: bool) -> list[tuple[torch.Tensor, torch.Tensor]]:

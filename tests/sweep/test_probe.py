@@ -11,7 +11,7 @@ from bench.cli import main
 from bench.errors import BenchError
 from bench.plan import plan
 from bench.protocol import parse_protocol
-from bench.sweep.probe import check_live, dead_parameters, probe_batches, same_direction
+from bench.sweep.probe import check_live, dead_cells, dead_parameters, probe_batches, same_direction
 
 BASE = """\
 name: probe
@@ -83,6 +83,36 @@ def test_validate_refuses_a_dead_search_parameter(tmp_path: Path, capsys: pytest
     assert main(["validate", str(dead)]) == 2
     err = capsys.readouterr().err
     assert "dead search parameters: triplet+offline miner.chunk_size [4, 64]" in err and err.count("\n") == 1
+
+
+# on the unit sphere every distance is at most 2: a positive margin of 2 and a negative margin of 0 leave no
+# pair inside either hinge, so the loss is 0 on every batch and the trunk never moves
+SILENT = (
+    BASE
+    + """\
+    - {name: triplet, miners: [batch_all]}
+    - name: contrastive
+      label: contrastive-silent
+      params: {pos_margin: 2.0, neg_margin: 0.0}
+      search_space: {pos_margin: null, neg_margin: null}
+      miners: [none]
+  miners: [{name: none}, {name: batch_all}]
+"""
+)
+
+
+def test_a_cell_whose_loss_gives_no_gradient_is_refused_by_name(tmp_path: Path, capsys) -> None:
+    p = plan(parse_protocol(SILENT, "silent.yaml"))
+    assert dead_parameters(p) == [] and dead_cells(p) == ["contrastive-silent+none"]
+    with pytest.raises(BenchError, match=r"cells that train nothing: contrastive-silent\+none: the loss gives a zero"):
+        check_live(p)
+    live = plan(parse_protocol(SILENT.replace("pos_margin: 2.0", "pos_margin: 0.5"), "live.yaml"))
+    assert dead_cells(live) == []  # positives farther than 0.5 apart pull: the same cell trains
+    path = tmp_path / "silent.yaml"
+    path.write_text(SILENT)
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "cells that train nothing: contrastive-silent+none" in err and err.count("\n") == 1
 
 
 def test_same_direction_is_up_to_a_positive_factor() -> None:
