@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -10,12 +11,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from _shared import RUNNER_TINY
 from _sweeps import CELLS, sweep, sweep_base, sweep_copy  # noqa: F401  (fixtures)
 from scipy import stats as st
 
 from bench.cli import main
 from bench.errors import BenchError
+from bench.protocol import parse_protocol
 from bench.reports import claims
+from bench.reports.claims.render import to_json
 from bench.reports.source import Results
 
 REPO = Path(__file__).resolve().parents[2]
@@ -628,3 +632,37 @@ def test_a_second_claims_file_keeps_the_first_files_verdicts(
         "claims.json": [doc["claims"][1]["id"]],
     }
     assert all((sweep_copy / n).is_file() for n in ("claims-c.md", "claims-other.md", "claims.md"))
+
+
+def test_a_verdict_names_its_cells_that_a_training_maximum_ended() -> None:
+    """Under early stopping a cell whose chosen trial reached its maximum before its patience ran out is not
+    converged: the verdict stands, and says it is about that maximum (tables, JSON and terminal)."""
+    stopping = "early_stopping: {metric: map_at_r, patience: 2, check_every: 5, max_iterations: 40}"
+    protocol = parse_protocol(RUNNER_TINY.replace("ITERATIONS}", f"40, {stopping}}}"))
+    values = {"A": [0.60, 0.62, 0.64], "B": [0.50, 0.51, 0.52]}
+    trials = pd.DataFrame(
+        [  # A's chosen trial trained its whole 40 (one fold); B's stopped on its patience at 25
+            {"cell": "A", "trial": 0, "state": "COMPLETE", "value": 0.7, "iterations": 40, "budget_iterations": 40},
+            {"cell": "B", "trial": 0, "state": "COMPLETE", "value": 0.6, "iterations": 25, "budget_iterations": 40},
+        ]
+    )
+    base = _results(values)
+    manifest = {
+        **base.manifest,
+        "protocol_hash": protocol.hash,
+        "protocol_text": protocol.text,
+        "budget": {"early_stopping": True, "folds": 1},
+    }
+    res = Results(base.root, manifest, base.finals, trials)
+    items = [
+        {"id": "ab", "kind": "beats", "a": "A", "b": "B", "source": "s"},
+        {"id": "ba", "kind": "beats", "a": "B", "b": "A", "source": "s"},
+    ]
+    cf = claims.ClaimsFile(Path("c.yaml"), "p", None, None, 0.01, items)
+    ab, ba = claims.evaluate(cf, res)
+    assert ab.verdict == "supported" and ab.ended == ["A"] and ba.ended == ["A"]
+    assert ab.stable is None and ab.stability.startswith("A ended by a training maximum, not by early stopping")
+    stopped = dataclasses.replace(res, trials=trials.assign(iterations=[35, 25]))  # A's patience ran out at 35
+    assert [v.ended for v in claims.evaluate(cf, stopped)] == [[], []]
+    assert "ab: A ended by a training maximum" in claims.text_table([ab, ba])
+    assert to_json(cf, res, [ab, ba])["verdicts"][0]["ended_by_maximum"] == ["A"]

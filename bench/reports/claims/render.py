@@ -8,7 +8,7 @@ from typing import Any
 
 from bench.reports import budget, floor
 from bench.reports.claims.file import ClaimsFile, unit_of
-from bench.reports.claims.verdicts import VERDICTS, Verdict, tuning_caveat
+from bench.reports.claims.verdicts import VERDICTS, Verdict, ended_note, tuning_caveat
 from bench.reports.escape import md_code, md_text
 from bench.reports.source import Results
 from bench.stats import LEVEL
@@ -54,6 +54,7 @@ def to_json(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> dict[str, 
                 "stable": v.stable,
                 "stability": v.stability or None,
                 "verdict_at_multiple": v.verdict_at_multiple or None,
+                "ended_by_maximum": v.ended,
                 "n_seeds": {c: len(s) for c, s in v.values.items()},
                 "records": {
                     "cells": v.cells,
@@ -219,4 +220,5 @@ def text_table(verdicts: list[Verdict]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    lines += [f"{v.claim['id']}: {ended_note(v.ended)}" for v in verdicts if v.ended]
     return "\n".join(lines)

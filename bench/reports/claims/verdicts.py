@@ -77,6 +77,11 @@ a cell the claim names changed rank; the verdict at the multiple differs.
 The verdict itself stays the one on the table as run: the budget check says
 how far to trust it, it does not replace it (a longer budget is another
 protocol, whose own budget would need its own check).
+
+Under early stopping, a cell of the claim that a training maximum ended
+rather than its validation score (`bench.reports.maximum`) is named beside
+the verdict too, with or without a budget check: the verdict is about that
+maximum, not about the method trained to convergence.
 """
 
 from __future__ import annotations
@@ -88,8 +93,8 @@ from typing import Any
 
 from bench import registry
 from bench.errors import BenchError
-from bench.plan import Plan
-from bench.reports import budget, floor
+from bench.plan import Plan, trained_cell
+from bench.reports import budget, floor, maximum
 from bench.reports.claims.file import ClaimsFile, scaled, unit_of
 from bench.reports.source import Results
 from bench.stats import LEVEL, Difference, compare, holm, one_sample
@@ -133,6 +138,7 @@ class Verdict:
     stable: bool | None = None  # at the budget check's multiple; None when the results hold no budget check
     stability: str = ""  # why (not) stable, beside the verdict
     verdict_at_multiple: str = ""
+    ended: list[str] = field(default_factory=list)  # its cells a training maximum ended (early stopping)
 
     @property
     def testable(self) -> bool:
@@ -402,8 +408,11 @@ def evaluate(cf: ClaimsFile, res: Results) -> list[Verdict]:
 
 
 def stability(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> list[Verdict]:
-    """Each verdict with whether it holds at the budget check's multiple (the rule in the module's docstring);
-    unchanged when the results hold no budget check."""
+    """Each verdict with whether it holds at the budget check's multiple (the rule in the module's docstring),
+    and under early stopping which of its cells a maximum ended rather than their validation score
+    (`bench.reports.maximum`): the verdict is then about that maximum, whatever the check says."""
+    ends = maximum.ended(res)
+    verdicts = [_ended_note(v, ends) for v in verdicts]
     check = budget.check(res)
     if check is None:
         return verdicts
@@ -434,5 +443,19 @@ def stability(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> list[Ver
             if problems
             else f"stable at {m}x the budget: ranking unchanged, verdict the same"
         )
+        note += f"; {v.stability}" if v.stability else ""
         out.append(replace(v, stable=not problems, stability=note, verdict_at_multiple=again))
     return out
+
+
+def _ended_note(v: Verdict, ends: dict[str, maximum.Ended]) -> Verdict:
+    """The verdict with the cells of it a training maximum ended (under early stopping) said in its stability."""
+    hit = [c for c in v.cells if (e := ends.get(trained_cell(c))) is not None and e.hit]
+    if not hit:
+        return v
+    return replace(v, stability=ended_note(hit), ended=hit)
+
+
+def ended_note(cells: list[str]) -> str:
+    """What a verdict says of its cells that a training maximum ended."""
+    return f"{', '.join(cells)} ended by a training maximum, not by early stopping: the verdict is about that maximum"
