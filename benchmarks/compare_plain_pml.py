@@ -3,7 +3,8 @@
 Issue 14's rule: tuning must never leave a method worse than its defaults,
 so at the same budget the harness's tuned triplet + batch-hard cell must
 score at least what `plain_pml_script.py` (PML's defaults, no augmentation,
-no schedule, fp32) scores. Both arms train for the protocol's iterations on
+no schedule, fp32) scores. Both arms train for the protocol's iterations (under
+early stopping, the length the cell's final seeds trained) on
 batches of P x K (the plain script: MPerClassSampler with m = K), one seed
 of each in turn (plain, harness, plain, ...), so a busy machine slows both
 alike; both are scored by bench's `evaluate` on the 659 evaluation
@@ -75,21 +76,47 @@ def as_trained(protocol: Protocol, results: str | None) -> Protocol:
     return protocol.with_precision(chosen["precision"], bool(chosen["channels_last"]))
 
 
+def budget(protocol: Protocol, results: str | None, cell: str, given: int | None) -> int:
+    """The iterations both arms train: ``given``; else under early stopping the length the cell's final seeds
+    trained (finals.csv of ``results``: a final seed has no validation classes and trains as long as its
+    cell's best trial did); else the protocol's iterations."""
+    if given is not None:
+        return given
+    if not protocol.spec.training.early_stopping:
+        return protocol.spec.training.iterations
+    if results is None:
+        raise BenchError(
+            f"{protocol.name} early-stops its runs: give --results of its sweep (the cell's final seeds' length is "
+            "the budget) or --iterations"
+        )
+    finals = result_tables.read(results)["finals"]
+    rows = finals[(finals["cell"].astype(str) == cell) & (finals["state"].astype(str) == "COMPLETE")]
+    if rows.empty:
+        raise BenchError(f"{results}: no completed final seed of cell {cell}")
+    return int(rows["iterations"].max())
+
+
 def harness_config(
     protocol: Protocol, cell_id: str, params: dict[str, Any], seed: int, iterations: int | None
 ) -> TrainConfig:
-    """Final seed ``seed`` of the cell as the runner would train it, at ``iterations`` if given."""
+    """Final seed ``seed`` of the cell as the runner would train it, at ``iterations`` if given. Under early
+    stopping the runner keeps the whole budget's schedule and stops the final at its length (`harness_run`'s
+    ``stop_after``), so the configuration keeps the protocol's iterations."""
     cell = plan(protocol).cell(cell_id)
     config = final_config(protocol, cell, params, seed)
-    return config if iterations is None else dataclasses.replace(config, iterations=iterations)
+    if iterations is None or protocol.spec.training.early_stopping:
+        return config
+    return dataclasses.replace(config, iterations=iterations)
 
 
-def harness_run(config: TrainConfig, protocol: Protocol, lake_runs: list[Any]) -> dict[str, float]:
+def harness_run(
+    config: TrainConfig, protocol: Protocol, lake_runs: list[Any], stop_after: int | None = None
+) -> dict[str, float]:
     """Train on the protocol's training classes and score the test classes as a final seed is scored."""
     data = protocol.spec.data
     train_data = load(data.train, None, data.image_size)
     test_data = load(data.test, None, data.image_size)
-    result = train(config, train_data)
+    result = train(config, train_data, stop_after=stop_after)
     with scoring_precision(protocol.spec):
         return evaluate(
             result.model, test_data, lake_runs=lake_runs, clustering=False, normalize=protocol.spec.model.normalize
@@ -114,7 +141,12 @@ def main() -> None:
         metavar="NAME=VALUE",
         help="a tuned value, e.g. loss.margin=0.2 (repeatable; over --results)",
     )
-    parser.add_argument("--iterations", type=int, default=None, help="default: the protocol's")
+    parser.add_argument(
+        "--iterations",
+        type=int,
+        default=None,
+        help="default: the protocol's; under early stopping the cell's final seeds' length in --results",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
@@ -126,8 +158,11 @@ def main() -> None:
             f"{args.protocol}: the plain script trains on omniglot:background and tests on "
             "omniglot:evaluation at 28x28; this protocol does not"
         )
+    if plan(protocol).budget.final_mode == "folds":
+        raise BenchError(f"{args.protocol}: its final seeds are fold models joined (final.mode: folds), not one run")
     params = tuned_params(args.results, args.cell, parse_params(tuple(args.param), "--param"))
-    iterations = args.iterations or training.iterations
+    iterations = budget(protocol, args.results, args.cell, args.iterations)
+    stop_after = iterations if training.early_stopping else None
     batch = training.batch_size
     print(
         f"{iterations} iterations of {training.P} x {training.K} = {batch}; harness cell {args.cell} "
@@ -142,7 +177,8 @@ def main() -> None:
             if arm == "plain":
                 m = plain_pml_script.main(iterations, seed, batch, training.K)
             else:
-                m = harness_run(harness_config(protocol, args.cell, params, seed, iterations), protocol, lake_runs)
+                config = harness_config(protocol, args.cell, params, seed, iterations)
+                m = harness_run(config, protocol, lake_runs, stop_after)
             for name in METRICS:
                 scores[arm][name].append(float(m[name]))
             print(

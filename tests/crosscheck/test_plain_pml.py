@@ -93,3 +93,30 @@ def test_tuned_parameters_come_from_the_results_best_trial() -> None:
 
     with pytest.raises(BenchError, match="no summary row"):
         compare.tuned_params(str(ROOT / "results" / "omniglot-quick"), "nothing+none", {})
+
+
+def test_under_early_stopping_both_arms_train_the_cells_final_length(tmp_path: Path) -> None:
+    """A final seed of an early-stopped protocol trains as long as its cell's best trial did, with the whole
+    budget's schedule: the comparison's budget is that length, read from the sweep's finals."""
+    import shutil
+
+    from bench.errors import BenchError
+    from bench.protocol import load_protocol
+
+    compare = _module("compare_plain_pml")
+    converged = load_protocol(ROOT / "protocols" / "omniglot-converged.yaml")
+    results = tmp_path / "results"
+    shutil.copytree(ROOT / "results" / "omniglot-standard", results)
+    finals = pd.read_csv(results / "finals.csv")
+    finals.loc[finals.cell == compare.CELL, "iterations"] = 4750  # as the converged sweep's cell trained
+    finals.to_csv(results / "finals.csv", index=False)
+    assert compare.budget(converged, str(results), compare.CELL, None) == 4750
+    assert compare.budget(converged, str(results), compare.CELL, 300) == 300  # --iterations wins
+    standard = load_protocol(ROOT / "protocols" / "omniglot-standard.yaml")
+    assert compare.budget(standard, None, compare.CELL, None) == standard.doc["training"]["iterations"]
+    with pytest.raises(BenchError, match="early-stops its runs: give --results"):
+        compare.budget(converged, None, compare.CELL, None)
+    with pytest.raises(BenchError, match="no completed final seed of cell nothing"):
+        compare.budget(converged, str(results), "nothing+none", None)
+    config = compare.harness_config(converged.with_precision("fp32", True), compare.CELL, {}, seed=0, iterations=4750)
+    assert config.iterations == converged.doc["training"]["iterations"]  # the schedule's; stop_after stops it
