@@ -318,7 +318,8 @@ def test_a_final_seed_given_back_mid_write_is_read_as_its_seed(sweep, tmp_path):
 
 class RaisesLater(torch.nn.Module):
     """A plugin loss with a bug that shows only in training: its second call on raises (always, or only when
-    trained on every training class, as the final seeds are); its first call, the pre-flight's, passes."""
+    trained on every training class, as the final seeds are); its first call, the pre-flight's, passes, with
+    a gradient (a loss that gives none is refused before the sweep, `bench.sweep.probe.dead_cells`)."""
 
     def __init__(self, num_classes: int, finals_only: bool = False) -> None:
         super().__init__()
@@ -328,7 +329,7 @@ class RaisesLater(torch.nn.Module):
         self.calls += 1
         if self.calls > 1 and (not self.finals_only or self.num_classes >= 12):
             raise RuntimeError("boom")
-        return embeddings.pow(2).mean() * 0.0 + embeddings.sum() * 0.0
+        return embeddings.pow(2).mean()
 
 
 RAISING = TINY.replace("validation: {folds: 3, use: 1, group_by: alphabet}", "validation: {folds: 3, use: 1}").replace(
