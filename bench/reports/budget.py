@@ -59,6 +59,20 @@ class BudgetCheck:
     tau: float
     missing: list[str] = field(default_factory=list)  # ranked cells with no completed seed at the multiple
     fewest: int = 0  # the shortest run at the multiple: under early stopping each cell's finals' length x it
+    # what the check cost, from rows that name their device (budget_check.csv since it has the column):
+    # every row at the multiple, failed ones too (they trained), and the devices they trained on
+    devices: tuple[str, ...] = ()
+    iterations_trained: float = math.nan
+    device_s: float = math.nan
+
+    def cost(self) -> str:
+        """`it trained N iterations in D device-seconds on DEVICES`, or `` when the rows name no device."""
+        if not self.devices:
+            return ""
+        return (
+            f"the check trained {self.iterations_trained:,.0f} iterations in {self.device_s:,.0f} device-seconds "
+            f"on {'; '.join(self.devices)}"
+        )
 
     @property
     def moved(self) -> list[str]:
@@ -172,6 +186,14 @@ def check(res: Results, multiple: int | None = None) -> BudgetCheck | None:
     ranks = ranking({c: base[c] for c in ranked})
     ranks_at = ranking({c: changes[c].at_multiple.mean for c in ranked})
     lengths = pd.to_numeric(at["iterations"], errors="coerce") if len(at) else pd.Series(dtype=float)
+    every = res.budget_check
+    every = every[pd.to_numeric(every["multiple"], errors="coerce") == multiple]
+    named = every["device"].dropna().astype(str) if "device" in every else pd.Series(dtype=str)
+    devices = tuple(sorted({d for d in named if d.strip()}))
+
+    def total(column: str) -> float:
+        return float(pd.to_numeric(every[column], errors="coerce").fillna(0).sum()) if column in every else math.nan
+
     return BudgetCheck(
         multiple,
         int(lengths.max()) if len(lengths) else 0,
@@ -182,6 +204,9 @@ def check(res: Results, multiple: int | None = None) -> BudgetCheck | None:
         kendall_tau(ranks, ranks_at),
         [c for c in res.cells if c not in changes],
         int(lengths.min()) if len(lengths) else 0,
+        devices,
+        total("iterations") if devices else math.nan,
+        total("wall_time_s") if devices else math.nan,
     )
 
 

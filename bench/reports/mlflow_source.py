@@ -359,6 +359,7 @@ def budget_frame(runs: list[Any], plan: Any) -> pd.DataFrame | None:
                 "state": tags["state"],
                 "reason": tags.get("reason", ""),
                 "git_commit": tags.get("dmlbench.git_commit"),
+                "device": tags.get("dmlbench.device"),
             }
         )
     if not rows:

@@ -68,7 +68,9 @@ from bench.sweep.tuning import open_storage
 from bench.sweep.worker import default_storage
 
 RUN_COLUMNS = ["protocol_hash", "cell_key", "cell", "seed", "multiple", "iterations", "samples_seen", "wall_time_s"]
-TAIL_COLUMNS = ["state", "reason", "params", "git_commit", "git_dirty"]
+TAIL_COLUMNS = ["state", "reason", "params", "git_commit", "git_dirty", "device"]
+# a file written before rows named their device: read with the column empty, written back whole
+OLD_TAIL = TAIL_COLUMNS[:-1]
 
 
 def columns(protocol: Protocol) -> list[str]:
@@ -158,6 +160,8 @@ def read_rows(path: Path, protocol: Protocol, keys: dict[str, str]) -> list[dict
         frame = pd.read_csv(path, dtype=tables.KEY_DTYPES)
     except (OSError, ValueError) as e:
         raise BenchError(f"{path}: unreadable budget check table ({str(e).splitlines()[0]}); move it aside") from None
+    if list(frame.columns) == columns(protocol)[: -len(TAIL_COLUMNS)] + OLD_TAIL:
+        frame["device"] = None
     if list(frame.columns) != columns(protocol):
         raise BenchError(f"{path}: not this protocol's budget check table (other columns); move it aside")
     rows = [r for r in frame.to_dict("records") if keys.get(str(r["cell"])) == str(r["cell_key"])]
@@ -264,6 +268,9 @@ def budget_check(
     todo = [(t, s) for t, s in mine if (t.cell.id, s, multiple) not in done]
     check = _Check(protocol, multiple, prepared, path, keys, tracking_uri, fingerprints, quiet)
     kept = [(t, s) for t, s in mine if (t.cell.id, s, multiple) in done]
+    if todo:  # the manifest lists every part of the work, the check's with the sweep's (`tables.add_part`)
+        part = {**provenance.hardware(), "device": check.code["device"], "kind": "budget_check", "multiple": multiple}
+        tables.add_part(results, part)
     check.run(cells, todo, kept)
     return CheckOutcome(path, len(todo), len(kept), time.perf_counter() - start)
 
@@ -284,7 +291,13 @@ class _Check:
     ) -> None:
         self.protocol, self.multiple, self.prepared, self.path, self.keys = protocol, multiple, prepared, path, keys
         self.iterations = protocol.spec.training.iterations * multiple
-        self.code = {"git_commit": provenance.git_commit(), "git_dirty": provenance.git_dirty()}
+        # on every row, as on the sweep's: the code it ran and where it trained (`--device`: a check may train
+        # where the run did not, and a check resumed elsewhere has rows of several devices)
+        self.code = {
+            "git_commit": provenance.git_commit(),
+            "git_dirty": provenance.git_dirty(),
+            "device": describe_device(protocol.spec.training.device),
+        }
         base_tags = provenance.standard_tags(
             fingerprints["split"],
             protocol=protocol.name,
@@ -292,8 +305,7 @@ class _Check:
             train_fingerprint=fingerprints["train"],
             test_fingerprint=fingerprints["test"],
             data_fingerprint=protocol.data,
-            # `--device`: a check may train where the run did not
-            device=describe_device(protocol.spec.training.device),
+            device=self.code["device"],
         )
         self.mlflow = MlflowRecords(protocol, tracking_uri, base_tags)
         self.quiet = quiet

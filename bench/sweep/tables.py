@@ -145,6 +145,17 @@ def write(plan: Plan, records: Records, results: Path, manifest: dict[str, Any],
     return refused
 
 
+def add_part(results: Path, part: dict[str, Any]) -> None:
+    """Add one part of the work (a worker start's hardware, `bench.stores.provenance.hardware`) to the
+    manifest's ``hardware``, under the manifest's lock: shards starting together each keep theirs."""
+    with locked(results / (MANIFEST + ".lock")):
+        manifest = read_manifest(results)
+        if manifest is None:
+            raise BenchError(f"{results}: no {MANIFEST}: not a dmlbench results directory")
+        manifest["hardware"] = [*(manifest.get("hardware") or []), part]
+        write_with(results / MANIFEST, lambda f: json.dump(manifest, f, indent=2, sort_keys=True, default=str))
+
+
 def keep_rows(results: Path, plan: Plan) -> None:
     """floor.csv and budget_check.csv hold this version's rows only: floor rows of the protocol's shared key,
     budget check rows of the plan's cells under their current keys, all named with the protocol's hash (a row

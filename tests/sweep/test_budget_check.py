@@ -109,6 +109,13 @@ def test_rows_at_the_multiple_with_the_finals_seeds_and_params(checked: Path) ->
         assert r.data.metrics["map_at_r"] == pytest.approx(float(row["map_at_r"].iloc[0]))
         assert r.data.metrics["iterations"] == row["iterations"].iloc[0]
         assert r.data.tags["dmlbench.device"].startswith("cpu")  # where the check trained (`--device`)
+        assert r.data.tags["dmlbench.device"] == row["device"].iloc[0]  # the row names it too
+    assert table["device"].str.startswith("cpu: ").all()
+    # the manifest lists the check's parts beside the sweep's: one per check that trained
+    parts = json.loads((checked / "results" / "reports-tiny" / "manifest.json").read_text())["hardware"]
+    ran = [p for p in parts if p.get("kind") == "budget_check"]
+    assert [p["multiple"] for p in ran] == [1, 2] and all(p["device"] == table["device"].iloc[0] for p in ran)
+    assert len(parts) > len(ran)  # the sweep's own parts kept
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where there is no CUDA device")
@@ -196,6 +203,27 @@ def test_shards_split_the_check_without_training_a_seed_twice(
     a, b = resumed.set_index(key).sort_index(), full.set_index(key).sort_index()
     assert np.allclose(a[METRICS].to_numpy(float), b[METRICS].to_numpy(float), rtol=0, atol=1e-12)
     assert main(_args(run, "--shard", "3/2")) == 2
+
+
+def test_a_table_written_before_rows_named_their_device_is_resumed(checked: Path, tmp_path: Path) -> None:
+    """budget_check.csv of an earlier version (no device column): its rows kept, the new ones name theirs."""
+    run = _copy(checked, tmp_path / "run")
+    path = run / "results" / "reports-tiny" / "budget_check.csv"
+    full = _table(run)
+    full[full["multiple"] == 1].drop(columns=["device"]).to_csv(path, index=False)
+    assert main(_args(run)) == 0
+    resumed = pd.read_csv(path)
+    assert list(resumed.columns) == list(full.columns) and len(resumed) == len(full)
+    assert resumed[resumed["multiple"] == 1]["device"].isna().all()
+    assert resumed[resumed["multiple"] == 2]["device"].str.startswith("cpu: ").all()
+    # the leaderboard counts the check's cost from the rows that name their device
+    results = run / "results" / "reports-tiny"
+    assert main(["leaderboard", str(results), "--quiet"]) == 0
+    at2 = resumed[resumed["multiple"] == 2]
+    assert (
+        f"the check trained {at2['iterations'].sum():,.0f} iterations in {at2['wall_time_s'].sum():,.0f} "
+        f"device-seconds on {at2['device'].iloc[0]}"
+    ) in (results / "leaderboard.md").read_text()
 
 
 def test_refused_before_the_run_finished(checked: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -19,9 +19,10 @@ def budget_line(board: Board) -> str:
             "no budget check: whether this ranking holds when every cell trains longer is unknown "
             "(`dmlbench budget-check`)"
         )
+    cost = f"; {md_text(b.cost())}" if b.cost() else ""
     return (
         f"budget check: {md_text(b.summary())}. Change: the mean over seeds of (the run at {b.multiple}x minus "
-        "the final of the same seed), with its paired 95% t-interval"
+        f"the final of the same seed), with its paired 95% t-interval{cost}"
     )
 
 
