@@ -186,7 +186,8 @@ def check(res: Results, multiple: int | None = None) -> BudgetCheck | None:
     ranks = ranking({c: base[c] for c in ranked})
     ranks_at = ranking({c: changes[c].at_multiple.mean for c in ranked})
     lengths = pd.to_numeric(at["iterations"], errors="coerce") if len(at) else pd.Series(dtype=float)
-    every = res.budget_check
+    every = res.budget_check  # not None: a multiple was recorded
+    assert every is not None
     every = every[pd.to_numeric(every["multiple"], errors="coerce") == multiple]
     named = every["device"].dropna().astype(str) if "device" in every else pd.Series(dtype=str)
     devices = tuple(sorted({d for d in named if d.strip()}))

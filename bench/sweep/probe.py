@@ -58,6 +58,8 @@ SEEDS = (0, 1, 2)  # random batches; one clustered batch comes on top
 CLUSTER_SPREAD = 0.3  # within-class noise of the clustered batch, relative to unit class centres
 WARMUP = "warmup_iterations"
 OWN_LR = "loss.lr"  # a loss's own parameters' learning rate (its param_lr)
+# one cell's gradients by (loss params, miner params, batch): the probes of a cell share settings
+Cache = dict[tuple[str, str, int], tuple[torch.Tensor, torch.Tensor]]
 
 
 @dataclass(frozen=True)
@@ -74,14 +76,13 @@ class DeadParameter:
         return f"{self.cell} {self.parameter} [{self.low!r}, {self.high!r}]"
 
 
-def dead_parameters(plan: Plan) -> list[DeadParameter]:
-    """Every dead (cell, searched parameter) of the plan, in grid and search-space order."""
-    batches = _batches(plan)
+def dead_parameters(plan: Plan, batches: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> list[DeadParameter]:
+    """Every dead (cell, searched parameter) of the plan, in grid and search-space order (on ``batches``,
+    default the plan's probe batches)."""
+    batches = _batches(plan) if batches is None else batches
     dead: list[DeadParameter] = []
     for cell in plan.cells:
-        cache: dict[
-            tuple[str, str, int], tuple[torch.Tensor, torch.Tensor]
-        ] = {}  # one cell's gradients: probes share settings
+        cache: Cache = {}
         for key, dist in cell.search_space.items():
             ends = _ends(dist)
             if len(ends) < 2:
@@ -91,53 +92,51 @@ def dead_parameters(plan: Plan) -> list[DeadParameter]:
     return dead
 
 
-def dead_cells(plan: Plan) -> list[str]:
+def dead_cells(plan: Plan, batches: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> list[str]:
     """The cells whose loss gives no gradient at all (on the embeddings or its own parameters) on any probe
     batch, in any miner phase, wherever their searched parameters sit (defaults, low ends, high ends): fixed
     values that silence the loss (a contrastive negative margin of 0 with a positive margin beyond every
     distance), so the network never leaves its initialisation and the cell's trials and seeds are the floor
     bought at full price. A cell every probed setting of which the method refuses says nothing: not dead."""
-    batches = _batches(plan)
-    dead = []
-    for cell in plan.cells:
-        cache: dict[tuple[str, str, int], tuple[torch.Tensor, torch.Tensor]] = {}
-        compared = live = False
-        for where in OTHERS if cell.search_space else OTHERS[:1]:
-            for b, (x, labels) in enumerate(batches):
-                for phase in range(len(_phases(cell, cell.miner_params))):
-                    try:
-                        grads = _cached(cell, _params(cell, "", None, where), phase, b, x, labels, cache)
-                    except BenchError:
-                        continue
-                    compared = True
-                    # a non-finite gradient moves the network too (it diverges, which training reports)
-                    live = any(not float(g.norm()) <= ZERO_TOL for g in grads)
-                    if live:
-                        break
-                if live:
-                    break
-            if live:
-                break
-        if compared and not live:
-            dead.append(cell.id)
-    return dead
+    batches = _batches(plan) if batches is None else batches
+    return [cell.id for cell in plan.cells if _gives_gradient(cell, batches) is False]
+
+
+def _gives_gradient(cell: Cell, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> bool | None:
+    """Whether ``cell``'s loss gives a gradient on some probe batch, phase and setting of its searched
+    parameters; None when the method refuses every one (nothing compared)."""
+    cache: Cache = {}
+    compared = False
+    for where in OTHERS if cell.search_space else OTHERS[:1]:
+        for b, (x, labels) in enumerate(batches):
+            for phase in range(len(_phases(cell, cell.miner_params))):
+                try:
+                    grads = _cached(cell, _params(cell, "", None, where), phase, b, x, labels, cache)
+                except BenchError:
+                    continue
+                compared = True
+                # a non-finite gradient moves the network too (it diverges, which training reports)
+                if any(not float(g.norm()) <= ZERO_TOL for g in grads):
+                    return True
+    return False if compared else None
 
 
 def check_live(plan: Plan) -> None:
     """Refuse a plan that searches a dead parameter, one line naming each (cell, parameter), or holds a cell
     whose loss gives no gradient at all."""
-    dead = dead_parameters(plan)
+    batches = _batches(plan)
+    dead = dead_parameters(plan, batches)
     if dead:
         raise BenchError(
             f"dead search parameters: {', '.join(map(str, dead))}: both ends of each range give the "
-            f"same gradient up to a positive factor on all {dead[0].batches} probe batches, so tuning "
+            f"same gradient up to a positive factor on all {len(batches)} probe batches, so tuning "
             "them tunes nothing; fix the method or drop them from search_space"
         )
-    silent = dead_cells(plan)
+    silent = dead_cells(plan, batches)
     if silent:
         raise BenchError(
             f"cells that train nothing: {', '.join(silent)}: the loss gives a zero gradient on all "
-            f"{len(_batches(plan))} probe batches at its fixed values (and at its searched ranges' defaults and "
+            f"{len(batches)} probe batches at its fixed values (and at its searched ranges' defaults and "
             "ends), so the network would never leave its initialisation; fix the fixed params"
         )
 
@@ -224,7 +223,7 @@ def _is_dead(
     key: str,
     ends: list[Any],
     batches: list[tuple[torch.Tensor, torch.Tensor]],
-    cache: dict[tuple[str, str, int], tuple[torch.Tensor, torch.Tensor]],
+    cache: Cache,
 ) -> bool:
     """No end moves the gradient's direction away from the first end's, wherever the other searched
     parameters sit, on any batch, in any miner phase. A combination the method refuses (e.g. the
@@ -255,7 +254,7 @@ def _cached(
     b: int,
     x: torch.Tensor,
     labels: torch.Tensor,
-    cache: dict[tuple[str, str, int], tuple[torch.Tensor, torch.Tensor]],
+    cache: Cache,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     loss_params, miner_params = params[0], _phases(cell, params[1])[phase]
     key = (repr(sorted(loss_params.items())), repr(sorted(miner_params.items())), b)
