@@ -69,13 +69,14 @@ def _kept_line(p: Plan) -> str:
     _, images = dataset_size(sized_test(data.test_spec), data.test_classes)
     model, embeddings = kept_bytes(p.protocol, images)
     seeds = len(p.cells) * p.budget.final_count
-    per_seed = model + embeddings
-    said = f"{_mb(model)} model" + (f" + {_mb(embeddings)} test embeddings" if images else " + the test embeddings")
+    if images:
+        said = f"{_mb(model)} model + {_mb(embeddings)} test embeddings, {_mb((model + embeddings) * seeds)}"
+    else:  # a dataset plan does not know the size of: the embeddings' share is known once the data are read
+        unknown = "the test embeddings (a test set of a size not known here)"
+        said = f"{_mb(model)} model + {unknown}, {_mb(model * seeds)} + embeddings"
     return (
         f"kept as MLflow artifacts (final.keep_models; false keeps none): each final seed's model and test "
-        f"embeddings, {said}, {_mb(per_seed * seeds)} for {seeds} final seeds"
-        + ("" if images else " and their embeddings (test set of unknown size)")
-        + " (bench.sweep.kept.load_final reads one back)"
+        f"embeddings, {said} for {seeds} final seeds (bench.sweep.kept.load_final reads one back)"
     )
 
 

@@ -270,7 +270,11 @@ def test_plan_describes_a_pool_split(tmp_path: Path, capsys: pytest.CaptureFixtu
     pool = write_folder(tmp_path / "faces", [f"s{i}" for i in range(4)])
     path = protocol_file(tmp_path, f"  pool: folder:{pool}\n  split: {{test_classes: 0.5, seed: 2}}")
     assert main(["plan", str(path)]) == 0
-    assert "split 0.5 of the classes for test (seed 2)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "split 0.5 of the classes for test (seed 2)" in out
+    # what the kept models weigh is known, the embeddings' share only once the data are read
+    kept = next(line for line in out.splitlines() if line.startswith("kept as MLflow artifacts"))
+    assert "+ the test embeddings (a test set of a size not known here)" in kept and " + embeddings for " in kept
 
 
 # --------------------------------------------------------------------------- sizes, aspect ratios, channels
