@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -88,6 +89,18 @@ def run_args(path: Path, root: Path, data_root: Path, *extra: str) -> list[str]:
         "--quiet",
         *extra,
     ]
+
+
+def trials_in_state(db: Path, state: str) -> int:
+    """Trials in ``state`` in the Optuna SQLite file ``db``, read while a worker may be writing it (0 when the
+    file is missing or busy): for waiting on a sweep's progress before killing it."""
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as con:
+            return con.execute("select count(*) from trials where state = ?", (state,)).fetchone()[0]
+    except sqlite3.Error:
+        return 0
 
 
 def sweep_options(root: Path, data_root: Path, **kw) -> Options:

@@ -7,12 +7,11 @@ import json
 import signal
 import sqlite3
 import time
-from pathlib import Path
 
 import optuna
 import pandas as pd
 import pytest
-from _shared import RUNNER_TINY, cli
+from _shared import RUNNER_TINY, cli, run_args, trials_in_state
 
 from bench.plan import plan
 from bench.plan.seeds import seeds_wanted
@@ -34,32 +33,6 @@ def _text(half: float) -> str:
     return text.replace("final: {seeds: [0, 1]}", SEEDS.replace("HALF", str(half)))
 
 
-def _args(path: Path, root: Path, data_root: Path) -> list[str]:
-    return [
-        "run",
-        str(path),
-        "--storage",
-        f"sqlite:///{root / 'optuna.db'}",
-        "--tracking-uri",
-        str(root / "mlruns"),
-        "--results-dir",
-        str(root / "results"),
-        "--data-root",
-        str(data_root),
-        "--quiet",
-    ]
-
-
-def _count(db: Path, state: str) -> int:
-    if not db.exists():
-        return 0
-    try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as con:
-            return con.execute("select count(*) from trials where state = ?", (state,)).fetchone()[0]
-    except sqlite3.Error:
-        return 0
-
-
 def _untimed(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.drop(columns=[c for c in frame.columns if c == "wall_time_s"])
 
@@ -72,18 +45,20 @@ def sweeps(tmp_path_factory, data_root) -> dict:
     path = root / "tiny.yaml"
     path.write_text(_text(1e-6))
     clean, killed = root / "clean", root / "killed"
-    reference = cli(_args(path, clean, data_root))
-    victim = cli(_args(path, killed, data_root))
+    reference = cli(run_args(path, clean, data_root))
+    victim = cli(run_args(path, killed, data_root))
     deadline = time.monotonic() + 300
     db = killed / "optuna.db"
     while time.monotonic() < deadline and victim.poll() is None:
-        if _count(db, "COMPLETE") >= 6 and _count(db, "RUNNING") >= 1:  # past rung 0 of the first cell
+        if (
+            trials_in_state(db, "COMPLETE") >= 6 and trials_in_state(db, "RUNNING") >= 1
+        ):  # past rung 0 of the first cell
             break
         time.sleep(0.05)
     assert victim.poll() is None, "the sweep ended before it could be killed"
     victim.send_signal(signal.SIGKILL)
     victim.wait()
-    resumed = cli(_args(path, killed, data_root))
+    resumed = cli(run_args(path, killed, data_root))
     out = {"path": path, "clean": clean, "killed": killed}
     for name, proc in (("reference", reference), ("resumed", resumed)):
         text, _ = proc.communicate(timeout=600)

@@ -18,6 +18,7 @@ import pytest
 import torch
 from _shared import RUNNER_TINY as TINY
 from _shared import cli as _cli
+from _shared import run_args, trials_in_state
 from _shared import sweep_options as _options
 
 from bench.data.splits import ClassSplit
@@ -513,48 +514,22 @@ def test_changed_protocol_never_mixes_with_old_results(tmp_path):
     assert study_name(old, plan(old).cells[0]) != study_name(new, plan(new).cells[0])
 
 
-def _run_args(path: Path, root: Path, data_root: Path) -> list[str]:
-    return [
-        "run",
-        str(path),
-        "--storage",
-        f"sqlite:///{root / 'optuna.db'}",
-        "--tracking-uri",
-        str(root / "mlruns"),
-        "--results-dir",
-        str(root / "results"),
-        "--data-root",
-        str(data_root),
-        "--quiet",
-    ]
-
-
-def _count(db: Path, state: str) -> int:
-    if not db.exists():
-        return 0
-    try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as con:
-            return con.execute("select count(*) from trials where state = ?", (state,)).fetchone()[0]
-    except sqlite3.Error:
-        return 0
-
-
 def test_resume_after_kill_equals_an_uninterrupted_run(tmp_path, data_root):
     path = _protocol_file(tmp_path, iterations=150)
     killed, clean = tmp_path / "killed", tmp_path / "clean"
-    reference = _cli(_run_args(path, clean, data_root))  # the uninterrupted run, alongside
-    victim = _cli(_run_args(path, killed, data_root))
+    reference = _cli(run_args(path, clean, data_root))  # the uninterrupted run, alongside
+    victim = _cli(run_args(path, killed, data_root))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and victim.poll() is None:
         db = killed / "optuna.db"
-        if _count(db, "COMPLETE") >= 1 and _count(db, "RUNNING") >= 1:
+        if trials_in_state(db, "COMPLETE") >= 1 and trials_in_state(db, "RUNNING") >= 1:
             break
         time.sleep(0.05)
     assert victim.poll() is None, "the sweep ended before it could be killed"
     victim.send_signal(signal.SIGKILL)
     victim.wait()
-    assert _count(killed / "optuna.db", "RUNNING") >= 1  # a trial was left behind mid-training
-    resumed = _cli(_run_args(path, killed, data_root))
+    assert trials_in_state(killed / "optuna.db", "RUNNING") >= 1  # a trial was left behind mid-training
+    resumed = _cli(run_args(path, killed, data_root))
     out, _ = resumed.communicate(timeout=300)
     # exit 1 is the diverging cell, planned and without a result: the sweep itself finished
     assert resumed.returncode == 1 and NO_RESULT in out, out
