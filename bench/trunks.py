@@ -10,6 +10,7 @@ memory and touch no file.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -60,7 +61,9 @@ def check_size(name: str, in_shape: Sequence[int], embedding_dim: int, params: d
     if embedding_dim > MAX_EMBEDDING_DIM:
         raise BenchError(f"embedding_dim {embedding_dim} is absurd: expected at most {MAX_EMBEDDING_DIM}")
     try:
-        with torch.device("meta"):
+        # a layer of size 0 is refused below in one line; torch's warning about initialising it would be a second
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Initializing zero-element tensors is a no-op", UserWarning)
             trunk = registry.build_trunk(name, in_shape=tuple(in_shape), embedding_dim=embedding_dim, **params)
     except (RuntimeError, OverflowError, MemoryError) as e:
         raise BenchError(f"trunk {name!r} cannot be built with {params}: {str(e).splitlines()[0]}") from None

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -107,10 +108,18 @@ def _run_in_process(argv: list[str], timeout: float, env: dict[str, str]) -> tup
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        # a warning goes to stderr as the command line would print it: a bad input's one line must stand alone
+        with (
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+            warnings.catch_warnings(record=True) as caught,
+        ):
+            warnings.simplefilter("default")
             thread = threading.Thread(target=target, daemon=True)
             thread.start()
             thread.join(timeout)
+        for w in caught:
+            err.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno))
     finally:
         for k, v in saved.items():
             if v is None:
@@ -167,6 +176,8 @@ def test_bad_input(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
             errors = [line for line in err.splitlines() if line.startswith("dmlbench: error:")]
             usage = [line for line in err.splitlines() if line.startswith("Error:")]  # click's usage errors
             assert len(errors) + len(usage) == 1, f"{case['what']}: expected one error line\n{err[-2000:]}"
+            warned = [line for line in err.splitlines() if "Warning: " in line]
+            assert not warned, f"{case['what']}: a warning beside the error line\n{err[-2000:]}"
         low_err = err.lower()
         for word in case.get("stderr") or []:
             assert str(word).lower() in low_err, f"{case['what']}: {word!r} not in stderr\n{err[-2000:]}"

@@ -26,7 +26,15 @@ from PIL import Image
 
 from bench.atomic import write_json
 from bench.data.cache import cache_dir, settled, stat_key
-from bench.data.images import DECODE_RULES, GRAY_MODES, ImageFiles, check_pixels, convert_mode, scale_wide
+from bench.data.images import (
+    DECODE_RULES,
+    GRAY_MODES,
+    ImageFiles,
+    check_pixels,
+    convert_mode,
+    pil_open,
+    scale_wide,
+)
 from bench.errors import BenchError
 
 MAX_THREADS = 8
@@ -82,7 +90,7 @@ def _check_one(files: ImageFiles, threads: int | None) -> int:
 def _decode(file: Path) -> str | None:
     """None when `file` decodes as a sweep would read it (pixels and value range), else the one-line reason."""
     try:
-        with Image.open(file) as img:
+        with pil_open(file) as img:
             check_pixels(img, file)
             if img.format == "JPEG":  # an eighth of the size: every byte of the entropy-coded data is still read
                 img.draft(img.mode, (max(1, img.width // 8), max(1, img.height // 8)))

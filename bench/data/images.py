@@ -16,6 +16,7 @@ the protocol's ``transforms.v2`` (`bench.data.augment`).
 from __future__ import annotations
 
 import hashlib
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -196,7 +197,7 @@ class open_image:  # noqa: N801 - used as a context manager, like open()
 
     def __enter__(self) -> Image.Image:
         try:
-            self.img = Image.open(self.file)
+            self.img = pil_open(self.file)
             check_pixels(self.img, self.file)
             self.img.load()
             return self.img
@@ -276,6 +277,15 @@ def integer_top(img: Image.Image) -> tuple[int, str]:
     return 255, "32-bit integers, read as 8-bit since their range is not declared"
 
 
+def pil_open(file: Any) -> Image.Image:
+    """`PIL.Image.open` without PIL's decompression-bomb warning: PIL warns above its own limit (89 million
+    pixels) and raises above twice that, and every caller refuses above ``MAX_PIXELS`` (`check_pixels`) right
+    after opening, so the warning would only print a second message beside the refusal's one line."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        return Image.open(file)
+
+
 def check_pixels(img: Image.Image, file: Path) -> None:
     if img.width * img.height > MAX_PIXELS:
         raise BenchError(
@@ -288,7 +298,7 @@ def image_channels(file: Path) -> int:
     """1 or 3, from the file's header alone (nothing is decoded); a file that is no image, or one whose
     header declares a decompression bomb, is named now, before a run records anything."""
     try:
-        with Image.open(file) as img:
+        with pil_open(file) as img:
             check_pixels(img, file)
             return 1 if img.mode in GRAY_MODES else 3
     except FileNotFoundError:

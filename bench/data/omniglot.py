@@ -50,9 +50,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
 
 from bench.data.cache import cached_arrays, check_sha256, stat_key
+from bench.data.images import pil_open
 from bench.data.labeled import LabeledData
 from bench.data.resize import resize_area
 from bench.data.roots import candidate_roots
@@ -185,18 +185,17 @@ class Source:
     def png(self, name: str) -> np.ndarray:
         """One image as bool paper (white True), checked to be 105x105."""
         try:
-            image = Image.open(io.BytesIO(self.read(name)))
-            size = image.size
-            paper = np.asarray(image) if image.mode == "1" else np.asarray(image.convert("L")) != 0
+            image = pil_open(io.BytesIO(self.read(name)))
+            size = image.size  # from the header: a file of another size is refused before it is decoded
+            if size != (SIDE, SIDE):
+                raise BenchError(f"{self.path}: {name} is {size[0]}x{size[1]}, expected {SIDE}x{SIDE}: not {self.what}")
+            return np.asarray(image) if image.mode == "1" else np.asarray(image.convert("L")) != 0
         except BenchError:
             raise
         except Exception as err:
             raise BenchError(
                 f"{self.path}: corrupt image {name} ({err}): download {self.what} again ({PUBLISHER})"
             ) from None
-        if size != (SIDE, SIDE):
-            raise BenchError(f"{self.path}: {name} is {size[0]}x{size[1]}, expected {SIDE}x{SIDE}: not {self.what}")
-        return paper
 
 
 # --------------------------------------------------------------------------- where the files are

@@ -57,8 +57,13 @@ class Artifacts:
 
 def _npz(path: Path, keys: tuple[str, str]) -> tuple[np.ndarray, np.ndarray]:
     try:
-        with np.load(path) as z:
-            return tuple(np.asarray(z[k]) for k in keys)  # type: ignore[return-value]
+        # the file opened here, not by np.load: numpy leaves its own handle open when the archive is unreadable
+        with open(path, "rb") as fh:
+            z = np.load(fh)
+            if not isinstance(z, np.lib.npyio.NpzFile):
+                raise ValueError("not an .npz archive")
+            with z:
+                return tuple(np.asarray(z[k]) for k in keys)  # type: ignore[return-value]
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
         raise BenchError(f"{path}: unreadable artifact, expected arrays {', '.join(keys)} ({e})") from None
 
