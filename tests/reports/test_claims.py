@@ -211,6 +211,10 @@ def test_the_best_cell_is_unknown_while_a_planned_cell_has_no_result(sweep_copy:
     (sweep_copy / "manifest.json").write_text(json.dumps({**manifest, "finished": None}))  # mid-sweep tables
     part = verdicts("part")
     assert part["people"]["verdict"] == "not testable"
+    # said once above the verdicts too: the family Holm corrects over is the testable claims alone
+    gap = f"1 planned cell(s) have no result ({gone}): claims on them are not testable, and Holm's correction"
+    assert gap in (tmp_path / "part" / "claims-c.md").read_text()
+    assert gap not in (tmp_path / "whole" / "claims-c.md").read_text()
     assert (
         f"the best cell of the grid is unknown: 1 planned cell(s) have no result ({gone})" in part["people"]["reason"]
     )

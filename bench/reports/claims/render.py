@@ -125,12 +125,19 @@ def versions(res: Results) -> dict[str, Any] | None:
 
 
 def version_lines(res: Results) -> list[str]:
-    """`versions` in one line each for the added and the dropped cells (none when the versions are one)."""
+    """What the verdicts rest on short of the whole grid, one line each: planned cells without a result (an
+    unfinished run), and `versions`' added and dropped cells (none when the versions are one)."""
+    out = []
+    if res.unreported:  # their claims say "not testable"; the others' correction is over a smaller family
+        out.append(
+            f"{len(res.unreported)} planned cell(s) have no result ({', '.join(res.unreported)}): claims on them "
+            "are not testable, and Holm's correction spans the testable claims alone, so a verdict may change "
+            "once they have results"
+        )
     v = versions(res)
     if v is None:
-        return []
+        return out
     head = f"the protocol file ({res.plan.protocol.source if res.plan else '?'}, hash {v['protocol_file_hash'][:12]})"
-    out = []
     if v["added"]:
         out.append(f"{head} adds cells these results do not hold: {', '.join(v['added'])}")
     if v["dropped"]:
