@@ -66,12 +66,13 @@ class BudgetCheck:
     device_s: float = math.nan
 
     def cost(self) -> str:
-        """`it trained N iterations in D device-seconds on DEVICES`, or `` when the rows name no device."""
+        """What the check cost (iterations, device-seconds, devices), or `` when its rows name no device."""
         if not self.devices:
             return ""
         return (
-            f"the check trained {self.iterations_trained:,.0f} iterations in {self.device_s:,.0f} device-seconds "
-            f"on {'; '.join(self.devices)}"
+            f"the budget check at {self.multiple}x trained {self.iterations_trained:,.0f} iterations in "
+            f"{self.device_s:,.0f} device-seconds ({self.device_s / 3600:.2f} device-hours) on "
+            f"{'; '.join(self.devices)}"
         )
 
     @property

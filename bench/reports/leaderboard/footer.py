@@ -19,10 +19,9 @@ def budget_line(board: Board) -> str:
             "no budget check: whether this ranking holds when every cell trains longer is unknown "
             "(`dmlbench budget-check`)"
         )
-    cost = f"; {md_text(b.cost())}" if b.cost() else ""
     return (
         f"budget check: {md_text(b.summary())}. Change: the mean over seeds of (the run at {b.multiple}x minus "
-        f"the final of the same seed), with its paired 95% t-interval{cost}"
+        "the final of the same seed), with its paired 95% t-interval"
     )
 
 
@@ -99,11 +98,13 @@ def compute_line(board: Board) -> str:
     it = "-" if not math.isfinite(c.iterations) else f"{int(c.iterations):,}"
     hours = f" ({c.device_s / 3600:.2f} device-hours)" if math.isfinite(c.device_s) else ""
     where = devices_text(c.devices) if c.devices else "a device these tables do not record"
+    b = board.budget
+    check = f"; {md_text(b.cost())}" if b is not None and b.cost() else ""
     return (
         f"compute: {it} training iterations and {fmt_seconds(c.device_s)} device-seconds{hours} on "
         f"{md_text(where)}, every cell's trials and final seeds: each run's training and evaluation wall time, "
-        "summed (runs of parallel workers each counted whole; the floor and the sweep's bookkeeping are "
-        "outside it)"
+        f"summed (runs of parallel workers each counted whole; the floor and the sweep's bookkeeping are "
+        f"outside it){check}"
     )
 
 
