@@ -93,6 +93,9 @@ def test_a_run_restored_from_its_checkpoint_finishes(tmp_path: Path, data_root: 
     assert sorted(map(tuple, checked[["cell", "seed"]].values)) == sorted(map(tuple, done.values))
     assert (checked["state"] == "COMPLETE").all() and (checked["multiple"] == 2).all()
     assert (checked["iterations"] == 2 * 1500).all()
+    assert checked["device"].str.startswith("cpu: ").all()  # where each seed of the check trained
+    parts = [p for p in manifest["hardware"] if p.get("kind") == "budget_check"]
+    assert len(parts) == 2 and all(p["multiple"] == 2 for p in parts)  # both shards' parts, beside the sweep's
     logs = [(stores / f"w{i}.log").read_text() for i in (1, 2)]
     assert all(" x2 seed " in log for log in logs), logs  # both shards trained
     reference.communicate(timeout=300)

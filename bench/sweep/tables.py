@@ -131,17 +131,19 @@ def write(plan: Plan, records: Records, results: Path, manifest: dict[str, Any],
         write_with(results / filename, lambda f, df=frames[name]: df.to_csv(f, index=False))
     write_histories(results, records.history)
     keep_rows(results, plan)
-    previous = read_manifest(results) or {}
-    parts = [*(previous.get("hardware") or []), *(manifest.get("hardware") or [])]  # every worker's, once each
-    manifest = {
-        **manifest,
-        **({"hardware": [p for i, p in enumerate(parts) if p not in parts[:i]]} if parts else {}),
-        "created": previous.get("created", manifest.get("created")),
-        "refused": refused,
-        "cell_commits": commits(records),
-        "updated": now(),
-    }
-    write_with(results / MANIFEST, lambda f: json.dump(manifest, f, indent=2, sort_keys=True, default=str))
+    # under the manifest's lock: a part another worker adds meanwhile (`add_part`) is merged, never overwritten
+    with locked(results / (MANIFEST + ".lock")):
+        previous = read_manifest(results) or {}
+        parts = [*(previous.get("hardware") or []), *(manifest.get("hardware") or [])]  # every worker's, once each
+        manifest = {
+            **manifest,
+            **({"hardware": [p for i, p in enumerate(parts) if p not in parts[:i]]} if parts else {}),
+            "created": previous.get("created", manifest.get("created")),
+            "refused": refused,
+            "cell_commits": commits(records),
+            "updated": now(),
+        }
+        write_with(results / MANIFEST, lambda f: json.dump(manifest, f, indent=2, sort_keys=True, default=str))
     return refused
 
 
