@@ -7,6 +7,7 @@
 #   bash scripts/long_run.sh checkpoint NAME   # refresh checkpoints/NAME from the stores, the workers paused a moment
 #   bash scripts/long_run.sh stop NAME         # SIGTERM the workers (each gives its running unit back), then wait
 #   bash scripts/long_run.sh status NAME       # the workers running, and the trials by state
+#   bash scripts/long_run.sh finish NAME       # once the run (and its CHECK) is whole: its results into results/
 #
 # At a session's end: stop, checkpoint, commit; the stores here then equal the checkpoint, and the next session,
 # here or elsewhere, goes on from the same place.
@@ -20,13 +21,18 @@
 # later `start` resumes the check the same way (`run` on a finished sweep only rewrites its tables). A checkpoint is what a
 # kill -9 of every worker would leave (`scripts/stores_pack.py checkpoint`); the runner resumes it, and records
 # each part's hardware in the manifest.
+# `finish` refuses (exit 2, one line) while workers run, the sweep is unfinished or, with CHECK, the budget check
+# lacks a final seed, so only a finished run is ever committed; then it copies STORES/results/<protocol> into
+# RESULTS/<protocol> (default results/; the saved training states and lock files left out), writes its leaderboard
+# and, when protocols/claims/<protocol>.yaml exists, its verdicts, with this checkout's dmlbench (exit: the
+# leaderboard's, 1 for a planned cell without a result). The checkpoint folder is then to be removed.
 # CHECKPOINTS names another folder than checkpoints/ (the tests'); STAGGER_S (default 60) is the wait between
 # two workers' starts, so the first reads the data into the cache alone; NICE (default 19) their niceness.
 # Exit: 0 done; 2 bad input (no run.env, a tree at another commit, workers already running for `start`).
 set -u
 cd "$(dirname "$0")/.."
 if [ $# -ne 2 ]; then
-    echo "usage: bash scripts/long_run.sh start|checkpoint|stop|status NAME" >&2
+    echo "usage: bash scripts/long_run.sh start|checkpoint|stop|status|finish NAME" >&2
     exit 2
 fi
 action=$1 name=$2
@@ -119,8 +125,29 @@ status)
     echo "long_run: $name: workers $(workers | xargs)"
     python3 scripts/stores_pack.py progress "$STORES"
     ;;
+finish)
+    [ -z "$(workers)" ] || { echo "long_run: $name's workers are running: stop them, or let them end" >&2; exit 2; }
+    from=$(python3 scripts/stores_pack.py finished "$STORES" ${CHECK:+--check "$CHECK"}) || exit 2
+    to=${RESULTS:-results}/$(basename "$from")
+    rm -rf "$to.new"
+    mkdir -p "$to.new"
+    # the tables, manifest and per-cell artifacts; not the saved training states (resume/) nor the locks
+    tar -C "$from" --exclude=./resume --exclude='*.lock' -cf - . | tar -C "$to.new" -xf - || exit 2
+    rm -rf "$to" && mv "$to.new" "$to"
+    if [ ! -x .venv/bin/dmlbench ]; then
+        make .venv/.installed || exit 2
+    fi
+    .venv/bin/dmlbench leaderboard "$to" --quiet; rc=$?
+    [ "$rc" -le 1 ] || exit "$rc"
+    claims=protocols/claims/$(basename "$to").yaml
+    if [ -f "$claims" ]; then
+        .venv/bin/dmlbench claims "$claims" --results "$to" --quiet || exit $?
+    fi
+    echo "long_run: $name: the finished run's results are in $to; remove $dir and commit both"
+    exit "$rc"
+    ;;
 *)
-    echo "long_run: unknown action $action (start, checkpoint, stop, status)" >&2
+    echo "long_run: unknown action $action (start, checkpoint, stop, status, finish)" >&2
     exit 2
     ;;
 esac

@@ -21,6 +21,7 @@ the same form taken whole, without a stamp, while its workers run:
 
     python3 scripts/stores_pack.py checkpoint STORES_DIR OUT [--pause PID ...]   # OUT/stores.tgz.NN, ..., checkpoint.json
     python3 scripts/stores_pack.py unpack OUT STORES_DIR                          # on the next machine: restore
+    python3 scripts/stores_pack.py finished STORES_DIR [--check MULTIPLE]         # its results, once whole
 
 `checkpoint` copies each database through SQLite's backup API (a consistent copy of a database that workers
 hold open), STORES_DIR/results, and the artifacts but the kept models and test embeddings (`final.keep_models`:
@@ -261,6 +262,34 @@ def _checked(stores: Path) -> int:
     return count
 
 
+def finished(stores: Path, multiple: int | None) -> Path:
+    """The results folder of the finished run in the stores, refused (one line) unless it is whole: its manifest
+    says the sweep finished and, with ``multiple``, budget_check.csv holds a row at that multiple for every
+    final seed of every cell with finals (a failed seed's row counts: it was trained and recorded)."""
+    folders = [m.parent for m in sorted(stores.glob("results/*/manifest.json"))]
+    if len(folders) != 1:
+        raise Refused(f"{stores}/results: expected the results of one run, found {len(folders)}")
+    results = folders[0]
+    manifest = json.loads((results / "manifest.json").read_text())
+    if not manifest.get("finished"):
+        raise Refused(f"{results}: the sweep has not finished (its manifest says so): let the workers run it to its end")
+    if multiple is None:
+        return results
+    with (results / "finals.csv").open(newline="") as f:
+        seeds = {(row["cell"], row["seed"]) for row in csv.DictReader(f)}
+    rows = set()
+    if (results / "budget_check.csv").is_file():
+        with (results / "budget_check.csv").open(newline="") as f:
+            rows = {(r["cell"], r["seed"]) for r in csv.DictReader(f) if r.get("multiple") == str(multiple)}
+    missing = sorted(seeds - rows)
+    if missing:
+        raise Refused(
+            f"{results}: the budget check at {multiple}x lacks {len(missing)} of {len(seeds)} final seeds "
+            f"(first: {missing[0][0]} seed {missing[0][1]}): let the workers finish it first"
+        )
+    return results
+
+
 def behind(stores: Path, out: Path) -> str:
     """What the stores lack of the progress a checkpoint in OUT recorded ("" when nothing): fewer complete
     trials, or fewer budget-check seeds, than the checkpoint means they were left by an earlier session, and
@@ -403,6 +432,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("progress", help="the stores' Optuna trials by state and budget-check seeds done").add_argument(
         "stores", type=Path
     )
+    f = sub.add_parser("finished", help="print the finished run's results folder; refused while it is not whole")
+    f.add_argument("stores", type=Path)
+    f.add_argument("--check", type=int, default=None, metavar="MULTIPLE", help="its budget check at MULTIPLE too")
     u = sub.add_parser("unpack")
     u.add_argument("parts", type=Path)
     u.add_argument("stores", type=Path)
@@ -418,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
             checkpoint(args.stores, args.out, args.part_mib, args.max_files, args.max_mib, args.pause)
         elif args.command == "behind":
             print(behind(args.stores, args.out))
+        elif args.command == "finished":
+            print(finished(args.stores, args.check))
         elif args.command == "progress":
             print(json.dumps({**_progress(args.stores / "optuna.db"), "budget_check_complete": _checked(args.stores)}))
         else:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from _shared import RUNNER_TINY, cli
+from _shared import RUNNER_TINY, cli, trials_in_state
 
 from bench.sweep.tables import read
 
@@ -27,14 +26,6 @@ def _long_run(action: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["bash", "scripts/long_run.sh", action, "tiny"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
-
-
-def _complete(stores: Path) -> int:
-    try:
-        with sqlite3.connect(f"file:{stores / 'optuna.db'}?mode=ro", uri=True, timeout=1) as con:
-            return con.execute("SELECT COUNT(*) FROM trials WHERE state = 'COMPLETE'").fetchone()[0]
-    except sqlite3.Error:  # not made yet
-        return 0
 
 
 @pytest.mark.slow  # two real workers, twice
@@ -65,7 +56,7 @@ def test_a_run_restored_from_its_checkpoint_finishes(tmp_path: Path, data_root: 
         again = _long_run("start", env)
         assert again.returncode == 2 and "running already" in again.stderr
         deadline = time.monotonic() + 120
-        while _complete(stores) < 3 and time.monotonic() < deadline:
+        while trials_in_state(stores / "optuna.db", "COMPLETE") < 3 and time.monotonic() < deadline:
             time.sleep(0.2)
         for _ in range(50):  # until one is taken mid-training, as a session's checkpoint mostly is
             done = _long_run("checkpoint", env)
@@ -77,6 +68,8 @@ def test_a_run_restored_from_its_checkpoint_finishes(tmp_path: Path, data_root: 
     finally:
         assert _long_run("stop", env).returncode == 0
     assert summary["trials"]["COMPLETE"] >= 3 and summary["trials"].get("RUNNING", 0) >= 1
+    unfinished = _long_run("finish", env)  # only a finished run is ever committed
+    assert unfinished.returncode == 2 and "the sweep has not finished" in unfinished.stderr
     shutil.copytree(stores, tmp_path / "earlier")  # what this machine had when the checkpoint was taken
     shutil.rmtree(stores)  # the machine is gone
     assert _long_run("start", env).returncode == 0  # restored, resumed
@@ -118,3 +111,23 @@ def test_a_run_restored_from_its_checkpoint_finishes(tmp_path: Path, data_root: 
     rows.iloc[:-1].to_csv(stores / "results" / "tiny" / "budget_check.csv", index=False)
     stale = _long_run("start", env)
     assert stale.returncode == 2 and f"{len(rows) - 1} budget-check seeds here, {len(rows)}" in stale.stderr
+    # finish: refused while the check lacks a seed, then the results copied whole, with their leaderboard
+    committed = {**env, "RESULTS": str(tmp_path / "committed")}
+    short = _long_run("finish", committed)
+    assert short.returncode == 2 and f"lacks 1 of {len(rows)} final seeds" in short.stderr
+    assert not (tmp_path / "committed").exists()
+    rows.to_csv(stores / "results" / "tiny" / "budget_check.csv", index=False)
+    done = _long_run("finish", committed)
+    assert done.returncode == 0, done.stderr  # the diverging cell failed every trial: its labelled row says so
+    assert "contrastive-diverging" in (tmp_path / "committed" / "tiny" / "leaderboard.md").read_text()
+    out = tmp_path / "committed" / "tiny"
+    assert "remove" in done.stdout and (out / "leaderboard.md").is_file() and (out / "leaderboard.html").is_file()
+    assert not (out / "resume").exists() and not list(out.rglob("*.lock"))
+    kept = {p.relative_to(out) for p in out.rglob("*") if p.is_file()} - {
+        Path("leaderboard.md"),
+        Path("leaderboard.html"),
+    }
+    source = stores / "results" / "tiny"
+    assert kept == {p.relative_to(source) for p in source.rglob("*") if p.is_file() and p.suffix != ".lock"
+                    and "resume" not in p.relative_to(source).parts} - {Path("leaderboard.md"), Path("leaderboard.html")}  # fmt: skip
+    pd.testing.assert_frame_equal(pd.read_csv(out / "budget_check.csv"), rows)
