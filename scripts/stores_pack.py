@@ -272,7 +272,9 @@ def finished(stores: Path, multiple: int | None) -> Path:
     results = folders[0]
     manifest = json.loads((results / "manifest.json").read_text())
     if not manifest.get("finished"):
-        raise Refused(f"{results}: the sweep has not finished (its manifest says so): let the workers run it to its end")
+        raise Refused(
+            f"{results}: the sweep has not finished (its manifest says so): let the workers run it to its end"
+        )
     if multiple is None:
         return results
     with (results / "finals.csv").open(newline="") as f:
