@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 from bench.plan import Cell
 from bench.plan.seeds import stops_at
+from bench.sweep import tables
 from bench.sweep.tuning import Slot, SlotStudy, best_trial, extra_seed_study, top_slots
 from bench.sweep.worker import Worker
 
@@ -246,7 +247,19 @@ class Accounts(Worker):
         with self.ledger.timing("records"):
             if self.deadline is not None and study.open_slots():
                 self._check_time(self.longest_s)
-            return study.claim(*sampler)
+            slot = study.claim(*sampler)
+            if slot is not None:
+                self._join()
+            return slot
+
+    def _join(self) -> None:
+        """This worker's part (`provenance.hardware`) joins the manifest with its first claimed unit, on disk at
+        once: a worker killed in that unit has still done part of the work."""
+        if self.part in self.manifest["hardware"]:
+            return
+        self.manifest["hardware"].append(self.part)
+        if tables.read_manifest(self.results) is not None:  # else the first table written brings it
+            tables.add_part(self.results, self.part)
 
     def _check_time(self, ahead_s: float) -> None:
         """Raise `TimeUp` when the limit falls within ``ahead_s`` seconds from now."""

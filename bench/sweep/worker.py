@@ -190,7 +190,9 @@ class Worker:
             "geometry": geometry(self.protocol.spec.model.normalize),
             "precision": self.precision,
             "threads": self.part["threads"],
-            "hardware": [*earlier, self.part],  # one entry per worker start: a resumed sweep says where each part ran
+            # one entry per worker start that claims a unit (`Accounts._claim`): a resumed sweep says where each
+            # part ran, and a start that found nothing left to do is no part of it
+            "hardware": list(earlier),
             "package_versions": provenance.package_versions(),
             **self.code,
             "tracking_uri": redact(self.tracking_uri),

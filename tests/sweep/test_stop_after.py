@@ -114,6 +114,10 @@ def test_a_device_override_is_recorded_in_the_manifest(tmp_path, data_root):
     assert "device: cuda" in manifest["protocol_text"]  # the file as written, its hash unchanged
     (part,) = manifest["hardware"]  # the part itself names where it trained, whoever writes the manifest next
     assert part["device_override"] == "cpu" and part["device"].startswith("cpu: ")
+    # the finished sweep started again elsewhere (two threads): it claims nothing, so it is no part of the result
+    assert main(run_args(path, tmp_path, data_root, "--device", "cpu", "--threads", "2")) == 0
+    again = json.loads((tmp_path / "results" / "tiny" / "manifest.json").read_text())
+    assert again["finished"] and again["hardware"] == [part]
 
 
 def test_a_trial_still_running_at_the_limit_is_given_back(tmp_path, data_root, capsys):
