@@ -35,6 +35,7 @@ import logging
 import random
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,12 +84,21 @@ class RunState:
     """Where one run's state is saved and read back: ``path``, for the run ``key``; saved at most every
     ``every_s`` seconds of training (0: at every sync point, as the tests do; None: `EVERY_S`)."""
 
-    def __init__(self, path: str | Path, key: str, every_s: float | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        key: str,
+        every_s: float | None = None,
+        on_resume: Callable[[int], None] | None = None,
+    ) -> None:
         self.path, self.key = Path(path), key
         self.every_s = EVERY_S if every_s is None else every_s
         self.saved_at = time.monotonic()
         self.resumed_at = 0  # the iteration the run went on from (0: it started at the beginning)
         self.parts: list[dict[str, Any]] = []  # the earlier attempts' hardware and iterations
+        # told the iteration a run goes on from, as it does (`Progress.resumed`): the time left is paced by what
+        # this process trains, not by the iterations an earlier attempt trained
+        self.on_resume = on_resume
 
     def identity(self, **settings: Any) -> dict[str, Any]:
         """The identity a saved state must match: the key, ``settings`` (the run's config and budget), the code,
@@ -121,6 +131,8 @@ class RunState:
             return None
         self.resumed_at = int(state["it"])
         self.parts = list(state.get("parts", []))
+        if self.on_resume is not None:
+            self.on_resume(self.resumed_at)
         return state
 
     def save(self, state: dict[str, Any]) -> None:

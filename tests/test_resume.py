@@ -93,11 +93,12 @@ def test_a_run_interrupted_twice_and_resumed_is_the_uninterrupted_run(omniglot, 
                 resume=RunState(path, "unit", every_s=0),
             )
         assert path.is_file()
-    state = RunState(path, "unit", every_s=0)
+    told: list[int] = []  # where the run goes on from, as the progress lines' pace needs it
+    state = RunState(path, "unit", every_s=0, on_resume=told.append)
     resumed = train(config, omniglot, early_stopping=stopping() if early else None, resume=state)
     same(resumed, whole)
     assert (whole.iterations, whole.best_iteration) == ((100, 70) if early else (160, None))
-    assert state.resumed_at == 75
+    assert state.resumed_at == 75 and told == [75]
     assert resumed.resumed.startswith("resumed at iteration 76: iterations 1-50 on cpu: ")
     assert "; iterations 51-75 on cpu: " in resumed.resumed
     assert resumed.wall_time_s > resumed.earlier_s > 0

@@ -391,7 +391,7 @@ class _Row(Record):
     def run_state(self) -> RunState:
         # beside the check's CSV, as a sweep's units keep theirs (`Worker.run_state`)
         folder = self.check.path.parent / RESUME_DIR / tables.check_cell_id(self.tuned.cell.id)
-        return RunState(state_path(folder, self.key, "budget"), self.key)
+        return RunState(state_path(folder, self.key, "budget"), self.key, on_resume=self.check.progress.resumed)
 
     def write(self, run: FinalRun) -> None:
         c, p, result = self.check, self.check.protocol, run.result

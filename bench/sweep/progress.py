@@ -58,6 +58,9 @@ class Progress:
         # be left, for the pace where runs stop before their allotment; this run's so far, not yet recorded
         self._trained_at_start: int | None = None
         self._trained = self._left = self._run_trained = 0
+        # iterations an earlier attempt trained of the runs this process went on from (`resumed`): done, but
+        # not by this process, so outside its pace
+        self._resumed = 0
         self.cells = self.runs = self.iterations = None
         if self.bars:
             from tqdm import tqdm
@@ -110,6 +113,11 @@ class Progress:
             elif not self.quiet and time.monotonic() - self._last_line >= EVERY_S:
                 self.line(f"iteration {it}/{total} of this run, loss {loss:.4f} | {self.eta()}")
 
+    def resumed(self, it: int) -> None:
+        """The running run goes on from a saved state at iteration ``it`` (`bench.resume.RunState`): its
+        first ``it`` iterations count as done, not as trained at this process's pace."""
+        self._resumed += it
+
     def run_finished(self) -> None:
         """Count the rest of a run's allotment (pruned or diverged early) so the time left stays right."""
         self._advance(self._run_total - self._run_done)
@@ -142,6 +150,7 @@ class Progress:
             ran, left_it = self._trained - self._trained_at_start + self._run_trained, self._left - self._run_trained
         else:
             ran, left_it = self.done - self._done_at_start, self.total - self.done
+        ran -= self._resumed  # a resumed run's earlier iterations, in the counts above but not trained here
         if ran <= 0:
             return f"{pct:.0f}% of iterations"
         left = (time.monotonic() - self.start) / ran * max(left_it, 0)

@@ -307,7 +307,11 @@ class Worker:
 
     def run_state(self, cell: Cell, key: str) -> RunState:
         """Where the unit with MLflow key ``key`` (a trial's fold, a final seed) of ``cell`` saves its state."""
-        return RunState(state_path(self.resume_dir / tables.check_cell_id(cell.id), key), key)
+        return RunState(state_path(self.resume_dir / tables.check_cell_id(cell.id), key), key, on_resume=self._resumed)
+
+    def _resumed(self, it: int) -> None:
+        if hasattr(self, "progress"):  # set once the sweep's work begins (`Sweep.run`)
+            self.progress.resumed(it)
 
     def clear_states(self, cell: Cell) -> None:
         """A cell's units all recorded: no state of them is left to go on from (one a unit left here before

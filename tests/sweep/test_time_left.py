@@ -38,6 +38,20 @@ def test_runs_that_stop_early_are_paced_by_what_they_trained() -> None:
     assert p.eta() == "50% of iterations, ~0:01:40 left"  # 200 in 100 s, 200 left
 
 
+def test_a_resumed_run_is_paced_by_what_this_process_trained() -> None:
+    p = Progress(n_cells=1, total_iterations=1000, done_iterations=0, quiet=True, stream=io.StringIO())
+    p.recorded(0, 0, 1000)
+    p.start -= 100.0
+    p.run_started(1000)
+    p.resumed(600)  # an earlier attempt trained 600 of them (`bench.resume.RunState`)
+    p.iteration(700, 1000, 0.5)
+    # 100 trained here in 100 s, 300 left: 5 minutes (counting the earlier 600 as trained here would say 0:00:43)
+    assert p.eta() == "70% of iterations, ~0:05:00 left"
+    p.run_finished()  # early-stopped at 700 of its 1,000
+    p.recorded(1000, 700, 1000)  # recorded: 700 trained, 600 of them earlier; 1,000 expected of the next runs
+    assert p.eta() == "100% of iterations, ~0:16:40 left"  # still 100 trained here in 100 s
+
+
 def _run(iterations: int | None, state: TrialState = TrialState.COMPLETE) -> SimpleNamespace:
     return SimpleNamespace(state=state, user_attrs={} if iterations is None else {"iterations": iterations})
 
