@@ -1,21 +1,26 @@
-"""The plain PML script against the harness's triplet + batch-hard cell, at equal iterations and batch, in one run.
+"""The plain PML script against a harness cell, at equal iterations and batch, in one run.
 
 Issue 14's rule: tuning must never leave a method worse than its defaults,
-so at the same budget the harness's tuned triplet + batch-hard cell must
-score at least what `plain_pml_script.py` (PML's defaults, no augmentation,
-no schedule, fp32) scores. Both arms train for the protocol's iterations (under
-early stopping, the length the cell's final seeds trained) on
-batches of P x K (the plain script: MPerClassSampler with m = K), one seed
-of each in turn (plain, harness, plain, ...), so a busy machine slows both
-alike; both are scored by bench's `evaluate` on the 659 evaluation
-characters and Lake's 20 one-shot runs. The harness arm is exactly a final
-seed of the cell: the protocol's trunk, augmentation, schedule and
-precision, final seed s's training seed, and the cell's tuned parameters
-from ``--results`` (the best trial in summary.csv) or ``--param``, else the
-cell's defaults (which are PML's).
+so at the same budget a harness cell, tuned, must score at least what
+`plain_pml_script.py` scores with the same method at PML's defaults (no
+augmentation, no schedule, fp32). The plain arm is the cell's own method in
+PML (`plain_pml_script.PLAIN`: the counterpart of its loss and miner; a cell
+whose fixed parameters PML's defaults lack, such as FaceNet's semi-hard or a
+learned metric, has none) unless ``--plain`` names another, such as
+``triplet+batch_hard``, the script users start from. Both arms train for
+the protocol's iterations (under early stopping, the length the cell's final
+seeds trained) on batches of P x K (the plain script: MPerClassSampler with
+m = K), one seed of each in turn (plain, harness, plain, ...), so a busy
+machine slows both alike; both are scored by bench's `evaluate` on the 659
+evaluation characters and Lake's 20 one-shot runs. The harness arm is
+exactly a final seed of the cell: the protocol's trunk, augmentation,
+schedule and precision, final seed s's training seed, and the cell's tuned
+parameters from ``--results`` (the best trial in summary.csv) or
+``--param``, else the cell's defaults (which are PML's).
 
     .venv/bin/python benchmarks/compare_plain_pml.py [--protocol protocols/omniglot-standard.yaml]
-        [--results results/omniglot-standard] [--param loss.margin=0.2] [--iterations N] [--seeds 0 1 2]
+        [--results results/omniglot-standard] [--cell triplet+batch_hard] [--plain LOSS+MINER]
+        [--param loss.margin=0.2] [--iterations N] [--seeds 0 1 2]
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from bench.commands.train import parse_params  # noqa: E402
 from bench.data import load, load_lake_runs  # noqa: E402
 from bench.errors import BenchError  # noqa: E402
 from bench.evaluation import evaluate, scoring_precision
-from bench.plan import plan  # noqa: E402
+from bench.plan import Cell, plan  # noqa: E402
 from bench.protocol import Protocol, load_protocol  # noqa: E402
 from bench.stats import t_interval, welch  # noqa: E402
 from bench.sweep import tables as result_tables  # noqa: E402
@@ -96,6 +101,17 @@ def budget(protocol: Protocol, results: str | None, cell: str, given: int | None
     return int(rows["iterations"].max())
 
 
+def plain_method(cell: Cell) -> plain_pml_script.Method:
+    """The cell's own method in PML: its loss and miner, when their fixed parameters are all PML's defaults
+    (``normalize``, which every counterpart's distance does, aside); else one line saying to name one."""
+    fixed = {k: v for k, v in {**cell.loss_params, **cell.miner_params}.items() if k != "normalize"}
+    method = (cell.loss, cell.miner)
+    if fixed or method not in plain_pml_script.PLAIN:
+        why = f"fixes {fixed}, which PML's defaults do not" if fixed else "has no counterpart in PML"
+        raise BenchError(f"cell {cell.id} {why}: name the plain arm's method with --plain LOSS+MINER")
+    return method
+
+
 def harness_config(
     protocol: Protocol, cell_id: str, params: dict[str, Any], seed: int, iterations: int | None
 ) -> TrainConfig:
@@ -135,6 +151,12 @@ def main() -> None:
     parser.add_argument("--results", default=None, help="results directory whose best trial gives the parameters")
     parser.add_argument("--cell", default=CELL)
     parser.add_argument(
+        "--plain",
+        default=None,
+        metavar="LOSS+MINER",
+        help="the plain arm's PML method (default: the cell's own), e.g. triplet+batch_hard",
+    )
+    parser.add_argument(
         "--param",
         action="append",
         default=[],
@@ -160,13 +182,18 @@ def main() -> None:
         )
     if plan(protocol).budget.final_mode == "folds":
         raise BenchError(f"{args.protocol}: its final seeds are fold models joined (final.mode: folds), not one run")
+    try:
+        cell = plan(protocol).cell(args.cell)
+    except KeyError:
+        raise BenchError(f"{args.protocol}: no cell {args.cell} in its plan") from None
+    method = plain_pml_script.parse_method(args.plain) if args.plain else plain_method(cell)
     params = tuned_params(args.results, args.cell, parse_params(tuple(args.param), "--param"))
     iterations = budget(protocol, args.results, args.cell, args.iterations)
     stop_after = iterations if training.early_stopping else None
     batch = training.batch_size
     print(
         f"{iterations} iterations of {training.P} x {training.K} = {batch}; harness cell {args.cell} "
-        f"with {params or 'its defaults'}; {args.threads} thread(s)"
+        f"with {params or 'its defaults'}; plain PML {plain_pml_script.PLAIN[method][0]}; {args.threads} thread(s)"
     )
     lake_runs = load_lake_runs(None, 28)
     scores: dict[str, dict[str, list[float]]] = {arm: {m: [] for m in METRICS} for arm in ("plain", "harness")}
@@ -175,7 +202,7 @@ def main() -> None:
         for arm in ("plain", "harness"):
             start = time.perf_counter()
             if arm == "plain":
-                m = plain_pml_script.main(iterations, seed, batch, training.K)
+                m = plain_pml_script.main(iterations, seed, batch, training.K, method=method)
             else:
                 config = harness_config(protocol, args.cell, params, seed, iterations)
                 m = harness_run(config, protocol, lake_runs, stop_after)
@@ -198,4 +225,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BenchError as error:  # bad input: one line and the CLI's exit code (2), no traceback
+        print(f"compare_plain_pml: error: {error}", file=sys.stderr)
+        sys.exit(error.exit_code)

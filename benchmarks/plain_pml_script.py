@@ -1,18 +1,23 @@
 """A plain pytorch-metric-learning script, as a user would write it: the anchor the harness's tuned cell must reach.
 
-Conv-4 on Omniglot's background characters at 28x28, PML's TripletMarginLoss
-and BatchHardMiner with PML's defaults, MPerClassSampler batches (4 drawings
-a character), Adam 1e-3, fp32, no augmentation, no schedule. Only the data
-and the scoring come from bench (its loaders, Lake's runs, `evaluate` in the
-L2-normalised geometry PML's default distance trains in), so that
-`compare_plain_pml.py` compares training procedures and nothing else.
+Conv-4 on Omniglot's background characters at 28x28, a PML loss (and miner)
+with PML's defaults (by default TripletMarginLoss and BatchHardMiner; the
+others of `PLAIN`: each harness method that has a counterpart in PML),
+MPerClassSampler batches (4 drawings a character), Adam 1e-3, fp32, no
+augmentation, no schedule. Only the data and the scoring come from bench
+(its loaders, Lake's runs, `evaluate` in the L2-normalised geometry every
+one of these PML defaults trains in: LpDistance, CosineSimilarity and
+DotProductSimilarity all normalise), so that `compare_plain_pml.py`
+compares training procedures and nothing else.
 
-    .venv/bin/python benchmarks/plain_pml_script.py [ITERATIONS [SEED]]
+    .venv/bin/python benchmarks/plain_pml_script.py [ITERATIONS [SEED [LOSS+MINER]]]
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,7 +25,54 @@ from pytorch_metric_learning import losses, miners, samplers
 from torch import nn
 
 from bench.data import load, load_lake_runs
+from bench.errors import BenchError
 from bench.evaluation import evaluate
+
+Method = tuple[str, str | None]  # a harness cell's (loss, miner) names; None: no miner
+DEFAULT: Method = ("triplet", "batch_hard")
+
+
+def _triplets(kind: str) -> Callable[[], tuple[Any, Any]]:
+    return lambda: (losses.TripletMarginLoss(), miners.TripletMarginMiner(type_of_triplets=kind))
+
+
+# A harness method -> what its PML counterpart is called and built as, at PML's defaults (a user's first
+# script from PML's docs: no argument given). The counterparts are those bench/crosscheck proves equal in
+# value; PML's triplet loss with no miner takes every triplet of the batch, which is batch-all.
+PLAIN: dict[Method, tuple[str, Callable[[], tuple[Any, Any]]]] = {
+    ("triplet", "batch_hard"): (
+        "TripletMarginLoss() + BatchHardMiner()",
+        lambda: (losses.TripletMarginLoss(), miners.BatchHardMiner()),
+    ),
+    ("triplet", "batch_all"): ("TripletMarginLoss() on every triplet", lambda: (losses.TripletMarginLoss(), None)),
+    ("triplet", "semihard"): (
+        "TripletMarginLoss() + TripletMarginMiner(type_of_triplets='semihard')",
+        _triplets("semihard"),
+    ),
+    ("triplet", "hard"): ("TripletMarginLoss() + TripletMarginMiner(type_of_triplets='hard')", _triplets("hard")),
+    ("contrastive", None): ("ContrastiveLoss()", lambda: (losses.ContrastiveLoss(), None)),
+    ("lifted_structure", None): ("LiftedStructureLoss()", lambda: (losses.LiftedStructureLoss(), None)),
+    ("npair", None): ("NPairsLoss()", lambda: (losses.NPairsLoss(), None)),
+    ("infonce", None): ("NTXentLoss()", lambda: (losses.NTXentLoss(), None)),
+    ("pml:multi_similarity", "pml:multi_similarity"): (
+        "MultiSimilarityLoss() + MultiSimilarityMiner()",
+        lambda: (losses.MultiSimilarityLoss(), miners.MultiSimilarityMiner()),
+    ),
+}
+
+
+def parse_method(text: str) -> Method:
+    """``LOSS+MINER`` (``none``: no miner) as a key of `PLAIN`, or one line naming those there are."""
+    loss, _, miner = text.partition("+")
+    method = (loss, None if miner in ("", "none") else miner)
+    if method not in PLAIN:
+        raise BenchError(f"no plain PML counterpart of {text!r}; there are: {', '.join(map(method_name, PLAIN))}")
+    return method
+
+
+def method_name(method: Method) -> str:
+    """The method as ``LOSS+MINER``, as `parse_method` reads it."""
+    return f"{method[0]}+{method[1] or 'none'}"
 
 
 def conv4(embedding_dim: int = 64) -> nn.Module:
@@ -33,9 +85,15 @@ def conv4(embedding_dim: int = 64) -> nn.Module:
 
 
 def train_model(
-    iterations: int = 3000, seed: int = 0, batch_size: int = 128, m: int = 4, root: str | None = None
+    iterations: int = 3000,
+    seed: int = 0,
+    batch_size: int = 128,
+    m: int = 4,
+    root: str | None = None,
+    method: Method = DEFAULT,
 ) -> nn.Module:
-    """``iterations`` Adam steps on batches of ``batch_size`` (``m`` drawings a character)."""
+    """``iterations`` Adam steps of ``method``'s PML loss and miner on batches of ``batch_size`` (``m`` drawings
+    a character)."""
     torch.manual_seed(seed)
     np.random.seed(seed)  # MPerClassSampler draws from numpy's global generator
     train = load("omniglot:background", root)
@@ -47,11 +105,11 @@ def train_model(
     )
     model = conv4()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    loss_fn, miner = losses.TripletMarginLoss(), miners.BatchHardMiner()
+    loss_fn, miner = PLAIN[method][1]()
     model.train()
     for x, y in loader:
         embeddings = model(x)
-        loss = loss_fn(embeddings, y, miner(embeddings, y))
+        loss = loss_fn(embeddings, y, None if miner is None else miner(embeddings, y))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -59,14 +117,24 @@ def train_model(
 
 
 def main(
-    iterations: int = 3000, seed: int = 0, batch_size: int = 128, m: int = 4, root: str | None = None
+    iterations: int = 3000,
+    seed: int = 0,
+    batch_size: int = 128,
+    m: int = 4,
+    root: str | None = None,
+    method: Method = DEFAULT,
 ) -> dict[str, float]:
     """Train, then bench's test metrics on the evaluation characters (Lake's runs included)."""
-    model = train_model(iterations, seed, batch_size, m, root)
+    model = train_model(iterations, seed, batch_size, m, root, method)
     test = load("omniglot:evaluation", root)
     return evaluate(model, test, lake_runs=load_lake_runs(root), clustering=False, normalize=True)
 
 
 if __name__ == "__main__":
-    metrics = main(*(int(a) for a in sys.argv[1:3]))
+    try:
+        chosen = parse_method(sys.argv[3]) if len(sys.argv) > 3 else DEFAULT
+    except BenchError as error:  # one line and the CLI's exit code (2), no traceback
+        print(f"plain_pml_script: error: {error}", file=sys.stderr)
+        sys.exit(error.exit_code)
+    metrics = main(*(int(a) for a in sys.argv[1:3]), method=chosen)
     print(f"lake_accuracy {metrics['lake_accuracy']:.4f}  map_at_r {metrics['map_at_r']:.4f}")

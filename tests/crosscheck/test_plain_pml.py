@@ -120,3 +120,57 @@ def test_under_early_stopping_both_arms_train_the_cells_final_length(tmp_path: P
         compare.budget(converged, str(results), "nothing+none", None)
     config = compare.harness_config(converged.with_precision("fp32", True), compare.CELL, {}, seed=0, iterations=4750)
     assert config.iterations == converged.doc["training"]["iterations"]  # the schedule's; stop_after stops it
+
+
+def test_every_plain_method_builds_and_steps_from_pml_defaults() -> None:
+    """Each counterpart in PLAIN is built with no argument and gives a finite loss with a gradient on a P x K
+    batch, so the comparison can run for any cell that has one."""
+    plain = _module("plain_pml_script")
+    torch.manual_seed(0)
+    labels = torch.arange(8).repeat_interleave(4)
+    for method, (name, build) in plain.PLAIN.items():
+        x = torch.nn.functional.normalize(torch.randn(32, 16), dim=1).requires_grad_()
+        loss_fn, miner = build()
+        loss = loss_fn(x, labels, None if miner is None else miner(x, labels))
+        loss.backward()
+        assert torch.isfinite(loss) and float(loss.detach()) > 0, name
+        assert x.grad is not None and float(x.grad.abs().sum()) > 0, name
+        assert plain.parse_method(plain.method_name(method)) == method
+
+
+def test_the_plain_arm_is_the_cells_own_method_unless_named() -> None:
+    compare = _module("compare_plain_pml")
+    plain = _module("plain_pml_script")
+    from bench.errors import BenchError
+    from bench.plan import plan
+    from bench.protocol import load_protocol
+
+    cells = plan(load_protocol(ROOT / "protocols" / "omniglot-converged.yaml"))
+    assert compare.plain_method(cells.cell("lifted_structure+none")) == ("lifted_structure", None)
+    assert compare.plain_method(cells.cell("triplet+batch_hard")) == plain.DEFAULT
+    ms = cells.cell("pml-multi_similarity+pml-multi_similarity")
+    assert compare.plain_method(ms) == ("pml:multi_similarity", "pml:multi_similarity")
+    # FaceNet's semantics and a learned metric are fixed parameters PML's defaults do not have
+    with pytest.raises(BenchError, match="semantics.*--plain LOSS\\+MINER"):
+        compare.plain_method(cells.cell("triplet+semihard-facenet"))
+    with pytest.raises(BenchError, match="learned_metric"):
+        compare.plain_method(cells.cell("quadruplet-learned+margohnm-w1"))
+    with pytest.raises(BenchError, match="quadruplet\\+margohnm has no counterpart in PML"):
+        compare.plain_method(cells.cell("quadruplet+margohnm"))
+    assert plain.parse_method("lifted_structure+none") == plain.parse_method("lifted_structure")
+    with pytest.raises(BenchError, match="no plain PML counterpart of 'quadruplet\\+margohnm'; there are: triplet"):
+        plain.parse_method("quadruplet+margohnm")
+
+
+def test_the_comparison_refuses_a_cell_it_cannot_compare_in_one_line() -> None:
+    import subprocess
+
+    script = str(ROOT / "benchmarks" / "compare_plain_pml.py")
+    base = [sys.executable, script, "--protocol", str(ROOT / "protocols" / "omniglot-standard.yaml")]
+    for extra, message in (
+        (["--cell", "triplet+nothing"], "no cell triplet+nothing in its plan"),
+        (["--plain", "quadruplet+margohnm"], "no plain PML counterpart of 'quadruplet+margohnm'"),
+    ):
+        done = subprocess.run(base + extra, capture_output=True, text=True, cwd=ROOT, timeout=300)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
