@@ -20,13 +20,21 @@ parameters from ``--results`` (the best trial in summary.csv) or
 
     .venv/bin/python benchmarks/compare_plain_pml.py [--protocol protocols/omniglot-standard.yaml]
         [--results results/omniglot-standard] [--cell triplet+batch_hard] [--plain LOSS+MINER]
-        [--param loss.margin=0.2] [--iterations N] [--seeds 0 1 2]
+        [--param loss.margin=0.2] [--iterations N] [--seeds 0 1 2] [--out FILE.csv]
+
+With ``--out`` each arm's scores join a CSV as soon as the arm ends, and a
+rerun of the same command skips the arms it holds (the same protocol,
+precision, cell, plain method, iterations and parameters; rows of any other
+comparison in the file are kept as they are): a comparison of hours goes on
+across sessions, and its summary is over every seed asked for.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
+import io
 import json
 import sys
 import time
@@ -39,8 +47,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the plain script bes
 
 import plain_pml_script  # noqa: E402
 
+from bench.atomic import locked, write_text  # noqa: E402
 from bench.commands.train import parse_params  # noqa: E402
 from bench.data import load, load_lake_runs  # noqa: E402
+from bench.devices import describe as describe_device  # noqa: E402
 from bench.errors import BenchError  # noqa: E402
 from bench.evaluation import evaluate, scoring_precision
 from bench.plan import Cell, plan  # noqa: E402
@@ -52,6 +62,8 @@ from bench.training import TrainConfig, train  # noqa: E402
 
 CELL = "triplet+batch_hard"
 METRICS = ("lake_accuracy", "map_at_r")
+KEY = ("protocol_hash", "precision", "cell", "plain", "iterations", "params")  # what makes two rows comparable
+FIELDS = (*KEY, "seed", "arm", *METRICS, "seconds", "device")
 
 
 def tuned_params(results: str | None, cell: str, given: dict[str, Any]) -> dict[str, Any]:
@@ -139,6 +151,31 @@ def harness_run(
         )
 
 
+def recorded(out: Path | None, key: dict[str, str]) -> dict[tuple[int, str], dict[str, float]]:
+    """The arms ``out`` already holds under this comparison's ``key``, by (seed, arm); none without a file."""
+    if out is None or not out.is_file():
+        return {}
+    with out.open(newline="") as f:
+        reader = csv.DictReader(f)
+        lacking = [c for c in FIELDS if c not in (reader.fieldnames or [])]
+        if lacking:
+            raise BenchError(f"{out}: not a record of this comparison (no column {', '.join(lacking)})")
+        rows = [r for r in reader if all(r[k] == v for k, v in key.items())]
+    return {(int(r["seed"]), r["arm"]): {name: float(r[name]) for name in METRICS} for r in rows}
+
+
+def record(out: Path, row: dict[str, Any]) -> None:
+    """``row`` joins ``out``, the file rewritten whole under a lock (a kill leaves it as it was or with the row)."""
+    with locked(f"{out}.lock"):
+        old = out.read_text() if out.is_file() else ""
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=FIELDS, lineterminator="\n")
+        if not old:
+            writer.writeheader()
+        writer.writerow(row)
+        write_text(out, old + buffer.getvalue())
+
+
 def _summary(name: str, values: list[float]) -> str:
     iv = t_interval(values)
     return f"{name:<10} {iv.mean:.4f} [{iv.low:.4f}, {iv.high:.4f}]"
@@ -171,6 +208,7 @@ def main() -> None:
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=None, help="CSV of every arm's scores; a rerun skips those in it")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     protocol = as_trained(load_protocol(args.protocol), args.results)
@@ -195,24 +233,38 @@ def main() -> None:
         f"{iterations} iterations of {training.P} x {training.K} = {batch}; harness cell {args.cell} "
         f"with {params or 'its defaults'}; plain PML {plain_pml_script.PLAIN[method][0]}; {args.threads} thread(s)"
     )
+    trains = harness_config(protocol, args.cell, params, 0, iterations)  # the precision the harness arm trains in
+    key = {
+        "protocol_hash": protocol.hash,
+        "precision": f"{trains.precision}{'+channels_last' if trains.channels_last else ''}",
+        "cell": args.cell,
+        "plain": plain_pml_script.method_name(method),
+        "iterations": str(iterations),
+        "params": json.dumps(params, sort_keys=True),
+    }
+    done = recorded(args.out, key)
     lake_runs = load_lake_runs(None, 28)
     scores: dict[str, dict[str, list[float]]] = {arm: {m: [] for m in METRICS} for arm in ("plain", "harness")}
     print("seed  arm      lake_accuracy  map_at_r  seconds")
     for seed in args.seeds:
         for arm in ("plain", "harness"):
             start = time.perf_counter()
-            if arm == "plain":
-                m = plain_pml_script.main(iterations, seed, batch, training.K, method=method)
+            m = done.get((seed, arm))
+            if m is None:
+                if arm == "plain":
+                    m = plain_pml_script.main(iterations, seed, batch, training.K, method=method)
+                else:
+                    config = harness_config(protocol, args.cell, params, seed, iterations)
+                    m = harness_run(config, protocol, lake_runs, stop_after)
+                took = f"{time.perf_counter() - start:>7.0f}"
+                if args.out is not None:
+                    row = {**key, "seed": seed, "arm": arm, **{n: repr(float(m[n])) for n in METRICS}}
+                    record(args.out, {**row, "seconds": took.strip(), "device": describe_device("cpu")})
             else:
-                config = harness_config(protocol, args.cell, params, seed, iterations)
-                m = harness_run(config, protocol, lake_runs, stop_after)
+                took = f"{'in ' + args.out.name if args.out else '':>7}"
             for name in METRICS:
                 scores[arm][name].append(float(m[name]))
-            print(
-                f"{seed:>4}  {arm:<7}  {m['lake_accuracy']:>13.4f}  {m['map_at_r']:>8.4f}  "
-                f"{time.perf_counter() - start:>7.0f}",
-                flush=True,
-            )
+            print(f"{seed:>4}  {arm:<7}  {m['lake_accuracy']:>13.4f}  {m['map_at_r']:>8.4f}  {took}", flush=True)
     for name in METRICS:
         d = welch(scores["harness"][name], scores["plain"][name])
         print(f"\n{name} (mean [95% t-interval over {len(args.seeds)} seeds])")

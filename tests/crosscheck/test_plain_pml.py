@@ -174,3 +174,65 @@ def test_the_comparison_refuses_a_cell_it_cannot_compare_in_one_line() -> None:
         done = subprocess.run(base + extra, capture_output=True, text=True, cwd=ROOT, timeout=300)
         assert done.returncode == 2, done.stderr
         assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+
+
+def test_the_comparisons_record_keeps_other_comparisons_and_refuses_a_foreign_file(tmp_path: Path) -> None:
+    from bench.errors import BenchError
+
+    compare = _module("compare_plain_pml")
+    out = tmp_path / "cmp.csv"
+    key = {"protocol_hash": "abc", "precision": "fp32", "cell": "c+none", "plain": "c+none", "iterations": "5"}
+    key["params"] = "{}"
+    assert compare.recorded(out, key) == {}
+    row = {"seed": 0, "arm": "plain", "lake_accuracy": "0.9", "map_at_r": "0.5", "seconds": "3", "device": "cpu"}
+    compare.record(out, {**key, **row})
+    compare.record(out, {**key, "iterations": "6", **row, "arm": "harness"})  # another comparison's row
+    compare.record(out, {**key, **row, "seed": 1, "map_at_r": "0.25"})
+    assert compare.recorded(out, key) == {
+        (0, "plain"): {"lake_accuracy": 0.9, "map_at_r": 0.5},
+        (1, "plain"): {"lake_accuracy": 0.9, "map_at_r": 0.25},
+    }
+    assert len(pd.read_csv(out)) == 3 and out.read_text().count("protocol_hash") == 1  # one header
+    foreign = tmp_path / "other.csv"
+    foreign.write_text("a,b\n1,2\n")
+    with pytest.raises(BenchError, match="not a record of this comparison"):
+        compare.recorded(foreign, key)
+
+
+@pytest.mark.slow
+def test_a_comparison_run_again_scores_only_the_arms_its_record_lacks(tmp_path: Path) -> None:
+    """Both arms of one seed trained for one iteration and recorded; the same command again trains nothing and
+    prints the recorded scores; another iteration count is another comparison, trained anew."""
+    import subprocess
+
+    out = tmp_path / "cmp.csv"
+    text = (ROOT / "protocols" / "omniglot-standard.yaml").read_text()
+    short = tmp_path / "short.yaml"  # omniglot-standard with no warm-up (one iteration) and in fp32 (any CPU)
+    short.write_text(text.replace("warmup: 50", "warmup: 0").replace("precision: bf16", "precision: fp32"))
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "compare_plain_pml.py"),
+        "--protocol",
+        str(short),
+        "--cell",
+        "lifted_structure+none",
+        "--iterations",
+        "1",
+        "--seeds",
+        "0",
+        "--out",
+        str(out),
+    ]
+    first = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert first.returncode == 0, first.stderr
+    assert "plain PML LiftedStructureLoss()" in first.stdout
+    rows = pd.read_csv(out)
+    assert list(rows.arm) == ["plain", "harness"] and set(rows.cell) == {"lifted_structure+none"}
+    assert set(rows.plain) == {"lifted_structure+none"} and set(rows.iterations) == {1}
+    again = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("in cmp.csv") == 2 and len(pd.read_csv(out)) == 2
+    for arm in ("plain", "harness"):  # the recorded scores, printed as measured
+        line = next(x for x in again.stdout.splitlines() if f"  {arm} " in x)
+        score = rows[rows.arm == arm].iloc[0]
+        assert line.split()[2:4] == [f"{score.lake_accuracy:.4f}", f"{score.map_at_r:.4f}"]
