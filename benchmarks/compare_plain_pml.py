@@ -24,9 +24,9 @@ parameters from ``--results`` (the best trial in summary.csv) or
 
 With ``--out`` each arm's scores join a CSV as soon as the arm ends, and a
 rerun of the same command skips the arms it holds (the same protocol,
-precision, cell, plain method, iterations and parameters; rows of any other
-comparison in the file are kept as they are): a comparison of hours goes on
-across sessions, and its summary is over every seed asked for.
+bench code, precision, cell, plain method, iterations and parameters; rows
+of any other comparison in the file are kept as they are): a comparison of
+hours goes on across sessions, and its summary is over every seed asked for.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from bench.errors import BenchError  # noqa: E402
 from bench.evaluation import evaluate, scoring_precision
 from bench.plan import Cell, plan  # noqa: E402
 from bench.protocol import Protocol, load_protocol  # noqa: E402
+from bench.resume import code_digest  # noqa: E402
 from bench.stats import t_interval, welch  # noqa: E402
 from bench.sweep import tables as result_tables  # noqa: E402
 from bench.sweep.tuning import final_config  # noqa: E402
@@ -62,7 +63,9 @@ from bench.training import TrainConfig, train  # noqa: E402
 
 CELL = "triplet+batch_hard"
 METRICS = ("lake_accuracy", "map_at_r")
-KEY = ("protocol_hash", "precision", "cell", "plain", "iterations", "params")  # what makes two rows comparable
+# What makes two rows one comparison's; ``code``: bench's sources (`bench.resume.code_digest`), so that a
+# comparison resumed after the package changed trains its remaining arms anew rather than mix two codes' scores
+KEY = ("protocol_hash", "code", "precision", "cell", "plain", "iterations", "params")
 FIELDS = (*KEY, "seed", "arm", *METRICS, "seconds", "device")
 
 
@@ -236,6 +239,7 @@ def main() -> None:
     trains = harness_config(protocol, args.cell, params, 0, iterations)  # the precision the harness arm trains in
     key = {
         "protocol_hash": protocol.hash,
+        "code": code_digest()[:12],
         "precision": f"{trains.precision}{'+channels_last' if trains.channels_last else ''}",
         "cell": args.cell,
         "plain": plain_pml_script.method_name(method),

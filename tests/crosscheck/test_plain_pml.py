@@ -181,8 +181,8 @@ def test_the_comparisons_record_keeps_other_comparisons_and_refuses_a_foreign_fi
 
     compare = _module("compare_plain_pml")
     out = tmp_path / "cmp.csv"
-    key = {"protocol_hash": "abc", "precision": "fp32", "cell": "c+none", "plain": "c+none", "iterations": "5"}
-    key["params"] = "{}"
+    key = {"protocol_hash": "abc", "code": "0123", "precision": "fp32", "cell": "c+none", "plain": "c+none"}
+    key |= {"iterations": "5", "params": "{}"}
     assert compare.recorded(out, key) == {}
     row = {"seed": 0, "arm": "plain", "lake_accuracy": "0.9", "map_at_r": "0.5", "seconds": "3", "device": "cpu"}
     compare.record(out, {**key, **row})
@@ -226,9 +226,12 @@ def test_a_comparison_run_again_scores_only_the_arms_its_record_lacks(tmp_path: 
     first = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert first.returncode == 0, first.stderr
     assert "plain PML LiftedStructureLoss()" in first.stdout
-    rows = pd.read_csv(out)
+    rows = pd.read_csv(out, dtype={"code": str})
     assert list(rows.arm) == ["plain", "harness"] and set(rows.cell) == {"lifted_structure+none"}
     assert set(rows.plain) == {"lifted_structure+none"} and set(rows.iterations) == {1}
+    from bench.resume import code_digest
+
+    assert set(rows.code) == {code_digest()[:12]}  # rows of another code of bench would be trained anew
     again = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert again.returncode == 0, again.stderr
     assert again.stdout.count("in cmp.csv") == 2 and len(pd.read_csv(out)) == 2
