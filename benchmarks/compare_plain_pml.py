@@ -221,10 +221,11 @@ def main() -> None:
             f"{args.protocol}: the plain script trains on omniglot:background and tests on "
             "omniglot:evaluation at 28x28; this protocol does not"
         )
-    if plan(protocol).budget.final_mode == "folds":
+    planned = plan(protocol)
+    if planned.budget.final_mode == "folds":
         raise BenchError(f"{args.protocol}: its final seeds are fold models joined (final.mode: folds), not one run")
     try:
-        cell = plan(protocol).cell(args.cell)
+        cell = planned.cell(args.cell)
     except KeyError:
         raise BenchError(f"{args.protocol}: no cell {args.cell} in its plan") from None
     method = plain_pml_script.parse_method(args.plain) if args.plain else plain_method(cell)
