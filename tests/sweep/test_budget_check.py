@@ -328,7 +328,9 @@ def _claims(path: Path) -> Path:
     return path
 
 
-def test_claims_say_whether_the_table_is_stable(checked: Path, tmp_path: Path) -> None:
+def test_claims_say_whether_the_table_is_stable(
+    checked: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run = _copy(checked, tmp_path / "run")
     results = run / "results" / "reports-tiny"
     finals, table = _finals(run), _table(run)
@@ -364,6 +366,15 @@ def test_claims_say_whether_the_table_is_stable(checked: Path, tmp_path: Path) -
     assert main(["claims", str(cf), "--results", str(results), "--quiet"]) == 0
     md = (results / "claims.md").read_text()
     assert "**The table's ranking is not yet shown stable** (the check is incomplete)" in md and last in md
+    doc = json.loads((results / "claims.json").read_text())
+    for v in doc["verdicts"]:  # nothing moved among the checked cells: no verdict is called unstable
+        assert v["stable"] is False and v["check_pending"] is True, v
+        assert v["stability"].startswith("not yet shown stable at 2x the budget: the budget check lacks"), v
+    assert "not stable at 2x" not in md
+    capsys.readouterr()  # the earlier calls' terminal tables
+    assert main(["claims", str(cf), "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert "not yet shown (check incomplete)" in out and "NOT STABLE" not in out
     assert main(["leaderboard", str(results), "--quiet"]) == 0
     board = (results / "leaderboard.md").read_text()
     assert "the ranking is not yet shown stable when every cell trains longer" in board

@@ -54,6 +54,7 @@ def to_json(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> dict[str, 
                 "stable": v.stable,
                 "stability": v.stability or None,
                 "verdict_at_multiple": v.verdict_at_multiple or None,
+                "check_pending": v.check_pending,
                 "ended_by_maximum": v.ended,
                 "n_seeds": {c: len(s) for c, s in v.values.items()},
                 "records": {
@@ -209,6 +210,15 @@ def markdown(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _stability_cell(v: Verdict) -> str:
+    """The terminal's word for a verdict at the budget check's multiple."""
+    if v.stable is None:
+        return "-"
+    if v.stable:
+        return "stable"
+    return "not yet shown (check incomplete)" if v.check_pending else f"NOT STABLE ({v.verdict_at_multiple} there)"
+
+
 def text_table(verdicts: list[Verdict]) -> str:
     """One aligned line per claim for the terminal."""
     rows = [("claim", "verdict", "effect [95% CI]", "p (Holm)", "seeds", "cells", "at the budget check")]
@@ -221,7 +231,7 @@ def text_table(verdicts: list[Verdict]) -> str:
                 _p(v.p_adjusted),
                 "/".join(str(len(s)) for s in v.values.values()) or "-",
                 " vs ".join(v.cells),
-                "-" if v.stable is None else "stable" if v.stable else f"NOT STABLE ({v.verdict_at_multiple} there)",
+                _stability_cell(v),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

@@ -138,6 +138,7 @@ class Verdict:
     stable: bool | None = None  # at the budget check's multiple; None when the results hold no budget check
     stability: str = ""  # why (not) stable, beside the verdict
     verdict_at_multiple: str = ""
+    check_pending: bool = False  # the budget check is incomplete and nothing it holds so far moved this verdict
     ended: list[str] = field(default_factory=list)  # its cells a training maximum ended (early stopping)
 
     @property
@@ -438,13 +439,22 @@ def stability(cf: ClaimsFile, res: Results, verdicts: list[Verdict]) -> list[Ver
         again = later[i].verdict if later is not None else "not testable"
         if again != v.verdict:
             problems.append(f"at {m}x it would be {again}")
+        # A check still running has shown nothing against a verdict whose checked cells kept their ranks and
+        # whose only change is being untestable for want of its unchecked cells: "not yet shown", never
+        # "not stable", which would report a movement nobody measured.
+        pending = (
+            not check.complete
+            and not check.moved
+            and (again == v.verdict or (again == "not testable" and any(c in check.missing for c in v.cells)))
+        )
+        head = f"not yet shown stable at {m}x the budget" if pending else f"not stable at {m}x the budget"
         note = (
-            (f"not stable at {m}x the budget: " + "; ".join(problems))
+            (head + ": " + "; ".join(problems))
             if problems
             else f"stable at {m}x the budget: ranking unchanged, verdict the same"
         )
         note += f"; {v.stability}" if v.stability else ""
-        out.append(replace(v, stable=not problems, stability=note, verdict_at_multiple=again))
+        out.append(replace(v, stable=not problems, stability=note, verdict_at_multiple=again, check_pending=pending))
     return out
 
 
