@@ -155,7 +155,9 @@ def harness_run(
 
 
 def recorded(out: Path | None, key: dict[str, str]) -> dict[tuple[int, str], dict[str, float]]:
-    """The arms ``out`` already holds under this comparison's ``key``, by (seed, arm); none without a file."""
+    """The arms ``out`` already holds under this comparison's ``key``, by (seed, arm); none without a file.
+    A harness arm is the cell's own run whatever the plain arm it is set against, so one recorded beside
+    another plain method (``plain`` the only part of the key that differs) is this comparison's too."""
     if out is None or not out.is_file():
         return {}
     with out.open(newline="") as f:
@@ -163,7 +165,7 @@ def recorded(out: Path | None, key: dict[str, str]) -> dict[tuple[int, str], dic
         lacking = [c for c in FIELDS if c not in (reader.fieldnames or [])]
         if lacking:
             raise BenchError(f"{out}: not a record of this comparison (no column {', '.join(lacking)})")
-        rows = [r for r in reader if all(r[k] == v for k, v in key.items())]
+        rows = [r for r in reader if all(r[k] == v for k, v in key.items() if k != "plain" or r["arm"] != "harness")]
     return {(int(r["seed"]), r["arm"]): {name: float(r[name]) for name in METRICS} for r in rows}
 
 

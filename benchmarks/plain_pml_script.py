@@ -15,7 +15,7 @@ compares training procedures and nothing else.
 
 from __future__ import annotations
 
-import sys
+import argparse
 from collections.abc import Callable
 from typing import Any
 
@@ -131,10 +131,16 @@ def main(
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("iterations", nargs="?", type=int, default=3000, help="training iterations (default 3000)")
+    parser.add_argument("seed", nargs="?", type=int, default=0, help="torch, numpy and sampler seed (default 0)")
+    parser.add_argument(
+        "method", nargs="?", default=None, metavar="LOSS+MINER", help=f"one of: {', '.join(map(method_name, PLAIN))}"
+    )
+    args = parser.parse_args()
     try:
-        chosen = parse_method(sys.argv[3]) if len(sys.argv) > 3 else DEFAULT
+        chosen = parse_method(args.method) if args.method else DEFAULT
     except BenchError as error:  # one line and the CLI's exit code (2), no traceback
-        print(f"plain_pml_script: error: {error}", file=sys.stderr)
-        sys.exit(error.exit_code)
-    metrics = main(*(int(a) for a in sys.argv[1:3]), method=chosen)
+        parser.exit(error.exit_code, f"plain_pml_script: error: {error}\n")
+    metrics = main(args.iterations, args.seed, method=chosen)
     print(f"lake_accuracy {metrics['lake_accuracy']:.4f}  map_at_r {metrics['map_at_r']:.4f}")

@@ -174,6 +174,11 @@ def test_the_comparison_refuses_a_cell_it_cannot_compare_in_one_line() -> None:
         done = subprocess.run(base + extra, capture_output=True, text=True, cwd=ROOT, timeout=300)
         assert done.returncode == 2, done.stderr
         assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+    plain = [sys.executable, str(ROOT / "benchmarks" / "plain_pml_script.py")]
+    for extra, message in ((["5", "0", "quadruplet+margohnm"], "no plain PML counterpart"), (["x"], "invalid int")):
+        done = subprocess.run(plain + extra, capture_output=True, text=True, cwd=ROOT, timeout=300)
+        assert done.returncode == 2 and message in done.stderr.splitlines()[-1], done.stderr
+        assert "Traceback" not in done.stderr
 
 
 def test_the_comparisons_record_keeps_other_comparisons_and_refuses_a_foreign_file(tmp_path: Path) -> None:
@@ -193,6 +198,15 @@ def test_the_comparisons_record_keeps_other_comparisons_and_refuses_a_foreign_fi
         (1, "plain"): {"lake_accuracy": 0.9, "map_at_r": 0.25},
     }
     assert len(pd.read_csv(out)) == 3 and out.read_text().count("protocol_hash") == 1  # one header
+    # Set against another plain method, the cell's harness runs are the same runs: seed 2's is taken from
+    # the first comparison, its plain arm is not.
+    compare.record(out, {**key, **row, "seed": 2, "arm": "harness", "map_at_r": "0.75"})
+    compare.record(out, {**key, **row, "seed": 2})
+    other = {**key, "plain": "triplet+batch_hard"}
+    assert compare.recorded(out, other) == {(2, "harness"): {"lake_accuracy": 0.9, "map_at_r": 0.75}}
+    assert compare.recorded(out, {**other, "iterations": "6"}) == {
+        (0, "harness"): {"lake_accuracy": 0.9, "map_at_r": 0.5}
+    }
     foreign = tmp_path / "other.csv"
     foreign.write_text("a,b\n1,2\n")
     with pytest.raises(BenchError, match="not a record of this comparison"):
