@@ -36,6 +36,7 @@ import csv
 import dataclasses
 import io
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -169,6 +170,15 @@ def recorded(out: Path | None, key: dict[str, str]) -> dict[tuple[int, str], dic
     return {(int(r["seed"]), r["arm"]): {name: float(r[name]) for name in METRICS} for r in rows}
 
 
+def writable(out: Path) -> None:
+    """Refuse a record file that could not be written, before an arm trains for an hour and loses its score."""
+    folder = out.parent
+    if not folder.is_dir():
+        raise BenchError(f"--out {out}: no folder {folder}")
+    if not os.access(folder, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise BenchError(f"--out {out}: not writable")
+
+
 def record(out: Path, row: dict[str, Any]) -> None:
     """``row`` joins ``out``, the file rewritten whole under a lock (a kill leaves it as it was or with the row)."""
     with locked(f"{out}.lock"):
@@ -215,6 +225,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None, help="CSV of every arm's scores; a rerun skips those in it")
     args = parser.parse_args()
+    if args.out is not None:
+        writable(args.out)
     torch.set_num_threads(args.threads)
     protocol = as_trained(load_protocol(args.protocol), args.results)
     training, data = protocol.spec.training, protocol.spec.data

@@ -170,6 +170,8 @@ def test_the_comparison_refuses_a_cell_it_cannot_compare_in_one_line() -> None:
     for extra, message in (
         (["--cell", "triplet+nothing"], "no cell triplet+nothing in its plan"),
         (["--plain", "quadruplet+margohnm"], "no plain PML counterpart of 'quadruplet+margohnm'"),
+        # refused before an arm trains for an hour and loses its score on writing it
+        (["--out", str(ROOT / "no-such-folder" / "cmp.csv")], "no-such-folder"),
     ):
         done = subprocess.run(base + extra, capture_output=True, text=True, cwd=ROOT, timeout=300)
         assert done.returncode == 2, done.stderr
