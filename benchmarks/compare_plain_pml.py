@@ -193,6 +193,8 @@ def record(out: Path, row: dict[str, Any]) -> None:
 
 def _summary(name: str, values: list[float]) -> str:
     iv = t_interval(values)
+    if len(values) < 2:  # a t-interval needs two values: say so rather than print [nan, nan]
+        return f"{name:<10} {iv.mean:.4f} (one seed: no interval)"
     return f"{name:<10} {iv.mean:.4f} [{iv.low:.4f}, {iv.high:.4f}]"
 
 
@@ -289,9 +291,9 @@ def main() -> None:
         print(f"\n{name} (mean [95% t-interval over {len(args.seeds)} seeds])")
         print(_summary("plain", scores["plain"][name]))
         print(_summary("harness", scores["harness"][name]))
+        spread = f"[{d.low:+.4f}, {d.high:+.4f}] (Welch)" if len(args.seeds) > 1 else "(one seed: no interval)"
         print(
-            f"harness - plain: {d.diff:+.4f} [{d.low:+.4f}, {d.high:+.4f}] (Welch); "
-            f"{'harness >= plain' if d.diff >= 0 else 'HARNESS BELOW PLAIN'}"
+            f"harness - plain: {d.diff:+.4f} {spread}; {'harness >= plain' if d.diff >= 0 else 'HARNESS BELOW PLAIN'}"
         )
 
 

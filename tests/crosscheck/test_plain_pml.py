@@ -242,6 +242,8 @@ def test_a_comparison_run_again_scores_only_the_arms_its_record_lacks(tmp_path: 
     first = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert first.returncode == 0, first.stderr
     assert "plain PML LiftedStructureLoss()" in first.stdout
+    assert "harness - plain: " in first.stdout and "(one seed: no interval)" in first.stdout  # not [nan, nan]
+    assert "nan" not in first.stdout
     rows = pd.read_csv(out, dtype={"code": str})
     assert list(rows.arm) == ["plain", "harness"] and set(rows.cell) == {"lifted_structure+none"}
     assert set(rows.plain) == {"lifted_structure+none"} and set(rows.iterations) == {1}
