@@ -27,6 +27,10 @@ rerun of the same command skips the arms it holds (the same protocol,
 bench code, precision, cell, plain method, iterations and parameters; rows
 of any other comparison in the file are kept as they are): a comparison of
 hours goes on across sessions, and its summary is over every seed asked for.
+
+Each metric's harness - plain difference is judged by its Welch interval:
+above, BELOW, or no difference shown. Exit: 0; 1 when an interval lies
+wholly below 0 (the harness worse than the plain script); 2 on bad input.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import csv
 import dataclasses
 import io
 import json
+import math
 import os
 import sys
 import time
@@ -57,7 +62,7 @@ from bench.evaluation import evaluate, scoring_precision
 from bench.plan import Cell, plan  # noqa: E402
 from bench.protocol import Protocol, load_protocol  # noqa: E402
 from bench.resume import code_digest  # noqa: E402
-from bench.stats import t_interval, welch  # noqa: E402
+from bench.stats import Difference, t_interval, welch  # noqa: E402
 from bench.sweep import tables as result_tables  # noqa: E402
 from bench.sweep.tuning import final_config  # noqa: E402
 from bench.training import TrainConfig, train  # noqa: E402
@@ -198,8 +203,21 @@ def _summary(name: str, values: list[float]) -> str:
     return f"{name:<10} {iv.mean:.4f} [{iv.low:.4f}, {iv.high:.4f}]"
 
 
-def main() -> None:
-    """Run both arms seed by seed, print each score, then the means and the harness - plain differences."""
+def finding(d: Difference) -> str:
+    """What the interval of harness - plain shows, never the point estimate alone: a mean above the plain
+    arm's by less than the seeds' noise is no evidence that tuning kept the method at least at its defaults."""
+    if not (math.isfinite(d.low) and math.isfinite(d.high)):
+        return "not shown either way (no interval)"
+    if d.low > 0:
+        return "harness above plain"
+    if d.high < 0:
+        return "HARNESS BELOW PLAIN"
+    return "no difference shown (the interval holds 0)"
+
+
+def main() -> int:
+    """Run both arms seed by seed, print each score, then the means and the harness - plain differences.
+    Exit 1 when an interval shows the harness below the plain script (issue 14's rule broken), else 0."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--protocol", default="protocols/omniglot-standard.yaml")
     parser.add_argument("--results", default=None, help="results directory whose best trial gives the parameters")
@@ -286,20 +304,21 @@ def main() -> None:
             for name in METRICS:
                 scores[arm][name].append(float(m[name]))
             print(f"{seed:>4}  {arm:<7}  {m['lake_accuracy']:>13.4f}  {m['map_at_r']:>8.4f}  {took}", flush=True)
+    below = False
     for name in METRICS:
         d = welch(scores["harness"][name], scores["plain"][name])
         print(f"\n{name} (mean [95% t-interval over {len(args.seeds)} seeds])")
         print(_summary("plain", scores["plain"][name]))
         print(_summary("harness", scores["harness"][name]))
         spread = f"[{d.low:+.4f}, {d.high:+.4f}] (Welch)" if len(args.seeds) > 1 else "(one seed: no interval)"
-        print(
-            f"harness - plain: {d.diff:+.4f} {spread}; {'harness >= plain' if d.diff >= 0 else 'HARNESS BELOW PLAIN'}"
-        )
+        print(f"harness - plain: {d.diff:+.4f} {spread}; {finding(d)}")
+        below = below or finding(d) == "HARNESS BELOW PLAIN"
+    return 1 if below else 0
 
 
 if __name__ == "__main__":
     try:
-        main()
+        sys.exit(main())
     except BenchError as error:  # bad input: one line and the CLI's exit code (2), no traceback
         print(f"compare_plain_pml: error: {error}", file=sys.stderr)
         sys.exit(error.exit_code)

@@ -215,6 +215,20 @@ def test_the_comparisons_record_keeps_other_comparisons_and_refuses_a_foreign_fi
         compare.recorded(foreign, key)
 
 
+def test_the_finding_follows_the_interval_not_the_point_estimate() -> None:
+    """A harness mean above the plain one by less than the seeds' spread shows nothing; only an interval
+    clear of 0 says above or below (the comparison's own scores of seeds 0-2 on the converged protocol)."""
+    from bench.stats import welch
+
+    finding = _module("compare_plain_pml").finding
+    plain, harness = [0.9100, 0.9325, 0.9025], [0.9175, 0.9225, 0.9175]  # Lake's runs: +0.004, spread 0.015
+    assert welch(harness, plain).diff > 0
+    assert finding(welch(harness, plain)) == "no difference shown (the interval holds 0)"
+    assert finding(welch([0.508, 0.508, 0.5076], [0.4749, 0.4749, 0.4665])) == "harness above plain"
+    assert finding(welch([0.4749, 0.4749, 0.4665], [0.508, 0.508, 0.5076])) == "HARNESS BELOW PLAIN"
+    assert finding(welch([0.5], [0.4])) == "not shown either way (no interval)"
+
+
 @pytest.mark.slow
 def test_a_comparison_run_again_scores_only_the_arms_its_record_lacks(tmp_path: Path) -> None:
     """Both arms of one seed trained for one iteration and recorded; the same command again trains nothing and
@@ -243,6 +257,7 @@ def test_a_comparison_run_again_scores_only_the_arms_its_record_lacks(tmp_path: 
     assert first.returncode == 0, first.stderr
     assert "plain PML LiftedStructureLoss()" in first.stdout
     assert "harness - plain: " in first.stdout and "(one seed: no interval)" in first.stdout  # not [nan, nan]
+    assert "not shown either way (no interval)" in first.stdout  # one seed decides nothing
     assert "nan" not in first.stdout
     rows = pd.read_csv(out, dtype={"code": str})
     assert list(rows.arm) == ["plain", "harness"] and set(rows.cell) == {"lifted_structure+none"}
