@@ -49,7 +49,8 @@ part loader_resnet50 60 python3 benchmarks/bench_loader.py --trunk resnet50 --de
     --workers 16 --images 512 --batches 20 --steps 20 --repeats 3
 # a CUDA copy of the smoke protocol (every own loss and miner, 160 iterations a cell)
 sed 's/^training:/training:\n  device: cuda/' protocols/omniglot-smoke.yaml >"$out/omniglot-smoke-cuda.yaml"
-part workers_per_device 90 python3 scripts/workers_per_device.py --protocol "$out/omniglot-smoke-cuda.yaml" \
-    --workers 1 4 --threads 1
+# each worker count sweeps 30 s (the whole smoke sweep takes one worker 60 s: 1 and 4 workers overran 90 s)
+part workers_per_device 110 python3 scripts/workers_per_device.py --protocol "$out/omniglot-smoke-cuda.yaml" \
+    --workers 1 4 --threads 1 --seconds 30
 echo "failed parts: $failed"
 exit "$failed"
