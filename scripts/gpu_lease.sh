@@ -19,7 +19,18 @@ fi
 proto=$1 limit=${2:-570}
 start=$SECONDS
 export DMLBENCH_DATA=$PWD/runs/gpu/data
-[ -d runs/gpu/stores ] || { echo "gpu_lease: no runs/gpu/stores: carry what scripts/gpu_prepare.sh made" >&2; exit 2; }
+# the stores as scripts/gpu_prepare.sh sent them: a copy (stores.tgz) or the checkpoint to restore (stores.from);
+# a warm machine's second call, carrying nothing, finds them where the first call's chunk left them
+if [ ! -d runs/gpu/stores ]; then
+    if [ -f runs/gpu/stores.tgz ]; then
+        mkdir -p runs/gpu/stores && tar xzf runs/gpu/stores.tgz -C runs/gpu/stores || exit 2
+    elif [ -f runs/gpu/stores.from ]; then
+        python3 scripts/stores_pack.py unpack "$(cat runs/gpu/stores.from)" runs/gpu/stores || exit 2
+    else
+        echo "gpu_lease: no runs/gpu/stores, stores.tgz or stores.from: carry what scripts/gpu_prepare.sh made" >&2
+        exit 2
+    fi
+fi
 if [ -z "${SKIP_CHECKS:-}" ]; then
     bash scripts/gpu_checks.sh gpu-checks
     echo "gpu_lease: the checks took $((SECONDS - start)) s"

@@ -22,6 +22,7 @@ the same form taken whole, without a stamp, while its workers run:
     python3 scripts/stores_pack.py checkpoint STORES_DIR OUT [--pause PID ...]   # OUT/stores.tgz.NN, ..., checkpoint.json
     python3 scripts/stores_pack.py unpack OUT STORES_DIR                          # on the next machine: restore
     python3 scripts/stores_pack.py finished STORES_DIR [--check MULTIPLE]         # its results, once whole
+    python3 scripts/stores_pack.py same STORES_DIR OUT                            # nothing run since restoring?
 
 `checkpoint` copies each database through SQLite's backup API (a consistent copy of a database that workers
 hold open), STORES_DIR/results, and the artifacts but the kept models and test embeddings (`final.keep_models`:
@@ -29,6 +30,10 @@ hold open), STORES_DIR/results, and the artifacts but the kept models and test e
 --pause stopped (SIGSTOP, then SIGCONT), so the checkpoint is the stores as a kill -9 of every worker at that
 moment would leave them, which the runner resumes; without --pause the workers must already be stopped.
 `unpack` restores it as it unpacks a chunk: refused where a database is there that is not the checkpoint's.
+
+`same` answers whether the stores are still what the checkpoint restores (their databases and results, file
+for file), as `scripts/gpu_prepare.sh` asks before it copies them: exit 0 they are, 1 they are not (one line
+naming a file that differs).
 
 Exit: 0 done; 2 bad input or a refusal; 3 the pack would not fit the limits (--max-files, --max-mib):
 nothing is written, and the chunk should be shorter.
@@ -84,6 +89,24 @@ def _digest(path: Path) -> str | None:
     return h.hexdigest()
 
 
+def _db_digest(path: Path) -> str | None:
+    """A database's identity: the digest of its SQL dump, not of its file. A checkpoint copies a database through
+    SQLite's backup API, whose file may differ in bytes (free pages, the change counter) but holds the same
+    records; a store restored from it, or the one it was taken of, is then the database a lent machine was
+    carried with, and the records that come back may replace it."""
+    if not path.exists():
+        return None
+    h = hashlib.sha256()
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        for line in con.iterdump():
+            h.update(line.encode())
+            h.update(b"\n")
+    finally:
+        con.close()
+    return h.hexdigest()
+
+
 def artifact_roots(stores: Path) -> list[Path]:
     """The local folders MLflow's experiments in STORES_DIR/mlflow.db keep their artifacts in."""
     db = stores / "mlflow.db"
@@ -101,7 +124,7 @@ def artifact_roots(stores: Path) -> list[Path]:
 
 
 def stamp(stores: Path) -> dict:
-    record = {"arrived": {name: _digest(stores / name) for name in DATABASES}, "time": time.time()}
+    record = {"arrived": {name: _db_digest(stores / name) for name in DATABASES}, "time": time.time()}
     (stores / STAMP).write_text(json.dumps(record, indent=1))
     return record
 
@@ -327,7 +350,7 @@ def checkpoint(stores: Path, out: Path, part_mib: float, max_files: int, max_mib
                     members.append((path, f"roots/{i}/{path.relative_to(root).as_posix()}"))
         # a checkpoint "arrived" as itself: `unpack` restores it where there is no database, or the same one
         index = {
-            "arrived": {n: _digest(copied / n) for n in DATABASES},
+            "arrived": {n: _db_digest(copied / n) for n in DATABASES},
             "time": time.time(),
             "roots": {str(i): str(r) for i, r in enumerate(roots)},
         }
@@ -358,7 +381,8 @@ def _replace(source: Path, target: Path) -> None:
     os.replace(tmp, target)
 
 
-def unpack(parts_dir: Path, stores: Path) -> int:
+def _join(parts_dir: Path, into: Path) -> Path:
+    """The parts in PARTS_DIR, each checked against its sum, joined into one .tgz in INTO."""
     if not (parts_dir / SUMS).exists():
         raise Refused(f"{parts_dir}: no {SUMS} (the list of the parts `pack` wrote): did it come back?")
     parts = []
@@ -370,11 +394,54 @@ def unpack(parts_dir: Path, stores: Path) -> int:
         if _digest(parts_dir / name) != digest:
             raise Refused(f"{parts_dir / name}: missing or not the part `pack` wrote: nothing unpacked")
         parts.append(parts_dir / name)
+    joined = into / "pack.tgz"
+    with joined.open("wb") as f:
+        for p in parts:
+            f.write(p.read_bytes())
+    return joined
+
+
+def same(stores: Path, out: Path) -> str:
+    """How STORES_DIR differs from what the checkpoint in OUT restores ("" when it does not): a database or
+    results file of other content, or one that only one of them has. Stores a checkpoint was taken of or restored
+    to, that have run nothing since, get "", and a lent machine can then restore the checkpoint (which travels in the
+    checkout) instead of carrying a copy of the stores. Databases are compared by their records (`_db_digest`),
+    so the stores a checkpoint was just taken of are the same too. Artifacts are not compared: a run writes them
+    only with a record in a database, which would differ."""
+    if not (out / SUMMARY).is_file():
+        raise Refused(f"{out}: no {SUMMARY}: not a checkpoint (the order is: same STORES_DIR CHECKPOINT_DIR)")
+    here = {n for n in DATABASES if (stores / n).is_file()}
+    results = stores / "results"
+    here |= {p.relative_to(stores).as_posix() for p in results.rglob("*") if p.is_file()} if results.is_dir() else set()
+    seen = set()
     with tempfile.TemporaryDirectory() as tmp:
-        joined = Path(tmp) / "pack.tgz"
-        with joined.open("wb") as f:
-            for p in parts:
-                f.write(p.read_bytes())
+        try:
+            with tarfile.open(_join(out, Path(tmp)), "r:gz") as tar:
+                for member in tar:
+                    if not member.isfile() or not member.name.startswith("stores/"):
+                        continue
+                    name = member.name.removeprefix("stores/")
+                    if name not in here:
+                        return f"{name}: in the checkpoint, not here"
+                    if name in DATABASES:  # its records, as `unpack` compares them
+                        tar.extract(member, Path(tmp) / "x", filter="data")
+                        theirs, ours = _db_digest(Path(tmp) / "x" / member.name), _db_digest(stores / name)
+                    else:
+                        source = tar.extractfile(member)
+                        assert source is not None  # a regular file's member
+                        theirs, ours = hashlib.sha256(source.read()).hexdigest(), _digest(stores / name)
+                    if theirs != ours:
+                        return f"{name}: not the checkpoint's"
+                    seen.add(name)
+        except (tarfile.TarError, EOFError, zlib.error) as e:
+            raise Refused(f"{out}: the parts do not make a whole pack ({e})") from None
+    extra = sorted(here - seen)
+    return f"{extra[0]}: not in the checkpoint" if extra else ""
+
+
+def unpack(parts_dir: Path, stores: Path) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        joined = _join(parts_dir, Path(tmp))
         unpacked = Path(tmp) / "x"
         try:
             with tarfile.open(joined, "r:gz") as tar:
@@ -383,7 +450,7 @@ def unpack(parts_dir: Path, stores: Path) -> int:
             raise Refused(f"{parts_dir}: the parts do not make a whole pack ({e}): nothing unpacked") from None
         index = json.loads((unpacked / INDEX).read_text())
         for name in DATABASES:
-            here, carried = _digest(stores / name), index["arrived"].get(name)
+            here, carried = _db_digest(stores / name), index["arrived"].get(name)
             if here is not None and here != carried:
                 raise Refused(
                     f"{stores / name} is not the database that was carried (it changed here since, or another "
@@ -428,6 +495,9 @@ def main(argv: list[str] | None = None) -> int:
         "--pause", type=int, action="append", default=[], metavar="PID",
         help="a worker to stop while the databases are copied (repeatable)",
     )  # fmt: skip
+    m = sub.add_parser("same", help="exit 0 if the stores are what the checkpoint restores, else 1 and the difference")
+    m.add_argument("stores", type=Path)
+    m.add_argument("out", type=Path)
     b = sub.add_parser("behind", help="print what the stores lack of the checkpoint's progress, if anything")
     b.add_argument("stores", type=Path)
     b.add_argument("out", type=Path)
@@ -452,6 +522,11 @@ def main(argv: list[str] | None = None) -> int:
             checkpoint(args.stores, args.out, args.part_mib, args.max_files, args.max_mib, args.pause)
         elif args.command == "behind":
             print(behind(args.stores, args.out))
+        elif args.command == "same":
+            differs = same(args.stores, args.out)
+            if differs:
+                print(f"stores_pack: {args.stores} differs from the checkpoint in {args.out}: {differs}")
+                return 1
         elif args.command == "finished":
             print(finished(args.stores, args.check))
         elif args.command == "progress":

@@ -174,3 +174,22 @@ def test_a_checkpoint_waits_for_a_writer_then_refuses(carried, tmp_path: Path, c
     (tmp_path / "empty").mkdir()
     assert script.main(["checkpoint", str(tmp_path / "empty"), str(out)]) == 2
     assert "not a sweep's stores" in capsys.readouterr().err
+
+
+def test_same_tells_stores_that_ran_nothing_since_the_checkpoint(carried, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    here, _away, _artifacts, _first = carried
+    script, out, there = _script(), tmp_path / "checkpoint", tmp_path / "there"
+    assert script.main(["checkpoint", str(here), str(out)]) == 0
+    # the databases it copied differ in bytes from these but hold the same records: the same stores
+    assert script.main(["same", str(here), str(out)]) == 0
+    assert script.main(["unpack", str(out), str(there)]) == 0
+    assert script.main(["same", str(there), str(out)]) == 0
+    capsys.readouterr()
+    (there / "results" / "sweep" / "extra.csv").write_text("a table the checkpoint lacks\n")
+    assert script.main(["same", str(there), str(out)]) == 1
+    assert capsys.readouterr().out.strip().endswith("results/sweep/extra.csv: not in the checkpoint")
+    (there / "results" / "sweep" / "extra.csv").unlink()
+    _step(there, "later")
+    assert script.main(["same", str(there), str(out)]) == 1
+    assert "not the checkpoint's" in capsys.readouterr().out
+    assert script.main(["same", str(there), str(there)]) == 2  # a folder that is no checkpoint
