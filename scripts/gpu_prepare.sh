@@ -26,14 +26,14 @@ name=$1 storage=$2 results=$3
 for f in "$storage/optuna.db" "$storage/mlflow.db" "$results/$name/manifest.json"; do
     [ -f "$f" ] || { echo "gpu_prepare: $f: no such file" >&2; exit 2; }
 done
-data=${DMLBENCH_DATA:-../shared/data}
-rm -rf runs/gpu
-mkdir -p runs/gpu/data
 storage=$(cd "$storage" && pwd)
 if pgrep -f -- "sqlite:///$storage/optuna.db" >/dev/null; then
     echo "gpu_prepare: workers still write to $storage (pgrep -af $storage): stop them first" >&2
     exit 2
 fi
+data=${DMLBENCH_DATA:-../shared/data}
+rm -rf runs/gpu
+mkdir -p runs/gpu/data
 ckpt=checkpoints/$name
 if [ -f "$ckpt/checkpoint.json" ] && [ "$(cd "$results" && pwd)" = "$storage/results" ]; then
     if ! python3 scripts/stores_pack.py same "$storage" "$ckpt" >/dev/null; then

@@ -82,6 +82,15 @@ def test_a_lease_restores_the_checkpoint_it_travels_with(tmp_path: Path, data_ro
     checkpoint = root / "checkpoints" / "tiny"
     assert subprocess.run([*pack, "checkpoint", str(here), str(checkpoint)], cwd=ROOT).returncode == 0
     prepare = ["bash", "scripts/gpu_prepare.sh", "tiny", str(here), str(here / "results")]
+    # a worker still writing to the stores (its command line names them): refused, nothing made
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"sqlite:///{here}/optuna.db"])
+    try:
+        done = subprocess.run(prepare, cwd=root, env=env, capture_output=True, text=True)
+    finally:
+        writer.kill()
+        writer.wait()
+    assert done.returncode == 2 and "stop them first" in done.stderr, done.stdout + done.stderr
+    assert not (root / "runs").exists()
     done = subprocess.run(prepare, cwd=root, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     # the stores are the checkpoint's, which travels in the checkout: no copy beside it
