@@ -8,8 +8,8 @@
 # stores there have moved on with the first chunk, and a carried copy would replace them); the checks' logs go
 # to ./gpu-checks, not $OUT, whose 8 returned files are kept for the records. WORKERS (default 8) sweep workers
 # share the GPU (`scripts/gpu_chunk.sh`); CHECK=2 runs the finished sweep's budget check instead. Here, afterwards:
-# `python3 scripts/stores_pack.py unpack RETURNED_FOLDER runs/gpu/stores`, then copy the databases and
-# results/NAME back where the sweep keeps them.
+# `python3 scripts/stores_pack.py unpack [--no-states] RETURNED_FOLDER STORAGE_DIR` (--no-states where CPU
+# workers go on: the states of runs left unfinished here are the GPU's, which they cannot resume).
 set -u
 cd "$(dirname "$0")/.."
 if [ $# -lt 1 ]; then

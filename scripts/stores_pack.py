@@ -9,6 +9,7 @@ down, so the records come back packed:
     python3 scripts/stores_pack.py stamp STORES_DIR                 # on arrival, before the sweep runs
     python3 scripts/stores_pack.py pack STORES_DIR OUT              # after it: OUT/stores.tgz.00, ..., stores.sha256
     python3 scripts/stores_pack.py unpack PARTS_DIR STORES_DIR      # here, from the returned parts
+    python3 scripts/stores_pack.py unpack --no-states PARTS_DIR STORES_DIR    # ... to go on on another device
 
 `pack` takes every file of STORES_DIR but its artifact folders, and of each artifact folder the files
 written since `stamp` (the run's earlier artifacts stayed here). `unpack` writes the artifacts to the
@@ -64,6 +65,7 @@ STAMP = ".carried.json"  # the databases' digests and the time as the stores arr
 INDEX = "pack.json"  # inside the pack: the stamp, and where each artifact folder belongs
 PART = "stores.tgz."
 SUMS = "stores.sha256"  # beside the parts: each part's digest, so a missing or damaged one is named
+STATES = "resume"  # in a protocol's results folder: the saved states of unfinished runs (bench.resume.FOLDER)
 SUMMARY = "checkpoint.json"  # beside a checkpoint's parts: when, what it holds, the sweep's progress
 # bench.sweep.kept's files, a final seed's model and test embeddings for a user to reuse: left out of a checkpoint
 KEPT = ("final_model.pt", "test_embeddings.npz")
@@ -439,7 +441,16 @@ def same(stores: Path, out: Path) -> str:
     return f"{extra[0]}: not in the checkpoint" if extra else ""
 
 
-def unpack(parts_dir: Path, stores: Path) -> int:
+def _is_state(relative: Path) -> bool:
+    """A saved training state in the stores: results/NAME/resume/... (bench.resume.FOLDER)."""
+    return len(relative.parts) > 3 and relative.parts[0] == "results" and relative.parts[2] == STATES
+
+
+def unpack(parts_dir: Path, stores: Path, states: bool = True) -> int:
+    """The records in PARTS_DIR into STORES_DIR. ``states=False`` leaves out the saved training states of runs
+    the lent machine left unfinished, and keeps those here: where the workers that go on are of another device,
+    they could not resume the lent machine's (a state is tied to its device) and would train those runs again,
+    while each would have replaced this machine's own state of the same run."""
     with tempfile.TemporaryDirectory() as tmp:
         joined = _join(parts_dir, Path(tmp))
         unpacked = Path(tmp) / "x"
@@ -464,7 +475,8 @@ def unpack(parts_dir: Path, stores: Path) -> int:
                 count += 1
         source = unpacked / "stores"
         ordered = sorted(
-            (p for p in source.rglob("*") if p.is_file()), key=lambda p: (p.name in DATABASES, p.as_posix())
+            (p for p in source.rglob("*") if p.is_file() and (states or not _is_state(p.relative_to(source)))),
+            key=lambda p: (p.name in DATABASES, p.as_posix()),
         )
         for path in ordered:  # the results, then the databases
             _replace(path, stores / path.relative_to(source))
@@ -510,6 +522,10 @@ def main(argv: list[str] | None = None) -> int:
     u = sub.add_parser("unpack")
     u.add_argument("parts", type=Path)
     u.add_argument("stores", type=Path)
+    u.add_argument(
+        "--no-states", action="store_true",
+        help="leave out the saved states of runs left unfinished there, keeping those here (workers of another device go on)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     try:
         if not args.stores.is_dir() and args.command != "unpack":
@@ -532,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "progress":
             print(json.dumps({**_progress(args.stores / "optuna.db"), "budget_check_complete": _checked(args.stores)}))
         else:
-            unpack(args.parts, args.stores)
+            unpack(args.parts, args.stores, states=not args.no_states)
     except Refused as e:
         print(f"stores_pack: {e}", file=sys.stderr)
         return 2

@@ -193,3 +193,27 @@ def test_same_tells_stores_that_ran_nothing_since_the_checkpoint(carried, tmp_pa
     assert script.main(["same", str(there), str(out)]) == 1
     assert "not the checkpoint's" in capsys.readouterr().out
     assert script.main(["same", str(there), str(there)]) == 2  # a folder that is no checkpoint
+
+
+def test_unpack_without_states_keeps_this_machines_own(carried, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    here, away, _artifacts, _first = carried
+    script = _script()
+    assert script.main(["stamp", str(away)]) == 0
+    _step(away, "new")
+    states = Path("results") / "sweep" / "resume" / "cell"
+    (away / states).mkdir(parents=True)
+    (away / states / "budget-a.pt").write_bytes(b"the lent device's unfinished run")
+    (away / states / "budget-b.pt").write_bytes(b"another it left unfinished")
+    (here / states).mkdir(parents=True)
+    (here / states / "budget-a.pt").write_bytes(b"this machine's state of the same run")
+    out = tmp_path / "out"
+    assert script.main(["pack", str(away), str(out)]) == 0
+    other = tmp_path / "other"
+    shutil.copytree(here, other)
+    assert script.main(["unpack", "--no-states", str(out), str(here)]) == 0
+    assert _trials(here) == 2  # the records came back
+    assert (here / states / "budget-a.pt").read_bytes() == b"this machine's state of the same run"
+    assert not (here / states / "budget-b.pt").exists()
+    assert script.main(["unpack", str(out), str(other)]) == 0  # by default the states come back too
+    assert (other / states / "budget-a.pt").read_bytes() == b"the lent device's unfinished run"
+    assert (other / states / "budget-b.pt").exists()
