@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import optuna
@@ -136,8 +137,11 @@ def test_a_sweep_early_stops_trials_on_their_fold_and_finals_to_the_best_trials_
     tmp_path, data_root, capsys
 ) -> None:
     path = tmp_path / "tiny.yaml"
-    path.write_text(_tiny(iterations=40, stopping=STOPPING.replace("patience: 2, check_every: 5", SHORT)))
+    text = _tiny(iterations=40, stopping=STOPPING.replace("patience: 2, check_every: 5", SHORT))
+    # batch-hard's cell first: its runs stop soonest, so the check must reorder the cells, the longest first
+    path.write_text(text.replace("[{name: none}, {name: batch_hard}]", "[{name: batch_hard}, {name: none}]"))
     protocol = parse_protocol(path.read_text())
+    assert [c.id for c in plan(protocol).cells][:2] == ["triplet+batch_hard", "triplet+none"]
     outcome = run_protocol(path, _options(tmp_path, data_root))
     assert outcome.manifest["refused"] == {}  # the audit takes the budget as the most a run may use
     trials, finals = outcome.trials, outcome.finals
@@ -188,6 +192,8 @@ def test_a_sweep_early_stops_trials_on_their_fold_and_finals_to_the_best_trials_
         assert (group.iterations == 2 * finals[finals.cell == cell].iterations.max()).all(), cell
     lines = [line for line in capsys.readouterr().err.splitlines() if " x2 seed " in line]
     assert len(lines) == len(rows) and lines[-1].endswith("| 100% of iterations, ~0:00:00 left"), lines
+    trained = [int(re.search(r"\[(\d+) it,", line).group(1)) for line in lines]  # type: ignore[union-attr]
+    assert trained == sorted(trained, reverse=True), lines  # the longest cells first
     # the leaderboard says what the check trained: each cell's finals' length twice, not one length for all
     assert main(["leaderboard", str(tmp_path / "results" / "tiny")]) == 0
     lengths = f"{rows.iterations.min():,}-{rows.iterations.max():,} iterations a run, 2x each cell's finals"

@@ -316,7 +316,7 @@ class _Check:
         return self.iterations if tuned.stop_after is None else tuned.stop_after * self.multiple
 
     def run(self, cells: list[Tuned], todo: list[tuple[Tuned, int]], kept: list[tuple[Tuned, int]]) -> None:
-        """Train what is missing, cell by cell; Ctrl-C (or SIGTERM through the sweep's stop flag,
+        """Train what is missing, cell by cell, the longest first; Ctrl-C (or SIGTERM through the sweep's stop flag,
         `bench.sweep.accounts.STOP`) leaves the running seed unrecorded and every finished one recorded."""
         seeds = len(self.protocol.final_seeds)
         assigned = len(kept) + len(todo)  # this worker's (cell, seed) pairs: all of them, or its shard's
@@ -333,7 +333,10 @@ class _Check:
                 f"{self.path.name}, kept"
             )
         try:
-            for tuned in cells:
+            # the longest cells first (under early stopping each cell's seeds train their own length): a worker
+            # given a limited time (a lent GPU's calls, whose saved states only that device resumes) spends it
+            # on the seeds that cost the other workers the most, and the short ones fill what is left
+            for tuned in sorted(cells, key=lambda t: -self.length(t)):
                 mine = [s for t, s in todo if t is tuned]
                 if not mine:
                     continue
