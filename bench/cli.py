@@ -18,9 +18,10 @@ exit  meaning
       too long): results files are written whole or not at all
    3  a test class reached tuning or training data (`run`, `train`): the
       split is broken, and the run stops before anything is recorded
-   4  `run --stop-after SECONDS` reached its limit with work left: nothing
-      running was lost (a trial still training then is given back), what
-      remains is printed, and the same command resumes
+   4  `run --stop-after SECONDS` (or `budget-check --stop-after`) reached its
+      limit with work left: nothing running was lost (a trial still training
+      then is given back, a check's seed keeps its state), what remains is
+      printed, and the same command resumes
   75  a store stopped answering mid-sweep for longer than the retry window
       (`run`, `budget-check`: the Optuna database or the MLflow server;
       --store-retry, $DMLBENCH_STORE_RETRY_S, 300 s by default): records made
@@ -81,8 +82,8 @@ EPILOG = """\b
 Exit status: 0 done; 1 a check failed (regress: regression, crosscheck:
 differs from PML, train: diverged, run and merge: a planned cell without a
 result, with --cells a cell asked for); 2 bad input (one line on stderr);
-3 a test class reached tuning or training data; 4 run --stop-after reached
-with work left (a rerun resumes); 75 a database or MLflow
+3 a test class reached tuning or training data; 4 run or budget-check
+--stop-after reached with work left (a rerun resumes); 75 a database or MLflow
 server stopped answering for longer than --store-retry (a rerun resumes);
 130 interrupted (a rerun resumes).
 """

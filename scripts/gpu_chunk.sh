@@ -28,9 +28,10 @@
 # measures how many pay).
 #
 # CHECK=MULTIPLE: the finished run's budget check instead (`dmlbench budget-check --multiple MULTIPLE
-# --device cuda`, rows to STORES_DIR/results/<name>/budget_check.csv). It has no --stop-after: SIGTERM at
-# SECONDS - MARGIN_S stops it with every finished seed recorded (exit 130, reported as work left; the seed
-# then running is trained again next time). Exit 0: the check is done.
+# --device cuda`, rows to STORES_DIR/results/<name>/budget_check.csv), told to stop MARGIN_S before SECONDS
+# too: it trains the longest seeds that would end by then at the pace this device has recorded and starts
+# none that would not (a state left by an unfinished seed only this device and code resume, so a chunk spent
+# on seeds longer than it wasted it). Exit 0: the check is done; 4: work left.
 #
 # Needs torch with CUDA and the project's dependencies importable; wheels for those the machine lacks may
 # lie in ./.whl (as for scripts/gpu_checks.sh); Omniglot is read from $DMLBENCH_DATA.
@@ -77,8 +78,9 @@ pids=()
 for ((k = 1; k <= workers; k++)); do
     lag=$((5 * (k - 1)))  # a few seconds apart, each still ending by the limit
     if [ -n "${CHECK:-}" ]; then
-        timeout --signal=TERM "$((limit - margin - lag))" python3 -m bench.cli budget-check "$proto" \
-            --device "$device" --multiple "$CHECK" --shard "$k/$workers" --threads "$threads" "${records[@]}" --quiet &
+        timeout --signal=TERM "$((limit - lag))" python3 -m bench.cli budget-check "$proto" --device "$device" \
+            --multiple "$CHECK" --shard "$k/$workers" --stop-after "$((limit - margin - lag))" --threads "$threads" \
+            "${records[@]}" --quiet &
     else
         timeout --signal=TERM "$((limit - lag))" python3 -m bench.cli run "$proto" --device "$device" \
             --stop-after "$((limit - margin - lag))" --threads "$threads" "${records[@]}" --quiet &
@@ -86,11 +88,9 @@ for ((k = 1; k <= workers; k++)); do
     pids+=($!)
     [ "$k" -lt "$workers" ] && sleep 5
 done
-if [ -n "${CHECK:-}" ]; then
-    done_what="the budget check is done" left=130
-else
-    done_what="the sweep is done" left=4
-fi
+done_what="the sweep is done" left=4
+[ -n "${CHECK:-}" ] && done_what="the budget check is done"
+
 code=0  # all done: 0; else work left if any worker left some; else the first other failure
 for pid in "${pids[@]}"; do
     wait "$pid"

@@ -92,20 +92,32 @@ def _digest(path: Path) -> str | None:
 
 
 def _db_digest(path: Path) -> str | None:
-    """A database's identity: the digest of its SQL dump, not of its file. A checkpoint copies a database through
+    """A database's identity: a digest of its records, not of its file. A checkpoint copies a database through
     SQLite's backup API, whose file may differ in bytes (free pages, the change counter) but holds the same
     records; a store restored from it, or the one it was taken of, is then the database a lent machine was
     carried with, and the records that come back may replace it."""
     if not path.exists():
         return None
-    h = hashlib.sha256()
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        for line in con.iterdump():
-            h.update(line.encode())
-            h.update(b"\n")
+        return _records_digest(con)
     finally:
         con.close()
+
+
+def _records_digest(con: sqlite3.Connection) -> str:
+    """Each table's name and schema, then its rows sorted. Not SQL's dump (``iterdump``): that lists a table's
+    rows in the order its SELECT returns them, which the SQLite library's query planner decides (a covering index
+    instead of the table), so the same database dumped by a lent machine's Python and this one's differed, and
+    its records were refused on return."""
+    h = hashlib.sha256()
+    tables = con.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name").fetchall()
+    for name, sql in tables:
+        h.update(f"{name}\0{sql}\0".encode())
+        quoted = name.replace('"', '""')
+        for row in sorted(repr(r) for r in con.execute(f'SELECT * FROM "{quoted}"')):
+            h.update(row.encode())
+            h.update(b"\n")
     return h.hexdigest()
 
 

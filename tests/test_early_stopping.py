@@ -202,6 +202,25 @@ def test_a_sweep_early_stops_trials_on_their_fold_and_finals_to_the_best_trials_
     hit = sorted(c for c, v in ended_at_max.items() if v)
     assert f"ended by a maximum rather than by early stopping: {len(hit)} of {len(ended_at_max)} cells" in out
 
+    # under --stop-after a worker starts no seed that would end past its limit at this device's recorded pace:
+    # the longest cell's x2 rows say it took 1,000 s an iteration here, so at 3x it is left (exit 4, said so)
+    # and the shorter cells, whose rows give their real pace, are trained
+    longest = rows.loc[rows.iterations.idxmax(), "cell"]
+    slow = rows.copy()
+    slow.loc[slow.cell == longest, "wall_time_s"] = 1000.0 * slow.iterations
+    slow.to_csv(tmp_path / "results" / "tiny" / "budget_check.csv", index=False)
+    capsys.readouterr()
+    x3 = [*check, "--multiple", "3", "--data-root", str(data_root), "--threads", "1", "--quiet"]
+    assert main([*x3, "--stop-after", "120"]) == 4
+    err = capsys.readouterr().err
+    seeds = len(rows[rows.cell == longest])
+    assert f"stopped at --stop-after with work left: {seeds} seed(s)" in err, err
+    tripled = pd.read_csv(tmp_path / "results" / "tiny" / "budget_check.csv").query("multiple == 3")
+    assert longest not in set(tripled.cell) and set(tripled.cell) == set(rows.cell) - {longest}, tripled
+    assert main(x3) == 0  # without a limit the same command trains what was left
+    tripled = pd.read_csv(tmp_path / "results" / "tiny" / "budget_check.csv").query("multiple == 3")
+    assert set(tripled.cell) == set(rows.cell)
+
 
 def _ended(folds: int, trials: list[dict]) -> dict:
     from bench.reports.source import Results

@@ -217,3 +217,33 @@ def test_unpack_without_states_keeps_this_machines_own(carried, tmp_path: Path) 
     assert script.main(["unpack", str(out), str(other)]) == 0  # by default the states come back too
     assert (other / states / "budget-a.pt").read_bytes() == b"the lent device's unfinished run"
     assert (other / states / "budget-b.pt").exists()
+
+
+def test_a_database_is_identified_by_its_records_not_the_order_a_library_reads_them(carried) -> None:  # type: ignore[no-untyped-def]
+    # a lent machine's SQLite read the same database's rows in another order (its query planner's choice), so a
+    # digest of the dump refused the records that came back; `reverse_unordered_selects` is that other order
+    sp = _script()
+    here = carried[0]
+    path = here / "mlflow.db"
+
+    def digest(reverse: bool) -> str:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            con.execute(f"PRAGMA reverse_unordered_selects = {int(reverse)}")
+            assert sum(1 for _ in con.iterdump()) > 1
+            return sp._records_digest(con)
+        finally:
+            con.close()
+
+    def dump(reverse: bool) -> list[str]:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        con.execute(f"PRAGMA reverse_unordered_selects = {int(reverse)}")
+        lines = list(con.iterdump())
+        con.close()
+        return lines
+
+    assert dump(False) != dump(True)  # the dump follows the order the rows are read in
+    assert digest(False) == digest(True) == sp._db_digest(path)
+    before = sp._db_digest(path)
+    _step(here, "more")  # one record more: another database
+    assert sp._db_digest(path) != before

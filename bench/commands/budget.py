@@ -11,7 +11,7 @@ import click
 
 from bench.cli import quiet_libraries
 from bench.commands._output import log, quiet_option
-from bench.commands.run import device_option, sweep_options
+from bench.commands.run import EXIT_STOPPED, device_option, sweep_options
 from bench.protocol import load_protocol
 
 
@@ -31,6 +31,16 @@ from bench.protocol import load_protocol
     metavar="K/N",
     help="train only the K-th of every N (cell, seed) pairs: start N workers with 1/N ... N/N",
 )
+@click.option(
+    "--stop-after",
+    "stop_after",
+    default=None,
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="stop this worker after SECONDS of wall time: the longest seeds that would end by then at this "
+    "device's recorded pace are trained, none that would not is started, one still training then is stopped "
+    "(its state kept); prints what remains and exits 4 when work is left (the same command resumes)",
+)
 @sweep_options
 @device_option
 @quiet_option
@@ -38,6 +48,7 @@ def command(
     file: str,
     multiple: int,
     shard: str,
+    stop_after: float | None,
     storage: str | None,
     tracking_uri: str | None,
     results_dir: str,
@@ -54,10 +65,12 @@ def command(
 
     Refused (exit 2) before the run has finished. SIGTERM and Ctrl-C leave
     every finished seed recorded (exit 130); the same command resumes.
+    With --stop-after, a worker whose time is limited (a lent GPU's call)
+    trains the longest seeds that fit it and exits 4 with work left.
     """
     import torch
 
-    from bench.sweep.accounts import stop_on_signals
+    from bench.sweep.accounts import TimeUp, stop_on_signals
     from bench.sweep.budget_check import budget_check, describe
 
     if threads is not None:
@@ -69,16 +82,26 @@ def command(
     k, sep, n = shard.partition("/")
     if not (sep and k.isdigit() and n.isdigit()):
         raise click.BadParameter(f"expected K/N, for example 1/2, got {shard!r}", param_hint="--shard")
-    with stop_on_signals():
-        outcome = budget_check(
-            protocol,
-            multiple,
-            storage=storage,
-            tracking_uri=tracking_uri,
-            results_dir=results_dir,
-            data_root=data_root,
-            quiet=quiet,
-            shard=(int(k), int(n)),
+    try:
+        with stop_on_signals():
+            outcome = budget_check(
+                protocol,
+                multiple,
+                storage=storage,
+                tracking_uri=tracking_uri,
+                results_dir=results_dir,
+                data_root=data_root,
+                quiet=quiet,
+                shard=(int(k), int(n)),
+                stop_after_s=stop_after,
+            )
+    except TimeUp as stopped:  # said even when quiet: the check is not finished
+        left = stopped.remaining
+        log.warning(
+            f"budget check x{multiple}: stopped at --stop-after with work left: {left['seeds']} seed(s), "
+            f"{left['iterations']:,} iterations, none of which would have ended in the time left at this "
+            "device's pace; rerun the same command to resume"
         )
+        return EXIT_STOPPED
     log.info(describe(outcome, multiple))
     return 0

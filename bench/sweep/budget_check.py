@@ -58,7 +58,7 @@ from bench.stores import provenance, tracking
 from bench.stores.mlflow_runs import MlflowRecords
 from bench.stores.urls import redact, sqlite_path
 from bench.sweep import tables
-from bench.sweep.accounts import STOP
+from bench.sweep.accounts import STOP, TimeUp
 from bench.sweep.final_run import FinalRun, Record, train_final
 from bench.sweep.precision import recorded_choice
 from bench.sweep.preflight import refuse
@@ -71,6 +71,9 @@ RUN_COLUMNS = ["protocol_hash", "cell_key", "cell", "seed", "multiple", "iterati
 TAIL_COLUMNS = ["state", "reason", "params", "git_commit", "git_dirty", "device"]
 # a file written before rows named their device: read with the column empty, written back whole
 OLD_TAIL = TAIL_COLUMNS[:-1]
+# under --stop-after a seed is started only if its length at the recorded pace, times this, ends in time: the
+# pace is a median of runs under other load
+FIT_MARGIN = 1.15
 
 
 def columns(protocol: Protocol) -> list[str]:
@@ -211,11 +214,19 @@ def budget_check(
     data_root: str | None = None,
     quiet: bool = False,
     shard: tuple[int, int] = (1, 1),
+    stop_after_s: float | None = None,
 ) -> CheckOutcome:
     """Retrain every cell's final configuration at ``multiple`` x the budget on the final seeds, resuming.
 
     ``shard`` (k, n) trains only the k-th of every n (cell, seed) pairs: n workers started with shards
-    1/n ... n/n share the check without training a seed twice (the CSV is written under a file lock)."""
+    1/n ... n/n share the check without training a seed twice (the CSV is written under a file lock).
+
+    ``stop_after_s``: this worker's wall-time limit. No seed is started that would end past it at the pace
+    this device has shown (`_Check.pace`), so a limited time (a lent GPU's call) trains the longest seeds that
+    fit rather than starting ones it cannot finish, whose saved states only that device and code resume; a
+    seed still training at the limit is stopped (its state kept). Then `TimeUp`, saying what is left."""
+    if stop_after_s is not None and not stop_after_s > 0:
+        raise BenchError(f"budget-check: --stop-after must be a positive number of seconds, got {stop_after_s!r}")
     if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
         raise BenchError(f"budget-check: --multiple must be a positive integer, got {multiple!r}")
     k, n = shard
@@ -267,6 +278,8 @@ def budget_check(
     mine = [pair for i, pair in enumerate(pairs) if i % n == k - 1]
     todo = [(t, s) for t, s in mine if (t.cell.id, s, multiple) not in done]
     check = _Check(protocol, multiple, prepared, path, keys, tracking_uri, fingerprints, quiet)
+    if stop_after_s is not None:
+        check.deadline = start + stop_after_s
     kept = [(t, s) for t, s in mine if (t.cell.id, s, multiple) in done]
     if todo:  # the manifest lists every part of the work, the check's with the sweep's (`tables.add_part`)
         part = {**provenance.hardware(), "device": check.code["device"], "kind": "budget_check", "multiple": multiple}
@@ -309,6 +322,7 @@ class _Check:
         )
         self.mlflow = MlflowRecords(protocol, tracking_uri, base_tags)
         self.quiet = quiet
+        self.deadline: float | None = None  # perf_counter time of --stop-after: no seed started that ends past it
 
     def length(self, tuned: Tuned) -> int:
         """The iterations one seed of ``tuned`` trains here: the multiple of the budget, or under early
@@ -323,6 +337,8 @@ class _Check:
         done = sum(self.length(t) for t, _ in kept)
         self.progress = Progress(len(cells), done + sum(self.length(t) for t, _ in todo), done, self.quiet)
         left = {t.cell.id for t, _ in todo}
+        trained: set[tuple[str, int]] = set()  # (cell, seed) recorded by this worker now
+        skipped = False  # under --stop-after: a seed not started, as it would have ended past the limit
         self.progress.cell_done(len(cells) - len(left))
         for tuned, seed in kept:  # recorded: a state it left here before it ended elsewhere is not needed
             _Row(self, tuned, seed).run_state().clear()
@@ -342,10 +358,54 @@ class _Check:
                     continue
                 self.progress.cell(f"{tuned.cell.id} x{self.multiple}", seeds, seeds - len(mine))
                 for seed in mine:
+                    if not self._fits(tuned):  # the cell's seeds all train the same length: none of them fits
+                        skipped = True
+                        break
                     self._seed(tuned, seed)
+                    trained.add((tuned.cell.id, seed))
                 self.progress.cell_done()
+        except TimeUp:  # a seed still training at the limit: stopped, its state kept for the next attempt
+            skipped = True
         finally:
             self.progress.close()
+        if skipped:
+            raise TimeUp(self._remaining([(t, s) for t, s in todo if (t.cell.id, s) not in trained]))
+
+    def pace(self, tuned: Tuned) -> float | None:
+        """Seconds a training iteration of ``tuned`` takes on this device, as the records say: the median of
+        its seeds checked here on this device (rows name it), else of every cell's, else of the finals this
+        device trained; None where this device has trained nothing of the run. Rows record training and
+        evaluation wall time, under whatever else shared the device then (the same number of workers on a
+        lent GPU, whose chunks start alike)."""
+        per_cell: dict[str, list[float]] = {}
+        for path in (self.path, self.path.with_name(tables.FINALS)):
+            try:
+                frame = pd.read_csv(path, usecols=["cell", "iterations", "wall_time_s", "state", "device"])
+            except (OSError, ValueError):  # absent, or a file without those columns: no pace from it
+                continue
+            done = frame[(frame["device"] == self.code["device"]) & (frame["state"] == "COMPLETE")]
+            done = done[done["iterations"] > 0]
+            for cell, rows in done.groupby("cell"):
+                per_cell.setdefault(str(cell), []).extend((rows["wall_time_s"] / rows["iterations"]).tolist())
+            if per_cell:  # the check's own rows first: the finals trained at another length
+                break
+        if tuned.cell.id in per_cell:
+            return float(pd.Series(per_cell[tuned.cell.id]).median())
+        every = [v for values in per_cell.values() for v in values]
+        return float(pd.Series(every).median()) if every else None
+
+    def _fits(self, tuned: Tuned) -> bool:
+        """Whether one seed of ``tuned`` would end before the deadline (always, without one or a pace)."""
+        if self.deadline is None:
+            return True
+        pace = self.pace(tuned)
+        now = time.perf_counter()
+        if pace is None:
+            return now < self.deadline
+        return now + FIT_MARGIN * pace * self.length(tuned) <= self.deadline
+
+    def _remaining(self, left: list[tuple[Tuned, int]]) -> dict[str, Any]:
+        return {"seeds": len(left), "iterations": sum(self.length(t) for t, _ in left)}
 
     def _seed(self, tuned: Tuned, seed: int) -> None:
         p = self.protocol
@@ -373,6 +433,8 @@ class _Check:
     def _step(self, it: int, total: int, loss: float) -> None:
         if STOP.is_set():
             raise KeyboardInterrupt
+        if self.deadline is not None and time.perf_counter() > self.deadline:  # a seed slower than its pace
+            raise TimeUp({})
         self.progress.iteration(it, total, loss)
 
 
