@@ -111,6 +111,22 @@ class RunState:
             "threads": torch.get_num_threads(),
         }
 
+    def saved_iteration(self, device: str) -> int:
+        """The last iteration of the saved state that a run on ``device`` (a type: "cpu", "cuda") here would go on
+        from: 0 where there is none, or its code, torch, thread count or device type differ from this process's
+        (`load` would discard it). For planning what fits in a time limit; `load` checks the whole identity."""
+        if not self.path.is_file():
+            return 0
+        try:
+            state = torch.load(self.path, map_location="cpu", weights_only=True)
+        except Exception:  # damaged: `load` starts the run over
+            return 0
+        identity = state.get("identity") if isinstance(state, dict) else None
+        here = {"code": code_digest(), "torch": str(torch.__version__), "threads": torch.get_num_threads()}
+        if not isinstance(identity, dict) or any(identity.get(k) != v for k, v in {**here, "device": device}.items()):
+            return 0
+        return int(state.get("it", 0))
+
     def due(self) -> bool:
         """Whether a save is due (``every_s`` seconds since the last save or the start)."""
         return time.monotonic() - self.saved_at >= self.every_s

@@ -31,7 +31,9 @@
 # --device cuda`, rows to STORES_DIR/results/<name>/budget_check.csv), told to stop MARGIN_S before SECONDS
 # too: it trains the longest seeds that would end by then at the pace this device has recorded and starts
 # none that would not (a state left by an unfinished seed only this device and code resume, so a chunk spent
-# on seeds longer than it wasted it). Exit 0: the check is done; 4: work left.
+# on seeds longer than it wasted it). SPAN_S (default SECONDS): the chunk time this machine has in this call and
+# the calls made at once after it on the same warm machine, which resume the seeds this one leaves; the check
+# then plans for SPAN_S and the `timeout` still ends this call at SECONDS. Exit 0: the check is done; 4: work left.
 #
 # Needs torch with CUDA and the project's dependencies importable; wheels for those the machine lacks may
 # lie in ./.whl (as for scripts/gpu_checks.sh); Omniglot is read from $DMLBENCH_DATA.
@@ -42,6 +44,8 @@ if [ $# -lt 2 ]; then
     exit 2
 fi
 proto=$1 stores=$2 limit=${3:-480} margin=${MARGIN_S:-60}
+span=${SPAN_S:-$limit}
+[ "$span" -ge "$limit" ] || span=$limit
 if [ "$limit" -le "$((margin + 30))" ]; then
     echo "gpu_chunk: SECONDS ($limit) must exceed MARGIN_S + 30 ($((margin + 30)))" >&2
     exit 2
@@ -79,7 +83,7 @@ for ((k = 1; k <= workers; k++)); do
     lag=$((5 * (k - 1)))  # a few seconds apart, each still ending by the limit
     if [ -n "${CHECK:-}" ]; then
         timeout --signal=TERM "$((limit - lag))" python3 -m bench.cli budget-check "$proto" --device "$device" \
-            --multiple "$CHECK" --shard "$k/$workers" --stop-after "$((limit - margin - lag))" --threads "$threads" \
+            --multiple "$CHECK" --shard "$k/$workers" --stop-after "$((span - margin - lag))" --threads "$threads" \
             "${records[@]}" --quiet &
     else
         timeout --signal=TERM "$((limit - lag))" python3 -m bench.cli run "$proto" --device "$device" \
@@ -96,6 +100,8 @@ for pid in "${pids[@]}"; do
     wait "$pid"
     c=$?
     [ "$c" -eq 124 ] && c=130  # timeout's own status when its signal ended the worker
+    # planned past this call (SPAN_S): a seed still training at its end is left for the next call, not lost
+    [ "$c" -eq 130 ] && [ "$span" -gt "$limit" ] && c=$left
     if [ "$c" -eq "$left" ] && [ "$code" -eq 0 ]; then
         code=$c
     elif [ "$c" -ne 0 ] && [ "$c" -ne "$left" ] && { [ "$code" -eq 0 ] || [ "$code" -eq "$left" ]; }; then

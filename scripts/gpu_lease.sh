@@ -7,7 +7,10 @@
 # SKIP_CHECKS=1 leaves out the checks (a second call on a warm machine, made without carrying runs/gpu: the
 # stores there have moved on with the first chunk, and a carried copy would replace them); the checks' logs go
 # to ./gpu-checks, not $OUT, whose 8 returned files are kept for the records. WORKERS (default 8) sweep workers
-# share the GPU (`scripts/gpu_chunk.sh`); CHECK=2 runs the finished sweep's budget check instead. Here, afterwards:
+# share the GPU (`scripts/gpu_chunk.sh`); CHECK=2 runs the finished sweep's budget check instead, and NEXT_S=S
+# says a second call of S seconds follows at once on the warm machine: the check plans its seeds over both
+# calls (SPAN_S), the second resuming what the first leaves (without it, no seed longer than this call is
+# started: the calls are limited to 600 s, and a lease of 900 s has room for a second). Here, afterwards:
 # `python3 scripts/stores_pack.py unpack [--no-states] RETURNED_FOLDER STORAGE_DIR` (--no-states where CPU
 # workers go on: the states of runs left unfinished here are the GPU's, which they cannot resume).
 set -u
@@ -36,4 +39,4 @@ if [ -z "${SKIP_CHECKS:-}" ]; then
     echo "gpu_lease: the checks took $((SECONDS - start)) s"
 fi
 left=$((limit - (SECONDS - start)))
-WORKERS=${WORKERS:-8} bash scripts/gpu_chunk.sh "$proto" runs/gpu/stores "$left"
+SPAN_S=$((left + ${NEXT_S:-0})) WORKERS=${WORKERS:-8} bash scripts/gpu_chunk.sh "$proto" runs/gpu/stores "$left"

@@ -240,3 +240,24 @@ def test_a_sweep_interrupted_mid_unit_goes_on_from_the_saved_states(tmp_path, da
 def test_state_files_are_named_by_the_key(tmp_path) -> None:
     a, b = state_path(tmp_path, "k/cell/trial0/fold0"), state_path(tmp_path, "k/cell/trial1/fold0")
     assert a != b and a.parent == b.parent == tmp_path and a.suffix == ".pt"
+
+
+def test_a_saved_state_tells_where_a_run_on_this_device_would_go_on_from(omniglot, tmp_path) -> None:
+    # what a worker with a time limit reads to plan (budget-check --stop-after): the state's iteration where
+    # this process would resume it, 0 where `load` would start over
+    path = tmp_path / "state.pt"
+    state = RunState(path, "unit", every_s=0)
+    assert state.saved_iteration("cpu") == 0  # nothing saved
+    with pytest.raises(Interrupted):
+        train(quick("conv4-affine", iterations=60), omniglot, progress=interrupt_at(50), resume=state)
+    # the last save: at the sync point (every 25) before the one the interruption came at
+    assert state.saved_iteration("cpu") == 25
+    assert state.saved_iteration("cuda") == 0  # saved on another device type: not resumed there
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads + 1)
+        assert state.saved_iteration("cpu") == 0  # nor with another thread count
+    finally:
+        torch.set_num_threads(threads)
+    path.write_bytes(b"half a file")
+    assert state.saved_iteration("cpu") == 0

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import torch
 
 from bench.atomic import locked, write_with
 from bench.devices import describe as describe_device
@@ -358,9 +359,9 @@ class _Check:
                     continue
                 self.progress.cell(f"{tuned.cell.id} x{self.multiple}", seeds, seeds - len(mine))
                 for seed in mine:
-                    if not self._fits(tuned):  # the cell's seeds all train the same length: none of them fits
+                    if not self._fits(tuned, seed):
                         skipped = True
-                        break
+                        continue
                     self._seed(tuned, seed)
                     trained.add((tuned.cell.id, seed))
                 self.progress.cell_done()
@@ -394,15 +395,19 @@ class _Check:
         every = [v for values in per_cell.values() for v in values]
         return float(pd.Series(every).median()) if every else None
 
-    def _fits(self, tuned: Tuned) -> bool:
-        """Whether one seed of ``tuned`` would end before the deadline (always, without one or a pace)."""
+    def _fits(self, tuned: Tuned, seed: int) -> bool:
+        """Whether ``seed`` of ``tuned`` would end before the deadline (always without one; while time is left
+        without a pace): what it has left to train, after a saved state this device would go on from (an
+        earlier call's on the same machine), at the recorded pace."""
         if self.deadline is None:
             return True
         pace = self.pace(tuned)
         now = time.perf_counter()
         if pace is None:
             return now < self.deadline
-        return now + FIT_MARGIN * pace * self.length(tuned) <= self.deadline
+        device = torch.device(self.protocol.spec.training.device).type
+        left = self.length(tuned) - _Row(self, tuned, seed).run_state().saved_iteration(device)
+        return now + FIT_MARGIN * pace * left <= self.deadline
 
     def _remaining(self, left: list[tuple[Tuned, int]]) -> dict[str, Any]:
         return {"seeds": len(left), "iterations": sum(self.length(t) for t, _ in left)}
