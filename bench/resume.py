@@ -47,7 +47,9 @@ from bench.atomic import atomic_file
 
 log = logging.getLogger("dmlbench.resume")
 
-EVERY_S = 60.0  # the most training time lost to an interruption (plus one sync interval)
+# the most training time lost to an interruption (plus one sync interval): a lent GPU's call ends by SIGTERM,
+# and its next call goes on from the last save; a save of a small trunk's state takes milliseconds
+EVERY_S = 20.0
 FOLDER = "resume"  # in a protocol's results folder: the states of runs given back, a folder per cell
 SUFFIX = ".pt"
 

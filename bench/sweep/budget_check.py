@@ -72,9 +72,12 @@ RUN_COLUMNS = ["protocol_hash", "cell_key", "cell", "seed", "multiple", "iterati
 TAIL_COLUMNS = ["state", "reason", "params", "git_commit", "git_dirty", "device"]
 # a file written before rows named their device: read with the column empty, written back whole
 OLD_TAIL = TAIL_COLUMNS[:-1]
-# under --stop-after a seed is started only if its length at the recorded pace, times this, ends in time: the
-# pace is a median of runs under other load
+# under --stop-after a seed is started only if what it has left, at the pace the records give times one of
+# these, ends in time: the cell's own pace is a median of runs under other load; a pace borrowed from other
+# cells (the slowest's) may be that of a cheaper method (on the H200 of 2026-11-30 the learned quadruplets took
+# 29-37 ms an iteration a worker where FaceNet's semi-hard took 21-28)
 FIT_MARGIN = 1.15
+BORROWED_MARGIN = 1.4
 
 
 def columns(protocol: Protocol) -> list[str]:
@@ -373,11 +376,12 @@ class _Check:
             raise TimeUp(self._remaining([(t, s) for t, s in todo if (t.cell.id, s) not in trained]))
 
     def pace(self, tuned: Tuned) -> float | None:
-        """Seconds a training iteration of ``tuned`` takes on this device, as the records say: the median of
-        its seeds checked here on this device (rows name it), else of every cell's, else of the finals this
-        device trained; None where this device has trained nothing of the run. Rows record training and
-        evaluation wall time, under whatever else shared the device then (the same number of workers on a
-        lent GPU, whose chunks start alike)."""
+        """Seconds to plan a training iteration of ``tuned`` with on this device, as the records say: the
+        median of its seeds checked here on this device (rows name it) times `FIT_MARGIN`, else the slowest
+        other cell's median times `BORROWED_MARGIN`; the finals this device trained where it checked nothing;
+        None where it trained nothing of the run. Rows record training and evaluation wall time, under
+        whatever else shared the device then (the same number of workers on a lent GPU, whose chunks start
+        alike)."""
         per_cell: dict[str, list[float]] = {}
         for path in (self.path, self.path.with_name(tables.FINALS)):
             try:
@@ -391,9 +395,9 @@ class _Check:
             if per_cell:  # the check's own rows first: the finals trained at another length
                 break
         if tuned.cell.id in per_cell:
-            return float(pd.Series(per_cell[tuned.cell.id]).median())
-        every = [v for values in per_cell.values() for v in values]
-        return float(pd.Series(every).median()) if every else None
+            return FIT_MARGIN * float(pd.Series(per_cell[tuned.cell.id]).median())
+        medians = [float(pd.Series(values).median()) for values in per_cell.values()]
+        return BORROWED_MARGIN * max(medians) if medians else None
 
     def _fits(self, tuned: Tuned, seed: int) -> bool:
         """Whether ``seed`` of ``tuned`` would end before the deadline (always without one; while time is left
@@ -407,7 +411,7 @@ class _Check:
             return now < self.deadline
         device = torch.device(self.protocol.spec.training.device).type
         left = self.length(tuned) - _Row(self, tuned, seed).run_state().saved_iteration(device)
-        return now + FIT_MARGIN * pace * left <= self.deadline
+        return now + pace * left <= self.deadline
 
     def _remaining(self, left: list[tuple[Tuned, int]]) -> dict[str, Any]:
         return {"seeds": len(left), "iterations": sum(self.length(t) for t, _ in left)}
