@@ -11,7 +11,7 @@ import click
 
 from bench.cli import quiet_libraries
 from bench.commands._output import log, quiet_option
-from bench.commands.run import EXIT_STOPPED, device_option, sweep_options
+from bench.commands.run import EXIT_STOPPED, device_option, stop_after_option, sweep_options
 from bench.protocol import load_protocol
 
 
@@ -31,15 +31,9 @@ from bench.protocol import load_protocol
     metavar="K/N",
     help="train only the K-th of every N (cell, seed) pairs: start N workers with 1/N ... N/N",
 )
-@click.option(
-    "--stop-after",
-    "stop_after",
-    default=None,
-    type=click.FloatRange(min=0, min_open=True),
-    metavar="SECONDS",
-    help="stop this worker after SECONDS of wall time: the longest seeds that would end by then at this "
-    "device's recorded pace are trained, none that would not is started, one still training then is stopped "
-    "(its state kept); prints what remains and exits 4 when work is left (the same command resumes)",
+@stop_after_option(
+    "the longest seeds that would end by then at this device's recorded pace are trained, none that would not "
+    "is started, one still training then is stopped (its state kept)"
 )
 @sweep_options
 @device_option

@@ -83,6 +83,20 @@ def _set_store_retry(ctx: click.Context, param: click.Parameter, value: float | 
 
 
 # `run --device` and `budget-check --device`: where the training runs, the records the protocol's own
+def stop_after_option(rule: str) -> Callable[..., Any]:
+    """``--stop-after SECONDS``, a worker's wall-time limit (exit 4 with work left): ``rule`` says what the
+    command starts and stops by it."""
+    return click.option(
+        "--stop-after",
+        "stop_after",
+        default=None,
+        type=click.FloatRange(min=0, min_open=True),
+        metavar="SECONDS",
+        help=f"stop this worker after SECONDS of wall time: {rule}; prints what remains and exits 4 when work "
+        "is left (the same command resumes)",
+    )
+
+
 device_option = click.option(
     "--device",
     default=None,
@@ -111,15 +125,9 @@ device_option = click.option(
     "database, each with its own --results-dir, --storage and --tracking-uri; `dmlbench merge` joins them. "
     "Exit 1 when one of these has no result; the plan's other cells are other jobs'",
 )
-@click.option(
-    "--stop-after",
-    "stop_after",
-    default=None,
-    type=click.FloatRange(min=0, min_open=True),
-    metavar="SECONDS",
-    help="stop this worker after SECONDS of wall time: no trial or final seed is started that would end "
-    "past it (by the longest this worker has run), one still running then is given back; prints what "
-    "remains and exits 4 when work is left (the same command resumes)",
+@stop_after_option(
+    "no trial or final seed is started that would end past it (by the longest this worker has run), one "
+    "still running then is given back"
 )
 @device_option
 @format_option
