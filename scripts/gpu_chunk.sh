@@ -94,7 +94,6 @@ for ((k = 1; k <= workers; k++)); do
 done
 done_what="the sweep is done" left=4
 [ -n "${CHECK:-}" ] && done_what="the budget check is done"
-
 code=0  # all done: 0; else work left if any worker left some; else the first other failure
 for pid in "${pids[@]}"; do
     wait "$pid"

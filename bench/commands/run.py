@@ -82,7 +82,6 @@ def _set_store_retry(ctx: click.Context, param: click.Parameter, value: float | 
         os.environ[WINDOW_ENV] = f"{value:g}"
 
 
-# `run --device` and `budget-check --device`: where the training runs, the records the protocol's own
 def stop_after_option(rule: str) -> Callable[..., Any]:
     """``--stop-after SECONDS``, a worker's wall-time limit (exit 4 with work left): ``rule`` says what the
     command starts and stops by it."""
@@ -97,6 +96,7 @@ def stop_after_option(rule: str) -> Callable[..., Any]:
     )
 
 
+# `run --device` and `budget-check --device`: where the training runs, the records the protocol's own
 device_option = click.option(
     "--device",
     default=None,
