@@ -211,7 +211,7 @@ def test_a_sweep_early_stops_trials_on_their_fold_and_finals_to_the_best_trials_
     slow.to_csv(tmp_path / "results" / "tiny" / "budget_check.csv", index=False)
     capsys.readouterr()
     x3 = [*check, "--multiple", "3", "--data-root", str(data_root), "--threads", "1", "--quiet"]
-    assert main([*x3, "--stop-after", "120"]) == 4
+    assert main([*x3, "--stop-after", "900"]) == 4  # room for the short cells on a loaded machine
     err = capsys.readouterr().err
     seeds = len(rows[rows.cell == longest])
     assert f"stopped at --stop-after with work left: {seeds} seed(s)" in err, err
