@@ -93,8 +93,8 @@ def command(
         left = stopped.remaining
         log.warning(
             f"budget check x{multiple}: stopped at --stop-after with work left: {left['seeds']} seed(s), "
-            f"{left['iterations']:,} iterations, none of which would have ended in the time left at this "
-            "device's pace; rerun the same command to resume"
+            f"{left['iterations']:,} iterations (not started: they would have ended past the limit at this "
+            "device's recorded pace; a seed stopped at the limit keeps its state); rerun the same command to resume"
         )
         return EXIT_STOPPED
     log.info(describe(outcome, multiple))
