@@ -124,8 +124,8 @@ class RunState:
         except Exception:  # damaged: `load` starts the run over
             return 0
         identity = state.get("identity") if isinstance(state, dict) else None
-        here = {"code": code_digest(), "torch": str(torch.__version__), "threads": torch.get_num_threads()}
-        if not isinstance(identity, dict) or any(identity.get(k) != v for k, v in {**here, "device": device}.items()):
+        here = self.identity(device=device)  # the run's config aside, which only `train` knows
+        if not isinstance(identity, dict) or any(identity.get(k) != v for k, v in here.items()):
             return 0
         return int(state.get("it", 0))
 
