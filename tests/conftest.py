@@ -127,24 +127,28 @@ def _calls_a_sweep(item: pytest.Item) -> bool:
     return any(call in body for call in SLOW_CALLS)
 
 
-# The longest test files, longest first (90-370 s of one worker each on a 2-core CPU: benchmarks/README.md).
+# The longest test files, longest first (55-240 s of one worker each on a 2-core CPU: benchmarks/README.md).
 # `make test` hands whole files to its two workers (`--dist loadfile`: a file's module fixtures, sweeps of
 # a minute, are built once) and, with `--no-loadscope-reorder`, in this order (xdist would otherwise order
 # files by their count of tests), the next file to a worker as it frees; so these run first, and no
 # long file met last keeps one worker busy while the other idles (longest first, the classic rule).
 FIRST = (
-    "tests/test_determinism.py",
-    "tests/sweep/test_runner.py",
-    "tests/protocol/test_field_protocols.py",
     "tests/stores/test_faults.py",
-    "tests/test_smoke.py",
-    "tests/sweep/test_halving.py",
     "tests/test_long_run.py",
+    "tests/sweep/test_halving.py",
+    "tests/protocol/test_field_protocols.py",
+    "tests/test_smoke.py",
+    "tests/sweep/test_runner.py",
+    "tests/test_resume.py",
     "tests/test_training.py",
-    "tests/test_bad_inputs.py",
     "tests/test_gpu_chunk.py",
-    "tests/sweep/test_stop_after.py",
-    "tests/data/test_own_data.py",
+    "tests/crosscheck/test_plain_pml.py",
+    "tests/test_bad_inputs.py",
+    "tests/test_workers_per_device.py",
+    "tests/stores/test_postgres.py",
+    "tests/test_reality_check.py",
+    "tests/test_same_numerics.py",
+    "tests/test_determinism.py",
 )
 
 
