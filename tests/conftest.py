@@ -127,28 +127,26 @@ def _calls_a_sweep(item: pytest.Item) -> bool:
     return any(call in body for call in SLOW_CALLS)
 
 
-# The longest test files, longest first (55-240 s of one worker each on a 2-core CPU: benchmarks/README.md).
-# `make test` hands whole files to its two workers (`--dist loadfile`: a file's module fixtures, sweeps of
-# a minute, are built once) and, with `--no-loadscope-reorder`, in this order (xdist would otherwise order
-# files by their count of tests), the next file to a worker as it frees; so these run first, and no
-# long file met last keeps one worker busy while the other idles (longest first, the classic rule).
+# The longest test files (a minute to five of one worker each on a 2-core CPU: benchmarks/README.md), longest
+# first: `make test` hands whole files to its two workers (`--dist loadfile`: a file's module fixtures, sweeps
+# of a minute, are built once) and, with `--no-loadscope-reorder`, in this order (xdist would otherwise order
+# files by their count of tests), the next file to a worker as it frees; so these run first, and no long file
+# met last keeps one worker busy while the other idles. The files whose sweeps run in several processes at
+# once (the long run's, the halving sweeps', the kill-and-resume and server tests) are interleaved with files
+# that train in one process, so that they seldom meet: two of them at once put six processes on two cores,
+# and each ran 1.4-3x longer than beside a one-process file.
 FIRST = (
-    "tests/stores/test_faults.py",
-    "tests/test_long_run.py",
-    "tests/sweep/test_halving.py",
-    "tests/protocol/test_field_protocols.py",
     "tests/test_smoke.py",
     "tests/sweep/test_runner.py",
-    "tests/test_resume.py",
+    "tests/protocol/test_field_protocols.py",
+    "tests/stores/test_faults.py",
+    "tests/sweep/test_halving.py",
+    "tests/test_long_run.py",
     "tests/test_training.py",
-    "tests/test_gpu_chunk.py",
-    "tests/crosscheck/test_plain_pml.py",
     "tests/test_bad_inputs.py",
-    "tests/test_workers_per_device.py",
-    "tests/stores/test_postgres.py",
-    "tests/test_reality_check.py",
-    "tests/test_same_numerics.py",
-    "tests/test_determinism.py",
+    "tests/test_gpu_chunk.py",
+    "tests/sweep/test_stop_after.py",
+    "tests/data/test_own_data.py",
 )
 
 
